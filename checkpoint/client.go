@@ -1,0 +1,188 @@
+// Package checkpoint is the Go client of checkpointd: agent processes use it to save their
+// conversation after each turn and to restore it, on this host or another.
+//
+//	c, err := checkpoint.Connect("nats://127.0.0.1:4222")
+//	...
+//	key := checkpoint.Key{Session: "support-ticket-42"}
+//	v, err := c.Save(ctx, key, conversationJSON)            // durable when it returns
+//	conv, v, err := c.Restore(ctx, key, 0)                   // 0: the head
+//
+// A conversation is the JSON array of role-tagged messages agent runtimes already keep; it comes back
+// exactly as saved, every field and digit (only insignificant whitespace is dropped).
+// Refusals are *Error values matching the sentinels (ErrConflict, ErrInvalid, ...) with errors.Is.
+package checkpoint
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// Key names one agent's conversation. Namespace defaults to "default" and Agent to "main"; any
+// UTF-8 string of up to 256 bytes works as an id.
+type Key = wire.Key
+
+// Version is the record of one stored version: its number, parent, hash, sizes and counts.
+type Version = wire.Version
+
+// Counts are the message counts of a version.
+type Counts = wire.Counts
+
+// Client talks to checkpointd over a NATS connection. It is safe for concurrent use.
+type Client struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	ownConn bool
+	timeout time.Duration
+	writer  string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithTimeout bounds calls whose context has no deadline (default 30s).
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithWriter names this process in the versions it writes (default "host/pid").
+func WithWriter(name string) Option { return func(c *Client) { c.writer = name } }
+
+// New returns a client over an existing connection, which the caller keeps and closes.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	c := &Client{nc: nc, js: js, timeout: 30 * time.Second, writer: cmp.Or(host, "unknown") + "/" + strconv.Itoa(os.Getpid())}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Connect dials url (a comma-separated list for a cluster) and returns a client that owns the
+// connection; Close closes it. natsOpts are passed to nats.Connect (credentials, TLS, ...).
+func Connect(url string, natsOpts []nats.Option, opts ...Option) (*Client, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("checkpoint client")}, natsOpts...)...)
+	if err != nil {
+		return nil, unavailable("connecting to %s: %v", url, err)
+	}
+	c, err := New(nc, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.ownConn = true
+	return c, nil
+}
+
+// Close closes the connection if Connect opened it.
+func (c *Client) Close() {
+	if c.ownConn {
+		c.nc.Close()
+	}
+}
+
+// List returns the head version of every session in namespace ("" for the default namespace).
+func (c *Client) List(ctx context.Context, namespace string) ([]Version, error) {
+	var rep wire.ListReply
+	err := c.call(ctx, wire.APISubject(cmp.Or(namespace, wire.DefaultNamespace), wire.OpList), wire.ListRequest{}, &rep)
+	return rep.Sessions, err
+}
+
+// ListAll returns the head version of every session of every namespace (an operator's request).
+func (c *Client) ListAll(ctx context.Context) ([]Version, error) {
+	var rep wire.ListReply
+	err := c.call(ctx, wire.AdminListSubject, wire.ListRequest{}, &rep)
+	return rep.Sessions, err
+}
+
+// History returns every version of a session, oldest first.
+func (c *Client) History(ctx context.Context, key Key) ([]Version, error) {
+	key, err := checkKey(key)
+	if err != nil {
+		return nil, err
+	}
+	var rep wire.HistoryReply
+	err = c.call(ctx, wire.APISubject(key.Namespace, wire.OpHistory), sessionRequest(key), &rep)
+	return rep.Versions, err
+}
+
+// Get returns the record of one version (the head when version is 0) without its conversation.
+func (c *Client) Get(ctx context.Context, key Key, version uint64) (Version, error) {
+	key, err := checkKey(key)
+	if err != nil {
+		return Version{}, err
+	}
+	var v Version
+	err = c.call(ctx, wire.APISubject(key.Namespace, wire.OpGet), wire.GetRequest{SessionRequest: sessionRequest(key), Version: version}, &v)
+	return v, err
+}
+
+func checkKey(k Key) (Key, error) {
+	k = k.WithDefaults()
+	if err := k.Validate(); err != nil {
+		return k, &Error{Code: wire.CodeBadRequest, Message: "session key: " + err.Error(), Index: -1, Offset: -1}
+	}
+	return k, nil
+}
+
+func sessionRequest(k Key) wire.SessionRequest {
+	return wire.SessionRequest{Session: k.Session, Agent: k.Agent}
+}
+
+func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// call sends a JSON request and decodes a JSON reply into out.
+func (c *Client) call(ctx context.Context, subject string, req, out any) error {
+	msg, err := c.request(ctx, subject, req)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(msg.Data, out); err != nil {
+		return &Error{Code: wire.CodeInternal, Message: fmt.Sprintf("reply on %s: %v", subject, err), Index: -1, Offset: -1}
+	}
+	return nil
+}
+
+// request sends one service request and turns error replies into *Error.
+func (c *Client) request(ctx context.Context, subject string, req any) (*nats.Msg, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, unavailable("no checkpointd is answering on %s (is the daemon running?)", subject)
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, unavailable("no reply from checkpointd on %s in time", subject)
+	case err != nil:
+		return nil, unavailable("request on %s: %v", subject, err)
+	}
+	if msg.Header.Get(wire.HdrServiceErrorCode) != "" {
+		var we wire.Error
+		if json.Unmarshal(msg.Data, &we) != nil || we.Code == "" {
+			we = wire.Error{Code: wire.CodeInternal, Message: msg.Header.Get(wire.HdrServiceError)}
+		}
+		return nil, fromWire(&we)
+	}
+	return msg, nil
+}

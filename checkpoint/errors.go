@@ -1,0 +1,73 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// Sentinel errors; compare with errors.Is. Every refusal from the daemon is an *Error that matches
+// exactly one of them.
+var (
+	ErrBadRequest    = errors.New("bad request")
+	ErrInvalid       = errors.New("invalid conversation")
+	ErrNotFound      = errors.New("not found")
+	ErrConflict      = errors.New("conflict")
+	ErrTooLarge      = errors.New("checkpoint too large")
+	ErrUnknownFormat = errors.New("unknown format version")
+	ErrUnavailable   = errors.New("checkpointd unavailable")
+	ErrInternal      = errors.New("internal error")
+	// ErrCorrupt means restored bytes did not match the hash recorded when they were saved.
+	ErrCorrupt = errors.New("restored checkpoint does not match its hash")
+)
+
+var codeSentinels = map[string]error{
+	wire.CodeBadRequest:    ErrBadRequest,
+	wire.CodeInvalid:       ErrInvalid,
+	wire.CodeNotFound:      ErrNotFound,
+	wire.CodeConflict:      ErrConflict,
+	wire.CodeTooLarge:      ErrTooLarge,
+	wire.CodeUnknownFormat: ErrUnknownFormat,
+	wire.CodeUnavailable:   ErrUnavailable,
+	wire.CodeInternal:      ErrInternal,
+}
+
+// Error is a refusal from checkpointd: a stable Code and what was wrong, and where.
+type Error struct {
+	Code    string // one of the wire codes: bad_request, invalid, not_found, conflict, ...
+	Message string
+	Index   int    // index of the offending message, or -1
+	Field   string // field path inside that message, e.g. "content[2].type"
+	Offset  int64  // byte offset of a syntax error, or -1
+	Head    uint64 // for conflicts: the session's current head version
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Is matches the sentinel of e's code.
+func (e *Error) Is(target error) bool {
+	s, ok := codeSentinels[e.Code]
+	if !ok {
+		s = ErrInternal
+	}
+	return s == target
+}
+
+func fromWire(we *wire.Error) *Error {
+	e := &Error{Code: we.Code, Message: we.Message, Index: -1, Offset: -1, Field: we.Field}
+	if we.Index != nil {
+		e.Index = *we.Index
+	}
+	if we.Offset != nil {
+		e.Offset = *we.Offset
+	}
+	if we.Head != nil {
+		e.Head = *we.Head
+	}
+	return e
+}
+
+func unavailable(format string, args ...any) error {
+	return &Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf(format, args...), Index: -1, Offset: -1}
+}

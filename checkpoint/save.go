@@ -1,0 +1,164 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// SaveOption configures one Save.
+type SaveOption func(*saveOptions)
+
+type saveOptions struct {
+	saveID   string
+	expected *uint64
+	reason   string
+}
+
+// WithSaveID sets the save's idempotency key. Saving again with the same id (a retry after a lost
+// reply, a replayed publish) yields the version the first save created, not a new one.
+// By default every Save gets a fresh id.
+func WithSaveID(id string) SaveOption { return func(o *saveOptions) { o.saveID = id } }
+
+// ExpectVersion makes the save conditional: it is refused with ErrConflict unless the session's head
+// is version n (0: the session must not exist yet). The *Error's Head says where the head is.
+func ExpectVersion(n uint64) SaveOption { return func(o *saveOptions) { o.expected = &n } }
+
+// WithReason records why the version was written: turn (default), pause, migrate, import or manual.
+func WithReason(reason string) SaveOption { return func(o *saveOptions) { o.reason = reason } }
+
+// Save stores conversation, a JSON array of messages, as the next version of key's session and
+// returns that version. When Save returns nil the version is durable and any process can restore it.
+func (c *Client) Save(ctx context.Context, key Key, conversation []byte, opts ...SaveOption) (Version, error) {
+	key, err := checkKey(key)
+	if err != nil {
+		return Version{}, err
+	}
+	o := saveOptions{saveID: nuid.Next()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := wire.ValidateID(o.saveID); err != nil {
+		return Version{}, &Error{Code: wire.CodeBadRequest, Message: "save id: " + err.Error(), Index: -1, Offset: -1}
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+
+	// Subscribe to the outcome before publishing, so it cannot slip past.
+	resultSubject := wire.ResultSubject(key.Namespace, o.saveID)
+	sub, err := c.nc.SubscribeSync(resultSubject)
+	if err != nil {
+		return Version{}, unavailable("subscribing to %s: %v", resultSubject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	msg := nats.NewMsg(wire.IngestSubject(key))
+	msg.Header.Set(wire.HdrSaveID, o.saveID)
+	msg.Header.Set(wire.HdrWriter, c.writer)
+	msg.Header.Set(wire.HdrEncoding, wire.EncodingZstd)
+	if o.reason != "" {
+		msg.Header.Set(wire.HdrReason, o.reason)
+	}
+	if o.expected != nil {
+		msg.Header.Set(wire.HdrExpectedVersion, strconv.FormatUint(*o.expected, 10))
+	}
+	body := codec.CompressZstd(conversation)
+	if limit := int(c.nc.MaxPayload()) - 16*1024; len(body) > limit {
+		n, err := c.publishChunks(ctx, key.Namespace, o.saveID, body, limit)
+		if err != nil {
+			return Version{}, err
+		}
+		msg.Header.Set(wire.HdrChunks, strconv.Itoa(n))
+		body = nil
+	}
+	msg.Data = body
+	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(o.saveID)); err != nil {
+		return Version{}, publishError(err)
+	}
+	return c.awaitResult(ctx, sub, resultSubject)
+}
+
+// publishChunks sends body in pieces of at most size bytes and waits until each is durable.
+func (c *Client) publishChunks(ctx context.Context, ns, saveID string, body []byte, size int) (int, error) {
+	subject := wire.ChunkSubject(ns, saveID)
+	var futures []jetstream.PubAckFuture
+	for i := 0; i*size < len(body); i++ {
+		m := nats.NewMsg(subject)
+		m.Header.Set(wire.HdrChunk, strconv.Itoa(i))
+		m.Data = body[i*size : min((i+1)*size, len(body))]
+		f, err := c.js.PublishMsgAsync(m, jetstream.WithMsgID(saveID+"."+strconv.Itoa(i)))
+		if err != nil {
+			return 0, publishError(err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return 0, publishError(err)
+		case <-ctx.Done():
+			return 0, unavailable("publishing chunks of save %s: %v", saveID, ctx.Err())
+		}
+	}
+	return len(futures), nil
+}
+
+// awaitResult waits for the daemon's outcome of the save. The outcome is also kept on CP_RESULTS, so
+// one published before we listened (a duplicate save) is found there.
+func (c *Client) awaitResult(ctx context.Context, sub *nats.Subscription, subject string) (Version, error) {
+	var results jetstream.Stream
+	for {
+		wait, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		m, err := sub.NextMsgWithContext(wait)
+		cancel()
+		if err == nil {
+			return decodeResult(m.Data)
+		}
+		if ctx.Err() != nil {
+			return Version{}, unavailable("the save was published and is durable, but its outcome did not arrive in time; "+
+				"restore the session to see it, or save again with the same save id (%s)", subject)
+		}
+		if results == nil {
+			if results, err = c.js.Stream(ctx, wire.StreamResults); err != nil {
+				continue
+			}
+		}
+		if raw, err := results.GetLastMsgForSubject(ctx, subject); err == nil {
+			return decodeResult(raw.Data)
+		}
+	}
+}
+
+func decodeResult(data []byte) (Version, error) {
+	var res wire.SaveResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		return Version{}, &Error{Code: wire.CodeInternal, Message: "save result: " + err.Error(), Index: -1, Offset: -1}
+	}
+	if res.Error != nil {
+		return Version{}, fromWire(res.Error)
+	}
+	if !res.OK || res.Version == nil {
+		return Version{}, &Error{Code: wire.CodeInternal, Message: "save result has neither a version nor an error", Index: -1, Offset: -1}
+	}
+	return *res.Version, nil
+}
+
+func publishError(err error) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return unavailable("no JetStream stream accepted the save (has checkpointd ever started on this server?): %v", err)
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return &Error{Code: wire.CodeTooLarge, Message: err.Error(), Index: -1, Offset: -1}
+	}
+	return unavailable("publishing the save: %v", err)
+}

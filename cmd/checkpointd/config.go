@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/checkpointd/checkpointd/internal/transfer"
+)
+
+// config is everything checkpointd reads from flags and environment.
+type config struct {
+	DataDir         string
+	NATSListen      string
+	NATSURL         string
+	NATSCreds       string
+	HTTPListen      string
+	LogLevel        string
+	LogFormat       string
+	ShutdownTimeout time.Duration
+	Daemon          transfer.Config
+}
+
+// envPrefix: every flag may also be set as CHECKPOINTD_<FLAG>, e.g. --data-dir as CHECKPOINTD_DATA_DIR.
+// A flag on the command line wins over the environment.
+const envPrefix = "CHECKPOINTD_"
+
+func parseConfig(args []string, stderr io.Writer) (config, error) {
+	c := config{Daemon: transfer.DefaultConfig()}
+	fs := flag.NewFlagSet("checkpointd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.DataDir, "data-dir", "checkpointd-data", "directory of the embedded NATS server's JetStream store")
+	fs.StringVar(&c.NATSListen, "nats-listen", "127.0.0.1:4222", "address the embedded NATS server listens on for clients")
+	fs.StringVar(&c.NATSURL, "nats-url", "", "use this NATS server or cluster (comma-separated URLs) instead of the embedded one")
+	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
+	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9333", "address of the HTTP server for /metrics and /healthz (empty: off)")
+	fs.IntVar(&c.Daemon.Replicas, "replicas", c.Daemon.Replicas, "JetStream replicas of the streams and buckets checkpointd creates")
+	fs.Int64Var(&c.Daemon.MaxCheckpointBytes, "max-checkpoint-bytes", c.Daemon.MaxCheckpointBytes, "largest conversation accepted, in bytes")
+	fs.DurationVar(&c.Daemon.ResultTTL, "result-ttl", c.Daemon.ResultTTL, "how long the outcome of each save stays readable")
+	fs.DurationVar(&c.Daemon.RequestTimeout, "request-timeout", c.Daemon.RequestTimeout, "longest a read request may take, including waiting for queued saves")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before in-flight saves are left to the next start")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: checkpointd [flags]\n\n"+
+			"Stores versioned checkpoints of agent conversations on NATS JetStream.\n"+
+			"Without --nats-url it runs an embedded NATS server with JetStream in --data-dir.\n\n"+
+			"Every flag can also be set in the environment as %s<FLAG>, e.g. CHECKPOINTD_DATA_DIR.\n\nFlags:\n", envPrefix)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (checkpointd takes only flags)", fs.Arg(0))
+	}
+	if err := applyEnv(fs, os.LookupEnv); err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+// applyEnv sets every flag not given on the command line from its environment variable, if any.
+func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := lookup(name); ok && !given[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func (c config) validate() error {
+	if c.NATSURL == "" && c.DataDir == "" {
+		return errors.New("--data-dir: required when running the embedded NATS server")
+	}
+	if c.NATSCreds != "" && c.NATSURL == "" {
+		return errors.New("--nats-creds: only meaningful with --nats-url")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("--log-format: %q is not text or json", c.LogFormat)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return errors.New("--shutdown-timeout: must be positive")
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("--log-level: %q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func newLogger(c config, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(c.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,130 @@
+// Command checkpointd stores versioned checkpoints of agent conversations on NATS JetStream.
+//
+// By default it runs an embedded NATS server with JetStream on a local data directory, so one
+// command gives a working deployment; with --nats-url it joins an existing NATS server or cluster.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/transfer"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// A second signal while shutting down cuts it short.
+		<-ctx.Done()
+		stop()
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+		<-c
+		fmt.Fprintln(os.Stderr, "checkpointd: second signal, exiting now")
+		os.Exit(1)
+	}()
+	err := run(ctx, os.Args[1:], os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "checkpointd:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// run starts checkpointd and blocks until ctx is cancelled, then shuts down gracefully.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := parseConfig(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	log := newLogger(cfg, stderr)
+
+	var ns *server.Server
+	var nc *nats.Conn
+	if cfg.NATSURL == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+		ns, err = transfer.StartServer(transfer.ServerConfig{DataDir: cfg.DataDir, Listen: cfg.NATSListen})
+		if err != nil {
+			return err
+		}
+		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+		log.Info("embedded NATS server with JetStream started", "url", ns.ClientURL(), "data_dir", cfg.DataDir)
+		nc, err = nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name("checkpointd"))
+	} else {
+		opts := []nats.Option{nats.Name("checkpointd"), nats.MaxReconnects(-1),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
+			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) })}
+		if cfg.NATSCreds != "" {
+			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+		}
+		nc, err = nats.Connect(cfg.NATSURL, opts...)
+	}
+	if err != nil {
+		return fmt.Errorf("connecting to NATS: %w", err)
+	}
+	defer nc.Close()
+
+	reg := prometheus.NewRegistry()
+	cfg.Daemon.Logger, cfg.Daemon.Metrics = log, metrics.New(reg)
+	d, err := transfer.Open(ctx, nc, cfg.Daemon)
+	if err != nil {
+		return err
+	}
+	ready := func() bool { return d.Ready() && nc.IsConnected() }
+
+	var hs *http.Server
+	if cfg.HTTPListen != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPListen)
+		if err != nil {
+			_ = d.Close(context.Background())
+			return fmt.Errorf("--http-listen: %w", err)
+		}
+		hs = &http.Server{Handler: metrics.Handler(reg, ready), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		log.Info("serving /metrics and /healthz", "addr", "http://"+ln.Addr().String())
+	}
+	log.Info("checkpointd ready", "nats", nc.ConnectedUrlRedacted(), "replicas", cfg.Daemon.Replicas)
+
+	<-ctx.Done()
+	log.Info("shutting down: finishing in-flight saves", "timeout", cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if hs != nil {
+		_ = hs.Shutdown(sctx)
+	}
+	err = d.Close(sctx)
+	if derr := nc.Drain(); derr != nil && err == nil {
+		err = derr
+	}
+	log.Info("checkpointd stopped")
+	return err
+}

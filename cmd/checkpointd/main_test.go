@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// waitHTTP polls url until it answers with want, or fails the test.
+func waitHTTP(t *testing.T, url string, want int) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == want {
+				return string(body)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never answered %d", url, want)
+	return ""
+}
+
+// The exact command line scripts use, as a real process: serve, save, SIGTERM, exit 0, start again
+// on the same data directory, and the save is still there.
+func TestCheckpointd_ProcessServesAndShutsDownCleanly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "checkpointd")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+
+	dataDir := t.TempDir()
+	natsAddr, httpAddr := freeAddr(t), freeAddr(t)
+	start := func() (*exec.Cmd, *bytes.Buffer) {
+		var logs bytes.Buffer
+		cmd := exec.Command(bin, "--data-dir", dataDir, "--nats-listen", natsAddr, "--http-listen", httpAddr)
+		cmd.Stderr = &logs
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		waitHTTP(t, "http://"+httpAddr+"/healthz", http.StatusOK)
+		return cmd, &logs
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	cmd, logs := start()
+	c, err := checkpoint.Connect("nats://"+natsAddr, nil)
+	require.NoError(t, err)
+	conv := []byte(`[{"role":"user","content":"survive a restart"}]`)
+	_, err = c.Save(ctx, checkpoint.Key{Session: "proc"}, conv)
+	require.NoError(t, err)
+	c.Close()
+
+	metrics := waitHTTP(t, "http://"+httpAddr+"/metrics", http.StatusOK)
+	require.Contains(t, metrics, `checkpointd_saves_total{result="ok"} 1`)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), "SIGTERM is a clean exit; logs:\n%s", logs)
+	require.Contains(t, logs.String(), "checkpointd stopped")
+
+	start()
+	c, err = checkpoint.Connect("nats://"+natsAddr, nil)
+	require.NoError(t, err)
+	defer c.Close()
+	got, v, err := c.Restore(ctx, checkpoint.Key{Session: "proc"}, 0)
+	require.NoError(t, err)
+	require.Equal(t, string(conv), string(got))
+	require.Equal(t, uint64(1), v.Version)
+}
+
+func TestRun_BadFlagsAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--replicas", "zero"},
+		{"--log-format", "yaml"},
+		{"--nats-creds", "x.creds"},
+		{"extra-arg"},
+	} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), args, &stderr)
+		require.Error(t, err, "%v", args)
+		var ue usageError
+		require.ErrorAs(t, err, &ue, "%v: %v", args, err)
+	}
+}
+
+func TestRun_EnvironmentSetsFlags(t *testing.T) {
+	t.Setenv("CHECKPOINTD_LOG_FORMAT", "json")
+	t.Setenv("CHECKPOINTD_REPLICAS", "3")
+	cfg, err := parseConfig([]string{"--replicas", "1"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "json", cfg.LogFormat, "the environment sets a flag not on the command line")
+	require.Equal(t, 1, cfg.Daemon.Replicas, "the command line wins over the environment")
+
+	t.Setenv("CHECKPOINTD_MAX_CHECKPOINT_BYTES", "lots")
+	_, err = parseConfig(nil, io.Discard)
+	require.ErrorContains(t, err, "CHECKPOINTD_MAX_CHECKPOINT_BYTES")
+}
+
+func TestRun_HealthzAndMetricsInProcess(t *testing.T) {
+	httpAddr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0", "--http-listen", httpAddr, "--log-format", "json"}, &stderr)
+	}()
+	require.Equal(t, "ok\n", waitHTTP(t, "http://"+httpAddr+"/healthz", http.StatusOK))
+	m := waitHTTP(t, "http://"+httpAddr+"/metrics", http.StatusOK)
+	for _, name := range []string{"checkpointd_save_duration_seconds", "go_goroutines", "process_resident_memory_bytes"} {
+		require.Contains(t, m, name)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	require.True(t, strings.Contains(stderr.String(), `"msg":"checkpointd ready"`), stderr.String())
+}

@@ -1,0 +1,106 @@
+package codec
+
+import (
+	"bytes"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// FormatVersion is the format of conversations (Cp-Format) and of stored blobs this code writes.
+const FormatVersion = 1
+
+// A stored blob: 4 magic bytes, the format version, the compression, 2 reserved bytes, the payload.
+const (
+	HeaderSize      = 8
+	compressionNone = 0
+	compressionZstd = 1
+)
+
+var magic = [4]byte{'C', 'P', 'K', 'T'}
+
+// The encoder is built once: EncodeAll is safe for concurrent use, and building an encoder costs
+// far more than using it.
+var encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+
+// CheckFormatVersion refuses a format version other than FormatVersion.
+func CheckFormatVersion(v int) error {
+	if v == FormatVersion {
+		return nil
+	}
+	return payloadError(ErrUnknownFormatVersion, -1, "format version %d (this checkpointd reads version %d)", v, FormatVersion)
+}
+
+// EncodeBlob frames raw as a stored blob: header, then zstd.
+func EncodeBlob(raw []byte) []byte {
+	out := make([]byte, HeaderSize, HeaderSize+len(raw)/3+64)
+	copy(out, magic[:])
+	out[4], out[5] = FormatVersion, compressionZstd
+	return encoder.EncodeAll(raw, out)
+}
+
+// BlobPayload checks a blob's header and returns the bytes after it (the zstd frames as stored).
+func BlobPayload(blob []byte) ([]byte, error) {
+	if len(blob) < HeaderSize || !bytes.Equal(blob[:4], magic[:]) {
+		return nil, payloadError(ErrMalformed, 0, "not a checkpointd blob (bad magic)")
+	}
+	if blob[4] != FormatVersion {
+		return nil, payloadError(ErrUnknownFormatVersion, 4, "blob format version %d (this checkpointd reads version %d)", blob[4], FormatVersion)
+	}
+	if blob[5] != compressionZstd && blob[5] != compressionNone {
+		return nil, payloadError(ErrUnknownFormatVersion, 5, "blob compression %d (want 0 none or 1 zstd)", blob[5])
+	}
+	return blob[HeaderSize:], nil
+}
+
+// DecodeBlob returns the raw bytes of a stored blob, refusing to produce more than maxSize bytes.
+func DecodeBlob(blob []byte, maxSize int64) ([]byte, error) {
+	payload, err := BlobPayload(blob)
+	if err != nil {
+		return nil, err
+	}
+	if blob[5] == compressionNone {
+		if int64(len(payload)) > maxSize {
+			return nil, payloadError(ErrTooLarge, -1, "blob holds %d bytes, more than the %d expected", len(payload), maxSize)
+		}
+		return payload, nil
+	}
+	return DecompressZstd(payload, maxSize)
+}
+
+// CompressZstd compresses raw as one zstd frame (the wire encoding "zstd").
+func CompressZstd(raw []byte) []byte { return encoder.EncodeAll(raw, nil) }
+
+// DecompressZstd decompresses one or more concatenated zstd frames, refusing to produce more than
+// maxSize bytes: output is read through a limit, so a decompression bomb costs at most maxSize+1
+// bytes of memory, never what it claims.
+func DecompressZstd(data []byte, maxSize int64) ([]byte, error) {
+	dec, _ := decoders.Get().(*zstd.Decoder)
+	if dec == nil {
+		var err error
+		if dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(64<<20)); err != nil {
+			return nil, payloadError(ErrMalformed, -1, "zstd: %v", err)
+		}
+	}
+	defer decoders.Put(dec)
+	if err := dec.Reset(bytes.NewReader(data)); err != nil {
+		return nil, payloadError(ErrMalformed, -1, "zstd: %v", err)
+	}
+	var buf bytes.Buffer
+	var h zstd.Header
+	if h.Decode(data) == nil && h.HasFCS {
+		buf.Grow(int(min(int64(h.FrameContentSize), maxSize)) + bytes.MinRead)
+	}
+	n, err := buf.ReadFrom(io.LimitReader(dec, maxSize+1))
+	switch {
+	case err != nil:
+		return nil, payloadError(ErrMalformed, -1, "zstd: %v", err)
+	case n > maxSize:
+		return nil, payloadError(ErrTooLarge, -1, "decompresses to more than %d bytes", maxSize)
+	}
+	return buf.Bytes(), nil
+}
+
+// decoders are streaming zstd decoders for reuse: building one costs far more than resetting it.
+var decoders sync.Pool

@@ -1,0 +1,77 @@
+// Package metrics owns checkpointd's Prometheus collectors and its HTTP endpoints (/metrics and
+// /healthz). Collectors live on a registry passed in, never on package globals.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const namespace = "checkpointd"
+
+// Metrics are the daemon's collectors.
+type Metrics struct {
+	// Saves counts settled saves by result: "ok", "duplicate" or the refusal's error code.
+	Saves *prometheus.CounterVec
+	// SaveSeconds is the time from taking a save off the ingest stream to publishing its result.
+	SaveSeconds prometheus.Histogram
+	// RawBytes and StoredBytes count the canonical and the newly stored (compressed) bytes of saves.
+	RawBytes, StoredBytes prometheus.Counter
+	// Requests counts service requests by operation and result code ("ok" or an error code).
+	Requests *prometheus.CounterVec
+	// RequestSeconds is the service time of requests by operation.
+	RequestSeconds *prometheus.HistogramVec
+}
+
+// New creates the collectors and registers them, with the Go and process collectors, on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Saves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "saves_total",
+			Help: "Saves settled, by result (ok, duplicate, or the error code of a refusal).",
+		}, []string{"result"}),
+		SaveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "save_duration_seconds",
+			Help:    "Time to settle one save, from ingest to published result.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
+		}),
+		RawBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "saved_raw_bytes_total",
+			Help: "Canonical (uncompressed) bytes of the versions saved.",
+		}),
+		StoredBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "saved_stored_bytes_total",
+			Help: "Compressed bytes newly written to storage by saves.",
+		}),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "requests_total",
+			Help: "Service requests, by operation and result (ok or the error code).",
+		}, []string{"op", "result"}),
+		RequestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "request_duration_seconds",
+			Help:    "Service time of requests, by operation.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2.5, 14),
+		}, []string{"op"}),
+	}
+	reg.MustRegister(m.Saves, m.SaveSeconds, m.RawBytes, m.StoredBytes, m.Requests, m.RequestSeconds,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves /metrics from gatherer and /healthz, which answers 200 while ready() is true and
+// 503 otherwise.
+func Handler(gatherer prometheus.Gatherer, ready func() bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}

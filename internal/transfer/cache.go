@@ -1,0 +1,56 @@
+package transfer
+
+import (
+	"container/list"
+	"sync"
+)
+
+// byteCache keeps recently served read bodies, bounded by their total size, so that the pieces of one
+// large read cost one load rather than one each. Entries are immutable (keyed by content hash).
+type byteCache struct {
+	mu    sync.Mutex
+	max   int64
+	size  int64
+	order *list.List // front = most recently used
+	items map[string]*list.Element
+}
+
+type cacheEntry struct {
+	key  string
+	data []byte
+}
+
+func newByteCache(maxBytes int64) *byteCache {
+	return &byteCache{max: maxBytes, order: list.New(), items: map[string]*list.Element{}}
+}
+
+// getOrLoad returns the cached bytes of key, or loads and (if they fit) caches them. Two concurrent
+// misses may both load; that costs work, never correctness.
+func (c *byteCache) getOrLoad(key string, load func() ([]byte, error)) ([]byte, error) {
+	c.mu.Lock()
+	if e, ok := c.items[key]; ok {
+		c.order.MoveToFront(e)
+		data := e.Value.(*cacheEntry).data
+		c.mu.Unlock()
+		return data, nil
+	}
+	c.mu.Unlock()
+	data, err := load()
+	if err != nil || int64(len(data)) > c.max {
+		return data, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.items[key]; !ok {
+		c.items[key] = c.order.PushFront(&cacheEntry{key: key, data: data})
+		c.size += int64(len(data))
+	}
+	for c.size > c.max {
+		last := c.order.Back()
+		ent := last.Value.(*cacheEntry)
+		c.order.Remove(last)
+		delete(c.items, ent.key)
+		c.size -= int64(len(ent.data))
+	}
+	return data, nil
+}

@@ -1,0 +1,115 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/checkpointd/checkpointd/internal/metrics"
+)
+
+// Config is what the daemon needs beyond a NATS connection.
+type Config struct {
+	Replicas           int           // JetStream replicas for every stream and bucket
+	MaxCheckpointBytes int64         // largest conversation accepted (canonical JSON bytes)
+	ResultTTL          time.Duration // how long save outcomes stay readable on CP_RESULTS
+	RequestTimeout     time.Duration // upper bound on one service request, including waiting for ingest
+	Lanes              int           // sessions settled in parallel by this instance
+	CacheBytes         int64         // read cache size
+	Version            string        // reported by the service (semver)
+	Logger             *slog.Logger
+	Metrics            *metrics.Metrics
+}
+
+// DefaultConfig returns the configuration checkpointd runs with when no flag says otherwise.
+func DefaultConfig() Config {
+	return Config{
+		Replicas:           1,
+		MaxCheckpointBytes: 256 << 20,
+		ResultTTL:          24 * time.Hour,
+		RequestTimeout:     10 * time.Second,
+		Lanes:              8,
+		CacheBytes:         64 << 20,
+		Version:            "0.1.0",
+	}
+}
+
+// Validate reports the first unusable setting, naming it.
+func (c Config) Validate() error {
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("replicas: %d is outside 1..5", c.Replicas)
+	case c.MaxCheckpointBytes < 1024:
+		return fmt.Errorf("max checkpoint bytes: %d is below 1024", c.MaxCheckpointBytes)
+	case c.ResultTTL < time.Minute:
+		return fmt.Errorf("result ttl: %s is below one minute", c.ResultTTL)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("request timeout: must be positive")
+	case c.Lanes < 1:
+		return fmt.Errorf("lanes: must be at least 1")
+	case c.Logger == nil || c.Metrics == nil:
+		return errors.New("logger and metrics are required")
+	}
+	return nil
+}
+
+// Daemon is one checkpointd instance: it settles saves from the ingest stream and serves reads.
+// Several may run against one JetStream deployment.
+type Daemon struct {
+	cfg   Config
+	in    *ingester
+	svc   *service
+	Store *Store
+	ready atomic.Bool
+}
+
+// Open sets up streams and buckets (idempotently), then starts ingesting and serving.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	st, err := ensureStreams(ctx, js, cfg.Replicas, cfg.ResultTTL)
+	if err != nil {
+		return nil, err
+	}
+	store, err := OpenStore(ctx, js, StoreConfig{Replicas: cfg.Replicas, ChunkSize: int(min(nc.MaxPayload()-16*1024, 1<<20))})
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, Store: store}
+	d.svc = &service{nc: nc, st: st, store: store, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
+		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, inflight: make(chan struct{}, 256)}
+	if err := d.svc.start(); err != nil {
+		return nil, err
+	}
+	d.in = &ingester{js: js, st: st, store: store, maxBytes: cfg.MaxCheckpointBytes, log: cfg.Logger,
+		m: cfg.Metrics, now: time.Now}
+	if err := d.in.start(ctx, cfg.Lanes); err != nil {
+		_ = d.svc.stop(ctx)
+		return nil, err
+	}
+	d.ready.Store(true)
+	return d, nil
+}
+
+// Ready reports whether the daemon is ingesting and serving.
+func (d *Daemon) Ready() bool { return d.ready.Load() }
+
+// Close stops serving new requests, then finishes the saves already taken off the queue. When ctx
+// ends first, unfinished saves stay queued for the next daemon: nothing acknowledged is lost.
+func (d *Daemon) Close(ctx context.Context) error {
+	d.ready.Store(false)
+	err := d.svc.stop(ctx)
+	d.in.shutdown(ctx)
+	return err
+}

@@ -1,0 +1,368 @@
+package transfer_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// requireSameConversation compares two JSON arrays value for value: numbers as their exact digits,
+// every field, in order.
+func requireSameConversation(t *testing.T, want, got []byte) {
+	t.Helper()
+	decode := func(b []byte) any {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		var v any
+		require.NoError(t, d.Decode(&v))
+		return v
+	}
+	require.Equal(t, decode(want), decode(got))
+	var compact bytes.Buffer
+	require.NoError(t, json.Compact(&compact, want))
+	require.True(t, bytes.Equal(compact.Bytes(), got), "restored bytes differ from the compacted input")
+}
+
+func corpusFiles(t *testing.T) []string {
+	files, err := filepath.Glob("../../testdata/corpus/*.json")
+	require.NoError(t, err)
+	require.Len(t, files, 8, "the corpus has eight transcripts")
+	return files
+}
+
+func TestDaemon_CorpusRoundTripAcrossRestart(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	want := map[string][]byte{}
+	for _, f := range corpusFiles(t) {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		key := checkpoint.Key{Session: filepath.Base(f)}
+		v, err := env.Client.Save(ctx, key, data)
+		require.NoError(t, err, f)
+		require.Equal(t, uint64(1), v.Version)
+		want[key.Session] = data
+	}
+
+	env.Restart()
+
+	restored := 0
+	for session, data := range want {
+		got, v, err := env.Client.Restore(ctx, checkpoint.Key{Session: session}, 0)
+		require.NoError(t, err, session)
+		requireSameConversation(t, data, got)
+		require.Equal(t, int64(len(got)), v.RawBytes)
+		restored++
+	}
+	require.Equal(t, 8, restored)
+	t.Logf("corpus round trip: %d of %d files restored identical after a restart", restored, len(want))
+}
+
+func TestDaemon_FidelityOfUglyInput(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	img := make([]byte, 3<<20) // incompressible: forces the chunked path past NATS's 1 MiB max payload
+	_, _ = rand.Read(img)
+	big := strings.Repeat("line of tool output with ünïcödé ✓ and \\\"quotes\\\"\\n", 100_000) // ~5 MiB
+	conv := fmt.Sprintf(`[
+	 {"role":"user","content":"plain string content 😀 שלום e\u0301","timestamp":1700000000000,"x-unknown":{"nested":[1,2,{"deep":true}]}},
+	 {"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"abc=="},{"type":"toolCall","id":"t1","name":"read","arguments":{"path":"/a b/c","n":123456789012345678901234567890}}],
+	  "stopReason":"toolUse","model":"m","provider":"p","usage":{"input":9007199254740993,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":9007199254740994,"cost":{"total":0.017400000000000002}},"timestamp":1.5e12},
+	 {"role":"toolResult","toolCallId":"t1","toolName":"read","content":[{"type":"text","text":"%s"},{"type":"image","data":"%s","mimeType":"image/png"}],"isError":false,"details":{"z":1,"a":2}},
+	 {"role":"extension","kind":"compaction","data":{"summary":"\u0000\ud83d\ude00 escapes stay escapes","tokensBefore":-0.0000000000000000001}}
+	]`, big, base64.StdEncoding.EncodeToString(img))
+
+	v, err := env.Client.Save(ctx, checkpoint.Key{Session: "ugly"}, []byte(conv))
+	require.NoError(t, err)
+	require.Greater(t, v.RawBytes, int64(8<<20))
+	require.Equal(t, 4, v.Counts.Messages)
+
+	env.Restart()
+	got, _, err := env.Client.Restore(ctx, checkpoint.Key{Session: "ugly"}, 0)
+	require.NoError(t, err)
+	requireSameConversation(t, []byte(conv), got)
+	require.Contains(t, string(got), `123456789012345678901234567890`)
+	require.Contains(t, string(got), `9007199254740993`)
+	require.Contains(t, string(got), `\u0000\ud83d\ude00`)
+}
+
+func TestDaemon_HostileIDsRoundTrip(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	keys := []checkpoint.Key{
+		{Namespace: "user@example.com", Session: "user@example.com/a.b*c >d", Agent: "planner.*"},
+		{Namespace: "tenant 1", Session: ">", Agent: "*"},
+		{Namespace: "tenant 1", Session: "..", Agent: "=41"}, // '=' is the escape character itself
+		{Namespace: "ünï", Session: "会话\t\n", Agent: "🙂"},
+		{Session: "$JS.API.STREAM.DELETE.CP_INGEST"},
+	}
+	for i, k := range keys {
+		conv := fmt.Sprintf(`[{"role":"user","content":"message %d"}]`, i)
+		_, err := env.Client.Save(ctx, k, []byte(conv))
+		require.NoError(t, err, "%+v", k)
+		got, v, err := env.Client.Restore(ctx, k, 0)
+		require.NoError(t, err)
+		require.Equal(t, conv, string(got))
+		require.Equal(t, k.WithDefaults(), v.Key)
+	}
+	all, err := env.Client.ListAll(ctx)
+	require.NoError(t, err)
+	require.Len(t, all, len(keys), "each hostile id is its own session; none leaked into another")
+	inTenant, err := env.Client.List(ctx, "tenant 1")
+	require.NoError(t, err)
+	require.Len(t, inTenant, 2)
+}
+
+func TestDaemon_ConflictOnStaleExpectedVersion(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "s"}
+	conv := func(n int) []byte {
+		return []byte(fmt.Sprintf(`[{"role":"user","content":"turn %d"}]`, n))
+	}
+	v1, err := env.Client.Save(ctx, key, conv(1), checkpoint.ExpectVersion(0))
+	require.NoError(t, err)
+	_, err = env.Client.Save(ctx, key, conv(2), checkpoint.ExpectVersion(v1.Version))
+	require.NoError(t, err)
+
+	_, err = env.Client.Save(ctx, key, conv(3), checkpoint.ExpectVersion(v1.Version))
+	require.ErrorIs(t, err, checkpoint.ErrConflict)
+	var ce *checkpoint.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, uint64(2), ce.Head, "the conflict names the current head")
+	require.Contains(t, ce.Message, "head is version 2")
+
+	_, err = env.Client.Save(ctx, checkpoint.Key{Session: "new"}, conv(1), checkpoint.ExpectVersion(3))
+	require.ErrorIs(t, err, checkpoint.ErrConflict)
+
+	got, head, err := env.Client.Restore(ctx, key, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), head.Version)
+	require.Equal(t, string(conv(2)), string(got), "the refused save changed nothing")
+}
+
+func TestDaemon_DuplicateSaveCreatesOneVersion(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "dup"}
+	conv := []byte(`[{"role":"user","content":"hi"}]`)
+
+	t.Run("same save id through the client", func(t *testing.T) {
+		a, err := env.Client.Save(ctx, key, conv, checkpoint.WithSaveID("turn-1"))
+		require.NoError(t, err)
+		b, err := env.Client.Save(ctx, key, conv, checkpoint.WithSaveID("turn-1"))
+		require.NoError(t, err)
+		require.Equal(t, a, b)
+	})
+	t.Run("same Nats-Msg-Id published raw twice", func(t *testing.T) {
+		js, err := jetstream.New(env.NC)
+		require.NoError(t, err)
+		for i := 0; i < 2; i++ {
+			m := nats.NewMsg(wire.IngestSubject(key.WithDefaults()))
+			m.Header.Set(wire.HdrSaveID, "raw-1")
+			m.Data = []byte(`[{"role":"user","content":"hi"},{"role":"user","content":"again"}]`)
+			ack, err := js.PublishMsg(ctx, m, jetstream.WithMsgID("raw-1"))
+			require.NoError(t, err)
+			require.Equal(t, i == 1, ack.Duplicate)
+		}
+	})
+	hist, err := env.Client.History(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, hist, 2, "two distinct saves, each stored once")
+	require.Equal(t, []uint64{1, 2}, []uint64{hist[0].Version, hist[1].Version})
+	require.Equal(t, uint64(1), hist[1].Parent)
+	require.Equal(t, "raw-1", hist[1].SaveID)
+}
+
+// A save acknowledged by JetStream while no daemon runs is served once one starts: the restore waits
+// for it rather than answering with the older head.
+func TestDaemon_ReadYourWritesAfterCrash(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "crash"}
+	_, err := env.Client.Save(ctx, key, []byte(`[{"role":"user","content":"one"}]`))
+	require.NoError(t, err)
+
+	env.StopDaemon()
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	m := nats.NewMsg(wire.IngestSubject(key.WithDefaults()))
+	m.Header.Set(wire.HdrSaveID, "while-down")
+	m.Data = []byte(`[{"role":"user","content":"one"},{"role":"user","content":"two"}]`)
+	_, err = js.PublishMsg(ctx, m, jetstream.WithMsgID("while-down"))
+	require.NoError(t, err, "the publish is acknowledged once durable, daemon or not")
+
+	env.Restart() // the server restarts too: the queued save survived on disk
+	got, v, err := env.Client.Restore(ctx, key, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), v.Version)
+	require.Equal(t, string(m.Data), string(got))
+}
+
+func TestDaemon_HistoryAndGet(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Namespace: "team", Session: "h", Agent: "coder"}
+	var convs []string
+	for i := 1; i <= 5; i++ {
+		c := fmt.Sprintf(`[{"role":"user","content":"turn %d"}]`, i)
+		convs = append(convs, c)
+		_, err := env.Client.Save(ctx, key, []byte(c), checkpoint.WithReason(wire.ReasonManual))
+		require.NoError(t, err)
+	}
+	hist, err := env.Client.History(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, hist, 5)
+	for i, v := range hist {
+		require.Equal(t, uint64(i+1), v.Version)
+		require.Equal(t, uint64(i), v.Parent)
+		require.Equal(t, "manual", v.Reason)
+		require.NotEmpty(t, v.Writer)
+		got, _, err := env.Client.Restore(ctx, key, v.Version)
+		require.NoError(t, err)
+		require.Equal(t, convs[i], string(got))
+	}
+	_, err = env.Client.Get(ctx, key, 6)
+	require.ErrorIs(t, err, checkpoint.ErrNotFound)
+	_, err = env.Client.Get(ctx, checkpoint.Key{Session: "nope"}, 0)
+	require.ErrorIs(t, err, checkpoint.ErrNotFound)
+	_, err = env.Client.History(ctx, checkpoint.Key{Session: "nope"})
+	require.ErrorIs(t, err, checkpoint.ErrNotFound)
+}
+
+// Bad input gets a typed error naming what and where; the daemon keeps serving and nothing already
+// stored changes.
+func TestDaemon_BadInputIsRefusedAndHarmless(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.MaxCheckpointBytes = 4 << 20 })
+	ctx := ctxT(t)
+	good := checkpoint.Key{Session: "good"}
+	goodConv := []byte(`[{"role":"user","content":"keep me"}]`)
+	before, err := env.Client.Save(ctx, good, goodConv)
+	require.NoError(t, err)
+
+	cases := []struct {
+		name  string
+		key   checkpoint.Key
+		conv  string
+		want  error
+		index int
+		field string
+	}{
+		{"truncated JSON", good, `[{"role":"user","content":"a"`, checkpoint.ErrInvalid, -1, ""},
+		{"not an array", good, `{"role":"user"}`, checkpoint.ErrInvalid, -1, ""},
+		{"unknown role", good, `[{"role":"user","content":"a"},{"role":"system2","content":"b"}]`, checkpoint.ErrInvalid, 1, "role"},
+		{"unknown content type", good, `[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"video","url":"x"}]}]`, checkpoint.ErrInvalid, 0, "content[1].type"},
+		{"malformed usage", good, `[{"role":"assistant","content":[],"usage":{"input":"12"}}]`, checkpoint.ErrInvalid, 0, "usage.input"},
+		{"empty session id", checkpoint.Key{Session: ""}, `[]`, checkpoint.ErrBadRequest, -1, ""},
+		{"invalid UTF-8 id", checkpoint.Key{Session: "\xff\xfe"}, `[]`, checkpoint.ErrBadRequest, -1, ""},
+		{"oversize id", checkpoint.Key{Session: strings.Repeat("x", 300)}, `[]`, checkpoint.ErrBadRequest, -1, ""},
+		{"oversize payload", good, `[{"role":"user","content":"` + strings.Repeat("a", 5<<20) + `"}]`, checkpoint.ErrTooLarge, -1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := env.Client.Save(ctx, tc.key, []byte(tc.conv))
+			require.ErrorIs(t, err, tc.want)
+			var ce *checkpoint.Error
+			require.ErrorAs(t, err, &ce)
+			require.NotEmpty(t, ce.Message)
+			if tc.index >= 0 {
+				require.Equal(t, tc.index, ce.Index)
+				require.Equal(t, tc.field, ce.Field)
+				require.Contains(t, ce.Message, fmt.Sprintf("message %d", tc.index))
+				require.Contains(t, ce.Message, tc.field)
+			}
+		})
+	}
+
+	t.Run("unknown format header", func(t *testing.T) {
+		js, err := jetstream.New(env.NC)
+		require.NoError(t, err)
+		sub, err := env.NC.SubscribeSync(wire.ResultSubject(wire.DefaultNamespace, "fmt-9"))
+		require.NoError(t, err)
+		m := nats.NewMsg(wire.IngestSubject(good.WithDefaults()))
+		m.Header.Set(wire.HdrSaveID, "fmt-9")
+		m.Header.Set(wire.HdrFormat, "9")
+		m.Data = goodConv
+		_, err = js.PublishMsg(ctx, m)
+		require.NoError(t, err)
+		res, err := sub.NextMsg(10 * time.Second)
+		require.NoError(t, err)
+		var sr wire.SaveResult
+		require.NoError(t, json.Unmarshal(res.Data, &sr))
+		require.NotNil(t, sr.Error)
+		require.Equal(t, wire.CodeUnknownFormat, sr.Error.Code)
+		require.Contains(t, sr.Error.Message, "9")
+	})
+
+	t.Run("unknown stored format version", func(t *testing.T) {
+		// A record from a future checkpointd: refused loudly on read, never misread.
+		key := checkpoint.Key{Session: "from-the-future"}
+		_, err := env.Client.Save(ctx, key, goodConv)
+		require.NoError(t, err)
+		kv := headsBucket(t, env)
+		e, err := kv.Get(ctx, key.WithDefaults().Token())
+		require.NoError(t, err)
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal(e.Value(), &rec))
+		rec["format"] = 99
+		data, _ := json.Marshal(rec)
+		_, err = kv.Put(ctx, key.WithDefaults().Token(), data)
+		require.NoError(t, err)
+
+		_, _, err = env.Client.Restore(ctx, key, 0)
+		require.ErrorIs(t, err, checkpoint.ErrUnknownFormat)
+		require.Contains(t, err.Error(), "99")
+	})
+
+	require.True(t, env.Daemon.Ready(), "the daemon is still serving")
+	got, after, err := env.Client.Restore(ctx, good, 0)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "no refused save touched the stored session")
+	require.Equal(t, string(goodConv), string(got))
+	_, err = env.Client.Save(ctx, checkpoint.Key{Session: "still works"}, goodConv)
+	require.NoError(t, err)
+}
+
+func TestDaemon_ClientWithoutDaemonIsUnavailable(t *testing.T) {
+	env := testenv.Start(t)
+	env.StopDaemon()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := env.Client.Get(ctx, checkpoint.Key{Session: "x"}, 0)
+	require.ErrorIs(t, err, checkpoint.ErrUnavailable)
+	assert.Contains(t, err.Error(), "is the daemon running")
+	require.False(t, errors.Is(err, checkpoint.ErrNotFound))
+}
+
+func headsBucket(t *testing.T, env *testenv.Env) jetstream.KeyValue {
+	js, err := jetstream.New(env.NC)
+	require.NoError(t, err)
+	kv, err := js.KeyValue(context.Background(), wire.BucketHeads)
+	require.NoError(t, err)
+	return kv
+}

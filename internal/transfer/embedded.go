@@ -1,0 +1,56 @@
+package transfer
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ServerConfig configures the embedded nats-server that checkpointd runs when no --nats-url is given.
+type ServerConfig struct {
+	DataDir string // JetStream store directory
+	Listen  string // host:port for clients; port 0 picks a free one
+	Name    string // server name; stable across restarts so JetStream finds its own data
+}
+
+// StartServer starts an embedded nats-server with JetStream on cfg.DataDir and waits until it
+// accepts connections.
+func StartServer(cfg ServerConfig) (*server.Server, error) {
+	host, portStr, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("nats listen address %q: %w", cfg.Listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("nats listen address %q: bad port: %w", cfg.Listen, err)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "checkpointd"
+	}
+	opts := &server.Options{
+		ServerName: name,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.DataDir,
+		NoSigs:     true, // checkpointd owns the signals and shuts the server down itself
+		NoLog:      true,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("embedded nats-server on %s did not become ready", cfg.Listen)
+	}
+	return s, nil
+}

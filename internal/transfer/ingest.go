@@ -1,0 +1,304 @@
+package transfer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// ingester takes saves off CP_INGEST, turns each into a version (or a refusal) and publishes the
+// outcome on CP_RESULTS. A save leaves the work queue only after its outcome is published, so a
+// crash at any point means it is delivered again; the save id makes the second pass a no-op.
+type ingester struct {
+	js       jetstream.JetStream
+	st       *streams
+	store    snapshot.Store
+	maxBytes int64
+	log      *slog.Logger
+	m        *metrics.Metrics
+	now      func() time.Time
+
+	cc    jetstream.ConsumeContext
+	lanes []chan jetstream.Msg
+	wg    sync.WaitGroup
+	ctx   context.Context // cancelled only when shutdown must stop waiting on storage
+	stop  context.CancelFunc
+}
+
+// maxAttempts bounds redeliveries of a save that keeps failing on storage errors. After that its
+// refusal (code unavailable) is published, so the writer learns of it: never a silent drop.
+const maxAttempts = 20
+
+func (in *ingester) start(ctx context.Context, lanes int) error {
+	cons, err := in.st.ingest.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       ingestConsumer,
+		Description:   "checkpointd instances share this consumer",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       time.Minute,
+		MaxAckPending: 1024,
+		FilterSubject: "cp.ingest.>",
+	})
+	if err != nil {
+		return fmt.Errorf("ingest consumer: %w", err)
+	}
+	in.ctx, in.stop = context.WithCancel(context.Background())
+	// Saves of one session always go to the same lane, so they are settled in the order they were
+	// published; different sessions proceed in parallel.
+	in.lanes = make([]chan jetstream.Msg, lanes)
+	for i := range in.lanes {
+		in.lanes[i] = make(chan jetstream.Msg, 16)
+		in.wg.Add(1)
+		go func(c chan jetstream.Msg) {
+			defer in.wg.Done()
+			for msg := range c {
+				in.handle(msg)
+			}
+		}(in.lanes[i])
+	}
+	in.cc, err = cons.Consume(func(msg jetstream.Msg) {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(msg.Subject()))
+		in.lanes[h.Sum32()%uint32(len(in.lanes))] <- msg
+	}, jetstream.PullMaxMessages(64))
+	if err != nil {
+		return fmt.Errorf("ingest consume: %w", err)
+	}
+	return nil
+}
+
+// shutdown stops taking new saves and finishes the ones already taken. If ctx ends first, the
+// saves still in flight are abandoned unacknowledged and are redelivered to the next daemon.
+func (in *ingester) shutdown(ctx context.Context) {
+	if in.cc == nil {
+		return
+	}
+	in.cc.Drain()
+	select {
+	case <-in.cc.Closed():
+	case <-ctx.Done():
+		in.stop() // unblock workers waiting on storage, so the consume callback can return
+		in.cc.Stop()
+		<-in.cc.Closed()
+	}
+	// The callback has returned for good: no more sends on the lanes.
+	for _, c := range in.lanes {
+		close(c)
+	}
+	done := make(chan struct{})
+	go func() { in.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		in.stop()
+		<-done
+	}
+}
+
+func (in *ingester) handle(msg jetstream.Msg) {
+	start := in.now()
+	meta, err := msg.Metadata()
+	if err != nil {
+		in.log.Error("ingest: message without metadata", "subject", msg.Subject(), "err", err)
+		_ = msg.Term()
+		return
+	}
+	key, err := wire.ParseToken(strings.TrimPrefix(msg.Subject(), "cp.ingest."))
+	if err != nil {
+		// Without a namespace there is nowhere to publish a refusal; the publisher got a PubAck from
+		// a subject no client library writes. Log it loudly and drop it from the queue.
+		in.log.Error("ingest: refusing save on a malformed subject", "subject", msg.Subject(), "seq", meta.Sequence.Stream, "err", err)
+		in.m.Saves.WithLabelValues(wire.CodeBadRequest).Inc()
+		_ = msg.Term()
+		return
+	}
+	saveID := msg.Headers().Get(wire.HdrSaveID)
+	if wire.ValidateID(saveID) != nil {
+		saveID = "seq-" + strconv.FormatUint(meta.Sequence.Stream, 10)
+	}
+	ctx, cancel := context.WithTimeout(in.ctx, 30*time.Second)
+	defer cancel()
+
+	res, chunks, err := in.prior(ctx, key, saveID)
+	if res.Version == nil && err == nil {
+		res, chunks, err = in.settle(ctx, key, saveID, msg)
+	}
+	if err != nil {
+		if meta.NumDelivered < maxAttempts {
+			in.log.Warn("ingest: storage error, will retry", "session", key, "save", saveID, "attempt", meta.NumDelivered, "err", err)
+			_ = msg.NakWithDelay(time.Duration(min(meta.NumDelivered, 10)) * 200 * time.Millisecond)
+			return
+		}
+		res = wire.SaveResult{Error: &wire.Error{Code: wire.CodeUnavailable,
+			Message: fmt.Sprintf("gave up after %d attempts: %v", meta.NumDelivered, err)}}
+	}
+	res.SaveID, res.Key = saveID, key
+	if err := in.publishResult(ctx, res); err != nil {
+		in.log.Warn("ingest: publishing result failed, will retry", "session", key, "save", saveID, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if chunks > 0 {
+		subj := wire.ChunkSubject(key.Namespace, saveID)
+		if err := in.st.chunks.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+			in.log.Warn("ingest: could not remove settled chunks; they expire with the stream's max age", "subject", subj, "err", err)
+		}
+	}
+	if err := msg.DoubleAck(ctx); err != nil {
+		// The outcome is stored; a redelivery finds the save id at the head and changes nothing.
+		in.log.Warn("ingest: ack failed", "session", key, "save", saveID, "err", err)
+	}
+	in.observe(res, start)
+}
+
+// prior returns the stored outcome of a save id that was already stored for this session. JetStream
+// drops duplicate publishes for two minutes; this keeps a replayed save from becoming a new version
+// for as long as results are kept. Refusals are settled again: the session may have changed since.
+func (in *ingester) prior(ctx context.Context, key wire.Key, saveID string) (wire.SaveResult, int, error) {
+	m, err := in.st.results.GetLastMsgForSubject(ctx, wire.ResultSubject(key.Namespace, saveID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return wire.SaveResult{}, 0, nil
+	}
+	if err != nil {
+		return wire.SaveResult{}, 0, err
+	}
+	var res wire.SaveResult
+	if json.Unmarshal(m.Data, &res) != nil || !res.OK || res.Version == nil || res.Key != key {
+		return wire.SaveResult{}, 0, nil
+	}
+	res.Duplicate = true
+	return res, 0, nil
+}
+
+// settle decides the outcome of one save. A returned error is transient (storage); refusals are
+// part of the result.
+func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg jetstream.Msg) (wire.SaveResult, int, error) {
+	refuse := func(err error) (wire.SaveResult, int, error) {
+		return wire.SaveResult{Error: toWireError(err)}, 0, nil
+	}
+	h := msg.Headers()
+	req := snapshot.SaveRequest{Key: key, SaveID: saveID, Writer: h.Get(wire.HdrWriter), Reason: h.Get(wire.HdrReason), Now: in.now()}
+	if req.Reason != "" && !wire.ValidReason(req.Reason) {
+		return refuse(fmt.Errorf("%w: header %s: unknown reason %q (want turn, pause, migrate, import or manual)", errBadRequest, wire.HdrReason, req.Reason))
+	}
+	if s := h.Get(wire.HdrExpectedVersion); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return refuse(fmt.Errorf("%w: header %s: %q is not a version number", errBadRequest, wire.HdrExpectedVersion, s))
+		}
+		req.Expected = &n
+	}
+	if s := h.Get(wire.HdrFormat); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return refuse(fmt.Errorf("%w: header %s: %q is not a number", errBadRequest, wire.HdrFormat, s))
+		}
+		if err := codec.CheckFormatVersion(n); err != nil {
+			return refuse(err)
+		}
+	}
+	body := msg.Data()
+	chunks := 0
+	if s := h.Get(wire.HdrChunks); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return refuse(fmt.Errorf("%w: header %s: %q is not a positive count", errBadRequest, wire.HdrChunks, s))
+		}
+		if body, err = in.gather(ctx, key.Namespace, saveID, n); err != nil {
+			if errors.Is(err, errBadRequest) || errors.Is(err, codec.ErrTooLarge) {
+				return refuse(err)
+			}
+			return wire.SaveResult{}, 0, err
+		}
+		chunks = n
+	}
+	switch enc := h.Get(wire.HdrEncoding); enc {
+	case "", wire.EncodingIdentity:
+	case wire.EncodingZstd:
+		raw, err := codec.DecompressZstd(body, in.maxBytes)
+		if err != nil {
+			return refuse(err)
+		}
+		body = raw
+	default:
+		return refuse(fmt.Errorf("%w: header %s: unknown encoding %q (want identity or zstd)", errBadRequest, wire.HdrEncoding, enc))
+	}
+	conv, err := codec.ParseLimited(body, codec.Limits{MaxBytes: in.maxBytes})
+	if err != nil {
+		return refuse(err)
+	}
+	req.Conversation = conv
+	saved, err := snapshot.Save(ctx, in.store, req)
+	var ce *snapshot.ConflictError
+	switch {
+	case errors.As(err, &ce), errors.Is(err, snapshot.ErrCorrupt):
+		return refuse(err)
+	case err != nil:
+		return wire.SaveResult{}, 0, err
+	}
+	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &saved.Version}, chunks, nil
+}
+
+// gather reads the n pieces of a large save from CP_CHUNKS, in order.
+func (in *ingester) gather(ctx context.Context, ns, saveID string, n int) ([]byte, error) {
+	subj := wire.ChunkSubject(ns, saveID)
+	var out []byte
+	seq := uint64(1)
+	for i := 0; i < n; i++ {
+		m, err := in.st.chunks.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, fmt.Errorf("%w: chunk %d of %d missing on %s (publish every chunk, and wait for its ack, before the save)", errBadRequest, i, n, subj)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if got := m.Header.Get(wire.HdrChunk); got != strconv.Itoa(i) {
+			return nil, fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", errBadRequest, i, n, subj, wire.HdrChunk, got)
+		}
+		if int64(len(out)+len(m.Data)) > in.maxBytes {
+			return nil, &codec.ValidationError{Err: codec.ErrTooLarge, Index: -1, Offset: -1,
+				Detail: fmt.Sprintf("chunks exceed the limit of %d bytes", in.maxBytes)}
+		}
+		out = append(out, m.Data...)
+		seq = m.Sequence + 1
+	}
+	return out, nil
+}
+
+func (in *ingester) publishResult(ctx context.Context, res wire.SaveResult) error {
+	data, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	_, err = in.js.Publish(ctx, wire.ResultSubject(res.Key.Namespace, res.SaveID), data)
+	return err
+}
+
+func (in *ingester) observe(res wire.SaveResult, start time.Time) {
+	in.m.SaveSeconds.Observe(in.now().Sub(start).Seconds())
+	switch {
+	case res.Error != nil:
+		in.m.Saves.WithLabelValues(res.Error.Code).Inc()
+		in.log.Info("save refused", "session", res.Key, "save", res.SaveID, "code", res.Error.Code, "err", res.Error.Message)
+	case res.Duplicate:
+		in.m.Saves.WithLabelValues("duplicate").Inc()
+	default:
+		in.m.Saves.WithLabelValues("ok").Inc()
+		in.m.RawBytes.Add(float64(res.Version.RawBytes))
+		in.m.StoredBytes.Add(float64(res.Version.StoredBytes))
+		in.log.Debug("saved", "session", res.Key, "version", res.Version.Version, "bytes", res.Version.RawBytes)
+	}
+}

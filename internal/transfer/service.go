@@ -1,0 +1,343 @@
+package transfer
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// service answers the read side of the protocol as a nats.go micro service, so `nats micro ls`,
+// `$SRV.PING|INFO|STATS` and per-endpoint statistics come for free.
+type service struct {
+	nc       *nats.Conn
+	st       *streams
+	store    snapshot.Store
+	cache    *byteCache
+	log      *slog.Logger
+	m        *metrics.Metrics
+	timeout  time.Duration
+	semver   string
+	svc      micro.Service
+	inflight chan struct{} // bounds concurrent handlers
+}
+
+type reply struct {
+	data []byte
+	hdr  micro.Headers
+}
+
+type opHandler func(ctx context.Context, ns string, body []byte) (reply, error)
+
+func (s *service) start() error {
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:        wire.ServiceName,
+		Version:     s.semver,
+		Description: "Durable, versioned checkpoints of agent conversations",
+		QueueGroup:  wire.ServiceName,
+		Metadata:    map[string]string{"protocol": wire.ProtocolVersion},
+	})
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	s.svc = svc
+	ops := []struct {
+		name    string
+		subject string
+		h       opHandler
+	}{
+		{wire.OpList, "cp.api.*." + wire.OpList, s.list},
+		{wire.OpHistory, "cp.api.*." + wire.OpHistory, s.history},
+		{wire.OpGet, "cp.api.*." + wire.OpGet, s.get},
+		{wire.OpRead, "cp.api.*." + wire.OpRead, s.read},
+		{"admin-list", wire.AdminListSubject, s.list},
+	}
+	for _, op := range ops {
+		if err := svc.AddEndpoint(op.name, s.wrap(op.name, op.h), micro.WithEndpointSubject(op.subject)); err != nil {
+			return fmt.Errorf("service endpoint %s: %w", op.name, err)
+		}
+	}
+	return nil
+}
+
+// stop stops taking requests and waits for the ones in flight to be answered.
+func (s *service) stop(ctx context.Context) error {
+	if s.svc == nil {
+		return nil
+	}
+	err := s.svc.Stop()
+	for i := 0; i < cap(s.inflight); i++ {
+		select {
+		case s.inflight <- struct{}{}:
+		case <-ctx.Done():
+			return err
+		}
+	}
+	return err
+}
+
+// wrap runs a handler on its own goroutine (a slow read must not hold up the endpoint), decodes the
+// namespace from the subject and turns errors into typed error replies.
+func (s *service) wrap(op string, h opHandler) micro.Handler {
+	return micro.HandlerFunc(func(req micro.Request) {
+		s.inflight <- struct{}{}
+		go func() {
+			defer func() { <-s.inflight }()
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+			defer cancel()
+			ns := wire.DefaultNamespace
+			var err error
+			if toks := strings.Split(req.Subject(), "."); len(toks) == 4 && toks[1] == "api" {
+				ns, err = wire.DecodeID(toks[2])
+			} else {
+				ns = "" // the admin subject: every namespace
+			}
+			var r reply
+			if err == nil {
+				r, err = h(ctx, ns, req.Data())
+			}
+			result := "ok"
+			if err != nil {
+				we := toWireError(err)
+				result = we.Code
+				if we.Code == wire.CodeInternal {
+					s.log.Error("request failed", "op", op, "subject", req.Subject(), "err", err)
+				}
+				body, _ := json.Marshal(we)
+				_ = req.Error(wire.StatusCode(we.Code), we.Message, body)
+			} else {
+				_ = req.Respond(r.data, micro.WithHeaders(r.hdr))
+			}
+			s.m.Requests.WithLabelValues(op, result).Inc()
+			s.m.RequestSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
+		}()
+	})
+}
+
+func decodeRequest(body []byte, v any) error {
+	if len(body) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%w: request body: %v", errBadRequest, err)
+	}
+	return nil
+}
+
+func sessionKey(ns string, r wire.SessionRequest) (wire.Key, error) {
+	k := wire.Key{Namespace: ns, Session: r.Session, Agent: r.Agent}.WithDefaults()
+	return k, k.Validate()
+}
+
+// awaitIngest gives read-your-writes: a save whose publish was acknowledged is in CP_INGEST until it
+// is settled, so a read waits while anything for the session (or the namespace) is still queued.
+func (s *service) awaitIngest(ctx context.Context, subject string) error {
+	wait := time.Millisecond
+	for {
+		pending, err := s.pending(ctx, subject)
+		if err != nil {
+			return fmt.Errorf("%w: checking the ingest queue: %v", errUnavailable, err)
+		}
+		if !pending {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: saves on %s are still being ingested", errUnavailable, subject)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+func (s *service) pending(ctx context.Context, subject string) (bool, error) {
+	if !strings.HasSuffix(subject, ">") {
+		_, err := s.st.ingest.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	info, err := s.st.ingest.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return false, err
+	}
+	return len(info.State.Subjects) > 0, nil
+}
+
+func (s *service) list(ctx context.Context, ns string, body []byte) (reply, error) {
+	var req wire.ListRequest
+	if err := decodeRequest(body, &req); err != nil {
+		return reply{}, err
+	}
+	subject := "cp.ingest.>"
+	if ns != "" {
+		subject = "cp.ingest." + wire.EncodeID(ns) + ".>"
+	}
+	if err := s.awaitIngest(ctx, subject); err != nil {
+		return reply{}, err
+	}
+	heads, err := s.store.Heads(ctx, ns)
+	if err != nil {
+		return reply{}, err
+	}
+	if req.Session != "" {
+		heads = slices.DeleteFunc(heads, func(v wire.Version) bool { return v.Key.Session != req.Session })
+	}
+	slices.SortFunc(heads, func(a, b wire.Version) int {
+		return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), cmp.Compare(a.Key.Session, b.Key.Session), cmp.Compare(a.Key.Agent, b.Key.Agent))
+	})
+	return jsonReply(wire.ListReply{Sessions: nonNil(heads)})
+}
+
+func (s *service) history(ctx context.Context, ns string, body []byte) (reply, error) {
+	var req wire.SessionRequest
+	if err := decodeRequest(body, &req); err != nil {
+		return reply{}, err
+	}
+	key, err := sessionKey(ns, req)
+	if err != nil {
+		return reply{}, err
+	}
+	if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
+		return reply{}, err
+	}
+	head, _, err := s.store.Head(ctx, key)
+	if err != nil {
+		return reply{}, notFound(err, key, 0)
+	}
+	versions, err := s.store.Versions(ctx, key)
+	if err != nil {
+		return reply{}, err
+	}
+	if n := len(versions); n == 0 || versions[n-1].Version < head.Version {
+		versions = append(versions, head) // committed, not yet indexed
+	}
+	return jsonReply(wire.HistoryReply{Versions: versions})
+}
+
+func (s *service) get(ctx context.Context, ns string, body []byte) (reply, error) {
+	var req wire.GetRequest
+	if err := decodeRequest(body, &req); err != nil {
+		return reply{}, err
+	}
+	v, err := s.version(ctx, ns, req.SessionRequest, req.Version)
+	if err != nil {
+		return reply{}, err
+	}
+	return jsonReply(v)
+}
+
+// version finds one version after any queued saves of its session are settled, and refuses a
+// record in a format this daemon does not know.
+func (s *service) version(ctx context.Context, ns string, r wire.SessionRequest, n uint64) (wire.Version, error) {
+	key, err := sessionKey(ns, r)
+	if err != nil {
+		return wire.Version{}, err
+	}
+	if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
+		return wire.Version{}, err
+	}
+	v, err := snapshot.GetVersion(ctx, s.store, key, n)
+	if err != nil {
+		return wire.Version{}, notFound(err, key, n)
+	}
+	return v, snapshot.CheckFormat(v)
+}
+
+func (s *service) read(ctx context.Context, ns string, body []byte) (reply, error) {
+	var req wire.ReadRequest
+	if err := decodeRequest(body, &req); err != nil {
+		return reply{}, err
+	}
+	if req.Version == 0 {
+		return reply{}, fmt.Errorf("%w: read needs an exact version (ask %s for the head first)", errBadRequest, wire.OpGet)
+	}
+	enc := cmp.Or(req.Encoding, wire.EncodingIdentity)
+	if enc != wire.EncodingIdentity && enc != wire.EncodingZstd {
+		return reply{}, fmt.Errorf("%w: unknown encoding %q (want identity or zstd)", errBadRequest, enc)
+	}
+	v, err := s.version(ctx, ns, req.SessionRequest, req.Version)
+	if err != nil {
+		return reply{}, err
+	}
+	data, err := s.cache.getOrLoad(enc+"/"+v.Key.Namespace+"/"+v.Hash, func() ([]byte, error) {
+		return s.encoded(ctx, v, enc)
+	})
+	if err != nil {
+		return reply{}, err
+	}
+	total := int64(len(data))
+	if req.Offset < 0 || req.Offset > total {
+		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, req.Offset, total)
+	}
+	end := min(req.Offset+s.maxReply(), total)
+	return reply{data: data[req.Offset:end], hdr: micro.Headers{
+		wire.HdrTotal:    {strconv.FormatInt(total, 10)},
+		wire.HdrOffset:   {strconv.FormatInt(req.Offset, 10)},
+		wire.HdrEncoding: {enc},
+	}}, nil
+}
+
+// encoded is the whole reply body a read serves in pieces: the canonical JSON, or zstd frames that
+// decompress to it. The zstd form is the stored frames as they are, so pieces served by different
+// daemons always fit together.
+func (s *service) encoded(ctx context.Context, v wire.Version, enc string) ([]byte, error) {
+	if enc == wire.EncodingIdentity {
+		return snapshot.Read(ctx, s.store, v)
+	}
+	var out []byte
+	for _, ref := range v.Blobs {
+		stored, err := s.store.GetBlob(ctx, v.Key.Namespace, ref)
+		if err != nil {
+			return nil, err
+		}
+		frame, err := codec.BlobPayload(stored)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, frame...)
+	}
+	return out, nil
+}
+
+// maxReply leaves room for headers under the server's max_payload.
+func (s *service) maxReply() int64 { return max(s.nc.MaxPayload()-8*1024, 1024) }
+
+func jsonReply(v any) (reply, error) {
+	data, err := json.Marshal(v)
+	return reply{data: data}, err
+}
+
+func notFound(err error, key wire.Key, n uint64) error {
+	if !errors.Is(err, snapshot.ErrNotFound) {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("session %s: %w", key, err)
+	}
+	return fmt.Errorf("session %s: version %d: %w", key, n, err)
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

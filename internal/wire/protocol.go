@@ -1,0 +1,221 @@
+package wire
+
+import (
+	"strconv"
+	"time"
+)
+
+// ProtocolVersion is reported by the service and bumped on any incompatible change of this package.
+const ProtocolVersion = "1"
+
+// Subjects. Every subject a client publishes or requests on carries the encoded namespace as its third
+// token, so an operator can grant a client "cp.*.<namespace>.>" and nothing else.
+const (
+	SubjectRoot = "cp"
+	ingestPfx   = "cp.ingest."
+	chunkPfx    = "cp.chunk."
+	resultPfx   = "cp.result."
+	apiPfx      = "cp.api."
+)
+
+// IngestSubject is where a save for key is published (JetStream stream CP_INGEST).
+func IngestSubject(k Key) string { return ingestPfx + k.Token() }
+
+// ChunkSubject carries the pieces of a save too large for one message (stream CP_CHUNKS).
+func ChunkSubject(namespace, saveID string) string {
+	return chunkPfx + EncodeID(namespace) + "." + EncodeID(saveID)
+}
+
+// ResultSubject is where the daemon publishes the outcome of a save (stream CP_RESULTS).
+func ResultSubject(namespace, saveID string) string {
+	return resultPfx + EncodeID(namespace) + "." + EncodeID(saveID)
+}
+
+// APISubject is the request subject of one service operation in a namespace.
+func APISubject(namespace, op string) string { return apiPfx + EncodeID(namespace) + "." + op }
+
+// Service operations (the last token of an API subject).
+const (
+	OpList    = "list"    // ListRequest → ListReply: the heads of the namespace's sessions
+	OpHistory = "history" // SessionRequest → HistoryReply: every version of one session
+	OpGet     = "get"     // GetRequest → Version: one version's record (head when Version is 0)
+	OpRead    = "read"    // ReadRequest → bytes of the conversation, in pieces
+)
+
+// AdminListSubject lists sessions of every namespace; it is for operators, so it carries no namespace.
+const AdminListSubject = "cp.admin.list"
+
+// Stream and bucket names.
+const (
+	StreamIngest  = "CP_INGEST"
+	StreamChunks  = "CP_CHUNKS"
+	StreamResults = "CP_RESULTS"
+	BucketHeads   = "cp_heads"
+	BucketVersion = "cp_versions"
+	BucketBlobs   = "cp_blobs"
+	ServiceName   = "checkpointd"
+)
+
+// Headers of a save message on an ingest subject.
+const (
+	HdrMsgID           = "Nats-Msg-Id" // JetStream de-duplication; set it to the save id
+	HdrSaveID          = "Cp-Save-Id"
+	HdrExpectedVersion = "Cp-Expected-Version"
+	HdrWriter          = "Cp-Writer"
+	HdrReason          = "Cp-Reason"
+	HdrFormat          = "Cp-Format"
+	HdrEncoding        = "Cp-Encoding"
+	HdrChunks          = "Cp-Chunks" // on a save: its body is in this many messages on ChunkSubject
+	HdrChunk           = "Cp-Chunk"  // on a chunk: its index, from 0
+	// Reply headers of OpRead.
+	HdrTotal  = "Cp-Total"
+	HdrOffset = "Cp-Offset"
+	// Set by the service on error replies (nats.go micro convention).
+	HdrServiceErrorCode = "Nats-Service-Error-Code"
+	HdrServiceError     = "Nats-Service-Error"
+)
+
+// Encodings of a save body or a read reply.
+const (
+	EncodingIdentity = "identity"
+	EncodingZstd     = "zstd"
+)
+
+// Reasons a version was written.
+const (
+	ReasonTurn    = "turn"
+	ReasonPause   = "pause"
+	ReasonMigrate = "migrate"
+	ReasonImport  = "import"
+	ReasonManual  = "manual"
+)
+
+// ValidReason reports whether r is one of the known reasons.
+func ValidReason(r string) bool {
+	switch r {
+	case ReasonTurn, ReasonPause, ReasonMigrate, ReasonImport, ReasonManual:
+		return true
+	}
+	return false
+}
+
+// VersionFormat is the format of a version record this code writes.
+const VersionFormat = 1
+
+// Version is the immutable record of one checkpoint version, as stored and as served.
+type Version struct {
+	Format      int       `json:"format"`
+	Key         Key       `json:"key"`
+	Version     uint64    `json:"version"`
+	Parent      uint64    `json:"parent"` // 0 for the first version
+	Hash        string    `json:"hash"`   // "sha256:<hex>" of the conversation's canonical bytes
+	SaveID      string    `json:"saveId"`
+	Writer      string    `json:"writer,omitempty"`
+	Reason      string    `json:"reason"`
+	Created     time.Time `json:"created"`
+	RawBytes    int64     `json:"rawBytes"`    // canonical JSON size
+	StoredBytes int64     `json:"storedBytes"` // compressed bytes this version added to storage
+	Counts      Counts    `json:"counts"`
+	Blobs       []BlobRef `json:"blobs"` // where the conversation's bytes are, in order
+}
+
+// Counts are the message counts of a version.
+type Counts struct {
+	Messages   int `json:"messages"`
+	User       int `json:"user"`
+	Assistant  int `json:"assistant"`
+	ToolResult int `json:"toolResult"`
+	Extension  int `json:"extension"`
+	ToolCalls  int `json:"toolCalls"`
+}
+
+// BlobRef points at one stored blob (content-addressed within a namespace).
+type BlobRef struct {
+	ID          string `json:"id"` // hex SHA-256 of the blob's raw (uncompressed) bytes
+	Chunks      int    `json:"chunks"`
+	RawBytes    int64  `json:"rawBytes"`
+	StoredBytes int64  `json:"storedBytes"`
+}
+
+// SessionRequest names one session of the namespace in the subject.
+type SessionRequest struct {
+	Session string `json:"session"`
+	Agent   string `json:"agent,omitempty"` // DefaultAgent when empty
+}
+
+// GetRequest asks for one version's record; Version 0 means the head.
+type GetRequest struct {
+	SessionRequest
+	Version uint64 `json:"version,omitempty"`
+}
+
+// ReadRequest asks for the conversation bytes of one version from Offset on. The reply body holds at
+// most one message's worth; HdrTotal gives the full length, so a client asks again from Offset+len
+// until it has Total bytes. Version must be exact (take it from OpGet), so pieces never mix versions.
+type ReadRequest struct {
+	SessionRequest
+	Version  uint64 `json:"version"`
+	Offset   int64  `json:"offset,omitempty"`
+	Encoding string `json:"encoding,omitempty"` // EncodingIdentity (default) or EncodingZstd
+}
+
+// ListRequest filters OpList.
+type ListRequest struct {
+	Session string `json:"session,omitempty"` // only this session's agents, when set
+}
+
+// ListReply holds the head version of each session.
+type ListReply struct {
+	Sessions []Version `json:"sessions"`
+}
+
+// HistoryReply holds every version of a session, oldest first.
+type HistoryReply struct {
+	Versions []Version `json:"versions"`
+}
+
+// SaveResult is published on ResultSubject once a save is settled, accepted or refused.
+type SaveResult struct {
+	SaveID    string   `json:"saveId"`
+	Key       Key      `json:"key"`
+	OK        bool     `json:"ok"`
+	Duplicate bool     `json:"duplicate,omitempty"` // the save id was already stored; Version is that version
+	Version   *Version `json:"version,omitempty"`
+	Error     *Error   `json:"error,omitempty"`
+}
+
+// Error codes: the stable, machine-readable part of every refusal.
+const (
+	CodeBadRequest    = "bad_request"    // the request itself is unusable (bad id, bad header)
+	CodeInvalid       = "invalid"        // the conversation failed validation
+	CodeNotFound      = "not_found"      // no such session or version
+	CodeConflict      = "conflict"       // the expected version is not the head
+	CodeTooLarge      = "too_large"      // the checkpoint is over the daemon's limit
+	CodeUnknownFormat = "unknown_format" // a format version this daemon does not know
+	CodeUnavailable   = "unavailable"    // try again: storage unavailable or ingest still catching up
+	CodeInternal      = "internal"
+)
+
+// Error is the body of every refusal (service error replies and failed save results).
+type Error struct {
+	Code    string  `json:"code"`
+	Message string  `json:"message"`
+	Index   *int    `json:"index,omitempty"`  // message index, for invalid conversations
+	Field   string  `json:"field,omitempty"`  // field path inside the message
+	Offset  *int64  `json:"offset,omitempty"` // byte offset, for syntax errors
+	Head    *uint64 `json:"head,omitempty"`   // the current head version, for conflicts
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// StatusCode is the numeric code put in the Nats-Service-Error-Code header (HTTP-like).
+func StatusCode(code string) string {
+	n := map[string]int{
+		CodeBadRequest: 400, CodeNotFound: 404, CodeConflict: 409, CodeTooLarge: 413,
+		CodeUnknownFormat: 415, CodeInvalid: 422, CodeUnavailable: 503,
+	}[code]
+	if n == 0 {
+		n = 500
+	}
+	return strconv.Itoa(n)
+}
