@@ -37,6 +37,9 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if !utf8.Valid(payload) {
 		return nil, payloadError(ErrMalformed, int64(invalidUTF8At(payload)), "invalid UTF-8")
 	}
+	if len(bytes.TrimSpace(payload)) == 0 {
+		return nil, payloadError(ErrMalformed, 0, "empty payload: the conversation must be a JSON array of messages")
+	}
 	var raws []json.RawMessage
 	if err := json.Unmarshal(payload, &raws); err != nil {
 		return nil, syntaxError(payload, err)
@@ -102,8 +105,6 @@ func syntaxError(payload []byte, err error) error {
 		return payloadError(ErrMalformed, se.Offset, "%v", se)
 	case errors.As(err, &te):
 		return payloadError(ErrMalformed, -1, "the conversation must be a JSON array of messages, not %s", te.Value)
-	case len(bytes.TrimSpace(payload)) == 0:
-		return payloadError(ErrMalformed, 0, "empty payload: the conversation must be a JSON array of messages")
 	}
 	return payloadError(ErrMalformed, int64(len(payload)), "%v", err)
 }
