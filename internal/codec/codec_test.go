@@ -207,6 +207,21 @@ func FuzzParse(f *testing.F) {
 		if !bytes.Equal(again.Encode(), c.Encode()) {
 			t.Fatalf("canonical form is not stable")
 		}
+		// Differential: the walker must split and read exactly what encoding/json does.
+		var compact bytes.Buffer
+		if json.Compact(&compact, in) != nil || !bytes.Equal(compact.Bytes(), c.Encode()) {
+			t.Fatalf("canonical form differs from json.Compact")
+		}
+		var msgs []map[string]json.RawMessage
+		if err := json.Unmarshal(in, &msgs); err != nil || len(msgs) != len(c.Messages) {
+			t.Fatalf("message count: encoding/json %d (%v), walker %d", len(msgs), err, len(c.Messages))
+		}
+		for i, m := range c.Messages {
+			got := members(m)
+			if len(got) != len(msgs[i]) {
+				t.Fatalf("message %d: walker found %d members, encoding/json %d", i, len(got), len(msgs[i]))
+			}
+		}
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 type Conversation struct {
 	Messages []json.RawMessage
 	stats    Stats
+	canon    []byte // the canonical array as parsed; Messages are slices of it
 }
 
 // Stats counts a conversation's messages by role, and its tool calls.
@@ -40,31 +41,41 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if len(bytes.TrimSpace(payload)) == 0 {
 		return nil, payloadError(ErrMalformed, 0, "empty payload: the conversation must be a JSON array of messages")
 	}
-	var raws []json.RawMessage
-	if err := json.Unmarshal(payload, &raws); err != nil {
+	// One pass validates the whole payload and produces its canonical form; the walk that follows
+	// reads the canonical bytes without validating them again.
+	var buf bytes.Buffer
+	buf.Grow(len(payload))
+	if err := json.Compact(&buf, payload); err != nil {
+		// Compact does not say where; Unmarshal does. Only the error path pays for a second pass.
+		var v json.RawMessage
+		if uerr := json.Unmarshal(payload, &v); uerr != nil {
+			err = uerr
+		}
 		return nil, syntaxError(payload, err)
 	}
-	// One buffer for every canonical message: one allocation instead of one per message.
-	canon := make([]byte, 0, len(payload))
-	c := &Conversation{Messages: make([]json.RawMessage, len(raws))}
-	for i, raw := range raws {
-		start := len(canon)
-		buf := bytes.NewBuffer(canon)
-		if err := json.Compact(buf, raw); err != nil {
-			return nil, &ValidationError{Err: ErrMalformed, Index: i, Offset: -1, Detail: err.Error()}
-		}
-		canon = buf.Bytes()
-		msg := json.RawMessage(canon[start:len(canon):len(canon)])
+	canon := buf.Bytes()
+	if canon[0] != '[' {
+		return nil, payloadError(ErrMalformed, -1, "the conversation must be a JSON array of messages, found %s", kindNames[kind(canon)])
+	}
+	c := &Conversation{canon: canon}
+	err := elements(canon, func(i int, msg []byte) error {
 		if err := c.stats.add(i, msg); err != nil {
-			return nil, err
+			return err
 		}
-		c.Messages[i] = msg
+		c.Messages = append(c.Messages, msg[:len(msg):len(msg)])
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
 // Encode returns the canonical array: "[" + the canonical messages joined by "," + "]".
 func (c *Conversation) Encode() []byte {
+	if c.canon != nil {
+		return c.canon
+	}
 	out := make([]byte, 0, c.Size())
 	out = append(out, '[')
 	for i, m := range c.Messages {
@@ -99,12 +110,8 @@ func MessageRole(msg json.RawMessage) string {
 
 func syntaxError(payload []byte, err error) error {
 	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
+	if errors.As(err, &se) {
 		return payloadError(ErrMalformed, se.Offset, "%v", se)
-	case errors.As(err, &te):
-		return payloadError(ErrMalformed, -1, "the conversation must be a JSON array of messages, not %s", te.Value)
 	}
 	return payloadError(ErrMalformed, int64(len(payload)), "%v", err)
 }

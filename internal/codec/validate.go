@@ -31,11 +31,7 @@ func (c checker) object(raw json.RawMessage, field string) (object, error) {
 	if kind(raw) != '{' {
 		return nil, c.fail(ErrMalformed, field, "want an object, found %s", describe(raw))
 	}
-	var o object
-	if err := json.Unmarshal(raw, &o); err != nil {
-		return nil, c.fail(ErrMalformed, field, "%v", err)
-	}
-	return o, nil
+	return members(raw), nil
 }
 
 // add validates one canonical message and counts it.
@@ -112,16 +108,9 @@ func (c checker) content(m object, stringOK bool, s *Stats) error {
 			return nil
 		}
 	case '[':
-		var parts []json.RawMessage
-		if err := json.Unmarshal(raw, &parts); err != nil {
-			return c.fail(ErrMalformed, "content", "%v", err)
-		}
-		for i, p := range parts {
-			if err := c.part(p, "content["+itoa(i)+"]", s); err != nil {
-				return err
-			}
-		}
-		return nil
+		return elements(raw, func(i int, p []byte) error {
+			return c.part(p, "content["+itoa(i)+"]", s)
+		})
 	}
 	want := "an array of content parts"
 	if stringOK {
@@ -172,10 +161,10 @@ func (c checker) requireString(o object, prefix, name string, nonEmpty bool) (st
 	if !ok {
 		return "", c.fail(ErrMalformed, prefix+name, "missing")
 	}
-	var v string
-	if kind(raw) != '"' || json.Unmarshal(raw, &v) != nil {
+	if kind(raw) != '"' {
 		return "", c.fail(ErrMalformed, prefix+name, "want a string, found %s", describe(raw))
 	}
+	v := stringValue(raw)
 	if nonEmpty && v == "" {
 		return "", c.fail(ErrMalformed, prefix+name, "must not be empty")
 	}

@@ -1,0 +1,97 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// The walkers below read JSON that json.Compact has already validated and compacted, so they only
+// need to find where values end: one cheap pass, instead of encoding/json re-validating every nested
+// value it is asked to decode.
+
+// skipValue returns the index just past the value starting at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(b)
+	default: // number, true, false, null: up to the next delimiter
+		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' {
+			i++
+		}
+		return i
+	}
+}
+
+// skipString returns the index just past the string whose opening quote is b[i].
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// elements calls fn for each element of the array b.
+func elements(b []byte, fn func(i int, v []byte) error) error {
+	n := 0
+	for i := 1; i < len(b)-1; {
+		end := skipValue(b, i)
+		if err := fn(n, b[i:end]); err != nil {
+			return err
+		}
+		n++
+		i = end + 1 // past the comma
+	}
+	return nil
+}
+
+// members returns the members of the object b by key. Keys written with escapes are unescaped, so
+// "\u0072ole" is "role", as JSON says.
+func members(b []byte) object {
+	o := make(object, 8)
+	for i := 1; i < len(b)-1; {
+		kend := skipString(b, i)
+		key := b[i+1 : kend-1]
+		var k string
+		if bytes.IndexByte(key, '\\') >= 0 {
+			_ = json.Unmarshal(b[i:kend], &k)
+		} else {
+			k = string(key)
+		}
+		vend := skipValue(b, kend+1)
+		o[k] = b[kend+1 : vend]
+		i = vend + 1
+	}
+	return o
+}
+
+// stringValue returns the unescaped content of the JSON string raw.
+func stringValue(raw []byte) string {
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner)
+	}
+	var s string
+	_ = json.Unmarshal(raw, &s)
+	return s
+}
