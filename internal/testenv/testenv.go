@@ -101,6 +101,13 @@ func (e *Env) StopDaemon() {
 	e.Daemon, e.NC = nil, nil
 }
 
+// CrashDaemon kills the daemon's connection without any shutdown, as a crashed process would:
+// saves it had taken but not acknowledged are redelivered to the next daemon.
+func (e *Env) CrashDaemon() {
+	e.NC.Close()
+	e.Daemon, e.NC = nil, nil
+}
+
 // Connect (re)connects the test client.
 func (e *Env) Connect() {
 	e.t.Helper()

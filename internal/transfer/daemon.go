@@ -33,7 +33,7 @@ func DefaultConfig() Config {
 		Replicas:           1,
 		MaxCheckpointBytes: 256 << 20,
 		ResultTTL:          24 * time.Hour,
-		RequestTimeout:     10 * time.Second,
+		RequestTimeout:     15 * time.Second, // above ackWait: a read can outwait a dead daemon's claim
 		Lanes:              8,
 		CacheBytes:         64 << 20,
 		Version:            "0.1.0",

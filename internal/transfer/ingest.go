@@ -39,6 +39,10 @@ type ingester struct {
 	stop  context.CancelFunc
 }
 
+// ackWait is how soon a save taken by a daemon that died is offered to another. Reads of the session
+// wait for it meanwhile, so it is short; saves that take longer keep their claim with heartbeats.
+const ackWait = 10 * time.Second
+
 // maxAttempts bounds redeliveries of a save that keeps failing on storage errors. After that its
 // refusal (code unavailable) is published, so the writer learns of it: never a silent drop.
 const maxAttempts = 20
@@ -48,7 +52,7 @@ func (in *ingester) start(ctx context.Context, lanes int) error {
 		Durable:       ingestConsumer,
 		Description:   "checkpointd instances share this consumer",
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       time.Minute,
+		AckWait:       ackWait,
 		MaxAckPending: 1024,
 		FilterSubject: "cp.ingest.>",
 	})
@@ -131,6 +135,7 @@ func (in *ingester) handle(msg jetstream.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(in.ctx, 30*time.Second)
 	defer cancel()
+	go heartbeat(ctx, msg)
 
 	res, chunks, err := in.prior(ctx, key, saveID)
 	if res.Version == nil && err == nil {
@@ -162,6 +167,20 @@ func (in *ingester) handle(msg jetstream.Msg) {
 		in.log.Warn("ingest: ack failed", "session", key, "save", saveID, "err", err)
 	}
 	in.observe(res, start)
+}
+
+// heartbeat tells JetStream the save is still being worked on until ctx ends.
+func heartbeat(ctx context.Context, msg jetstream.Msg) {
+	t := time.NewTicker(ackWait / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = msg.InProgress()
+		}
+	}
 }
 
 // prior returns the stored outcome of a save id that was already stored for this session. JetStream
