@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+)
+
+// parseInterspersed parses flags wherever they stand among the arguments ("restore demo --version 3"),
+// which the flag package alone does not: it stops at the first argument. "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usageErr(err)
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// keyFlags are the flags naming a session's namespace and agent.
+type keyFlags struct {
+	namespace, agent string
+}
+
+func (k *keyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&k.namespace, "namespace", "default", "namespace (user or tenant) of the session")
+	fs.StringVar(&k.namespace, "n", "default", "short for --namespace")
+	fs.StringVar(&k.agent, "agent", "main", "agent of the session")
+}
+
+func (k *keyFlags) key(session string) checkpoint.Key {
+	return checkpoint.Key{Namespace: k.namespace, Session: session, Agent: k.agent}
+}
+
+// outputFlag is -o: table (for people) or json (for scripts).
+type outputFlag string
+
+func (o *outputFlag) register(fs *flag.FlagSet) {
+	*o = "table"
+	fs.Var(o, "o", "output format: table or json")
+}
+
+func (o *outputFlag) String() string { return string(*o) }
+
+func (o *outputFlag) Set(s string) error {
+	if s != "table" && s != "json" {
+		return fmt.Errorf("%q is not table or json", s)
+	}
+	*o = outputFlag(s)
+	return nil
+}
+
+// versionFlag is an optional version number; unset means "not given".
+type versionFlag struct {
+	n   uint64
+	set bool
+}
+
+func (v *versionFlag) String() string {
+	if !v.set {
+		return ""
+	}
+	return strconv.FormatUint(v.n, 10)
+}
+
+func (v *versionFlag) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not a version number", s)
+	}
+	v.n, v.set = n, true
+	return nil
+}
+
+// newFlagSet returns a command's flag set with its usage line.
+func newFlagSet(a *App, name, args, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(a.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(a.Stderr, "Usage: checkpointctl %s %s\n\n%s\n\nFlags:\n", name, args, about)
+		fs.PrintDefaults()
+		fmt.Fprint(a.Stderr, "\n"+exitCodesHelp)
+	}
+	return fs
+}
+
+func wantArgs(name string, got []string, n int, what string) error {
+	if len(got) != n {
+		return usageErr(fmt.Errorf("%s takes %s, got %d argument(s)", name, what, len(got)))
+	}
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printable quotes an id that would garble a table (white space, control characters).
+func printable(s string) string {
+	for _, r := range s {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
+// size formats a byte count for people.
+func size(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func shortHash(h string) string {
+	h = strings.TrimPrefix(h, "sha256:")
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}

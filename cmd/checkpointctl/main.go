@@ -1,0 +1,202 @@
+// Command checkpointctl is the operator's tool for checkpointd: save, list, inspect and restore
+// conversation checkpoints. It talks to the daemon only through the public Go client (checkpoint/).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+)
+
+// Exit codes: part of the interface scripts rely on; documented in the help text.
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitNotFound    = 3
+	exitConflict    = 4
+	exitInvalid     = 5
+	exitUnavailable = 6
+	exitCorrupt     = 7
+)
+
+const exitCodesHelp = `Exit codes:
+  0  success
+  1  any other error
+  2  usage: unknown command, bad flag or argument
+  3  not found: no such session or version
+  4  conflict: --expect-version is not the session's head
+  5  refused input: the conversation is invalid, too large, or of an unknown format
+  6  unavailable: NATS unreachable, no checkpointd answering, or timed out
+  7  corrupt: restored bytes do not match the hash recorded at save time
+`
+
+// App carries what every command shares: the streams and the connection settings.
+type App struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Server         string
+	Creds          string
+	Timeout        time.Duration
+	// StdoutIsTerminal adds a final newline to raw output meant for a person.
+	StdoutIsTerminal bool
+}
+
+// command is one subcommand; each lives in its own file.
+type command struct {
+	synopsis string
+	run      func(ctx context.Context, a *App, args []string) error
+}
+
+var commands = map[string]command{
+	"put":     {"save a conversation (a JSON array of messages) as the next version of a session", runPut},
+	"restore": {"write a version of a session (default: the head) to stdout", runRestore},
+	"list":    {"list sessions and their head versions", runList},
+	"history": {"list every version of a session", runHistory},
+	"show":    {"show one version's record and message counts", runShow},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	a := &App{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, StdoutIsTerminal: isTerminal(os.Stdout)}
+	err := a.Run(ctx, os.Args[1:])
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "checkpointctl:", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+// Run parses the global flags and runs one command.
+func (a *App) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("checkpointctl", flag.ContinueOnError)
+	fs.SetOutput(a.Stderr)
+	fs.StringVar(&a.Server, "server", defaultServer(), "NATS URL of the checkpointd deployment (env CHECKPOINTCTL_SERVER or NATS_URL)")
+	fs.StringVar(&a.Creds, "creds", "", "NATS credentials file")
+	fs.DurationVar(&a.Timeout, "timeout", 30*time.Second, "how long to wait for checkpointd")
+	fs.Usage = func() { a.usage(fs) }
+	if err := fs.Parse(args); err != nil {
+		return usageErr(err)
+	}
+	if fs.NArg() == 0 {
+		a.usage(fs)
+		return usageErr(errors.New("no command given"))
+	}
+	name := fs.Arg(0)
+	cmd, ok := commands[name]
+	if !ok {
+		return usageErr(fmt.Errorf("unknown command %q (want one of: %s)", name, strings.Join(commandNames(), ", ")))
+	}
+	return cmd.run(ctx, a, fs.Args()[1:])
+}
+
+func (a *App) usage(fs *flag.FlagSet) {
+	fmt.Fprint(a.Stderr, `checkpointctl: save, list, inspect and restore agent conversation checkpoints.
+
+Usage: checkpointctl [global flags] <command> [arguments] [flags]
+
+Commands:
+`)
+	for _, name := range commandNames() {
+		fmt.Fprintf(a.Stderr, "  %-8s %s\n", name, commands[name].synopsis)
+	}
+	fmt.Fprint(a.Stderr, "\nGlobal flags:\n")
+	fs.PrintDefaults()
+	fmt.Fprint(a.Stderr, `
+Run 'checkpointctl <command> --help' for a command's arguments and flags.
+Flags may follow the arguments: checkpointctl restore demo --version 3
+
+Example (the daemon running: go run ./cmd/checkpointd):
+  checkpointctl put demo testdata/corpus/pi_before_compaction.json
+  checkpointctl list
+  checkpointctl history demo -o json
+  checkpointctl restore demo --version 1 > conversation.json
+
+`+exitCodesHelp)
+}
+
+func commandNames() []string {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// connect opens a client with the global settings.
+func (a *App) connect() (*checkpoint.Client, error) {
+	var opts []nats.Option
+	opts = append(opts, nats.Timeout(min(a.Timeout, 10*time.Second)))
+	if a.Creds != "" {
+		opts = append(opts, nats.UserCredentials(a.Creds))
+	}
+	return checkpoint.Connect(a.Server, opts, checkpoint.WithTimeout(a.Timeout))
+}
+
+func defaultServer() string {
+	for _, env := range []string{"CHECKPOINTCTL_SERVER", "NATS_URL"} {
+		if v := os.Getenv(env); v != "" {
+			return v
+		}
+	}
+	return "nats://127.0.0.1:4222"
+}
+
+// usageError marks mistakes in the command line (exit code 2).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func usageErr(err error) error {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err}
+}
+
+// inputError marks input refused before anything was sent (exit code 5).
+type inputError struct{ error }
+
+func (e inputError) Unwrap() error { return e.error }
+
+func exitCode(err error) int {
+	var ue usageError
+	var ie inputError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		return exitUsage
+	case errors.As(err, &ie):
+		return exitInvalid
+	case errors.Is(err, checkpoint.ErrNotFound):
+		return exitNotFound
+	case errors.Is(err, checkpoint.ErrConflict):
+		return exitConflict
+	case errors.Is(err, checkpoint.ErrInvalid), errors.Is(err, checkpoint.ErrTooLarge),
+		errors.Is(err, checkpoint.ErrUnknownFormat), errors.Is(err, checkpoint.ErrBadRequest):
+		return exitInvalid
+	case errors.Is(err, checkpoint.ErrUnavailable):
+		return exitUnavailable
+	case errors.Is(err, checkpoint.ErrCorrupt):
+		return exitCorrupt
+	}
+	return exitError
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/testenv"
+)
+
+const corpusFile = "../../testdata/corpus/openhands_gui_todo_app.json"
+
+// ctl runs one checkpointctl command line in-process and returns stdout, stderr and the exit code.
+func ctl(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	a := &App{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := a.Run(ctx, args)
+	if err != nil {
+		errOut.WriteString("checkpointctl: " + err.Error() + "\n")
+	}
+	return out.String(), errOut.String(), exitCode(err)
+}
+
+func requireSameJSON(t *testing.T, want, got []byte) {
+	t.Helper()
+	dec := func(b []byte) any {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		var v any
+		require.NoError(t, d.Decode(&v))
+		return v
+	}
+	require.Equal(t, dec(want), dec(got))
+	var c bytes.Buffer
+	require.NoError(t, json.Compact(&c, want))
+	require.Equal(t, c.String(), string(got))
+}
+
+func TestCheckpointctl_PutListHistoryShowRestore(t *testing.T) {
+	env := testenv.Start(t)
+	srv := "--server=" + env.URL()
+	file, err := os.ReadFile(corpusFile)
+	require.NoError(t, err)
+
+	out, stderr, code := ctl(t, "", srv, "put", "demo", corpusFile)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "saved demo version 1 (18 messages")
+
+	out, stderr, code = ctl(t, string(file[:len(file)-2])+`,{"role":"user","content":"more"}]`, srv, "put", "demo", "-", "-o", "json")
+	require.Equal(t, 0, code, stderr)
+	var v checkpoint.Version
+	require.NoError(t, json.Unmarshal([]byte(out), &v))
+	require.Equal(t, uint64(2), v.Version)
+	require.Equal(t, 19, v.Counts.Messages)
+
+	out, _, code = ctl(t, "", srv, "restore", "demo", "--version", "1")
+	require.Equal(t, 0, code)
+	requireSameJSON(t, file, []byte(out))
+
+	out, _, code = ctl(t, "", srv, "list", "-o", "json")
+	require.Equal(t, 0, code)
+	var heads []checkpoint.Version
+	require.NoError(t, json.Unmarshal([]byte(out), &heads))
+	require.Len(t, heads, 1)
+	require.Equal(t, "demo", heads[0].Key.Session)
+	require.Equal(t, uint64(2), heads[0].Version)
+
+	out, _, code = ctl(t, "", srv, "list")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "NAMESPACE")
+	require.Contains(t, out, "demo")
+
+	out, _, code = ctl(t, "", srv, "history", "demo", "-o", "json")
+	require.Equal(t, 0, code)
+	var hist []checkpoint.Version
+	require.NoError(t, json.Unmarshal([]byte(out), &hist))
+	require.Equal(t, []uint64{1, 2}, []uint64{hist[0].Version, hist[1].Version})
+
+	out, _, code = ctl(t, "", srv, "history", "demo")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "VERSION")
+	require.Equal(t, 3, strings.Count(out, "\n"), out)
+
+	out, _, code = ctl(t, "", srv, "show", "demo", "--version", "1")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "1 (parent 0)")
+	require.Contains(t, out, "18: 1 user, 5 assistant, 4 toolResult, 8 extension")
+
+	// Namespaces and agents are separate sessions.
+	_, stderr, code = ctl(t, "", srv, "put", "demo", corpusFile, "-n", "team a", "--agent", "planner")
+	require.Equal(t, 0, code, stderr)
+	out, _, _ = ctl(t, "", srv, "list", "-A", "-o", "json")
+	require.NoError(t, json.Unmarshal([]byte(out), &heads))
+	require.Len(t, heads, 2)
+	out, _, code = ctl(t, "", srv, "list", "-A")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"team a"`, "ids with spaces are quoted in tables")
+}
+
+func TestCheckpointctl_ExitCodes(t *testing.T) {
+	env := testenv.Start(t)
+	srv := "--server=" + env.URL()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`[{"role":"user","content":"a"},{"role":"robot","content":"b"}]`), 0o600))
+	empty := filepath.Join(dir, "empty.json")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	_, _, code := ctl(t, "", srv, "put", "s", corpusFile)
+	require.Equal(t, 0, code)
+
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr []string
+	}{
+		{"unknown session", []string{srv, "restore", "nope"}, exitNotFound, []string{"not found"}},
+		{"unknown version", []string{srv, "show", "s", "--version", "9"}, exitNotFound, []string{"version 9"}},
+		{"stale expected version", []string{srv, "put", "s", corpusFile, "--expect-version", "0"}, exitConflict, []string{"head is version 1", "--expect-version 1"}},
+		{"invalid conversation", []string{srv, "put", "s", bad}, exitInvalid, []string{"message 1", "role", `"robot"`}},
+		{"empty file", []string{srv, "put", "s", empty}, exitInvalid, []string{"empty"}},
+		{"missing file", []string{srv, "put", "s", filepath.Join(dir, "nope.json")}, exitInvalid, []string{"no such file"}},
+		{"unknown command", []string{srv, "frobnicate"}, exitUsage, []string{"unknown command", "restore"}},
+		{"missing argument", []string{srv, "restore"}, exitUsage, []string{"SESSION"}},
+		{"bad flag value", []string{srv, "restore", "s", "--version", "latest"}, exitUsage, []string{"version number"}},
+		{"bad output format", []string{srv, "list", "-o", "yaml"}, exitUsage, []string{"table or json"}},
+		{"nothing listening", []string{"--server=nats://127.0.0.1:1", "--timeout=2s", "list"}, exitUnavailable, []string{"127.0.0.1:1"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := ctl(t, "", tc.args...)
+			require.Equal(t, tc.code, code, stderr)
+			for _, s := range tc.stderr {
+				require.Contains(t, stderr, s)
+			}
+		})
+	}
+	_, _, code = ctl(t, "", "--help")
+	require.Equal(t, 0, code, "help is not an error")
+}
+
+func TestParseInterspersed(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    []string
+		version string
+	}{
+		{[]string{"s"}, []string{"s"}, ""},
+		{[]string{"s", "--version", "3"}, []string{"s"}, "3"},
+		{[]string{"--version=3", "s", "f"}, []string{"s", "f"}, "3"},
+		{[]string{"s", "--version", "3", "f"}, []string{"s", "f"}, "3"},
+		{[]string{"s", "--", "--version", "-"}, []string{"s", "--version", "-"}, ""},
+		{[]string{"-", "s"}, []string{"-", "s"}, ""},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		var v versionFlag
+		fs.Var(&v, "version", "")
+		got, err := parseInterspersed(fs, tc.args)
+		require.NoError(t, err, tc.args)
+		require.Equal(t, tc.want, got, tc.args)
+		require.Equal(t, tc.version, v.String(), tc.args)
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(&bytes.Buffer{})
+	_, err := parseInterspersed(fs, []string{"s", "--nope"})
+	var ue usageError
+	require.True(t, errors.As(err, &ue))
+}
+
+// The documented invocations as a real process: stdout carries exactly the conversation, and the
+// exit codes are the process's own.
+func TestCheckpointctl_Binary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	env := testenv.Start(t)
+	bin := filepath.Join(t.TempDir(), "checkpointctl")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	file, err := os.ReadFile(corpusFile)
+	require.NoError(t, err)
+
+	out, err = exec.Command(bin, "--server", env.URL(), "put", "proc", corpusFile).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	cmd := exec.Command(bin, "--server", env.URL(), "restore", "proc")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.Output()
+	require.NoError(t, err)
+	requireSameJSON(t, file, stdout)
+
+	err = exec.Command(bin, "--server", env.URL(), "restore", "missing").Run()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, exitNotFound, ee.ExitCode())
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+)
+
+func runPut(ctx context.Context, a *App, args []string) error {
+	fs := newFlagSet(a, "put", "SESSION FILE",
+		"Saves FILE, a JSON array of messages (- for stdin), as the next version of SESSION and prints the\n"+
+			"version it became. With --expect-version the save is refused (exit 4) unless the head is that version.")
+	var k keyFlags
+	var out outputFlag
+	var expect versionFlag
+	k.register(fs)
+	out.register(fs)
+	fs.Var(&expect, "expect-version", "save only if the session's head is this version (0: the session must not exist)")
+	saveID := fs.String("save-id", "", "idempotency key: saving again with the same id returns the first version (default: a fresh id)")
+	reason := fs.String("reason", "manual", "why this version was written: turn, pause, migrate, import or manual")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("put", pos, 2, "SESSION and FILE"); err != nil {
+		return err
+	}
+	conv, err := readInput(a, pos[1])
+	if err != nil {
+		return err
+	}
+	opts := []checkpoint.SaveOption{checkpoint.WithReason(*reason)}
+	if *saveID != "" {
+		opts = append(opts, checkpoint.WithSaveID(*saveID))
+	}
+	if expect.set {
+		opts = append(opts, checkpoint.ExpectVersion(expect.n))
+	}
+	c, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	v, err := c.Save(ctx, k.key(pos[0]), conv, opts...)
+	var ce *checkpoint.Error
+	if errors.As(err, &ce) && errors.Is(err, checkpoint.ErrConflict) {
+		return fmt.Errorf("%w (restore it first, or pass --expect-version %d)", err, ce.Head)
+	}
+	if err != nil {
+		return err
+	}
+	if out == "json" {
+		return writeJSON(a.Stdout, v)
+	}
+	_, err = fmt.Fprintf(a.Stdout, "saved %s version %d (%d messages, %s, %s)\n",
+		printable(v.Key.String()), v.Version, v.Counts.Messages, size(v.RawBytes), v.Hash)
+	return err
+}
+
+// readInput reads a conversation from a file or, for "-", stdin; an empty one is refused here,
+// before anything is sent.
+func readInput(a *App, name string) ([]byte, error) {
+	var data []byte
+	var err error
+	if name == "-" {
+		data, err = io.ReadAll(a.Stdin)
+	} else {
+		data, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, inputError{err}
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, inputError{fmt.Errorf("%s is empty: want a JSON array of messages", name)}
+	}
+	return data, nil
+}

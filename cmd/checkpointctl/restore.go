@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"os"
+)
+
+func runRestore(ctx context.Context, a *App, args []string) error {
+	fs := newFlagSet(a, "restore", "SESSION",
+		"Writes one version of SESSION (default: the head) to stdout as the JSON array that was saved,\n"+
+			"verified against the hash recorded at save time.")
+	var k keyFlags
+	var version versionFlag
+	k.register(fs)
+	fs.Var(&version, "version", "version to restore (default: the head)")
+	outFile := fs.String("out", "", "write to this file instead of stdout")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("restore", pos, 1, "SESSION"); err != nil {
+		return err
+	}
+	c, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	conv, _, err := c.Restore(ctx, k.key(pos[0]), version.n)
+	if err != nil {
+		return err
+	}
+	if *outFile != "" {
+		return os.WriteFile(*outFile, conv, 0o600)
+	}
+	if _, err := a.Stdout.Write(conv); err != nil {
+		return err
+	}
+	if a.StdoutIsTerminal {
+		_, err = a.Stdout.Write([]byte("\n"))
+	}
+	return err
+}
