@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -18,13 +17,9 @@ func (c *Client) Restore(ctx context.Context, key Key, version uint64) ([]byte, 
 	if err != nil {
 		return nil, Version{}, err
 	}
-	frames, err := c.read(ctx, v)
+	raw, err := c.read(ctx, v)
 	if err != nil {
 		return nil, Version{}, err
-	}
-	raw, err := codec.DecompressZstd(frames, v.RawBytes)
-	if err != nil {
-		return nil, Version{}, fmt.Errorf("%w: version %d of %s: %v", ErrCorrupt, v.Version, v.Key, err)
 	}
 	if err := snapshot.Verify(v, raw); err != nil {
 		return nil, Version{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
@@ -32,9 +27,9 @@ func (c *Client) Restore(ctx context.Context, key Key, version uint64) ([]byte, 
 	return raw, v, nil
 }
 
-// read fetches the zstd-encoded conversation of v piece by piece.
+// read fetches the conversation of v piece by piece.
 func (c *Client) read(ctx context.Context, v Version) ([]byte, error) {
-	req := wire.ReadRequest{SessionRequest: sessionRequest(v.Key), Version: v.Version, Encoding: wire.EncodingZstd}
+	req := wire.ReadRequest{SessionRequest: sessionRequest(v.Key), Version: v.Version}
 	subject := wire.APISubject(v.Key.Namespace, wire.OpRead)
 	var out []byte
 	for {

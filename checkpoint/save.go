@@ -38,7 +38,21 @@ func WithReason(reason string) SaveOption { return func(o *saveOptions) { o.reas
 
 // Save stores conversation, a JSON array of messages, as the next version of key's session and
 // returns that version. When Save returns nil the version is durable and any process can restore it.
+// Only what the head lacks is stored: resending a grown array costs its new messages (hashing the
+// rest), and a changed or removed message is stored as a rewrite that keeps the old versions.
 func (c *Client) Save(ctx context.Context, key Key, conversation []byte, opts ...SaveOption) (Version, error) {
+	return c.save(ctx, key, conversation, nil, opts)
+}
+
+// Append stores the messages appended to version base (a JSON array of just the new messages) as
+// the next version. base must be the session's head, or the save is refused with ErrConflict: an
+// agent that knows what it added since its last checkpoint sends only that, whatever the
+// conversation's size.
+func (c *Client) Append(ctx context.Context, key Key, base uint64, messages []byte, opts ...SaveOption) (Version, error) {
+	return c.save(ctx, key, messages, &base, opts)
+}
+
+func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *uint64, opts []SaveOption) (Version, error) {
 	key, err := checkKey(key)
 	if err != nil {
 		return Version{}, err
@@ -70,6 +84,9 @@ func (c *Client) Save(ctx context.Context, key Key, conversation []byte, opts ..
 	}
 	if o.expected != nil {
 		msg.Header.Set(wire.HdrExpectedVersion, strconv.FormatUint(*o.expected, 10))
+	}
+	if base != nil {
+		msg.Header.Set(wire.HdrBaseVersion, strconv.FormatUint(*base, 10))
 	}
 	body := codec.CompressZstd(conversation)
 	if limit := int(c.nc.MaxPayload()) - 16*1024; len(body) > limit {

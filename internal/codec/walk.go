@@ -95,3 +95,16 @@ func stringValue(raw []byte) string {
 	_ = json.Unmarshal(raw, &s)
 	return s
 }
+
+// SplitCanonical splits raw, canonical messages joined by ",", into the messages. The bytes are
+// trusted (they were validated when stored, and every read is checked against its hash), so this
+// only finds where each message ends.
+func SplitCanonical(raw []byte) [][]byte {
+	var out [][]byte
+	for i := 0; i < len(raw); {
+		end := skipValue(raw, i)
+		out = append(out, raw[i:end:end])
+		i = end + 1
+	}
+	return out
+}

@@ -24,6 +24,10 @@ type Metrics struct {
 	Requests *prometheus.CounterVec
 	// RequestSeconds is the service time of requests by operation.
 	RequestSeconds *prometheus.HistogramVec
+	// Compactions counts background merges by result: ok, raced (a save came first) or error.
+	Compactions *prometheus.CounterVec
+	// CompactedBytes counts the stored bytes of segments written by merges.
+	CompactedBytes prometheus.Counter
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, on reg.
@@ -55,8 +59,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Service time of requests, by operation.",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2.5, 14),
 		}, []string{"op"}),
+		Compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "compactions_total",
+			Help: "Background merges of stored segments, by result (ok, raced, error).",
+		}, []string{"result"}),
+		CompactedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "compacted_bytes_total",
+			Help: "Stored bytes of the segments written by background merges.",
+		}),
 	}
-	reg.MustRegister(m.Saves, m.SaveSeconds, m.RawBytes, m.StoredBytes, m.Requests, m.RequestSeconds,
+	reg.MustRegister(m.Compactions, m.CompactedBytes, m.Saves, m.SaveSeconds, m.RawBytes, m.StoredBytes, m.Requests, m.RequestSeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -16,56 +16,124 @@ var ErrCorrupt = errors.New("stored checkpoint does not match its hash")
 
 // GetVersion returns version n of key, or its head when n is 0.
 func GetVersion(ctx context.Context, st Store, key wire.Key, n uint64) (wire.Version, error) {
-	if n == 0 {
-		v, _, err := st.Head(ctx, key)
-		return v, err
+	head, _, err := st.Head(ctx, key)
+	if err != nil {
+		return wire.Version{}, err
 	}
-	v, err := st.Version(ctx, key, n)
-	if !errors.Is(err, ErrNotFound) {
-		return v, err
+	if n == 0 || n == head.Version.Version {
+		return head.Version, nil
 	}
-	// The newest version is indexed just after its commit; until then the head record has it.
-	head, _, herr := st.Head(ctx, key)
-	if herr == nil && head.Version == n {
-		return head, nil
+	if n > head.Version.Version {
+		return wire.Version{}, fmt.Errorf("version %d: %w (the head is version %d)", n, ErrNotFound, head.Version.Version)
 	}
-	return wire.Version{}, err
+	return st.Version(ctx, key, n)
 }
 
 // CheckFormat refuses a version record written in a format this code does not know.
 func CheckFormat(v wire.Version) error {
 	if v.Format != wire.VersionFormat {
-		return fmt.Errorf("version %d of %s: %w", v.Version, v.Key, codec.CheckFormatVersion(v.Format))
+		return fmt.Errorf("version %d of %s: %w", v.Version, v.Key,
+			&codec.ValidationError{Err: codec.ErrUnknownFormatVersion, Index: -1, Offset: -1,
+				Detail: fmt.Sprintf("record format %d (this checkpointd reads format %d)", v.Format, wire.VersionFormat)})
 	}
 	return nil
 }
 
-// Read returns the canonical conversation bytes of v, verified against v's hash. A blob may not
-// decompress past the size its reference recorded, so a corrupt store cannot exhaust memory.
-func Read(ctx context.Context, st Store, v wire.Version) ([]byte, error) {
+// SegmentCache keeps decoded segments between reads; nil means no cache.
+type SegmentCache interface {
+	GetOrLoad(id string, load func() ([]byte, error)) ([]byte, error)
+}
+
+// Read returns the canonical conversation of v, verified against v's hash. A read that races a
+// compaction (which replaces segments) starts again from the new layout.
+func Read(ctx context.Context, st Store, v wire.Version, cache SegmentCache) ([]byte, error) {
 	if err := CheckFormat(v); err != nil {
 		return nil, err
 	}
-	var out []byte
-	for _, ref := range v.Blobs {
-		stored, err := st.GetBlob(ctx, v.Key.Namespace, ref)
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var layout Layout
+		if layout, err = layoutOf(ctx, st, v); err != nil {
+			return nil, err
+		}
+		var msgs [][]byte
+		msgs, err = readPrefix(ctx, st, layout, v.Counts.Messages, cache)
+		if errors.Is(err, ErrNotFound) {
+			continue // compacted under us: the head now names other segments
+		}
 		if err != nil {
-			return nil, fmt.Errorf("version %d of %s: blob %s: %w", v.Version, v.Key, ref.ID, err)
+			return nil, err
 		}
-		raw, err := codec.DecodeBlob(stored, ref.RawBytes)
-		if err != nil {
-			return nil, fmt.Errorf("version %d of %s: blob %s: %w", v.Version, v.Key, ref.ID, err)
-		}
-		if out == nil && len(v.Blobs) == 1 {
-			out = raw
-		} else {
-			out = append(out, raw...)
-		}
+		out := make([]byte, 0, v.RawBytes)
+		out = append(out, '[')
+		out = append(out, join(msgs)...)
+		out = append(out, ']')
+		return out, Verify(v, out)
 	}
-	if err := Verify(v, out); err != nil {
-		return nil, err
+	return nil, fmt.Errorf("version %d of %s: %w", v.Version, v.Key, err)
+}
+
+// layoutOf returns the layout of the generation holding v.
+func layoutOf(ctx context.Context, st Store, v wire.Version) (Layout, error) {
+	head, _, err := st.Head(ctx, v.Key)
+	if err != nil {
+		return Layout{}, err
+	}
+	if head.Layout.Gen == v.Gen {
+		return head.Layout, nil
+	}
+	return st.Layout(ctx, v.Key, v.Gen)
+}
+
+// readPrefix returns the first n messages of a layout.
+func readPrefix(ctx context.Context, st Store, l Layout, n int, cache SegmentCache) ([][]byte, error) {
+	out := make([][]byte, 0, n)
+	for _, e := range l.Extents {
+		if len(out) == n {
+			break
+		}
+		raw, err := readSegment(ctx, st, l.Key, e.Segment, cache)
+		if err != nil {
+			return nil, err
+		}
+		msgs := codec.SplitCanonical(raw)
+		if len(msgs) != e.Segment.Messages {
+			return nil, fmt.Errorf("%w: segment %s holds %d messages, its reference says %d", ErrCorrupt, e.Segment.ID, len(msgs), e.Segment.Messages)
+		}
+		out = append(out, msgs[:min(e.Count, n-len(out))]...)
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("%w: generation %d holds %d messages, wanted %d", ErrCorrupt, l.Gen, len(out), n)
 	}
 	return out, nil
+}
+
+// readMessages is readPrefix without a cache, for the save path.
+func readMessages(ctx context.Context, st Store, l Layout, n int) ([][]byte, error) {
+	return readPrefix(ctx, st, l, n, nil)
+}
+
+// readSegment returns a segment's raw bytes, decoded no further than its reference allows.
+func readSegment(ctx context.Context, st Store, key wire.Key, ref SegmentRef, cache SegmentCache) ([]byte, error) {
+	load := func() ([]byte, error) {
+		blob, err := st.GetSegment(ctx, key, ref)
+		if err != nil {
+			return nil, err
+		}
+		return codec.DecodeBlob(blob, ref.RawBytes)
+	}
+	if cache == nil {
+		return load()
+	}
+	return cache.GetOrLoad(wire.EncodeID(key.Namespace)+"/"+ref.ID, load)
+}
+
+// segmentReader returns the messages of a segment, for cutting an extent short.
+func segmentReader(ctx context.Context, st Store, key wire.Key) func(SegmentRef) ([][]byte, error) {
+	return func(ref SegmentRef) ([][]byte, error) {
+		raw, err := readSegment(ctx, st, key, ref, nil)
+		return codec.SplitCanonical(raw), err
+	}
 }
 
 // Verify checks raw against the hash and size v recorded.

@@ -1,9 +1,12 @@
 package snapshot
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -29,20 +32,23 @@ func (e *ConflictError) Error() string {
 // Is makes errors.Is(err, ErrConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
-// SaveRequest is one validated save, ready to become a version.
+// SaveRequest is one save. Payload is a JSON array: the whole conversation, or, with Base set, only
+// the messages appended to version *Base (which must be the head).
 type SaveRequest struct {
-	Key          wire.Key
-	SaveID       string  // idempotency key: a save id already at the head is not stored again
-	Expected     *uint64 // when set, the head must be this version (0: the session must not exist)
-	Writer       string
-	Reason       string
-	Conversation *codec.Conversation
-	Now          time.Time
+	Key      wire.Key
+	SaveID   string  // idempotency key: a save id already at the head is not stored again
+	Expected *uint64 // when set, the head must be this version (0: the session must not exist)
+	Base     *uint64 // when set, Payload holds only the messages appended to this version
+	Writer   string
+	Reason   string
+	Payload  []byte
+	Limits   codec.Limits
+	Now      time.Time
 }
 
 // Saved is the outcome of Save.
 type Saved struct {
-	Version   wire.Version
+	Head      Head
 	Duplicate bool // the save id was already the head; nothing new was written
 }
 
@@ -50,43 +56,49 @@ type Saved struct {
 // another version was committed, so the session is making progress.
 const maxSwapAttempts = 64
 
-// Save makes req the next version of its session. The commit point is the head swap: a crash before
-// it leaves at most an unreferenced blob (harmless, content-addressed), a crash after it leaves the
-// version-index entry to be repaired by the next save.
+// Save makes req the next version of its session, storing only the messages its parent lacks.
+// The commit point is the head swap: a crash before it leaves at most an unreferenced segment, a
+// crash after it leaves the version index entry to be repaired by the next save.
 func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
-	raw := req.Conversation.Encode()
-	sum := sha256.Sum256(raw)
-	id := hex.EncodeToString(sum[:])
-	var ref *wire.BlobRef
-
+	if req.Base != nil {
+		if req.Expected != nil && *req.Expected != *req.Base {
+			return Saved{}, fmt.Errorf("%w: expected version %d and base version %d disagree", ErrBadRequest, *req.Expected, *req.Base)
+		}
+		req.Expected = req.Base
+	}
+	if req.Limits.MaxBytes > 0 && int64(len(req.Payload)) > req.Limits.MaxBytes {
+		return Saved{}, &codec.ValidationError{Err: codec.ErrTooLarge, Index: -1, Offset: -1,
+			Detail: fmt.Sprintf("%d bytes, the limit is %d", len(req.Payload), req.Limits.MaxBytes)}
+	}
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		head, rev, err := st.Head(ctx, req.Key)
 		found := err == nil
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if errors.Is(err, ErrNotFound) {
+			head = emptyHead(req.Key)
+		} else if err != nil {
 			return Saved{}, err
 		}
 		if found && req.SaveID != "" && head.SaveID == req.SaveID {
-			return Saved{Version: head, Duplicate: true}, nil
+			return Saved{Head: head, Duplicate: true}, nil
 		}
-		if req.Expected != nil && *req.Expected != head.Version {
-			return Saved{}, &ConflictError{Key: req.Key, Expected: *req.Expected, Head: head.Version}
+		if req.Expected != nil && *req.Expected != head.Version.Version {
+			return Saved{}, &ConflictError{Key: req.Key, Expected: *req.Expected, Head: head.Version.Version}
 		}
 		if found {
 			// Repair: the previous save may have crashed between its commit and its index write.
-			if err := st.PutVersion(ctx, head); err != nil {
+			if err := st.PutVersion(ctx, head.Version); err != nil {
 				return Saved{}, err
 			}
 		}
-		added := int64(0)
-		if ref == nil {
-			r, n, err := putBlob(ctx, st, req.Key.Namespace, id, raw)
-			if err != nil {
-				return Saved{}, err
-			}
-			ref, added = &r, n
+		p, err := plan(ctx, st, head, found, req)
+		if err != nil {
+			return Saved{}, err
 		}
-		v := newVersion(req, head.Version, "sha256:"+id, *ref, added, int64(len(raw)))
-		switch err := st.SwapHead(ctx, v, rev); {
+		next, merged, err := commitPlan(ctx, st, head, found, req, p)
+		if err != nil {
+			return Saved{}, err
+		}
+		switch err := st.SwapHead(ctx, next, rev); {
 		case errors.Is(err, ErrRevisionMismatch):
 			continue // another writer committed first: look at the new head and try again
 		case err != nil:
@@ -94,49 +106,236 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		}
 		// The version is committed. Should indexing fail, the next save repairs it and reads of the
 		// head don't need it, so the save still succeeded.
-		_ = st.PutVersion(ctx, v)
-		return Saved{Version: v}, nil
+		_ = st.PutVersion(ctx, next.Version)
+		if len(merged) > 0 {
+			// Best effort: a segment left behind is garbage, never a wrong answer.
+			_, _, _ = deleteUnreferenced(ctx, st, next, merged)
+		}
+		return Saved{Head: next}, nil
 	}
-	return Saved{}, fmt.Errorf("session %s: head kept moving after %d attempts", req.Key, maxSwapAttempts)
+	return Saved{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", errUnavailable, req.Key, maxSwapAttempts)
 }
 
-// putBlob stores raw as a blob unless an identical one is already there, and returns its reference
-// and the bytes this call added to storage.
-func putBlob(ctx context.Context, st Store, ns, id string, raw []byte) (wire.BlobRef, int64, error) {
-	ref, err := st.StatBlob(ctx, ns, id)
-	if err == nil {
-		// Same content stored before (a re-save, a revert, another session): reference it.
-		return ref, 0, nil
-	}
-	if !errors.Is(err, ErrNotFound) {
-		return wire.BlobRef{}, 0, err
-	}
-	ref, err = st.PutBlob(ctx, ns, id, int64(len(raw)), codec.EncodeBlob(raw))
-	return ref, ref.StoredBytes, err
+// ErrBadRequest marks a save that contradicts itself.
+var ErrBadRequest = errors.New("bad request")
+
+var errUnavailable = errors.New("temporarily unavailable")
+
+// savePlan is what a save adds: keep the first keep messages of the head's generation, then tail.
+type savePlan struct {
+	keep    int
+	tail    [][]byte    // the new messages, canonical
+	stats   codec.Stats // of the whole new conversation when canon is set, else of tail
+	rewrite bool        // keep < the head's messages: history changed, a new generation
+	canon   []byte      // the whole canonical conversation, when it had to be parsed whole
 }
 
-func newVersion(req SaveRequest, headVersion uint64, hash string, ref wire.BlobRef, added, rawBytes int64) wire.Version {
-	s := req.Conversation.Stats()
+// plan works out what a save adds to the head. The common cases cost only the new messages:
+// a client that sends what it appended (Base), and a client that resends its whole array in
+// canonical form (recognised by hashing the prefix the head already has).
+func plan(ctx context.Context, st Store, head Head, found bool, req SaveRequest) (savePlan, error) {
+	headMsgs := head.Counts.Messages
+	if req.Base != nil {
+		c, err := codec.ParseLimited(req.Payload, req.Limits)
+		if err != nil {
+			return savePlan{}, shift(err, headMsgs, 0)
+		}
+		return appendPlan(headMsgs, c), nil
+	}
+	if found && headMsgs > 0 {
+		if tail, ok := canonicalTail(head, req.Payload); ok {
+			c, err := codec.ParseLimited(tail, req.Limits)
+			if err != nil {
+				return savePlan{}, shift(err, headMsgs, head.RawBytes-1)
+			}
+			return appendPlan(headMsgs, c), nil
+		}
+	}
+	c, err := codec.ParseLimited(req.Payload, req.Limits)
+	if err != nil {
+		return savePlan{}, err
+	}
+	keep := 0
+	if found && headMsgs > 0 {
+		if keep, err = commonPrefix(ctx, st, head, c.Messages); err != nil {
+			return savePlan{}, err
+		}
+	}
+	p := savePlan{keep: keep, tail: toBytes(c.Messages[keep:]), stats: c.Stats(), canon: c.Encode()}
+	p.rewrite = found && keep < headMsgs
+	return p, nil
+}
+
+func appendPlan(keep int, tail *codec.Conversation) savePlan {
+	return savePlan{keep: keep, tail: toBytes(tail.Messages), stats: tail.Stats()}
+}
+
+// canonicalTail recognises payload as the head's canonical bytes plus more messages, hashing only
+// the shared prefix, and returns the new messages as a JSON array.
+func canonicalTail(head Head, payload []byte) ([]byte, bool) {
+	n := head.RawBytes - 1 // the head's bytes without "]"
+	if int64(len(payload)) <= n+1 || payload[n] != ',' {
+		return nil, false
+	}
+	st, err := resumeHashState(head.State)
+	if err != nil {
+		return nil, false
+	}
+	sum := sha256.Sum256(payload[:n])
+	if !bytes.Equal(sum[:], st.prefixSum()) {
+		return nil, false
+	}
+	tail := make([]byte, 0, int64(len(payload))-n)
+	tail = append(tail, '[')
+	return append(tail, payload[n+1:]...), true
+}
+
+// commonPrefix returns how many leading messages msgs shares with the head.
+func commonPrefix(ctx context.Context, st Store, head Head, msgs []json.RawMessage) (int, error) {
+	have, err := readMessages(ctx, st, head.Layout, head.Counts.Messages)
+	if err != nil {
+		return 0, err
+	}
+	k := 0
+	for k < len(have) && k < len(msgs) && bytes.Equal(have[k], msgs[k]) {
+		k++
+	}
+	return k, nil
+}
+
+// emptyHead stands for a session with no version yet: the empty conversation "[]".
+func emptyHead(key wire.Key) Head {
+	hs := newHashState()
+	hs.write([]byte{'['})
+	return Head{Version: wire.Version{Key: key, RawBytes: 2}, State: hs.marshal(), Layout: Layout{Key: key, Gen: 1}}
+}
+
+// commitPlan stores the plan's new segment and returns the head to swap in, and the extents it
+// merged away (when the layout was at HardMaxExtents), to delete once the swap succeeded.
+func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRequest, p savePlan) (Head, []Extent, error) {
+	next := Head{OldGens: head.OldGens}
+	layout := Layout{Key: req.Key, Gen: max(head.Layout.Gen, 1)}
+	counts := head.Counts
+	if p.rewrite || !found {
+		counts = wire.Counts{}
+	}
+	if p.rewrite {
+		// The head's generation stays readable for its versions; the new one starts from the
+		// unchanged prefix.
+		if err := st.PutLayout(ctx, head.Layout); err != nil {
+			return Head{}, nil, err
+		}
+		next.OldGens = append(append([]uint64(nil), head.OldGens...), head.Layout.Gen)
+		layout.Gen = head.Layout.Gen + 1
+		kept, err := prefixExtents(head.Layout, p.keep, segmentReader(ctx, st, req.Key))
+		if err != nil {
+			return Head{}, nil, err
+		}
+		layout.Extents = kept
+	} else if found {
+		layout.Extents = append([]Extent(nil), head.Layout.Extents...)
+	}
+	var added int64
+	if len(p.tail) > 0 {
+		raw := join(p.tail)
+		ref, n, err := putSegment(ctx, st, req.Key, raw, len(p.tail))
+		if err != nil {
+			return Head{}, nil, err
+		}
+		added = n
+		layout.Extents = append(layout.Extents, Extent{Segment: ref, Count: len(p.tail), RawBytes: ref.RawBytes})
+	}
+
+	// The hash: extend the head's state by the new bytes, or hash the whole canonical form.
+	var hs hashState
+	var rawBytes int64
+	if p.canon != nil {
+		hs = newHashState()
+		hs.write(p.canon[:len(p.canon)-1])
+		rawBytes = int64(len(p.canon))
+		counts = toCounts(p.stats)
+	} else {
+		var err error
+		if hs, err = resumeHashState(head.State); err != nil {
+			return Head{}, nil, err
+		}
+		rawBytes = head.RawBytes
+		for i, m := range p.tail {
+			if head.Counts.Messages > 0 || i > 0 {
+				hs.write([]byte{','})
+				rawBytes++
+			}
+			hs.write(m)
+			rawBytes += int64(len(m))
+		}
+		counts = addCounts(head.Counts, p.stats)
+	}
 	reason := req.Reason
 	if reason == "" {
 		reason = wire.ReasonTurn
 	}
-	return wire.Version{
-		Format:      wire.VersionFormat,
-		Key:         req.Key,
-		Version:     headVersion + 1,
-		Parent:      headVersion,
-		Hash:        hash,
-		SaveID:      req.SaveID,
-		Writer:      req.Writer,
-		Reason:      reason,
-		Created:     req.Now.UTC(),
-		RawBytes:    rawBytes,
-		StoredBytes: added,
-		Counts: wire.Counts{
-			Messages: s.Messages, User: s.User, Assistant: s.Assistant,
-			ToolResult: s.ToolResult, Extension: s.Extension, ToolCalls: s.ToolCalls,
-		},
-		Blobs: []wire.BlobRef{ref},
+	next.Version = wire.Version{
+		Format: wire.VersionFormat, Key: req.Key, Version: head.Version.Version + 1, Parent: head.Version.Version,
+		Hash: hs.hash(), SaveID: req.SaveID, Writer: req.Writer, Reason: reason, Created: req.Now.UTC(),
+		RawBytes: rawBytes, StoredBytes: added, Counts: counts, Gen: layout.Gen,
 	}
+	var merged []Extent
+	if len(layout.Extents) > HardMaxExtents {
+		var err error
+		if layout.Extents, merged, _, err = mergeRun(ctx, st, req.Key, layout.Extents, mergeFrom(layout.Extents)); err != nil {
+			return Head{}, nil, err
+		}
+	}
+	next.State = hs.marshal()
+	next.Layout = layout
+	return next, merged, nil
+}
+
+// putSegment stores raw as a new segment and returns its reference and the bytes it added. Every
+// segment gets a fresh id, never shared by two writes: so a segment that compaction merged away can
+// only be referred to by heads the compaction's swap already replaced, and deleting it is safe.
+func putSegment(ctx context.Context, st Store, key wire.Key, raw []byte, messages int) (SegmentRef, int64, error) {
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return SegmentRef{}, 0, err
+	}
+	blob := codec.EncodeBlob(raw)
+	ref, err := st.PutSegment(ctx, key, SegmentRef{ID: hex.EncodeToString(id[:]), Messages: messages,
+		RawBytes: int64(len(raw)), StoredBytes: int64(len(blob))}, blob)
+	return ref, ref.StoredBytes, err
+}
+
+// shift renumbers a validation error in the appended messages to the whole conversation: message
+// indexes by the messages before them, byte offsets by the bytes before them.
+func shift(err error, messages int, offset int64) error {
+	var ve *codec.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	c := *ve
+	if c.Index >= 0 {
+		c.Index += messages
+	}
+	if c.Offset >= 0 {
+		c.Offset += offset
+	}
+	return &c
+}
+
+func toBytes(msgs []json.RawMessage) [][]byte {
+	out := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		out[i] = m
+	}
+	return out
+}
+
+func toCounts(s codec.Stats) wire.Counts {
+	return wire.Counts{Messages: s.Messages, User: s.User, Assistant: s.Assistant, ToolResult: s.ToolResult, Extension: s.Extension, ToolCalls: s.ToolCalls}
+}
+
+func addCounts(c wire.Counts, s codec.Stats) wire.Counts {
+	t := toCounts(s)
+	return wire.Counts{Messages: c.Messages + t.Messages, User: c.User + t.User, Assistant: c.Assistant + t.Assistant,
+		ToolResult: c.ToolResult + t.ToolResult, Extension: c.Extension + t.Extension, ToolCalls: c.ToolCalls + t.ToolCalls}
 }

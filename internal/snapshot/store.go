@@ -20,28 +20,32 @@ var (
 // Store is what the domain needs from storage. Every method is safe for concurrent use, also by
 // several processes sharing one store.
 type Store interface {
-	// Head returns the head version of key and the revision to pass to SwapHead.
-	// It returns ErrNotFound if the session has no version yet.
-	Head(ctx context.Context, key wire.Key) (wire.Version, uint64, error)
-	// SwapHead makes v the head of v.Key if the head is still at revision rev (0: no head yet).
-	// It returns ErrRevisionMismatch if another writer moved the head first. This is the commit point
-	// of a version.
-	SwapHead(ctx context.Context, v wire.Version, rev uint64) error
-	// PutVersion indexes an already committed version so that Version finds it. It is idempotent:
-	// versions are immutable, and a version already indexed is left as it is.
+	// Head returns the head of key and the revision to pass to SwapHead, or ErrNotFound.
+	Head(ctx context.Context, key wire.Key) (Head, uint64, error)
+	// SwapHead makes h the head of h.Key if the head is still at revision rev (0: no head yet), or
+	// returns ErrRevisionMismatch. It is the commit point of a version, and of a compaction.
+	SwapHead(ctx context.Context, h Head, rev uint64) error
+	// Heads returns the head of every session in namespace ("" for every namespace).
+	Heads(ctx context.Context, namespace string) ([]Head, error)
+
+	// PutVersion indexes a committed version so that Version finds it. Versions are immutable, so
+	// it is idempotent: a version already indexed is left as it is.
 	PutVersion(ctx context.Context, v wire.Version) error
 	// Version returns version n of key from the index, or ErrNotFound.
 	Version(ctx context.Context, key wire.Key, n uint64) (wire.Version, error)
 	// Versions returns every indexed version of key, oldest first.
 	Versions(ctx context.Context, key wire.Key) ([]wire.Version, error)
-	// Heads returns the head of every session in namespace ("" for every namespace).
-	Heads(ctx context.Context, namespace string) ([]wire.Version, error)
 
-	// StatBlob returns the reference of blob id of namespace if it is stored whole, or ErrNotFound.
-	StatBlob(ctx context.Context, namespace, id string) (wire.BlobRef, error)
-	// PutBlob stores data as blob id of namespace and returns its reference. Writing the same id twice
-	// is harmless: blobs are named by their content.
-	PutBlob(ctx context.Context, namespace, id string, rawBytes int64, data []byte) (wire.BlobRef, error)
-	// GetBlob returns the stored bytes of a blob, or ErrNotFound.
-	GetBlob(ctx context.Context, namespace string, ref wire.BlobRef) ([]byte, error)
+	// PutLayout keeps the layout of a generation that is no longer the head's.
+	PutLayout(ctx context.Context, l Layout) error
+	// Layout returns the kept layout of generation gen of key, or ErrNotFound.
+	Layout(ctx context.Context, key wire.Key, gen uint64) (Layout, error)
+
+	// PutSegment stores a new segment's blob (codec.EncodeBlob of its raw bytes) and returns its
+	// reference, with Chunks filled in.
+	PutSegment(ctx context.Context, key wire.Key, ref SegmentRef, blob []byte) (SegmentRef, error)
+	// GetSegment returns a segment's blob, or ErrNotFound.
+	GetSegment(ctx context.Context, key wire.Key, ref SegmentRef) ([]byte, error)
+	// DeleteSegment removes a segment no layout refers to any more.
+	DeleteSegment(ctx context.Context, key wire.Key, ref SegmentRef) error
 }

@@ -24,9 +24,9 @@ func newByteCache(maxBytes int64) *byteCache {
 	return &byteCache{max: maxBytes, order: list.New(), items: map[string]*list.Element{}}
 }
 
-// getOrLoad returns the cached bytes of key, or loads and (if they fit) caches them. Two concurrent
+// GetOrLoad returns the cached bytes of key, or loads and (if they fit) caches them. Two concurrent
 // misses may both load; that costs work, never correctness.
-func (c *byteCache) getOrLoad(key string, load func() ([]byte, error)) ([]byte, error) {
+func (c *byteCache) GetOrLoad(key string, load func() ([]byte, error)) ([]byte, error) {
 	c.mu.Lock()
 	if e, ok := c.items[key]; ok {
 		c.order.MoveToFront(e)

@@ -22,6 +22,7 @@ type Config struct {
 	RequestTimeout     time.Duration // upper bound on one service request, including waiting for ingest
 	Lanes              int           // sessions settled in parallel by this instance
 	CacheBytes         int64         // read cache size
+	CompactIdle        time.Duration // merge a session whole once it has had no save for this long (0: never)
 	Version            string        // reported by the service (semver)
 	Logger             *slog.Logger
 	Metrics            *metrics.Metrics
@@ -36,6 +37,7 @@ func DefaultConfig() Config {
 		RequestTimeout:     15 * time.Second, // above ackWait: a read can outwait a dead daemon's claim
 		Lanes:              8,
 		CacheBytes:         64 << 20,
+		CompactIdle:        2 * time.Second,
 		Version:            "0.1.0",
 	}
 }
@@ -62,11 +64,12 @@ func (c Config) Validate() error {
 // Daemon is one checkpointd instance: it settles saves from the ingest stream and serves reads.
 // Several may run against one JetStream deployment.
 type Daemon struct {
-	cfg   Config
-	in    *ingester
-	svc   *service
-	Store *Store
-	ready atomic.Bool
+	cfg       Config
+	in        *ingester
+	svc       *service
+	compactor *compactor
+	Store     *Store
+	ready     atomic.Bool
 }
 
 // Open sets up streams and buckets (idempotently), then starts ingesting and serving.
@@ -92,9 +95,11 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := d.svc.start(); err != nil {
 		return nil, err
 	}
+	d.compactor = newCompactor(store, cfg.Logger, cfg.Metrics, cfg.CompactIdle)
 	d.in = &ingester{js: js, st: st, store: store, maxBytes: cfg.MaxCheckpointBytes, log: cfg.Logger,
-		m: cfg.Metrics, now: time.Now}
+		m: cfg.Metrics, now: time.Now, compactor: d.compactor}
 	if err := d.in.start(ctx, cfg.Lanes); err != nil {
+		d.compactor.stop()
 		_ = d.svc.stop(ctx)
 		return nil, err
 	}
@@ -111,5 +116,6 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.ready.Store(false)
 	err := d.svc.stop(ctx)
 	d.in.shutdown(ctx)
+	d.compactor.stop()
 	return err
 }

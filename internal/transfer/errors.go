@@ -45,7 +45,7 @@ func toWireError(err error) *wire.Error {
 		e.Head = &ce.Head
 	case errors.Is(err, snapshot.ErrNotFound):
 		e.Code = wire.CodeNotFound
-	case errors.Is(err, wire.ErrInvalidID), errors.Is(err, errBadRequest):
+	case errors.Is(err, wire.ErrInvalidID), errors.Is(err, errBadRequest), errors.Is(err, snapshot.ErrBadRequest):
 		e.Code = wire.CodeBadRequest
 	case isTransient(err):
 		e.Code = wire.CodeUnavailable

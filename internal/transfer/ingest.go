@@ -31,6 +31,8 @@ type ingester struct {
 	log      *slog.Logger
 	m        *metrics.Metrics
 	now      func() time.Time
+	// compactor merges the segments of sessions this daemon saved to.
+	compactor *compactor
 
 	cc    jetstream.ConsumeContext
 	lanes []chan jetstream.Msg
@@ -220,6 +222,13 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 		}
 		req.Expected = &n
 	}
+	if s := h.Get(wire.HdrBaseVersion); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return refuse(fmt.Errorf("%w: header %s: %q is not a version number", errBadRequest, wire.HdrBaseVersion, s))
+		}
+		req.Base = &n
+	}
 	if s := h.Get(wire.HdrFormat); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -255,20 +264,21 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 	default:
 		return refuse(fmt.Errorf("%w: header %s: unknown encoding %q (want identity or zstd)", errBadRequest, wire.HdrEncoding, enc))
 	}
-	conv, err := codec.ParseLimited(body, codec.Limits{MaxBytes: in.maxBytes})
-	if err != nil {
-		return refuse(err)
-	}
-	req.Conversation = conv
+	req.Payload, req.Limits = body, codec.Limits{MaxBytes: in.maxBytes}
 	saved, err := snapshot.Save(ctx, in.store, req)
 	var ce *snapshot.ConflictError
+	var ve *codec.ValidationError
 	switch {
-	case errors.As(err, &ce), errors.Is(err, snapshot.ErrCorrupt):
+	case errors.As(err, &ce), errors.As(err, &ve), errors.Is(err, snapshot.ErrBadRequest), errors.Is(err, snapshot.ErrCorrupt):
 		return refuse(err)
 	case err != nil:
 		return wire.SaveResult{}, 0, err
 	}
-	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &saved.Version}, chunks, nil
+	if !saved.Duplicate && snapshot.NeedsCompaction(saved.Head, false) {
+		in.compactor.due(key)
+	}
+	in.compactor.touched(key)
+	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &saved.Head.Version}, chunks, nil
 }
 
 // gather reads the n pieces of a large save from CP_CHUNKS, in order.

@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -193,9 +192,13 @@ func (s *service) list(ctx context.Context, ns string, body []byte) (reply, erro
 	if err := s.awaitIngest(ctx, subject); err != nil {
 		return reply{}, err
 	}
-	heads, err := s.store.Heads(ctx, ns)
+	all, err := s.store.Heads(ctx, ns)
 	if err != nil {
 		return reply{}, err
+	}
+	heads := make([]wire.Version, len(all))
+	for i, h := range all {
+		heads[i] = h.Version
 	}
 	if req.Session != "" {
 		heads = slices.DeleteFunc(heads, func(v wire.Version) bool { return v.Key.Session != req.Session })
@@ -226,8 +229,8 @@ func (s *service) history(ctx context.Context, ns string, body []byte) (reply, e
 	if err != nil {
 		return reply{}, err
 	}
-	if n := len(versions); n == 0 || versions[n-1].Version < head.Version {
-		versions = append(versions, head) // committed, not yet indexed
+	if n := len(versions); n == 0 || versions[n-1].Version < head.Version.Version {
+		versions = append(versions, head.Version) // committed, not yet indexed
 	}
 	return jsonReply(wire.HistoryReply{Versions: versions})
 }
@@ -269,16 +272,17 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	if req.Version == 0 {
 		return reply{}, fmt.Errorf("%w: read needs an exact version (ask %s for the head first)", errBadRequest, wire.OpGet)
 	}
-	enc := cmp.Or(req.Encoding, wire.EncodingIdentity)
-	if enc != wire.EncodingIdentity && enc != wire.EncodingZstd {
-		return reply{}, fmt.Errorf("%w: unknown encoding %q (want identity or zstd)", errBadRequest, enc)
+	if enc := cmp.Or(req.Encoding, wire.EncodingIdentity); enc != wire.EncodingIdentity {
+		return reply{}, fmt.Errorf("%w: unknown encoding %q (reads are served as identity)", errBadRequest, enc)
 	}
 	v, err := s.version(ctx, ns, req.SessionRequest, req.Version)
 	if err != nil {
 		return reply{}, err
 	}
-	data, err := s.cache.getOrLoad(enc+"/"+v.Key.Namespace+"/"+v.Hash, func() ([]byte, error) {
-		return s.encoded(ctx, v, enc)
+	// Versions are immutable, so the assembled conversation is cached by its hash: the pieces of one
+	// large read cost one assembly.
+	data, err := s.cache.GetOrLoad("conv/"+wire.EncodeID(v.Key.Namespace)+"/"+v.Hash, func() ([]byte, error) {
+		return snapshot.Read(ctx, s.store, v, s.cache)
 	})
 	if err != nil {
 		return reply{}, err
@@ -291,30 +295,8 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	return reply{data: data[req.Offset:end], hdr: micro.Headers{
 		wire.HdrTotal:    {strconv.FormatInt(total, 10)},
 		wire.HdrOffset:   {strconv.FormatInt(req.Offset, 10)},
-		wire.HdrEncoding: {enc},
+		wire.HdrEncoding: {wire.EncodingIdentity},
 	}}, nil
-}
-
-// encoded is the whole reply body a read serves in pieces: the canonical JSON, or zstd frames that
-// decompress to it. The zstd form is the stored frames as they are, so pieces served by different
-// daemons always fit together.
-func (s *service) encoded(ctx context.Context, v wire.Version, enc string) ([]byte, error) {
-	if enc == wire.EncodingIdentity {
-		return snapshot.Read(ctx, s.store, v)
-	}
-	var out []byte
-	for _, ref := range v.Blobs {
-		stored, err := s.store.GetBlob(ctx, v.Key.Namespace, ref)
-		if err != nil {
-			return nil, err
-		}
-		frame, err := codec.BlobPayload(stored)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, frame...)
-	}
-	return out, nil
 }
 
 // maxReply leaves room for headers under the server's max_payload.

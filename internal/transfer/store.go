@@ -17,17 +17,18 @@ import (
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
-// Store keeps versions on JetStream key-value buckets:
+// Store keeps sessions on JetStream key-value buckets:
 //
-//	cp_heads     <ns>.<session>.<agent>        → head Version (JSON); its revision is the CAS token
-//	cp_versions  <ns>.<session>.<agent>.<n>    → Version n (JSON), written once
-//	cp_blobs     <ns>.<blob id>.<i>            → piece i of a stored blob
-//	             <ns>.<blob id>.m              → the blob's BlobRef (JSON), written after every piece
+//	cp_heads     <ns>.<session>.<agent>             → the head (snapshot.Head, JSON); its revision is the CAS token
+//	cp_versions  <ns>.<session>.<agent>.<n>         → version record n (JSON), written once
+//	cp_layouts   <ns>.<session>.<agent>.<gen>       → the layout of an older generation (JSON)
+//	cp_segments  <ns>.<session>.<agent>.<id>.<i>    → piece i of a segment's blob
 //
 // Ids are encoded with wire.EncodeID, so no user string can change what a key means.
 type Store struct {
-	heads, versions, blobs jetstream.KeyValue
-	chunkSize              int
+	heads, versions, layouts, segments jetstream.KeyValue
+	segStream                          jetstream.Stream // the stream under cp_segments, for purging without markers
+	chunkSize                          int
 }
 
 var _ snapshot.Store = (*Store)(nil)
@@ -35,15 +36,12 @@ var _ snapshot.Store = (*Store)(nil)
 // StoreConfig sets up the buckets.
 type StoreConfig struct {
 	Replicas int // JetStream replicas of each bucket (1 on a single server, 3 in a cluster)
-	// ChunkSize is the largest piece a blob is cut into; it must fit the server's max_payload.
+	// ChunkSize is the largest piece a segment is cut into; it must fit the server's max_payload.
 	ChunkSize int
 }
 
 // OpenStore creates the buckets if they are missing and returns a Store over them.
 func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*Store, error) {
-	if cfg.Replicas < 1 {
-		cfg.Replicas = 1
-	}
 	if cfg.ChunkSize <= 0 {
 		return nil, errors.New("store: chunk size must be positive")
 	}
@@ -53,49 +51,56 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 		name string
 		desc string
 	}{
-		{&s.heads, wire.BucketHeads, "checkpointd: head version of each session"},
+		{&s.heads, wire.BucketHeads, "checkpointd: the head of each session: its version and where its messages are"},
 		{&s.versions, wire.BucketVersion, "checkpointd: every version record"},
-		{&s.blobs, wire.BucketBlobs, "checkpointd: compressed conversation blobs"},
+		{&s.layouts, wire.BucketLayouts, "checkpointd: where the messages of older generations are"},
+		{&s.segments, wire.BucketSegment, "checkpointd: compressed runs of messages"},
 	} {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      b.name,
 			Description: b.desc,
 			History:     1,
 			Storage:     jetstream.FileStorage,
-			Replicas:    cfg.Replicas,
+			Replicas:    max(cfg.Replicas, 1),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("store: bucket %s: %w", b.name, err)
 		}
 		*b.kv = kv
 	}
+	var err error
+	if s.segStream, err = js.Stream(ctx, "KV_"+wire.BucketSegment); err != nil {
+		return nil, fmt.Errorf("store: bucket %s: %w", wire.BucketSegment, err)
+	}
 	return s, nil
 }
 
 func versionKey(k wire.Key, n uint64) string { return k.Token() + "." + strconv.FormatUint(n, 10) }
 
-func blobKey(ns, id, part string) string { return wire.EncodeID(ns) + "." + id + "." + part }
+func segmentKey(k wire.Key, id string, part int) string {
+	return k.Token() + "." + id + "." + strconv.Itoa(part)
+}
 
 // Head implements snapshot.Store.
-func (s *Store) Head(ctx context.Context, key wire.Key) (wire.Version, uint64, error) {
+func (s *Store) Head(ctx context.Context, key wire.Key) (snapshot.Head, uint64, error) {
 	e, err := s.heads.Get(ctx, key.Token())
 	if err != nil {
-		return wire.Version{}, 0, mapKVErr(err)
+		return snapshot.Head{}, 0, mapKVErr(err)
 	}
-	v, err := decodeVersion(e.Value())
-	return v, e.Revision(), err
+	var h snapshot.Head
+	return h, e.Revision(), decode(e.Value(), &h)
 }
 
 // SwapHead implements snapshot.Store.
-func (s *Store) SwapHead(ctx context.Context, v wire.Version, rev uint64) error {
-	data, err := json.Marshal(v)
+func (s *Store) SwapHead(ctx context.Context, h snapshot.Head, rev uint64) error {
+	data, err := json.Marshal(h)
 	if err != nil {
 		return err
 	}
 	if rev == 0 {
-		_, err = s.heads.Create(ctx, v.Key.Token(), data)
+		_, err = s.heads.Create(ctx, h.Key.Token(), data)
 	} else {
-		_, err = s.heads.Update(ctx, v.Key.Token(), data, rev)
+		_, err = s.heads.Update(ctx, h.Key.Token(), data, rev)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return snapshot.ErrRevisionMismatch
@@ -103,102 +108,114 @@ func (s *Store) SwapHead(ctx context.Context, v wire.Version, rev uint64) error 
 	return err
 }
 
-// PutVersion implements snapshot.Store.
-func (s *Store) PutVersion(ctx context.Context, v wire.Version) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = s.versions.Create(ctx, versionKey(v.Key, v.Version), data)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return nil // versions are immutable: the one there is this one
-	}
-	return err
-}
-
-// Version implements snapshot.Store.
-func (s *Store) Version(ctx context.Context, key wire.Key, n uint64) (wire.Version, error) {
-	e, err := s.versions.Get(ctx, versionKey(key, n))
-	if err != nil {
-		return wire.Version{}, mapKVErr(err)
-	}
-	return decodeVersion(e.Value())
-}
-
-// Versions implements snapshot.Store.
-func (s *Store) Versions(ctx context.Context, key wire.Key) ([]wire.Version, error) {
-	vs, err := watchAll(ctx, s.versions, key.Token()+".*")
-	slices.SortFunc(vs, func(a, b wire.Version) int { return cmp.Compare(a.Version, b.Version) })
-	return vs, err
-}
-
 // Heads implements snapshot.Store.
-func (s *Store) Heads(ctx context.Context, namespace string) ([]wire.Version, error) {
+func (s *Store) Heads(ctx context.Context, namespace string) ([]snapshot.Head, error) {
 	filter := ">"
 	if namespace != "" {
 		filter = wire.EncodeID(namespace) + ".>"
 	}
-	return watchAll(ctx, s.heads, filter)
+	return watchAll[snapshot.Head](ctx, s.heads, filter)
 }
 
-// StatBlob implements snapshot.Store.
-func (s *Store) StatBlob(ctx context.Context, ns, id string) (wire.BlobRef, error) {
-	e, err := s.blobs.Get(ctx, blobKey(ns, id, "m"))
+// PutVersion implements snapshot.Store.
+func (s *Store) PutVersion(ctx context.Context, v wire.Version) error {
+	return s.create(ctx, s.versions, versionKey(v.Key, v.Version), v)
+}
+
+// Version implements snapshot.Store.
+func (s *Store) Version(ctx context.Context, key wire.Key, n uint64) (wire.Version, error) {
+	var v wire.Version
+	return v, s.get(ctx, s.versions, versionKey(key, n), &v)
+}
+
+// Versions implements snapshot.Store.
+func (s *Store) Versions(ctx context.Context, key wire.Key) ([]wire.Version, error) {
+	vs, err := watchAll[wire.Version](ctx, s.versions, key.Token()+".*")
+	slices.SortFunc(vs, func(a, b wire.Version) int { return cmp.Compare(a.Version, b.Version) })
+	return vs, err
+}
+
+// PutLayout implements snapshot.Store.
+func (s *Store) PutLayout(ctx context.Context, l snapshot.Layout) error {
+	data, err := json.Marshal(l)
 	if err != nil {
-		return wire.BlobRef{}, mapKVErr(err)
+		return err
 	}
-	var ref wire.BlobRef
-	if err := json.Unmarshal(e.Value(), &ref); err != nil {
-		return wire.BlobRef{}, fmt.Errorf("blob %s: manifest: %w", id, err)
-	}
-	return ref, nil
+	_, err = s.layouts.Put(ctx, versionKey(l.Key, l.Gen), data)
+	return err
 }
 
-// PutBlob implements snapshot.Store. The manifest goes last, so a blob is visible to StatBlob only
-// once every piece is stored.
-func (s *Store) PutBlob(ctx context.Context, ns, id string, rawBytes int64, data []byte) (wire.BlobRef, error) {
-	ref := wire.BlobRef{ID: id, RawBytes: rawBytes, StoredBytes: int64(len(data))}
-	for off := 0; off < len(data) || ref.Chunks == 0; off += s.chunkSize {
-		end := min(off+s.chunkSize, len(data))
-		if _, err := s.blobs.Put(ctx, blobKey(ns, id, strconv.Itoa(ref.Chunks)), data[off:end]); err != nil {
-			return wire.BlobRef{}, fmt.Errorf("blob %s: piece %d: %w", id, ref.Chunks, err)
+// Layout implements snapshot.Store.
+func (s *Store) Layout(ctx context.Context, key wire.Key, gen uint64) (snapshot.Layout, error) {
+	var l snapshot.Layout
+	return l, s.get(ctx, s.layouts, versionKey(key, gen), &l)
+}
+
+// PutSegment implements snapshot.Store.
+func (s *Store) PutSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef, blob []byte) (snapshot.SegmentRef, error) {
+	ref.Chunks = 0
+	for off := 0; off < len(blob) || ref.Chunks == 0; off += s.chunkSize {
+		end := min(off+s.chunkSize, len(blob))
+		if _, err := s.segments.Put(ctx, segmentKey(key, ref.ID, ref.Chunks), blob[off:end]); err != nil {
+			return snapshot.SegmentRef{}, fmt.Errorf("segment %s: piece %d: %w", ref.ID, ref.Chunks, err)
 		}
 		ref.Chunks++
 	}
-	manifest, err := json.Marshal(ref)
-	if err != nil {
-		return wire.BlobRef{}, err
-	}
-	if _, err := s.blobs.Put(ctx, blobKey(ns, id, "m"), manifest); err != nil {
-		return wire.BlobRef{}, fmt.Errorf("blob %s: manifest: %w", id, err)
-	}
 	return ref, nil
 }
 
-// GetBlob implements snapshot.Store.
-func (s *Store) GetBlob(ctx context.Context, ns string, ref wire.BlobRef) ([]byte, error) {
+// GetSegment implements snapshot.Store.
+func (s *Store) GetSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef) ([]byte, error) {
 	out := make([]byte, 0, ref.StoredBytes)
 	for i := 0; i < ref.Chunks; i++ {
-		e, err := s.blobs.Get(ctx, blobKey(ns, ref.ID, strconv.Itoa(i)))
+		e, err := s.segments.Get(ctx, segmentKey(key, ref.ID, i))
 		if err != nil {
-			return nil, fmt.Errorf("piece %d of %d: %w", i, ref.Chunks, mapKVErr(err))
+			return nil, fmt.Errorf("segment %s: piece %d of %d: %w", ref.ID, i, ref.Chunks, mapKVErr(err))
 		}
 		out = append(out, e.Value()...)
 	}
 	if int64(len(out)) != ref.StoredBytes {
-		return nil, fmt.Errorf("%w: blob %s is %d bytes, its manifest says %d", snapshot.ErrCorrupt, ref.ID, len(out), ref.StoredBytes)
+		return nil, fmt.Errorf("%w: segment %s is %d bytes, its reference says %d", snapshot.ErrCorrupt, ref.ID, len(out), ref.StoredBytes)
 	}
 	return out, nil
 }
 
+// DeleteSegment implements snapshot.Store. It purges the segment's messages from the bucket's
+// stream rather than deleting its keys, which would leave a marker per piece behind.
+func (s *Store) DeleteSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef) error {
+	subject := "$KV." + wire.BucketSegment + "." + key.Token() + "." + ref.ID + ".>"
+	return s.segStream.Purge(ctx, jetstream.WithPurgeSubject(subject))
+}
+
+// create writes v under key unless the key exists: the records written so are immutable.
+func (s *Store) create(ctx context.Context, kv jetstream.KeyValue, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Create(ctx, key, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return nil
+	}
+	return err
+}
+
+func (s *Store) get(ctx context.Context, kv jetstream.KeyValue, key string, v any) error {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return mapKVErr(err)
+	}
+	return decode(e.Value(), v)
+}
+
 // watchAll returns the current value of every key matching filter.
-func watchAll(ctx context.Context, kv jetstream.KeyValue, filter string) ([]wire.Version, error) {
+func watchAll[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T, error) {
 	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}
 	defer w.Stop()
-	var out []wire.Version
+	var out []T
 	for {
 		select {
 		case <-ctx.Done():
@@ -207,8 +224,8 @@ func watchAll(ctx context.Context, kv jetstream.KeyValue, filter string) ([]wire
 			if e == nil { // the initial values are all delivered
 				return out, nil
 			}
-			v, err := decodeVersion(e.Value())
-			if err != nil {
+			var v T
+			if err := decode(e.Value(), &v); err != nil {
 				return nil, fmt.Errorf("key %s: %w", e.Key(), err)
 			}
 			out = append(out, v)
@@ -216,12 +233,11 @@ func watchAll(ctx context.Context, kv jetstream.KeyValue, filter string) ([]wire
 	}
 }
 
-func decodeVersion(data []byte) (wire.Version, error) {
-	var v wire.Version
-	if err := json.Unmarshal(data, &v); err != nil {
-		return v, fmt.Errorf("%w: version record: %v", snapshot.ErrCorrupt, err)
+func decode(data []byte, v any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: stored record: %v", snapshot.ErrCorrupt, err)
 	}
-	return v, nil
+	return nil
 }
 
 func mapKVErr(err error) error {

@@ -52,7 +52,8 @@ const (
 	StreamResults = "CP_RESULTS"
 	BucketHeads   = "cp_heads"
 	BucketVersion = "cp_versions"
-	BucketBlobs   = "cp_blobs"
+	BucketLayouts = "cp_layouts"
+	BucketSegment = "cp_segments"
 	ServiceName   = "checkpointd"
 )
 
@@ -65,8 +66,9 @@ const (
 	HdrReason          = "Cp-Reason"
 	HdrFormat          = "Cp-Format"
 	HdrEncoding        = "Cp-Encoding"
-	HdrChunks          = "Cp-Chunks" // on a save: its body is in this many messages on ChunkSubject
-	HdrChunk           = "Cp-Chunk"  // on a chunk: its index, from 0
+	HdrBaseVersion     = "Cp-Base-Version" // on a save: the body holds only the messages appended to this version
+	HdrChunks          = "Cp-Chunks"       // on a save: its body is in this many messages on ChunkSubject
+	HdrChunk           = "Cp-Chunk"        // on a chunk: its index, from 0
 	// Reply headers of OpRead.
 	HdrTotal  = "Cp-Total"
 	HdrOffset = "Cp-Offset"
@@ -75,7 +77,7 @@ const (
 	HdrServiceError     = "Nats-Service-Error"
 )
 
-// Encodings of a save body or a read reply.
+// Encodings of a save body (identity or zstd) or a read reply (identity).
 const (
 	EncodingIdentity = "identity"
 	EncodingZstd     = "zstd"
@@ -99,8 +101,9 @@ func ValidReason(r string) bool {
 	return false
 }
 
-// VersionFormat is the format of a version record this code writes.
-const VersionFormat = 1
+// VersionFormat is the format of a version record this code writes. Format 1 (whole-conversation
+// blobs) was replaced before any release and is refused.
+const VersionFormat = 2
 
 // Version is the immutable record of one checkpoint version, as stored and as served.
 type Version struct {
@@ -114,9 +117,9 @@ type Version struct {
 	Reason      string    `json:"reason"`
 	Created     time.Time `json:"created"`
 	RawBytes    int64     `json:"rawBytes"`    // canonical JSON size
-	StoredBytes int64     `json:"storedBytes"` // compressed bytes this version added to storage
+	StoredBytes int64     `json:"storedBytes"` // compressed bytes this save added to storage (its new messages)
 	Counts      Counts    `json:"counts"`
-	Blobs       []BlobRef `json:"blobs"` // where the conversation's bytes are, in order
+	Gen         uint64    `json:"gen"` // the storage generation holding its messages (docs/format.md)
 }
 
 // Counts are the message counts of a version.
@@ -127,14 +130,6 @@ type Counts struct {
 	ToolResult int `json:"toolResult"`
 	Extension  int `json:"extension"`
 	ToolCalls  int `json:"toolCalls"`
-}
-
-// BlobRef points at one stored blob (content-addressed within a namespace).
-type BlobRef struct {
-	ID          string `json:"id"` // hex SHA-256 of the blob's raw (uncompressed) bytes
-	Chunks      int    `json:"chunks"`
-	RawBytes    int64  `json:"rawBytes"`
-	StoredBytes int64  `json:"storedBytes"`
 }
 
 // SessionRequest names one session of the namespace in the subject.
@@ -156,7 +151,7 @@ type ReadRequest struct {
 	SessionRequest
 	Version  uint64 `json:"version"`
 	Offset   int64  `json:"offset,omitempty"`
-	Encoding string `json:"encoding,omitempty"` // EncodingIdentity (default) or EncodingZstd
+	Encoding string `json:"encoding,omitempty"` // EncodingIdentity, the only one served (default)
 }
 
 // ListRequest filters OpList.

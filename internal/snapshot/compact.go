@@ -1,0 +1,143 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// MaxExtents is how many extents a head's layout may have before a background compaction is due.
+const MaxExtents = 8
+
+// HardMaxExtents bounds how many segments a restore reads, however many versions a session has
+// and however busy it is: a save that would pass it merges the tail itself (background merges can
+// keep losing their swap to the saves of a busy session).
+const HardMaxExtents = 2 * MaxExtents
+
+// NeedsCompaction reports whether the head's layout is due for merging: always past MaxExtents,
+// and, when the session is idle (full), whenever it has more than one extent.
+func NeedsCompaction(h Head, full bool) bool {
+	n := len(h.Layout.Extents)
+	return n > MaxExtents || full && n > 1
+}
+
+// Compacted describes one compaction.
+type Compacted struct {
+	Merged     int   // extents merged into one segment
+	Deleted    int   // segments deleted because no layout referred to them any more
+	WroteBytes int64 // stored bytes of the new segment
+	FreedBytes int64 // stored bytes of the deleted segments
+}
+
+// Compact merges extents of the head's layout into one segment: with full, all of them (the
+// session is idle, so one segment compresses best and reads fastest); otherwise a tail run chosen
+// so that extents shrink geometrically towards the end, which bounds both their number and how
+// often a message is rewritten (O(log n)). Only the layout changes; versions are untouched. If a
+// save moves the head meanwhile, nothing is committed and ErrRevisionMismatch is returned: the
+// caller tries again later. Segments no layout refers to any more are deleted.
+func Compact(ctx context.Context, st Store, key wire.Key, full bool) (Compacted, error) {
+	head, rev, err := st.Head(ctx, key)
+	if err != nil {
+		return Compacted{}, err
+	}
+	if !NeedsCompaction(head, full) {
+		return Compacted{}, nil
+	}
+	from := 0
+	if !full {
+		from = mergeFrom(head.Layout.Extents)
+	}
+	extents, merged, wrote, err := mergeRun(ctx, st, key, head.Layout.Extents, from)
+	if err != nil {
+		return Compacted{}, err
+	}
+	next := head
+	next.Layout.Extents = extents
+	if err := st.SwapHead(ctx, next, rev); err != nil {
+		return Compacted{}, err
+	}
+	res := Compacted{Merged: len(merged), WroteBytes: wrote}
+	res.Deleted, res.FreedBytes, err = deleteUnreferenced(ctx, st, next, merged)
+	return res, err
+}
+
+// mergeRun merges ext[from:] into one new segment and returns the new extents and the merged ones.
+func mergeRun(ctx context.Context, st Store, key wire.Key, ext []Extent, from int) ([]Extent, []Extent, int64, error) {
+	run := ext[from:]
+	var msgs [][]byte
+	for _, e := range run {
+		raw, err := readSegment(ctx, st, key, e.Segment, nil)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		all := codec.SplitCanonical(raw)
+		if len(all) != e.Segment.Messages {
+			return nil, nil, 0, fmt.Errorf("%w: segment %s holds %d messages, its reference says %d", ErrCorrupt, e.Segment.ID, len(all), e.Segment.Messages)
+		}
+		msgs = append(msgs, all[:e.Count]...)
+	}
+	ref, wrote, err := putSegment(ctx, st, key, join(msgs), len(msgs))
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	out := append(append([]Extent(nil), ext[:from]...), Extent{Segment: ref, Count: len(msgs), RawBytes: ref.RawBytes})
+	return out, run, wrote, nil
+}
+
+// deleteUnreferenced deletes the segments of merged that no layout of h's session refers to any
+// more; it runs after the swap that stopped referring to them.
+func deleteUnreferenced(ctx context.Context, st Store, h Head, merged []Extent) (int, int64, error) {
+	inUse, err := referenced(ctx, st, h)
+	if err != nil {
+		return 0, 0, err
+	}
+	deleted, freed := 0, int64(0)
+	for _, e := range merged {
+		if inUse[e.Segment.ID] {
+			continue
+		}
+		if err := st.DeleteSegment(ctx, h.Key, e.Segment); err != nil && !errors.Is(err, ErrNotFound) {
+			return deleted, freed, err
+		}
+		inUse[e.Segment.ID] = true // a segment may appear twice in a run; delete it once
+		deleted++
+		freed += e.Segment.StoredBytes
+	}
+	return deleted, freed, nil
+}
+
+// mergeFrom picks where the merged tail run starts: walking back from the end, take extents while
+// the next one back is no more than twice what is taken so far. At least the last two are merged.
+func mergeFrom(ext []Extent) int {
+	i := len(ext) - 2
+	taken := ext[i].RawBytes + ext[i+1].RawBytes
+	for i > 0 && ext[i-1].RawBytes <= 2*taken {
+		i--
+		taken += ext[i].RawBytes
+	}
+	return i
+}
+
+// referenced returns the segments the head's layout and every kept older layout refer to.
+func referenced(ctx context.Context, st Store, h Head) (map[string]bool, error) {
+	ids := map[string]bool{}
+	for _, e := range h.Layout.Extents {
+		ids[e.Segment.ID] = true
+	}
+	for _, g := range h.OldGens {
+		l, err := st.Layout(ctx, h.Key, g)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range l.Extents {
+			ids[e.Segment.ID] = true
+		}
+	}
+	return ids, nil
+}

@@ -1,0 +1,274 @@
+package transfer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
+)
+
+// corpusMessages returns the messages of a corpus file, canonical.
+func corpusMessages(t testing.TB, name string) []json.RawMessage {
+	data, err := os.ReadFile("../../testdata/corpus/" + name)
+	require.NoError(t, err)
+	var msgs []json.RawMessage
+	require.NoError(t, json.Unmarshal(data, &msgs))
+	for i, m := range msgs {
+		var b bytes.Buffer
+		require.NoError(t, json.Compact(&b, m))
+		msgs[i] = b.Bytes()
+	}
+	return msgs
+}
+
+func arrayOf(msgs []json.RawMessage) []byte {
+	parts := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		parts[i] = m
+	}
+	return append(append([]byte("["), bytes.Join(parts, []byte(","))...), ']')
+}
+
+// turnEnds returns the message counts after which an agent would checkpoint: after each assistant
+// message.
+func turnEnds(t testing.TB, msgs []json.RawMessage) []int {
+	var ends []int
+	for i, m := range msgs {
+		var r struct{ Role string }
+		require.NoError(t, json.Unmarshal(m, &r))
+		if r.Role == "assistant" {
+			ends = append(ends, i+1)
+		}
+	}
+	return ends
+}
+
+func head(t testing.TB, env *testenv.Env, key checkpoint.Key) snapshot.Head {
+	h, _, err := env.Daemon.Store.Head(context.Background(), key.WithDefaults())
+	require.NoError(t, err)
+	return h
+}
+
+// waitCompacted waits until the head's layout is down to n extents (the idle merge has run).
+func waitCompacted(t testing.TB, env *testenv.Env, key checkpoint.Key, n int) snapshot.Head {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h := head(t, env, key)
+		if len(h.Layout.Extents) <= n || time.Now().After(deadline) {
+			require.LessOrEqual(t, len(h.Layout.Extents), n, "compaction did not run")
+			return h
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func fastIdle(c *transfer.Config) { c.CompactIdle = 200 * time.Millisecond }
+
+// A session checkpointed after every turn stores each message once: every version's StoredBytes is
+// only what it added, every version restores exactly, and the layout stays bounded.
+func TestStorage_EachMessageStoredOnce(t *testing.T) {
+	env := testenv.Start(t, fastIdle)
+	ctx := ctxT(t)
+	msgs := corpusMessages(t, "claude_code_spotter_258c7280.json")
+	ends := turnEnds(t, msgs)
+	key := checkpoint.Key{Session: "turns"}
+	var added int64
+	maxExtents := 0
+	for _, n := range ends {
+		v, err := env.Client.Save(ctx, key, arrayOf(msgs[:n]))
+		require.NoError(t, err)
+		added += v.StoredBytes
+		maxExtents = max(maxExtents, len(head(t, env, key).Layout.Extents))
+	}
+	require.LessOrEqual(t, maxExtents, snapshot.HardMaxExtents, "merging keeps restores bounded")
+
+	whole := int64(0)
+	hist, err := env.Client.History(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, hist, len(ends))
+	for i, v := range hist {
+		got, _, err := env.Client.Restore(ctx, key, v.Version)
+		require.NoError(t, err)
+		require.Equal(t, string(arrayOf(msgs[:ends[i]])), string(got), "version %d", v.Version)
+		whole += v.RawBytes
+	}
+	last := hist[len(hist)-1]
+	t.Logf("%d versions: %d bytes stored by saves, raw final %d, raw of all versions whole %d", len(hist), added, last.RawBytes, whole)
+	require.Less(t, added, last.RawBytes, "the saves stored less than the final conversation raw: no version was stored whole")
+
+	h := waitCompacted(t, env, key, 1)
+	require.Equal(t, last.Counts.Messages, h.Layout.Messages())
+	got, _, err := env.Client.Restore(ctx, key, hist[len(hist)/2].Version)
+	require.NoError(t, err, "older versions read from the merged segment")
+	require.Equal(t, string(arrayOf(msgs[:ends[len(hist)/2]])), string(got))
+}
+
+func TestStorage_AppendClient(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "append"}
+	v1, err := env.Client.Append(ctx, key, 0, []byte(`[{"role":"user","content":"one"}]`))
+	require.NoError(t, err)
+	v2, err := env.Client.Append(ctx, key, v1.Version, []byte(`[{"role":"assistant","content":[{"type":"text","text":"two"}]},{"role":"user","content":"three"}]`))
+	require.NoError(t, err)
+	require.Equal(t, 3, v2.Counts.Messages)
+	require.Equal(t, 1, v2.Counts.Assistant)
+	got, _, err := env.Client.Restore(ctx, key, 0)
+	require.NoError(t, err)
+	require.Equal(t, `[{"role":"user","content":"one"},{"role":"assistant","content":[{"type":"text","text":"two"}]},{"role":"user","content":"three"}]`, string(got))
+
+	_, err = env.Client.Append(ctx, key, v1.Version, []byte(`[{"role":"user","content":"stale"}]`))
+	require.ErrorIs(t, err, checkpoint.ErrConflict, "appending to a version that is no longer the head")
+
+	_, err = env.Client.Append(ctx, key, v2.Version, []byte(`[{"role":"user","content":"ok"},{"role":"alien"}]`))
+	require.ErrorIs(t, err, checkpoint.ErrInvalid)
+	var ce *checkpoint.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, 4, ce.Index, "the index counts from the start of the conversation")
+	require.Contains(t, ce.Message, "message 4")
+
+	// A whole-array save with a bad appended message names its index in the whole array too.
+	_, err = env.Client.Save(ctx, key, []byte(string(got[:len(got)-1])+`,{"role":"alien"}]`))
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, 3, ce.Index)
+}
+
+// A client that resends its whole array pretty-printed is not byte-identical to what is stored, so
+// the daemon compares messages: still only the new ones are stored.
+func TestStorage_NonCanonicalWholeArrayStoresOnlyTheTail(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "pretty"}
+	msgs := corpusMessages(t, "openhands_multi_swe_bench.json")
+	_, err := env.Client.Save(ctx, key, arrayOf(msgs[:80]))
+	require.NoError(t, err)
+	var pretty bytes.Buffer
+	require.NoError(t, json.Indent(&pretty, arrayOf(msgs[:82]), "", "  "))
+	v, err := env.Client.Save(ctx, key, pretty.Bytes())
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), v.Gen, "an append, not a rewrite")
+	require.Less(t, v.StoredBytes, int64(len(msgs[80])+len(msgs[81])), "only the two new messages were stored")
+	got, _, err := env.Client.Restore(ctx, key, 0)
+	require.NoError(t, err)
+	require.Equal(t, string(arrayOf(msgs[:82])), string(got))
+}
+
+// Editing or removing a message starts a new generation; every version, before and after, restores
+// exactly, also after compaction.
+func TestStorage_RewriteHistoryKeepsEveryVersion(t *testing.T) {
+	env := testenv.Start(t, fastIdle)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "rewrite"}
+	msgs := corpusMessages(t, "swe_agent_marshmallow_fc.json")
+	want := map[uint64][]byte{}
+	save := func(conv []byte) checkpoint.Version {
+		v, err := env.Client.Save(ctx, key, conv)
+		require.NoError(t, err)
+		want[v.Version] = conv
+		return v
+	}
+	for _, n := range []int{5, 10, 15, 20} {
+		save(arrayOf(msgs[:n]))
+	}
+	// The agent's runtime rolls back a compaction / edits message 12 and carries on.
+	edited := append([]json.RawMessage(nil), msgs[:20]...)
+	edited[12] = json.RawMessage(`{"role":"user","content":"edited: let us try another way"}`)
+	v5 := save(arrayOf(edited[:22-2]))
+	require.Equal(t, uint64(2), v5.Gen, "a rewrite starts a new generation")
+	removed := append(append([]json.RawMessage(nil), edited[:8]...), msgs[20:25]...)
+	v6 := save(arrayOf(removed))
+	require.Equal(t, uint64(3), v6.Gen)
+	v7 := save(arrayOf(append(removed, msgs[25:29]...)))
+	require.Equal(t, uint64(3), v7.Gen, "appending after a rewrite stays in its generation")
+
+	check := func() {
+		for n, conv := range want {
+			got, _, err := env.Client.Restore(ctx, key, n)
+			require.NoError(t, err, "version %d", n)
+			require.Equal(t, string(conv), string(got), "version %d", n)
+		}
+	}
+	check()
+	waitCompacted(t, env, key, 1)
+	check()
+	env.Restart()
+	check()
+}
+
+// Restores keep succeeding while compaction replaces the segments they read.
+func TestStorage_RestoresDuringCompaction(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.CompactIdle = 0; c.CacheBytes = 1 }) // no idle merges, no cache
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "racing"}
+	msgs := corpusMessages(t, "codex_rollout_codemie.json")
+	var versions []uint64
+	for n := 10; n <= len(msgs); n += 10 {
+		v, err := env.Client.Save(ctx, key, arrayOf(msgs[:n]))
+		require.NoError(t, err)
+		versions = append(versions, v.Version)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := versions[(i*7+r)%len(versions)]
+				got, _, err := env.Client.Restore(ctx, key, n)
+				if err == nil && !bytes.Equal(got, arrayOf(msgs[:int(n)*10])) {
+					err = fmt.Errorf("version %d restored different bytes", n)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(r)
+	}
+	for i := 0; i < 20; i++ {
+		_, err := snapshot.Compact(ctx, env.Daemon.Store, key.WithDefaults(), i%2 == 1)
+		require.NoError(t, err)
+		// Grow the session again so there is something to merge next time.
+		_, err = env.Client.Append(ctx, key, head(t, env, key).Version.Version, []byte(fmt.Sprintf(`[{"role":"user","content":"more %d"}]`, i)))
+		require.NoError(t, err)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+func TestStorage_IdenticalResaveStoresNothing(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "same"}
+	conv := []byte(`[{"role":"user","content":"` + strings.Repeat("x", 10000) + `"}]`)
+	v1, err := env.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+	v2, err := env.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+	require.Equal(t, v1.Version+1, v2.Version)
+	require.Equal(t, v1.Hash, v2.Hash)
+	require.Zero(t, v2.StoredBytes)
+}
