@@ -60,9 +60,10 @@ func (l Layout) Messages() int {
 // the new bytes, and a client that resends its whole array is recognised by hashing its prefix.
 type Head struct {
 	wire.Version
-	State   []byte   `json:"state"`
-	Layout  Layout   `json:"layout"`
-	OldGens []uint64 `json:"oldGens,omitempty"` // generations whose layouts older versions use
+	State    []byte    `json:"state"`
+	Layout   Layout    `json:"layout"`
+	OldGens  []uint64  `json:"oldGens,omitempty"`  // generations whose layouts older versions use
+	Archives []Archive `json:"archives,omitempty"` // older version records, batched and compressed
 }
 
 // hashState is a resumable SHA-256 of a conversation's canonical bytes minus the final "]".

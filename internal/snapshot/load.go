@@ -26,7 +26,18 @@ func GetVersion(ctx context.Context, st Store, key wire.Key, n uint64) (wire.Ver
 	if n > head.Version.Version {
 		return wire.Version{}, fmt.Errorf("version %d: %w (the head is version %d)", n, ErrNotFound, head.Version.Version)
 	}
-	return st.Version(ctx, key, n)
+	v, err := st.Version(ctx, key, n)
+	if !errors.Is(err, ErrNotFound) {
+		return v, err
+	}
+	if v, err = findVersion(ctx, st, head, n, nil); !errors.Is(err, ErrNotFound) {
+		return v, err
+	}
+	// Archived after we read the head: the new head names the archive.
+	if head, _, err = st.Head(ctx, key); err != nil {
+		return wire.Version{}, err
+	}
+	return findVersion(ctx, st, head, n, nil)
 }
 
 // CheckFormat refuses a version record written in a format this code does not know.

@@ -35,6 +35,8 @@ type Store interface {
 	Version(ctx context.Context, key wire.Key, n uint64) (wire.Version, error)
 	// Versions returns every indexed version of key, oldest first.
 	Versions(ctx context.Context, key wire.Key) ([]wire.Version, error)
+	// DeleteVersion removes version n from the index, once an archive holds it.
+	DeleteVersion(ctx context.Context, key wire.Key, n uint64) error
 
 	// PutLayout keeps the layout of a generation that is no longer the head's.
 	PutLayout(ctx context.Context, l Layout) error

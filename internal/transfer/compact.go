@@ -105,6 +105,12 @@ func (c *compactor) compact(j compactJob) {
 	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
 	defer cancel()
 	res, err := snapshot.Compact(ctx, c.store, j.key, j.full)
+	if err == nil && j.full {
+		var n int
+		if n, err = snapshot.ArchiveVersions(ctx, c.store, j.key); n > 0 {
+			res.Merged += n
+		}
+	}
 	switch {
 	case errors.Is(err, snapshot.ErrRevisionMismatch):
 		// A save moved the head meanwhile; it will ask again if the layout is still long.

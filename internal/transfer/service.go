@@ -221,16 +221,9 @@ func (s *service) history(ctx context.Context, ns string, body []byte) (reply, e
 	if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
 		return reply{}, err
 	}
-	head, _, err := s.store.Head(ctx, key)
+	versions, err := snapshot.History(ctx, s.store, key)
 	if err != nil {
 		return reply{}, notFound(err, key, 0)
-	}
-	versions, err := s.store.Versions(ctx, key)
-	if err != nil {
-		return reply{}, err
-	}
-	if n := len(versions); n == 0 || versions[n-1].Version < head.Version.Version {
-		versions = append(versions, head.Version) // committed, not yet indexed
 	}
 	return jsonReply(wire.HistoryReply{Versions: versions})
 }

@@ -110,9 +110,34 @@ func TestStorage_EachMessageStoredOnce(t *testing.T) {
 
 	h := waitCompacted(t, env, key, 1)
 	require.Equal(t, last.Counts.Messages, h.Layout.Messages())
-	got, _, err := env.Client.Restore(ctx, key, hist[len(hist)/2].Version)
-	require.NoError(t, err, "older versions read from the merged segment")
-	require.Equal(t, string(arrayOf(msgs[:ends[len(hist)/2]])), string(got))
+	h = waitArchived(t, env, key)
+	require.Equal(t, last.Version-1, h.Archives[0].To, "every record but the head's is archived")
+	indexed, err := env.Daemon.Store.Versions(ctx, key.WithDefaults())
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(indexed), 1, "archived records left the index")
+
+	after, err := env.Client.History(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, hist, after, "history reads the same from the archive")
+	for _, i := range []int{0, len(hist) / 2, len(hist) - 2} {
+		got, _, err := env.Client.Restore(ctx, key, hist[i].Version)
+		require.NoError(t, err, "older versions read from the merged segment and the archive")
+		require.Equal(t, string(arrayOf(msgs[:ends[i]])), string(got))
+	}
+}
+
+func waitArchived(t testing.TB, env *testenv.Env, key checkpoint.Key) snapshot.Head {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h := head(t, env, key)
+		indexed, err := env.Daemon.Store.Versions(context.Background(), key.WithDefaults())
+		require.NoError(t, err)
+		if len(h.Archives) > 0 && len(indexed) <= 1 || time.Now().After(deadline) {
+			require.NotEmpty(t, h.Archives, "the idle session's records were not archived")
+			return h
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func TestStorage_AppendClient(t *testing.T) {

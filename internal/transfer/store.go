@@ -27,7 +27,7 @@ import (
 // Ids are encoded with wire.EncodeID, so no user string can change what a key means.
 type Store struct {
 	heads, versions, layouts, segments jetstream.KeyValue
-	segStream                          jetstream.Stream // the stream under cp_segments, for purging without markers
+	segStream, verStream               jetstream.Stream // the streams under cp_segments and cp_versions, for purging without markers
 	chunkSize                          int
 }
 
@@ -71,6 +71,9 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 	var err error
 	if s.segStream, err = js.Stream(ctx, "KV_"+wire.BucketSegment); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", wire.BucketSegment, err)
+	}
+	if s.verStream, err = js.Stream(ctx, "KV_"+wire.BucketVersion); err != nil {
+		return nil, fmt.Errorf("store: bucket %s: %w", wire.BucketVersion, err)
 	}
 	return s, nil
 }
@@ -133,6 +136,11 @@ func (s *Store) Versions(ctx context.Context, key wire.Key) ([]wire.Version, err
 	vs, err := watchAll[wire.Version](ctx, s.versions, key.Token()+".*")
 	slices.SortFunc(vs, func(a, b wire.Version) int { return cmp.Compare(a.Version, b.Version) })
 	return vs, err
+}
+
+// DeleteVersion implements snapshot.Store, purging rather than deleting (no marker left behind).
+func (s *Store) DeleteVersion(ctx context.Context, key wire.Key, n uint64) error {
+	return s.verStream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+wire.BucketVersion+"."+versionKey(key, n)))
 }
 
 // PutLayout implements snapshot.Store.

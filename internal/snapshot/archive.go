@@ -1,0 +1,158 @@
+package snapshot
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// Archive is a compressed batch of version records: those from From to To, as one segment whose raw
+// bytes are a JSON array of records. A record costs ~570 bytes as its own key-value entry and ~50
+// inside an archive, which matters when a session has a version per turn.
+type Archive struct {
+	From    uint64     `json:"from"`
+	To      uint64     `json:"to"`
+	Segment SegmentRef `json:"segment"`
+}
+
+// archiveMin is how many indexed records make archiving worth a rewrite of the archive.
+const archiveMin = 16
+
+// ArchiveVersions folds the session's indexed version records, all but the head's, into its
+// archive, then removes their index entries. It runs when a session is idle. Like Compact, it
+// changes the head by a swap, and returns ErrRevisionMismatch if a save came first.
+func ArchiveVersions(ctx context.Context, st Store, key wire.Key) (int, error) {
+	head, rev, err := st.Head(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	indexed, err := st.Versions(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	var fresh []wire.Version
+	for _, v := range indexed {
+		if v.Version < head.Version.Version && !archived(head, v.Version) {
+			fresh = append(fresh, v)
+		}
+	}
+	if len(fresh) < archiveMin {
+		return 0, nil
+	}
+	all := fresh
+	for _, a := range head.Archives {
+		recs, err := readArchive(ctx, st, key, a, nil)
+		if err != nil {
+			return 0, err
+		}
+		all = append(all, recs...)
+	}
+	slices.SortFunc(all, func(a, b wire.Version) int { return cmp.Compare(a.Version, b.Version) })
+	all = slices.CompactFunc(all, func(a, b wire.Version) bool { return a.Version == b.Version })
+	raw, err := json.Marshal(all)
+	if err != nil {
+		return 0, err
+	}
+	ref, _, err := putSegment(ctx, st, key, raw, len(all))
+	if err != nil {
+		return 0, err
+	}
+	next := head
+	next.Archives = []Archive{{From: all[0].Version, To: all[len(all)-1].Version, Segment: ref}}
+	if err := st.SwapHead(ctx, next, rev); err != nil {
+		return 0, err
+	}
+	// The head now finds these records in the archive; their own entries can go.
+	for _, a := range head.Archives {
+		if err := st.DeleteSegment(ctx, key, a.Segment); err != nil && !errors.Is(err, ErrNotFound) {
+			return len(fresh), err
+		}
+	}
+	for _, v := range fresh {
+		if err := st.DeleteVersion(ctx, key, v.Version); err != nil && !errors.Is(err, ErrNotFound) {
+			return len(fresh), err
+		}
+	}
+	return len(fresh), nil
+}
+
+func archived(h Head, n uint64) bool {
+	for _, a := range h.Archives {
+		if a.From <= n && n <= a.To {
+			return true
+		}
+	}
+	return false
+}
+
+// readArchive returns the records of an archive.
+func readArchive(ctx context.Context, st Store, key wire.Key, a Archive, cache SegmentCache) ([]wire.Version, error) {
+	raw, err := readSegment(ctx, st, key, a.Segment, cache)
+	if err != nil {
+		return nil, err
+	}
+	var recs []wire.Version
+	if err := json.Unmarshal(raw, &recs); err != nil {
+		return nil, fmt.Errorf("%w: archive of versions %d-%d: %v", ErrCorrupt, a.From, a.To, err)
+	}
+	return recs, nil
+}
+
+// History returns every version of a session, oldest first: archived, indexed, and the head.
+func History(ctx context.Context, st Store, key wire.Key) ([]wire.Version, error) {
+	for attempt := 0; ; attempt++ {
+		all, complete, err := history(ctx, st, key)
+		if err != nil || complete || attempt == 2 {
+			return all, err
+		}
+		// Records moved from the index into a new archive between our reads: read again.
+	}
+}
+
+func history(ctx context.Context, st Store, key wire.Key) ([]wire.Version, bool, error) {
+	head, _, err := st.Head(ctx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	var all []wire.Version
+	for _, a := range head.Archives {
+		recs, err := readArchive(ctx, st, key, a, nil)
+		if errors.Is(err, ErrNotFound) {
+			return nil, false, nil // replaced by a newer archive meanwhile
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		all = append(all, recs...)
+	}
+	indexed, err := st.Versions(ctx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	all = append(append(all, indexed...), head.Version)
+	slices.SortFunc(all, func(a, b wire.Version) int { return cmp.Compare(a.Version, b.Version) })
+	all = slices.CompactFunc(all, func(a, b wire.Version) bool { return a.Version == b.Version })
+	return all, uint64(len(all)) == head.Version.Version, nil
+}
+
+// findVersion looks for version n among the head's archives.
+func findVersion(ctx context.Context, st Store, head Head, n uint64, cache SegmentCache) (wire.Version, error) {
+	for _, a := range head.Archives {
+		if n < a.From || n > a.To {
+			continue
+		}
+		recs, err := readArchive(ctx, st, head.Key, a, cache)
+		if err != nil {
+			return wire.Version{}, err
+		}
+		if i, ok := slices.BinarySearchFunc(recs, n, func(v wire.Version, n uint64) int { return cmp.Compare(v.Version, n) }); ok {
+			return recs[i], nil
+		}
+	}
+	return wire.Version{}, fmt.Errorf("version %d: %w", n, ErrNotFound)
+}
