@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -45,6 +46,9 @@ type Client struct {
 	ownConn bool
 	timeout time.Duration
 	writer  string
+
+	mu   sync.Mutex
+	last map[Key]lastSave // the last save of each session, for sending only what grew
 }
 
 // Option configures a Client.
@@ -63,7 +67,8 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	c := &Client{nc: nc, js: js, timeout: 30 * time.Second, writer: cmp.Or(host, "unknown") + "/" + strconv.Itoa(os.Getpid())}
+	c := &Client{nc: nc, js: js, timeout: 30 * time.Second, writer: cmp.Or(host, "unknown") + "/" + strconv.Itoa(os.Getpid()),
+		last: map[Key]lastSave{}}
 	for _, o := range opts {
 		o(c)
 	}

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,8 +41,66 @@ func WithReason(reason string) SaveOption { return func(o *saveOptions) { o.reas
 // returns that version. When Save returns nil the version is durable and any process can restore it.
 // Only what the head lacks is stored: resending a grown array costs its new messages (hashing the
 // rest), and a changed or removed message is stored as a rewrite that keeps the old versions.
+//
+// The client remembers the bytes of its last save of each session: when the new array extends them,
+// only the new messages travel (as an Append), so a save costs the same at any conversation size.
 func (c *Client) Save(ctx context.Context, key Key, conversation []byte, opts ...SaveOption) (Version, error) {
-	return c.save(ctx, key, conversation, nil, opts)
+	conversation = bytes.TrimRight(conversation, " \t\r\n")
+	k := key.WithDefaults()
+	if base, tail, ok := c.delta(k, conversation, parseSaveOptions(opts)); ok {
+		v, err := c.save(ctx, key, tail, &base, opts)
+		if !errors.Is(err, ErrConflict) || parseSaveOptions(opts).expected != nil {
+			c.remember(k, v, conversation, err)
+			return v, err
+		}
+		// Another writer moved the head: send the whole array, as the caller asked.
+	}
+	v, err := c.save(ctx, key, conversation, nil, opts)
+	c.remember(k, v, conversation, err)
+	return v, err
+}
+
+// lastSave is what the client saved last for one session.
+type lastSave struct {
+	version uint64
+	body    []byte
+}
+
+// delta returns the messages conversation adds to the last save of key, when it extends it.
+func (c *Client) delta(key Key, conversation []byte, o saveOptions) (uint64, []byte, bool) {
+	c.mu.Lock()
+	last, ok := c.last[key]
+	c.mu.Unlock()
+	if !ok || len(last.body) < 3 {
+		return 0, nil, false
+	}
+	if o.expected != nil && *o.expected != last.version {
+		return 0, nil, false
+	}
+	n := len(last.body) - 1 // without the closing "]"
+	if len(conversation) <= n+1 || conversation[n] != ',' || !bytes.Equal(conversation[:n], last.body[:n]) {
+		return 0, nil, false
+	}
+	tail := make([]byte, 0, len(conversation)-n)
+	return last.version, append(append(tail, '['), conversation[n+1:]...), true
+}
+
+func (c *Client) remember(key Key, v Version, body []byte, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		delete(c.last, key)
+		return
+	}
+	c.last[key] = lastSave{version: v.Version, body: bytes.Clone(body)}
+}
+
+func parseSaveOptions(opts []SaveOption) saveOptions {
+	o := saveOptions{saveID: nuid.Next()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
 }
 
 // Append stores the messages appended to version base (a JSON array of just the new messages) as
@@ -57,10 +116,7 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	if err != nil {
 		return Version{}, err
 	}
-	o := saveOptions{saveID: nuid.Next()}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := parseSaveOptions(opts)
 	if err := wire.ValidateID(o.saveID); err != nil {
 		return Version{}, &Error{Code: wire.CodeBadRequest, Message: "save id: " + err.Error(), Index: -1, Offset: -1}
 	}

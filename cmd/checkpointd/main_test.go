@@ -80,8 +80,10 @@ func TestCheckpointd_ProcessServesAndShutsDownCleanly(t *testing.T) {
 	require.NoError(t, err)
 	c.Close()
 
-	metrics := waitHTTP(t, "http://"+httpAddr+"/metrics", http.StatusOK)
-	require.Contains(t, metrics, `checkpointd_saves_total{result="ok"} 1`)
+	// The daemon publishes a save's result before it counts it: poll.
+	require.Eventually(t, func() bool {
+		return strings.Contains(waitHTTP(t, "http://"+httpAddr+"/metrics", http.StatusOK), `checkpointd_saves_total{result="ok"} 1`)
+	}, 10*time.Second, 20*time.Millisecond)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), "SIGTERM is a clean exit; logs:\n%s", logs)

@@ -14,8 +14,9 @@ import (
 // ErrCorrupt reports stored bytes that do not match the hash their version recorded.
 var ErrCorrupt = errors.New("stored checkpoint does not match its hash")
 
-// GetVersion returns version n of key, or its head when n is 0.
-func GetVersion(ctx context.Context, st Store, key wire.Key, n uint64) (wire.Version, error) {
+// GetVersion returns version n of key, or its head when n is 0. cache, if not nil, keeps archives
+// of version records between calls.
+func GetVersion(ctx context.Context, st Store, key wire.Key, n uint64, cache SegmentCache) (wire.Version, error) {
 	head, _, err := st.Head(ctx, key)
 	if err != nil {
 		return wire.Version{}, err
@@ -30,14 +31,14 @@ func GetVersion(ctx context.Context, st Store, key wire.Key, n uint64) (wire.Ver
 	if !errors.Is(err, ErrNotFound) {
 		return v, err
 	}
-	if v, err = findVersion(ctx, st, head, n, nil); !errors.Is(err, ErrNotFound) {
+	if v, err = findVersion(ctx, st, head, n, cache); !errors.Is(err, ErrNotFound) {
 		return v, err
 	}
 	// Archived after we read the head: the new head names the archive.
 	if head, _, err = st.Head(ctx, key); err != nil {
 		return wire.Version{}, err
 	}
-	return findVersion(ctx, st, head, n, nil)
+	return findVersion(ctx, st, head, n, cache)
 }
 
 // CheckFormat refuses a version record written in a format this code does not know.

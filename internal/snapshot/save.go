@@ -213,7 +213,9 @@ func emptyHead(key wire.Key) Head {
 // commitPlan stores the plan's new segment and returns the head to swap in, and the extents it
 // merged away (when the layout was at HardMaxExtents), to delete once the swap succeeded.
 func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRequest, p savePlan) (Head, []Extent, error) {
-	next := Head{OldGens: head.OldGens}
+	// Start from the current head so that everything it carries (archives, older generations) is
+	// carried on; only what a save changes is set below.
+	next := head
 	layout := Layout{Key: req.Key, Gen: max(head.Layout.Gen, 1)}
 	counts := head.Counts
 	if p.rewrite || !found {

@@ -3,11 +3,15 @@ package transfer_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -141,5 +145,167 @@ func BenchmarkStorage_CheckpointEveryTurn(b *testing.B) {
 		b.ReportMetric(total(settled)/float64(len(final)), "x_final_zstd")
 		b.ReportMetric(float64(wholeCopies), "whole_copies_zstd_B")
 		b.ReportMetric(float64(elapsed.Microseconds())/float64(len(ends)), "us/save")
+	}
+}
+
+// BenchmarkRestore_ManyVersions restores the last ten turn versions of pi_before_compaction.json
+// (~2.2 MB each) from a session checkpointed after every turn (484 versions) against ten sessions
+// holding the same conversations as their only version: restore cost must not grow with the number
+// of versions. The read cache holds one conversation and the benchmark rotates through ten, so
+// every restore reads storage. "busy" is the session as a busy agent leaves it (before the idle
+// merge), "idle" after it.
+func BenchmarkRestore_ManyVersions(b *testing.B) {
+	msgs := corpusMessages(b, "pi_before_compaction.json")
+	ends := turnEnds(b, msgs)
+	lastTen := ends[len(ends)-10:]
+	for _, c := range []struct {
+		name string
+		many bool
+		idle time.Duration
+	}{
+		{"1-version", false, 0},
+		{"484-versions-busy", true, 0},
+		{"484-versions-idle", true, 200 * time.Millisecond},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			env := testenv.Start(b, func(cfg *transfer.Config) { cfg.CacheBytes = 1; cfg.CompactIdle = c.idle })
+			ctx := context.Background()
+			type target struct {
+				key     checkpoint.Key
+				version uint64
+			}
+			var targets []target
+			if c.many {
+				key := checkpoint.Key{Session: "many"}
+				for _, n := range ends {
+					v, err := env.Client.Save(ctx, key, arrayOf(msgs[:n]))
+					require.NoError(b, err)
+					if n >= lastTen[0] {
+						targets = append(targets, target{key, v.Version})
+					}
+				}
+				if c.idle > 0 {
+					waitCompacted(b, env, key, 1)
+				}
+			} else {
+				for i, n := range lastTen {
+					key := checkpoint.Key{Session: fmt.Sprintf("one-%d", i)}
+					v, err := env.Client.Save(ctx, key, arrayOf(msgs[:n]))
+					require.NoError(b, err)
+					targets = append(targets, target{key, v.Version})
+				}
+			}
+			segments := len(head(b, env, targets[0].key).Layout.Extents)
+			b.SetBytes(int64(len(arrayOf(msgs[:lastTen[0]]))))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t := targets[i%len(targets)]
+				if _, _, err := env.Client.Restore(ctx, t.key, t.version); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(segments), "segments")
+		})
+	}
+}
+
+// BenchmarkSave_TwoMessagesOnto saves 2 appended messages onto a 30 KB and a 3 MB conversation,
+// with the append client (only the new messages travel) and the whole-array client (the whole
+// array travels; the daemon recognises the prefix it has). "whole-raw" publishes the canonical
+// array uncompressed, as a client in another language that only knows its array would.
+func BenchmarkSave_TwoMessagesOnto(b *testing.B) {
+	msgs := append(corpusMessages(b, "pi_before_compaction.json"), corpusMessages(b, "pi_large_session.json")...)
+	sizeAt := func(target int) int {
+		n, total := 0, 0
+		for n < len(msgs) && total < target {
+			total += len(msgs[n]) + 1
+			n++
+		}
+		return n
+	}
+	for _, base := range []struct {
+		name string
+		n    int
+	}{{"30KB", sizeAt(30_000)}, {"3MB", sizeAt(3_000_000)}} {
+		for _, client := range []string{"append", "whole-sdk", "whole-raw"} {
+			b.Run(base.name+"/"+client, func(b *testing.B) {
+				env := testenv.Start(b, func(c *transfer.Config) { c.CompactIdle = 0 })
+				ctx := context.Background()
+				key := checkpoint.Key{Session: "s"}
+				conv := append([]json.RawMessage(nil), msgs[:base.n]...)
+				v, err := env.Client.Save(ctx, key, arrayOf(conv))
+				require.NoError(b, err)
+				baseBytes := len(arrayOf(conv))
+				raw := rawPublisher(b, env)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					two := []json.RawMessage{
+						json.RawMessage(fmt.Sprintf(`{"role":"user","content":"question %d","timestamp":%d}`, i, 1700000000000+i)),
+						json.RawMessage(fmt.Sprintf(`{"role":"assistant","content":[{"type":"text","text":"answer %d"}],"stopReason":"stop","model":"m","provider":"p","usage":{"input":1,"output":1,"totalTokens":2},"timestamp":%d}`, i, 1700000000001+i)),
+					}
+					conv = append(conv, two...)
+					switch client {
+					case "append":
+						v, err = env.Client.Append(ctx, key, v.Version, arrayOf(two))
+					case "whole-sdk":
+						v, err = env.Client.Save(ctx, key, arrayOf(conv))
+					case "whole-raw":
+						err = raw(ctx, key, arrayOf(conv), i)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(baseBytes), "base_B")
+			})
+		}
+	}
+}
+
+// rawPublisher saves the way a minimal client in another language would (docs/protocol.md §4):
+// subscribe to the result, JetStream-publish the canonical array uncompressed (in chunks past
+// max_payload), wait for the result.
+func rawPublisher(b *testing.B, env *testenv.Env) func(context.Context, checkpoint.Key, []byte, int) error {
+	nc := env.Conn()
+	js, err := jetstream.New(nc)
+	require.NoError(b, err)
+	limit := int(nc.MaxPayload()) - 16*1024
+	return func(ctx context.Context, key checkpoint.Key, body []byte, i int) error {
+		k := key.WithDefaults()
+		id := fmt.Sprintf("raw-%d", i)
+		sub, err := nc.SubscribeSync(wire.ResultSubject(k.Namespace, id))
+		if err != nil {
+			return err
+		}
+		defer sub.Unsubscribe()
+		m := nats.NewMsg(wire.IngestSubject(k))
+		m.Header.Set(wire.HdrSaveID, id)
+		if len(body) > limit {
+			n := 0
+			for off := 0; off < len(body); off += limit {
+				c := nats.NewMsg(wire.ChunkSubject(k.Namespace, id))
+				c.Header.Set(wire.HdrChunk, strconv.Itoa(n))
+				c.Data = body[off:min(off+limit, len(body))]
+				if _, err := js.PublishMsg(ctx, c); err != nil {
+					return err
+				}
+				n++
+			}
+			m.Header.Set(wire.HdrChunks, strconv.Itoa(n))
+		} else {
+			m.Data = body
+		}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			return err
+		}
+		res, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return err
+		}
+		var sr wire.SaveResult
+		if err := json.Unmarshal(res.Data, &sr); err != nil || sr.Error != nil {
+			return fmt.Errorf("save refused: %v %+v", err, sr.Error)
+		}
+		return nil
 	}
 }

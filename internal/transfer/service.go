@@ -250,7 +250,7 @@ func (s *service) version(ctx context.Context, ns string, r wire.SessionRequest,
 	if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
 		return wire.Version{}, err
 	}
-	v, err := snapshot.GetVersion(ctx, s.store, key, n)
+	v, err := snapshot.GetVersion(ctx, s.store, key, n, s.cache)
 	if err != nil {
 		return wire.Version{}, notFound(err, key, n)
 	}

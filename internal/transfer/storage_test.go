@@ -124,6 +124,18 @@ func TestStorage_EachMessageStoredOnce(t *testing.T) {
 		require.NoError(t, err, "older versions read from the merged segment and the archive")
 		require.Equal(t, string(arrayOf(msgs[:ends[i]])), string(got))
 	}
+
+	// The agent carries on: saves after archiving keep the archive reachable.
+	next, err := env.Client.Append(ctx, key, last.Version, []byte(`[{"role":"user","content":"after the archive"}]`))
+	require.NoError(t, err)
+	require.Equal(t, h.Archives, head(t, env, key).Archives)
+	after, err = env.Client.History(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, after, len(hist)+1)
+	require.Equal(t, next.Version, after[len(after)-1].Version)
+	got, _, err := env.Client.Restore(ctx, key, hist[3].Version)
+	require.NoError(t, err)
+	require.Equal(t, string(arrayOf(msgs[:ends[3]])), string(got))
 }
 
 func waitArchived(t testing.TB, env *testenv.Env, key checkpoint.Key) snapshot.Head {
