@@ -2,6 +2,8 @@ package checkpoint
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,47 +12,72 @@ import (
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
+// RestoreOption selects what Restore returns.
+type RestoreOption func(*wire.ReadRequest)
+
+// WithView selects messages: "full" (the default: every message) or "request" (from the last
+// compaction marker on, the marker included: what the model sees after a compaction).
+func WithView(view string) RestoreOption { return func(r *wire.ReadRequest) { r.View = view } }
+
+// WithMaxMessages keeps only the most recent n messages (n rounded down to even), never starting on
+// a tool result whose call was cut off.
+func WithMaxMessages(n int) RestoreOption { return func(r *wire.ReadRequest) { r.MaxMessages = n } }
+
 // Restore returns the conversation of one version of key (the head when version is 0) as the JSON
 // array that was saved, verified against the hash recorded at save time, and that version's record.
-func (c *Client) Restore(ctx context.Context, key Key, version uint64) ([]byte, Version, error) {
+// Options select a view of it instead of every message.
+func (c *Client) Restore(ctx context.Context, key Key, version uint64, opts ...RestoreOption) ([]byte, Version, error) {
 	v, err := c.Get(ctx, key, version)
 	if err != nil {
 		return nil, Version{}, err
 	}
-	raw, err := c.read(ctx, v)
+	req := wire.ReadRequest{SessionRequest: sessionRequest(v.Key), Version: v.Version}
+	for _, o := range opts {
+		o(&req)
+	}
+	raw, hash, err := c.read(ctx, v, req)
 	if err != nil {
 		return nil, Version{}, err
 	}
-	if err := snapshot.Verify(v, raw); err != nil {
+	full := (req.View == "" || req.View == snapshot.ViewFull) && req.MaxMessages == 0
+	if full {
+		err = snapshot.Verify(v, raw)
+	} else if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != hash {
+		err = fmt.Errorf("view of version %d of %s: bytes do not match %s", v.Version, v.Key, hash)
+	}
+	if err != nil {
 		return nil, Version{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return raw, v, nil
 }
 
-// read fetches the conversation of v piece by piece.
-func (c *Client) read(ctx context.Context, v Version) ([]byte, error) {
-	req := wire.ReadRequest{SessionRequest: sessionRequest(v.Key), Version: v.Version}
+// read fetches the conversation (or view) of v piece by piece, and the hash the daemon gives for it.
+func (c *Client) read(ctx context.Context, v Version, req wire.ReadRequest) ([]byte, string, error) {
 	subject := wire.APISubject(v.Key.Namespace, wire.OpRead)
 	var out []byte
+	var hash string
 	for {
 		req.Offset = int64(len(out))
 		msg, err := c.request(ctx, subject, req)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		total, err := strconv.ParseInt(msg.Header.Get(wire.HdrTotal), 10, 64)
 		if err != nil || total < 0 {
-			return nil, errors.New("checkpoint: read reply without a valid " + wire.HdrTotal + " header")
+			return nil, "", errors.New("checkpoint: read reply without a valid " + wire.HdrTotal + " header")
 		}
 		if out == nil {
 			out = make([]byte, 0, total)
+			hash = msg.Header.Get(wire.HdrHash)
+		} else if h := msg.Header.Get(wire.HdrHash); h != hash {
+			return nil, "", fmt.Errorf("%w: read of version %d: pieces of different content (%s, %s)", ErrCorrupt, v.Version, hash, h)
 		}
 		out = append(out, msg.Data...)
 		if int64(len(out)) >= total {
-			return out, nil
+			return out, hash, nil
 		}
 		if len(msg.Data) == 0 {
-			return nil, fmt.Errorf("checkpoint: read of version %d stalled at %d of %d bytes", v.Version, len(out), total)
+			return nil, "", fmt.Errorf("checkpoint: read of version %d stalled at %d of %d bytes", v.Version, len(out), total)
 		}
 	}
 }

@@ -23,6 +23,7 @@ type saveOptions struct {
 	saveID   string
 	expected *uint64
 	reason   string
+	forkOf   *wire.ForkRef
 }
 
 // WithSaveID sets the save's idempotency key. Saving again with the same id (a retry after a lost
@@ -143,6 +144,9 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	}
 	if base != nil {
 		msg.Header.Set(wire.HdrBaseVersion, strconv.FormatUint(*base, 10))
+	}
+	if o.forkOf != nil {
+		msg.Header.Set(wire.HdrForkOf, o.forkOf.String())
 	}
 	body := codec.CompressZstd(conversation)
 	if limit := int(c.nc.MaxPayload()) - 16*1024; len(body) > limit {

@@ -41,6 +41,7 @@ type SaveRequest struct {
 	Base     *uint64 // when set, Payload holds only the messages appended to this version
 	Writer   string
 	Reason   string
+	ForkOf   *wire.ForkRef // recorded on the version: the session was forked from there
 	Payload  []byte
 	Limits   codec.Limits
 	Now      time.Time
@@ -279,7 +280,7 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 	next.Version = wire.Version{
 		Format: wire.VersionFormat, Key: req.Key, Version: head.Version.Version + 1, Parent: head.Version.Version,
 		Hash: hs.hash(), SaveID: req.SaveID, Writer: req.Writer, Reason: reason, Created: req.Now.UTC(),
-		RawBytes: rawBytes, StoredBytes: added, Counts: counts, Gen: layout.Gen,
+		RawBytes: rawBytes, StoredBytes: added, Counts: counts, Gen: layout.Gen, ForkOf: req.ForkOf,
 	}
 	var merged []Extent
 	if len(layout.Extents) > HardMaxExtents {

@@ -213,7 +213,7 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 	h := msg.Headers()
 	req := snapshot.SaveRequest{Key: key, SaveID: saveID, Writer: h.Get(wire.HdrWriter), Reason: h.Get(wire.HdrReason), Now: in.now()}
 	if req.Reason != "" && !wire.ValidReason(req.Reason) {
-		return refuse(fmt.Errorf("%w: header %s: unknown reason %q (want turn, pause, migrate, import or manual)", errBadRequest, wire.HdrReason, req.Reason))
+		return refuse(fmt.Errorf("%w: header %s: unknown reason %q (want turn, pause, migrate, import, manual or fork)", errBadRequest, wire.HdrReason, req.Reason))
 	}
 	if s := h.Get(wire.HdrExpectedVersion); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
@@ -228,6 +228,13 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 			return refuse(fmt.Errorf("%w: header %s: %q is not a version number", errBadRequest, wire.HdrBaseVersion, s))
 		}
 		req.Base = &n
+	}
+	if s := h.Get(wire.HdrForkOf); s != "" {
+		ref, err := wire.ParseForkRef(s)
+		if err != nil {
+			return refuse(fmt.Errorf("%w: header %s: %v", errBadRequest, wire.HdrForkOf, err))
+		}
+		req.ForkOf = &ref
 	}
 	if s := h.Get(wire.HdrFormat); s != "" {
 		n, err := strconv.Atoi(s)

@@ -3,6 +3,8 @@ package transfer
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -272,11 +275,11 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	if err != nil {
 		return reply{}, err
 	}
-	// Versions are immutable, so the assembled conversation is cached by its hash: the pieces of one
-	// large read cost one assembly.
-	data, err := s.cache.GetOrLoad("conv/"+wire.EncodeID(v.Key.Namespace)+"/"+v.Hash, func() ([]byte, error) {
-		return snapshot.Read(ctx, s.store, v, s.cache)
-	})
+	view := snapshot.View{Kind: req.View, MaxMessages: req.MaxMessages}
+	if err := view.Check(); err != nil {
+		return reply{}, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	data, hash, err := s.viewOf(ctx, v, view)
 	if err != nil {
 		return reply{}, err
 	}
@@ -289,7 +292,28 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 		wire.HdrTotal:    {strconv.FormatInt(total, 10)},
 		wire.HdrOffset:   {strconv.FormatInt(req.Offset, 10)},
 		wire.HdrEncoding: {wire.EncodingIdentity},
+		wire.HdrHash:     {hash},
 	}}, nil
+}
+
+// viewOf returns the bytes of a view of v and their hash. Versions are immutable, so results are
+// cached by the version's hash and the view: the pieces of one large read cost one assembly.
+func (s *service) viewOf(ctx context.Context, v wire.Version, view snapshot.View) ([]byte, string, error) {
+	ns := wire.EncodeID(v.Key.Namespace)
+	full, err := s.cache.GetOrLoad("conv/"+ns+"/"+v.Hash, func() ([]byte, error) {
+		return snapshot.Read(ctx, s.store, v, s.cache)
+	})
+	if err != nil || view.IsFull() {
+		return full, v.Hash, err
+	}
+	data, err := s.cache.GetOrLoad(fmt.Sprintf("view/%s/%s/%s/%d", ns, v.Hash, view.Kind, view.MaxMessages), func() ([]byte, error) {
+		return snapshot.Encode(view.Apply(codec.SplitCanonical(full[1 : len(full)-1]))), nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(data)
+	return data, "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
 // maxReply leaves room for headers under the server's max_payload.

@@ -309,3 +309,69 @@ func TestStorage_IdenticalResaveStoresNothing(t *testing.T) {
 	require.Equal(t, v1.Hash, v2.Hash)
 	require.Zero(t, v2.StoredBytes)
 }
+
+func TestStorage_ViewsDiffFork(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "views"}
+	msgs := corpusMessages(t, "pi_before_compaction.json")
+	var markers []int
+	for i, m := range msgs {
+		if bytes.Contains(m, []byte(`"kind":"compaction"`)) {
+			markers = append(markers, i)
+		}
+	}
+	require.Len(t, markers, 2, "the corpus file has two compactions")
+	v1, err := env.Client.Save(ctx, key, arrayOf(msgs))
+	require.NoError(t, err)
+
+	got, _, err := env.Client.Restore(ctx, key, 0, checkpoint.WithView("request"))
+	require.NoError(t, err)
+	require.Equal(t, string(arrayOf(msgs[markers[1]:])), string(got), "from the last marker on")
+
+	full, _, err := env.Client.Restore(ctx, key, 0, checkpoint.WithView("full"))
+	require.NoError(t, err)
+	require.Equal(t, string(arrayOf(msgs)), string(full))
+
+	// Rolling the last compaction back: a version without its marker.
+	rolled := append(append([]json.RawMessage(nil), msgs[:markers[1]]...), msgs[markers[1]+1:]...)
+	v2, err := env.Client.Save(ctx, key, arrayOf(rolled))
+	require.NoError(t, err)
+	got, _, err = env.Client.Restore(ctx, key, 0, checkpoint.WithView("request"))
+	require.NoError(t, err)
+	require.Equal(t, string(arrayOf(rolled[markers[0]:])), string(got), "the request view reaches back to the earlier marker")
+
+	got, _, err = env.Client.Restore(ctx, key, v1.Version, checkpoint.WithMaxMessages(7))
+	require.NoError(t, err)
+	var trimmed []json.RawMessage
+	require.NoError(t, json.Unmarshal(got, &trimmed))
+	require.LessOrEqual(t, len(trimmed), 6)
+	require.NotContains(t, string(trimmed[0]), `"role":"toolResult"`)
+	require.Equal(t, string(arrayOf(msgs[len(msgs)-len(trimmed):])), string(got))
+
+	_, _, err = env.Client.Restore(ctx, key, 0, checkpoint.WithView("summary"))
+	require.ErrorIs(t, err, checkpoint.ErrBadRequest)
+
+	changes, err := env.Client.Diff(ctx, key, v1.Version, v2.Version)
+	require.NoError(t, err)
+	require.NotEmpty(t, changes)
+	require.Equal(t, markers[1], changes[0].Index)
+	removed := 0
+	for _, c := range changes {
+		if c.Op == "removed" {
+			removed++
+		}
+	}
+	require.Equal(t, 1, removed, "one message fewer")
+
+	forked, err := env.Client.Fork(ctx, key, v1.Version, checkpoint.Key{Session: "views-fork"})
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), forked.Version)
+	require.Equal(t, "fork", forked.Reason)
+	require.NotNil(t, forked.ForkOf)
+	require.Equal(t, v1.Version, forked.ForkOf.Version)
+	require.Equal(t, key.WithDefaults(), forked.ForkOf.Key)
+	require.Equal(t, v1.Hash, forked.Hash)
+	_, err = env.Client.Fork(ctx, key, v1.Version, checkpoint.Key{Session: "views-fork"})
+	require.ErrorIs(t, err, checkpoint.ErrConflict, "a fork never overwrites an existing session")
+}

@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -67,11 +69,13 @@ const (
 	HdrFormat          = "Cp-Format"
 	HdrEncoding        = "Cp-Encoding"
 	HdrBaseVersion     = "Cp-Base-Version" // on a save: the body holds only the messages appended to this version
+	HdrForkOf          = "Cp-Fork-Of"      // on a save: the session is a fork of this version (ForkRef.String)
 	HdrChunks          = "Cp-Chunks"       // on a save: its body is in this many messages on ChunkSubject
 	HdrChunk           = "Cp-Chunk"        // on a chunk: its index, from 0
 	// Reply headers of OpRead.
 	HdrTotal  = "Cp-Total"
 	HdrOffset = "Cp-Offset"
+	HdrHash   = "Cp-Hash" // "sha256:<hex>" of the whole reply body (all pieces): the version's hash for the full view
 	// Set by the service on error replies (nats.go micro convention).
 	HdrServiceErrorCode = "Nats-Service-Error-Code"
 	HdrServiceError     = "Nats-Service-Error"
@@ -90,12 +94,13 @@ const (
 	ReasonMigrate = "migrate"
 	ReasonImport  = "import"
 	ReasonManual  = "manual"
+	ReasonFork    = "fork"
 )
 
 // ValidReason reports whether r is one of the known reasons.
 func ValidReason(r string) bool {
 	switch r {
-	case ReasonTurn, ReasonPause, ReasonMigrate, ReasonImport, ReasonManual:
+	case ReasonTurn, ReasonPause, ReasonMigrate, ReasonImport, ReasonManual, ReasonFork:
 		return true
 	}
 	return false
@@ -119,7 +124,31 @@ type Version struct {
 	RawBytes    int64     `json:"rawBytes"`    // canonical JSON size
 	StoredBytes int64     `json:"storedBytes"` // compressed bytes this save added to storage (its new messages)
 	Counts      Counts    `json:"counts"`
-	Gen         uint64    `json:"gen"` // the storage generation holding its messages (docs/format.md)
+	Gen         uint64    `json:"gen"`              // the storage generation holding its messages (docs/format.md)
+	ForkOf      *ForkRef  `json:"forkOf,omitempty"` // on the first version of a fork: where it came from
+}
+
+// ForkRef names the version a session was forked from.
+type ForkRef struct {
+	Key     Key    `json:"key"`
+	Version uint64 `json:"version"`
+}
+
+// String is the header form of a fork reference: the key token, a dot, the version.
+func (f ForkRef) String() string { return f.Key.Token() + "." + strconv.FormatUint(f.Version, 10) }
+
+// ParseForkRef is the inverse of ForkRef.String.
+func ParseForkRef(s string) (ForkRef, error) {
+	i := strings.LastIndexByte(s, '.')
+	if i < 0 {
+		return ForkRef{}, fmt.Errorf("%w: fork reference %q has no version", ErrInvalidID, s)
+	}
+	n, err := strconv.ParseUint(s[i+1:], 10, 64)
+	if err != nil || n == 0 {
+		return ForkRef{}, fmt.Errorf("%w: fork reference %q: bad version", ErrInvalidID, s)
+	}
+	k, err := ParseToken(s[:i])
+	return ForkRef{Key: k, Version: n}, err
 }
 
 // Counts are the message counts of a version.
@@ -152,6 +181,11 @@ type ReadRequest struct {
 	Version  uint64 `json:"version"`
 	Offset   int64  `json:"offset,omitempty"`
 	Encoding string `json:"encoding,omitempty"` // EncodingIdentity, the only one served (default)
+	// View selects messages: "full" (default) or "request" (from the last compaction marker on).
+	View string `json:"view,omitempty"`
+	// MaxMessages, when positive, keeps the most recent messages (rounded down to even, never
+	// starting on a tool result).
+	MaxMessages int `json:"maxMessages,omitempty"`
 }
 
 // ListRequest filters OpList.

@@ -1,0 +1,41 @@
+package checkpoint
+
+import (
+	"context"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// Change is one difference between two versions, by message index.
+type Change = snapshot.Change
+
+// Diff compares versions a and b of a session (0: the head) message by message: messages added,
+// removed and changed, with their indexes.
+func (c *Client) Diff(ctx context.Context, key Key, a, b uint64) ([]Change, error) {
+	ca, _, err := c.Restore(ctx, key, a)
+	if err != nil {
+		return nil, err
+	}
+	cb, _, err := c.Restore(ctx, key, b)
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.Diff(messages(ca), messages(cb)), nil
+}
+
+// messages splits a restored (canonical, verified) conversation into its messages.
+func messages(conv []byte) [][]byte { return codec.SplitCanonical(conv[1 : len(conv)-1]) }
+
+// Fork starts session to from version of session from (0: its head): to's first version holds the
+// same conversation and records where it came from (Version.ForkOf). to must not exist yet.
+func (c *Client) Fork(ctx context.Context, from Key, version uint64, to Key) (Version, error) {
+	conv, v, err := c.Restore(ctx, from, version)
+	if err != nil {
+		return Version{}, err
+	}
+	ref := wire.ForkRef{Key: v.Key, Version: v.Version}
+	return c.save(ctx, to, conv, nil, []SaveOption{ExpectVersion(0), WithReason(wire.ReasonFork),
+		func(o *saveOptions) { o.forkOf = &ref }})
+}
