@@ -61,10 +61,12 @@ type command struct {
 
 var commands = map[string]command{
 	"put":     {"save a conversation (a JSON array of messages) as the next version of a session", runPut},
-	"restore": {"write a version of a session (default: the head) to stdout", runRestore},
+	"restore": {"write a version of a session (default: the head), or a view of it, to stdout", runRestore},
 	"list":    {"list sessions and their head versions", runList},
 	"history": {"list every version of a session", runHistory},
 	"show":    {"show one version's record and message counts", runShow},
+	"diff":    {"compare two versions message by message", runDiff},
+	"fork":    {"start a new session from a version of another", runFork},
 }
 
 func main() {

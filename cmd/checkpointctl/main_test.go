@@ -207,3 +207,43 @@ func TestCheckpointctl_Binary(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, exitNotFound, ee.ExitCode())
 }
+
+func TestCheckpointctl_ViewsDiffFork(t *testing.T) {
+	env := testenv.Start(t)
+	srv := "--server=" + env.URL()
+	conv := `[{"role":"user","content":"a"},{"role":"extension","kind":"compaction","data":{"summary":"s"}},` +
+		`{"role":"user","content":"b"},{"role":"assistant","content":[{"type":"text","text":"c"}]}]`
+	_, stderr, code := ctl(t, conv, srv, "put", "s", "-")
+	require.Equal(t, 0, code, stderr)
+	edited := strings.Replace(conv, `"content":"b"`, `"content":"B"`, 1)
+	edited = edited[:len(edited)-1] + `,{"role":"user","content":"d"}]`
+	_, stderr, code = ctl(t, edited, srv, "put", "s", "-")
+	require.Equal(t, 0, code, stderr)
+
+	out, _, code := ctl(t, "", srv, "restore", "s", "--view", "request", "--version", "1")
+	require.Equal(t, 0, code)
+	require.Equal(t, `[{"role":"extension","kind":"compaction","data":{"summary":"s"}},{"role":"user","content":"b"},{"role":"assistant","content":[{"type":"text","text":"c"}]}]`, out)
+	out, _, code = ctl(t, "", srv, "restore", "s", "--max-messages", "2")
+	require.Equal(t, 0, code)
+	require.Equal(t, `[{"role":"assistant","content":[{"type":"text","text":"c"}]},{"role":"user","content":"d"}]`, out)
+
+	out, _, code = ctl(t, "", srv, "diff", "s", "1", "2")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `~ [2] {"role":"user","content":"b"}`)
+	require.Contains(t, out, `→ {"role":"user","content":"B"}`)
+	require.Contains(t, out, `+ [4] {"role":"user","content":"d"}`)
+	out, _, code = ctl(t, "", srv, "diff", "s", "1", "1")
+	require.Equal(t, 0, code)
+	require.Equal(t, "no differences\n", out)
+
+	out, stderr, code = ctl(t, "", srv, "fork", "s", "s2", "--version", "1")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "forked s version 1 into s2")
+	out, _, code = ctl(t, "", srv, "show", "s2")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "forked from:  s version 1")
+	_, _, code = ctl(t, "", srv, "fork", "s", "s2")
+	require.Equal(t, exitConflict, code)
+	_, _, code = ctl(t, "", srv, "restore", "s", "--view", "everything")
+	require.Equal(t, exitInvalid, code)
+}

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"os"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
 )
 
 func runRestore(ctx context.Context, a *App, args []string) error {
@@ -14,6 +16,8 @@ func runRestore(ctx context.Context, a *App, args []string) error {
 	k.register(fs)
 	fs.Var(&version, "version", "version to restore (default: the head)")
 	outFile := fs.String("out", "", "write to this file instead of stdout")
+	view := fs.String("view", "full", "full (every message) or request (from the last compaction marker on)")
+	maxMessages := fs.Int("max-messages", 0, "keep only the most recent N messages (N rounded down to even, never starting on a tool result)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -26,7 +30,7 @@ func runRestore(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	defer c.Close()
-	conv, _, err := c.Restore(ctx, k.key(pos[0]), version.n)
+	conv, _, err := c.Restore(ctx, k.key(pos[0]), version.n, checkpoint.WithView(*view), checkpoint.WithMaxMessages(*maxMessages))
 	if err != nil {
 		return err
 	}

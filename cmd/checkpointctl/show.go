@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"text/tabwriter"
 	"time"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
 )
 
 func runShow(ctx context.Context, a *App, args []string) error {
@@ -49,8 +51,19 @@ func runShow(ctx context.Context, a *App, args []string) error {
 		{"size", fmt.Sprintf("%s raw, %s newly stored", size(v.RawBytes), size(v.StoredBytes))},
 		{"messages", fmt.Sprintf("%d: %d user, %d assistant, %d toolResult, %d extension", n.Messages, n.User, n.Assistant, n.ToolResult, n.Extension)},
 		{"tool calls", fmt.Sprint(n.ToolCalls)},
+		{"forked from", forkedFrom(v)},
 	} {
+		if row[1] == "" {
+			continue
+		}
 		fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
 	}
 	return tw.Flush()
+}
+
+func forkedFrom(v checkpoint.Version) string {
+	if v.ForkOf == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s version %d", printable(v.ForkOf.Key.String()), v.ForkOf.Version)
 }
