@@ -1,7 +1,9 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
+	"time"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
@@ -38,4 +40,31 @@ func (c *Client) Fork(ctx context.Context, from Key, version uint64, to Key) (Ve
 	ref := wire.ForkRef{Key: v.Key, Version: v.Version}
 	return c.save(ctx, to, conv, nil, []SaveOption{ExpectVersion(0), WithReason(wire.ReasonFork),
 		func(o *saveOptions) { o.forkOf = &ref }})
+}
+
+// PruneResult is what a prune removed (or would remove) from one session.
+type PruneResult = wire.PruneResult
+
+// PruneOptions select what Prune removes. The head is always kept; when both limits are set, a
+// version goes only if both would remove it. With no limit set, the daemon's policy for the
+// namespace applies.
+type PruneOptions struct {
+	Session  string        // one session ("" for every session of the namespace)
+	Agent    string        // with Session: the agent (default "main")
+	KeepLast int           // keep at least the newest N versions
+	MaxAge   time.Duration // keep versions younger than this
+	DryRun   bool          // report what would go; remove nothing
+}
+
+// Prune removes old versions of one session, or of every session of namespace ("" for the default
+// namespace), and reports what went, per session. Restores of kept versions are unaffected.
+func (c *Client) Prune(ctx context.Context, namespace string, o PruneOptions) ([]PruneResult, error) {
+	var rep wire.PruneReply
+	req := wire.PruneRequest{Session: o.Session, Agent: o.Agent, KeepLast: o.KeepLast,
+		MaxAgeSeconds: int64(o.MaxAge / time.Second), DryRun: o.DryRun}
+	if o.MaxAge > 0 && req.MaxAgeSeconds == 0 {
+		req.MaxAgeSeconds = 1
+	}
+	err := c.call(ctx, wire.APISubject(cmp.Or(namespace, wire.DefaultNamespace), wire.OpPrune), req, &rep)
+	return rep.Sessions, err
 }

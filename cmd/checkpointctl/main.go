@@ -67,6 +67,7 @@ var commands = map[string]command{
 	"show":    {"show one version's record and message counts", runShow},
 	"diff":    {"compare two versions message by message", runDiff},
 	"fork":    {"start a new session from a version of another", runFork},
+	"prune":   {"remove old versions by a retention policy (the head is always kept)", runPrune},
 }
 
 func main() {

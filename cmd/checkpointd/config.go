@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
@@ -43,6 +44,20 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&c.Daemon.MaxCheckpointBytes, "max-checkpoint-bytes", c.Daemon.MaxCheckpointBytes, "largest conversation accepted, in bytes")
 	fs.DurationVar(&c.Daemon.ResultTTL, "result-ttl", c.Daemon.ResultTTL, "how long the outcome of each save stays readable")
 	fs.DurationVar(&c.Daemon.RequestTimeout, "request-timeout", c.Daemon.RequestTimeout, "longest a read request may take, including waiting for queued saves")
+	fs.IntVar(&c.Daemon.Retention.Default.KeepLast, "retention-keep-last", 0, "keep at least the newest N versions of every session (0: no count limit)")
+	fs.DurationVar(&c.Daemon.Retention.Default.MaxAge, "retention-max-age", 0, "keep versions younger than this (0: no age limit); with both limits a version goes only if both would remove it")
+	fs.Func("namespace-retention", "retention for one namespace, NAMESPACE:keep=N,age=DURATION (repeatable)", func(s string) error {
+		ns, r, err := transfer.ParseNamespaceRetention(s)
+		if err != nil {
+			return err
+		}
+		if c.Daemon.Retention.ByNamespace == nil {
+			c.Daemon.Retention.ByNamespace = map[string]snapshot.Retention{}
+		}
+		c.Daemon.Retention.ByNamespace[ns] = r
+		return nil
+	})
+	fs.DurationVar(&c.Daemon.RetentionInterval, "retention-interval", c.Daemon.RetentionInterval, "how often the retention policy is applied (0: only by checkpointctl prune)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before in-flight saves are left to the next start")

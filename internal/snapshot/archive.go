@@ -37,7 +37,7 @@ func ArchiveVersions(ctx context.Context, st Store, key wire.Key) (int, error) {
 	}
 	var fresh []wire.Version
 	for _, v := range indexed {
-		if v.Version < head.Version.Version && !archived(head, v.Version) {
+		if v.Version >= head.first() && v.Version < head.Version.Version && !archived(head, v.Version) {
 			fresh = append(fresh, v)
 		}
 	}
@@ -65,6 +65,7 @@ func ArchiveVersions(ctx context.Context, st Store, key wire.Key) (int, error) {
 	next := head
 	next.Archives = []Archive{{From: all[0].Version, To: all[len(all)-1].Version, Segment: ref}}
 	if err := st.SwapHead(ctx, next, rev); err != nil {
+		discard(ctx, st, key, []SegmentRef{ref})
 		return 0, err
 	}
 	// The head now finds these records in the archive; their own entries can go.
@@ -135,9 +136,11 @@ func history(ctx context.Context, st Store, key wire.Key) ([]wire.Version, bool,
 		return nil, false, err
 	}
 	all = append(append(all, indexed...), head.Version)
+	// Records of pruned versions may linger in the index for a moment after a prune.
+	all = slices.DeleteFunc(all, func(v wire.Version) bool { return v.Version < head.first() })
 	slices.SortFunc(all, func(a, b wire.Version) int { return cmp.Compare(a.Version, b.Version) })
 	all = slices.CompactFunc(all, func(a, b wire.Version) bool { return a.Version == b.Version })
-	return all, uint64(len(all)) == head.Version.Version, nil
+	return all, uint64(len(all)) == head.Version.Version-head.first()+1, nil
 }
 
 // findVersion looks for version n among the head's archives.

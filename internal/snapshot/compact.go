@@ -57,6 +57,7 @@ func Compact(ctx context.Context, st Store, key wire.Key, full bool) (Compacted,
 	next := head
 	next.Layout.Extents = extents
 	if err := st.SwapHead(ctx, next, rev); err != nil {
+		discard(ctx, st, key, written(head.Layout, next.Layout))
 		return Compacted{}, err
 	}
 	res := Compacted{Merged: len(merged), WroteBytes: wrote}

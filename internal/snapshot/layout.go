@@ -64,7 +64,12 @@ type Head struct {
 	Layout   Layout    `json:"layout"`
 	OldGens  []uint64  `json:"oldGens,omitempty"`  // generations whose layouts older versions use
 	Archives []Archive `json:"archives,omitempty"` // older version records, batched and compressed
+	// FirstVersion is the oldest version retention kept (0 or 1: none was pruned).
+	FirstVersion uint64 `json:"firstVersion,omitempty"`
 }
+
+// first is the oldest version the session still has.
+func (h Head) first() uint64 { return max(h.FirstVersion, 1) }
 
 // hashState is a resumable SHA-256 of a conversation's canonical bytes minus the final "]".
 type hashState struct{ h hash.Hash }

@@ -27,6 +27,9 @@ func GetVersion(ctx context.Context, st Store, key wire.Key, n uint64, cache Seg
 	if n > head.Version.Version {
 		return wire.Version{}, fmt.Errorf("version %d: %w (the head is version %d)", n, ErrNotFound, head.Version.Version)
 	}
+	if n < head.first() {
+		return wire.Version{}, fmt.Errorf("version %d: %w (pruned by retention; the oldest kept is version %d)", n, ErrNotFound, head.first())
+	}
 	v, err := st.Version(ctx, key, n)
 	if !errors.Is(err, ErrNotFound) {
 		return v, err

@@ -95,14 +95,17 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		if err != nil {
 			return Saved{}, err
 		}
-		next, merged, err := commitPlan(ctx, st, head, found, req, p)
+		next, merged, wrote, err := commitPlan(ctx, st, head, found, req, p)
 		if err != nil {
+			discard(ctx, st, req.Key, wrote)
 			return Saved{}, err
 		}
-		switch err := st.SwapHead(ctx, next, rev); {
-		case errors.Is(err, ErrRevisionMismatch):
-			continue // another writer committed first: look at the new head and try again
-		case err != nil:
+		if err := st.SwapHead(ctx, next, rev); err != nil {
+			// Nothing refers to what this attempt wrote: remove it, then look at the new head.
+			discard(ctx, st, req.Key, wrote)
+			if errors.Is(err, ErrRevisionMismatch) {
+				continue // another writer committed first
+			}
 			return Saved{}, err
 		}
 		// The version is committed. Should indexing fail, the next save repairs it and reads of the
@@ -204,6 +207,30 @@ func commonPrefix(ctx context.Context, st Store, head Head, msgs []json.RawMessa
 	return k, nil
 }
 
+// written returns the segments of next that before does not have: what one attempt wrote.
+func written(before, next Layout) []SegmentRef {
+	had := map[string]bool{}
+	for _, e := range before.Extents {
+		had[e.Segment.ID] = true
+	}
+	var out []SegmentRef
+	for _, e := range next.Extents {
+		if !had[e.Segment.ID] {
+			out = append(out, e.Segment)
+			had[e.Segment.ID] = true
+		}
+	}
+	return out
+}
+
+// discard deletes segments an operation wrote but failed to commit. Segment ids are unique per
+// write, so nothing else can refer to them. Failing here leaves garbage, never a wrong answer.
+func discard(ctx context.Context, st Store, key wire.Key, segs []SegmentRef) {
+	for _, s := range segs {
+		_ = st.DeleteSegment(ctx, key, s)
+	}
+}
+
 // emptyHead stands for a session with no version yet: the empty conversation "[]".
 func emptyHead(key wire.Key) Head {
 	hs := newHashState()
@@ -211,12 +238,13 @@ func emptyHead(key wire.Key) Head {
 	return Head{Version: wire.Version{Key: key, RawBytes: 2}, State: hs.marshal(), Layout: Layout{Key: key, Gen: 1}}
 }
 
-// commitPlan stores the plan's new segment and returns the head to swap in, and the extents it
-// merged away (when the layout was at HardMaxExtents), to delete once the swap succeeded.
-func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRequest, p savePlan) (Head, []Extent, error) {
+// commitPlan stores the plan's new segment and returns the head to swap in, the extents it merged
+// away (when the layout was at HardMaxExtents) to delete once the swap succeeded, and every
+// segment it wrote, to delete if it did not.
+func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRequest, p savePlan) (next Head, merged []Extent, wrote []SegmentRef, err error) {
 	// Start from the current head so that everything it carries (archives, older generations) is
 	// carried on; only what a save changes is set below.
-	next := head
+	next = head
 	layout := Layout{Key: req.Key, Gen: max(head.Layout.Gen, 1)}
 	counts := head.Counts
 	if p.rewrite || !found {
@@ -226,13 +254,13 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 		// The head's generation stays readable for its versions; the new one starts from the
 		// unchanged prefix.
 		if err := st.PutLayout(ctx, head.Layout); err != nil {
-			return Head{}, nil, err
+			return Head{}, nil, wrote, err
 		}
 		next.OldGens = append(append([]uint64(nil), head.OldGens...), head.Layout.Gen)
 		layout.Gen = head.Layout.Gen + 1
 		kept, err := prefixExtents(head.Layout, p.keep, segmentReader(ctx, st, req.Key))
 		if err != nil {
-			return Head{}, nil, err
+			return Head{}, nil, wrote, err
 		}
 		layout.Extents = kept
 	} else if found {
@@ -243,8 +271,9 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 		raw := join(p.tail)
 		ref, n, err := putSegment(ctx, st, req.Key, raw, len(p.tail))
 		if err != nil {
-			return Head{}, nil, err
+			return Head{}, nil, wrote, err
 		}
+		wrote = append(wrote, ref)
 		added = n
 		layout.Extents = append(layout.Extents, Extent{Segment: ref, Count: len(p.tail), RawBytes: ref.RawBytes})
 	}
@@ -260,7 +289,7 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 	} else {
 		var err error
 		if hs, err = resumeHashState(head.State); err != nil {
-			return Head{}, nil, err
+			return Head{}, nil, wrote, err
 		}
 		rawBytes = head.RawBytes
 		for i, m := range p.tail {
@@ -282,16 +311,15 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 		Hash: hs.hash(), SaveID: req.SaveID, Writer: req.Writer, Reason: reason, Created: req.Now.UTC(),
 		RawBytes: rawBytes, StoredBytes: added, Counts: counts, Gen: layout.Gen, ForkOf: req.ForkOf,
 	}
-	var merged []Extent
 	if len(layout.Extents) > HardMaxExtents {
-		var err error
 		if layout.Extents, merged, _, err = mergeRun(ctx, st, req.Key, layout.Extents, mergeFrom(layout.Extents)); err != nil {
-			return Head{}, nil, err
+			return Head{}, nil, wrote, err
 		}
+		wrote = append(wrote, layout.Extents[len(layout.Extents)-1].Segment)
 	}
 	next.State = hs.marshal()
 	next.Layout = layout
-	return next, merged, nil
+	return next, merged, wrote, nil
 }
 
 // putSegment stores raw as a new segment and returns its reference and the bytes it added. Every

@@ -42,6 +42,8 @@ type Store interface {
 	PutLayout(ctx context.Context, l Layout) error
 	// Layout returns the kept layout of generation gen of key, or ErrNotFound.
 	Layout(ctx context.Context, key wire.Key, gen uint64) (Layout, error)
+	// DeleteLayout removes the layout of a generation no kept version uses.
+	DeleteLayout(ctx context.Context, key wire.Key, gen uint64) error
 
 	// PutSegment stores a new segment's blob (codec.EncodeBlob of its raw bytes) and returns its
 	// reference, with Chunks filled in.

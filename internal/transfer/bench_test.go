@@ -96,7 +96,7 @@ func BenchmarkStorage_CheckpointEveryTurn(b *testing.B) {
 	ends := turnEnds(b, msgs)
 	final := codec.CompressZstd(arrayOf(msgs))
 	for i := 0; i < b.N; i++ {
-		env := testenv.Start(b, func(c *transfer.Config) { c.CompactIdle = 300 * time.Millisecond })
+		env := testenv.Start(b, func(c *transfer.Config) { c.CompactIdle = 300 * time.Millisecond; c.SegmentGrace = 0 })
 		ctx := context.Background()
 		key := checkpoint.Key{Session: "every-turn"}
 		var wholeCopies int64

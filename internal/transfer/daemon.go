@@ -23,6 +23,9 @@ type Config struct {
 	Lanes              int           // sessions settled in parallel by this instance
 	CacheBytes         int64         // read cache size
 	CompactIdle        time.Duration // merge a session whole once it has had no save for this long (0: never)
+	SegmentGrace       time.Duration // how long a merged-away segment stays readable (must exceed RequestTimeout)
+	Retention          RetentionPolicy
+	RetentionInterval  time.Duration // how often the retention policy is applied (0: only on request)
 	Version            string        // reported by the service (semver)
 	Logger             *slog.Logger
 	Metrics            *metrics.Metrics
@@ -38,6 +41,8 @@ func DefaultConfig() Config {
 		Lanes:              8,
 		CacheBytes:         64 << 20,
 		CompactIdle:        2 * time.Second,
+		RetentionInterval:  time.Hour,
+		SegmentGrace:       time.Minute,
 		Version:            "0.1.0",
 	}
 }
@@ -55,6 +60,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("request timeout: must be positive")
 	case c.Lanes < 1:
 		return fmt.Errorf("lanes: must be at least 1")
+	case c.Retention.Default.KeepLast < 0 || c.Retention.Default.MaxAge < 0:
+		return fmt.Errorf("retention: limits must not be negative")
 	case c.Logger == nil || c.Metrics == nil:
 		return errors.New("logger and metrics are required")
 	}
@@ -68,6 +75,7 @@ type Daemon struct {
 	in        *ingester
 	svc       *service
 	compactor *compactor
+	pruner    *pruner
 	Store     *Store
 	ready     atomic.Bool
 }
@@ -85,13 +93,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := OpenStore(ctx, js, StoreConfig{Replicas: cfg.Replicas, ChunkSize: int(min(nc.MaxPayload()-16*1024, 1<<20))})
+	store, err := OpenStore(ctx, js, StoreConfig{Replicas: cfg.Replicas, ChunkSize: int(min(nc.MaxPayload()-16*1024, 1<<20)),
+		SegmentGrace: cfg.SegmentGrace})
 	if err != nil {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, Store: store}
 	d.svc = &service{nc: nc, st: st, store: store, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
-		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, inflight: make(chan struct{}, 256)}
+		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, inflight: make(chan struct{}, 256), policy: cfg.Retention}
 	if err := d.svc.start(); err != nil {
 		return nil, err
 	}
@@ -103,6 +112,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 		_ = d.svc.stop(ctx)
 		return nil, err
 	}
+	d.pruner = &pruner{store: store, policy: cfg.Retention, interval: cfg.RetentionInterval, log: cfg.Logger}
+	d.pruner.start()
 	d.ready.Store(true)
 	return d, nil
 }
@@ -115,7 +126,9 @@ func (d *Daemon) Ready() bool { return d.ready.Load() }
 func (d *Daemon) Close(ctx context.Context) error {
 	d.ready.Store(false)
 	err := d.svc.stop(ctx)
+	d.pruner.stop()
 	d.in.shutdown(ctx)
 	d.compactor.stop()
+	d.Store.Flush(ctx)
 	return err
 }

@@ -37,6 +37,7 @@ type service struct {
 	semver   string
 	svc      micro.Service
 	inflight chan struct{} // bounds concurrent handlers
+	policy   RetentionPolicy
 }
 
 type reply struct {
@@ -67,6 +68,7 @@ func (s *service) start() error {
 		{wire.OpHistory, "cp.api.*." + wire.OpHistory, s.history},
 		{wire.OpGet, "cp.api.*." + wire.OpGet, s.get},
 		{wire.OpRead, "cp.api.*." + wire.OpRead, s.read},
+		{wire.OpPrune, "cp.api.*." + wire.OpPrune, s.prune},
 		{"admin-list", wire.AdminListSubject, s.list},
 	}
 	for _, op := range ops {
@@ -294,6 +296,48 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 		wire.HdrEncoding: {wire.EncodingIdentity},
 		wire.HdrHash:     {hash},
 	}}, nil
+}
+
+func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, error) {
+	var req wire.PruneRequest
+	if err := decodeRequest(body, &req); err != nil {
+		return reply{}, err
+	}
+	ret := s.policy.For(ns)
+	if req.KeepLast != 0 || req.MaxAgeSeconds != 0 {
+		ret = snapshot.Retention{KeepLast: req.KeepLast, MaxAge: time.Duration(req.MaxAgeSeconds) * time.Second}
+	}
+	if ret.KeepLast < 0 || ret.MaxAge < 0 {
+		return reply{}, fmt.Errorf("%w: negative retention limit", errBadRequest)
+	}
+	if ret == (snapshot.Retention{}) {
+		return reply{}, fmt.Errorf("%w: no retention given and none configured for namespace %q (give keepLast or maxAgeSeconds)", errBadRequest, ns)
+	}
+	var heads []snapshot.Head
+	if req.Session != "" {
+		key, err := sessionKey(ns, wire.SessionRequest{Session: req.Session, Agent: req.Agent})
+		if err != nil {
+			return reply{}, err
+		}
+		if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
+			return reply{}, err
+		}
+		h, _, err := s.store.Head(ctx, key)
+		if err != nil {
+			return reply{}, notFound(err, key, 0)
+		}
+		heads = []snapshot.Head{h}
+	} else {
+		var err error
+		if heads, err = s.store.Heads(ctx, ns); err != nil {
+			return reply{}, err
+		}
+	}
+	res, err := pruneSessions(ctx, s.store, heads, func(string) snapshot.Retention { return ret }, req.DryRun)
+	if err != nil {
+		return reply{}, err
+	}
+	return jsonReply(wire.PruneReply{Sessions: res})
 }
 
 // viewOf returns the bytes of a view of v and their hash. Versions are immutable, so results are

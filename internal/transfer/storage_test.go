@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // corpusMessages returns the messages of a corpus file, canonical.
@@ -381,4 +383,39 @@ func TestStorage_ViewsDiffFork(t *testing.T) {
 	require.Equal(t, v1.Hash, forked.Hash)
 	_, err = env.Client.Fork(ctx, key, v1.Version, checkpoint.Key{Session: "views-fork"})
 	require.ErrorIs(t, err, checkpoint.ErrConflict, "a fork never overwrites an existing session")
+}
+
+// storedSegments lists the segment ids stored for a session.
+func storedSegments(t testing.TB, env *testenv.Env, key checkpoint.Key) map[string]bool {
+	js, err := jetstream.New(env.NC)
+	require.NoError(t, err)
+	kv, err := js.KeyValue(context.Background(), wire.BucketSegment)
+	require.NoError(t, err)
+	keys, err := kv.ListKeysFiltered(context.Background(), key.WithDefaults().Token()+".>")
+	require.NoError(t, err)
+	ids := map[string]bool{}
+	for k := range keys.Keys() {
+		parts := strings.Split(k, ".")
+		ids[parts[3]] = true
+	}
+	return ids
+}
+
+// A busy session makes background merges lose their swap to saves, and saves merge inline; once it
+// settles, every stored segment is one the head refers to: nothing a lost race wrote is left behind.
+func TestStorage_NoSegmentOutlivesItsReferences(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.CompactIdle = 300 * time.Millisecond; c.SegmentGrace = 0 })
+	ctx := ctxT(t)
+	msgs := corpusMessages(t, "pi_before_compaction.json")
+	key := checkpoint.Key{Session: "busy"}
+	for _, n := range turnEnds(t, msgs)[:200] {
+		_, err := env.Client.Save(ctx, key, arrayOf(msgs[:n]))
+		require.NoError(t, err)
+	}
+	waitCompacted(t, env, key, 1)
+	h := waitArchived(t, env, key)
+	want := map[string]bool{h.Layout.Extents[0].Segment.ID: true, h.Archives[0].Segment.ID: true}
+	require.Eventually(t, func() bool { return len(storedSegments(t, env, key)) == len(want) }, 5*time.Second, 20*time.Millisecond,
+		"stored %d segments, the head refers to %d", len(storedSegments(t, env, key)), len(want))
+	require.Equal(t, want, storedSegments(t, env, key))
 }

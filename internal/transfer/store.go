@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,6 +31,12 @@ type Store struct {
 	heads, versions, layouts, segments jetstream.KeyValue
 	segStream, verStream               jetstream.Stream // the streams under cp_segments and cp_versions, for purging without markers
 	chunkSize                          int
+
+	// Deleting a segment waits for grace: a reader that read the layout naming it just before a
+	// merge replaced it still finds it.
+	grace   time.Duration
+	mu      sync.Mutex
+	pending map[string]*time.Timer // segment subject → its deletion
 }
 
 var _ snapshot.Store = (*Store)(nil)
@@ -38,6 +46,9 @@ type StoreConfig struct {
 	Replicas int // JetStream replicas of each bucket (1 on a single server, 3 in a cluster)
 	// ChunkSize is the largest piece a segment is cut into; it must fit the server's max_payload.
 	ChunkSize int
+	// SegmentGrace delays the deletion of segments nothing refers to any more; it must exceed the
+	// longest read (0: delete at once).
+	SegmentGrace time.Duration
 }
 
 // OpenStore creates the buckets if they are missing and returns a Store over them.
@@ -45,7 +56,7 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 	if cfg.ChunkSize <= 0 {
 		return nil, errors.New("store: chunk size must be positive")
 	}
-	s := &Store{chunkSize: cfg.ChunkSize}
+	s := &Store{chunkSize: cfg.ChunkSize, grace: cfg.SegmentGrace, pending: map[string]*time.Timer{}}
 	for _, b := range []struct {
 		kv   *jetstream.KeyValue
 		name string
@@ -159,6 +170,11 @@ func (s *Store) Layout(ctx context.Context, key wire.Key, gen uint64) (snapshot.
 	return l, s.get(ctx, s.layouts, versionKey(key, gen), &l)
 }
 
+// DeleteLayout implements snapshot.Store.
+func (s *Store) DeleteLayout(ctx context.Context, key wire.Key, gen uint64) error {
+	return mapKVErr(s.layouts.Purge(ctx, versionKey(key, gen)))
+}
+
 // PutSegment implements snapshot.Store.
 func (s *Store) PutSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef, blob []byte) (snapshot.SegmentRef, error) {
 	ref.Chunks = 0
@@ -188,11 +204,46 @@ func (s *Store) GetSegment(ctx context.Context, key wire.Key, ref snapshot.Segme
 	return out, nil
 }
 
-// DeleteSegment implements snapshot.Store. It purges the segment's messages from the bucket's
-// stream rather than deleting its keys, which would leave a marker per piece behind.
+// DeleteSegment implements snapshot.Store. After the grace period it purges the segment's messages
+// from the bucket's stream rather than deleting its keys, which would leave a marker per piece.
 func (s *Store) DeleteSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef) error {
 	subject := "$KV." + wire.BucketSegment + "." + key.Token() + "." + ref.ID + ".>"
+	if s.grace <= 0 {
+		return s.purgeSegment(ctx, subject)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.pending[subject]; !ok {
+		s.pending[subject] = time.AfterFunc(s.grace, func() {
+			s.mu.Lock()
+			delete(s.pending, subject)
+			s.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = s.purgeSegment(ctx, subject) // if it fails, the segment is garbage, never wrong
+		})
+	}
+	return nil
+}
+
+func (s *Store) purgeSegment(ctx context.Context, subject string) error {
 	return s.segStream.Purge(ctx, jetstream.WithPurgeSubject(subject))
+}
+
+// Flush carries out the deletions still waiting for their grace period, at shutdown.
+func (s *Store) Flush(ctx context.Context) {
+	s.mu.Lock()
+	subjects := make([]string, 0, len(s.pending))
+	for subj, t := range s.pending {
+		if t.Stop() {
+			subjects = append(subjects, subj)
+		}
+		delete(s.pending, subj)
+	}
+	s.mu.Unlock()
+	for _, subj := range subjects {
+		_ = s.purgeSegment(ctx, subj)
+	}
 }
 
 // create writes v under key unless the key exists: the records written so are immutable.

@@ -42,6 +42,7 @@ const (
 	OpHistory = "history" // SessionRequest → HistoryReply: every version of one session
 	OpGet     = "get"     // GetRequest → Version: one version's record (head when Version is 0)
 	OpRead    = "read"    // ReadRequest → bytes of the conversation, in pieces
+	OpPrune   = "prune"   // PruneRequest → PruneReply: remove old versions by a retention policy
 )
 
 // AdminListSubject lists sessions of every namespace; it is for operators, so it carries no namespace.
@@ -186,6 +187,30 @@ type ReadRequest struct {
 	// MaxMessages, when positive, keeps the most recent messages (rounded down to even, never
 	// starting on a tool result).
 	MaxMessages int `json:"maxMessages,omitempty"`
+}
+
+// PruneRequest removes the versions a retention policy does not keep, from one session or (Session
+// empty) every session of the namespace. The head is always kept. Unset limits fall back to the
+// daemon's policy for the namespace.
+type PruneRequest struct {
+	Session       string `json:"session,omitempty"`
+	Agent         string `json:"agent,omitempty"`
+	KeepLast      int    `json:"keepLast,omitempty"`      // keep at least the newest N versions
+	MaxAgeSeconds int64  `json:"maxAgeSeconds,omitempty"` // keep versions younger than this
+	DryRun        bool   `json:"dryRun,omitempty"`        // report, remove nothing
+}
+
+// PruneReply says what was (or, in a dry run, would be) removed, per session.
+type PruneReply struct {
+	Sessions []PruneResult `json:"sessions"`
+}
+
+// PruneResult is one session's prune.
+type PruneResult struct {
+	Key      Key      `json:"key"`
+	Versions []uint64 `json:"versions"` // removed (or to be removed)
+	Kept     int      `json:"kept"`
+	Segments int      `json:"segments"` // stored segments freed
 }
 
 // ListRequest filters OpList.

@@ -1,0 +1,136 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// RetentionPolicy is the daemon's retention: a default, and overrides by namespace.
+type RetentionPolicy struct {
+	Default     snapshot.Retention
+	ByNamespace map[string]snapshot.Retention
+}
+
+// For returns the retention of a namespace.
+func (p RetentionPolicy) For(namespace string) snapshot.Retention {
+	if r, ok := p.ByNamespace[namespace]; ok {
+		return r
+	}
+	return p.Default
+}
+
+// ParseNamespaceRetention parses "NAMESPACE:keep=N,age=DURATION" (either part may be left out).
+func ParseNamespaceRetention(s string) (string, snapshot.Retention, error) {
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 {
+		return "", snapshot.Retention{}, fmt.Errorf("%q: want NAMESPACE:keep=N,age=DURATION", s)
+	}
+	ns, spec := s[:i], s[i+1:]
+	var r snapshot.Retention
+	for _, part := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(part, "=")
+		var err error
+		switch {
+		case !ok:
+			err = fmt.Errorf("%q is not key=value", part)
+		case k == "keep":
+			r.KeepLast, err = strconv.Atoi(v)
+		case k == "age":
+			r.MaxAge, err = time.ParseDuration(v)
+		default:
+			err = fmt.Errorf("unknown setting %q (want keep or age)", k)
+		}
+		if err != nil {
+			return "", snapshot.Retention{}, fmt.Errorf("retention for namespace %q: %w", ns, err)
+		}
+	}
+	if r.KeepLast < 0 || r.MaxAge < 0 {
+		return "", snapshot.Retention{}, fmt.Errorf("retention for namespace %q: negative limit", ns)
+	}
+	return ns, r, nil
+}
+
+// pruneSessions applies retention to the given sessions and reports per session.
+func pruneSessions(ctx context.Context, store snapshot.Store, heads []snapshot.Head, ret func(ns string) snapshot.Retention, dryRun bool) ([]wire.PruneResult, error) {
+	out := []wire.PruneResult{}
+	for _, h := range heads {
+		var res snapshot.Pruned
+		var err error
+		for attempt := 0; attempt < 5; attempt++ {
+			res, err = snapshot.Prune(ctx, store, h.Key, ret(h.Key.Namespace), time.Now(), dryRun)
+			if !errors.Is(err, snapshot.ErrRevisionMismatch) {
+				break // a save moved the head: look again
+			}
+		}
+		if err != nil {
+			return out, fmt.Errorf("session %s: %w", h.Key, err)
+		}
+		if len(res.Versions) > 0 {
+			out = append(out, wire.PruneResult{Key: h.Key, Versions: res.Versions, Kept: res.Kept, Segments: res.Segments})
+		}
+	}
+	return out, nil
+}
+
+// pruner applies the retention policy to every session now and then.
+type pruner struct {
+	store    snapshot.Store
+	policy   RetentionPolicy
+	interval time.Duration
+	log      *slog.Logger
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+func (p *pruner) start() {
+	if p.interval <= 0 || (p.policy.Default == snapshot.Retention{} && len(p.policy.ByNamespace) == 0) {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTicker(p.interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				p.run(ctx)
+			}
+		}
+	}()
+}
+
+func (p *pruner) run(ctx context.Context) {
+	heads, err := p.store.Heads(ctx, "")
+	if err != nil {
+		p.log.Warn("retention: listing sessions failed; trying again next round", "err", err)
+		return
+	}
+	res, err := pruneSessions(ctx, p.store, heads, p.policy.For, false)
+	if err != nil && ctx.Err() == nil {
+		p.log.Warn("retention: prune failed; trying again next round", "err", err)
+	}
+	for _, r := range res {
+		p.log.Info("retention: pruned old versions", "session", r.Key, "versions", len(r.Versions), "kept", r.Kept, "segments_freed", r.Segments)
+	}
+}
+
+func (p *pruner) stop() {
+	if p.cancel != nil {
+		p.cancel()
+		p.wg.Wait()
+	}
+}
