@@ -81,3 +81,36 @@ func (c *Client) read(ctx context.Context, v Version, req wire.ReadRequest) ([]b
 		}
 	}
 }
+
+// RestoreMerged returns the merged view of every agent of a session: their head versions'
+// messages interleaved by timestamp, each with an "agentId" member added (and, with prefix, its
+// first text prefixed "[agentId] ", as multi-agent routers show it), and the version merged for
+// each agent. It is a view: what is stored is not changed.
+func (c *Client) RestoreMerged(ctx context.Context, namespace, session string, prefix bool, opts ...RestoreOption) ([]byte, map[string]uint64, error) {
+	k, err := checkKey(Key{Namespace: namespace, Session: session})
+	if err != nil {
+		return nil, nil, err
+	}
+	var rep wire.ListReply
+	if err := c.call(ctx, wire.APISubject(k.Namespace, wire.OpList), wire.ListRequest{Session: session}, &rep); err != nil {
+		return nil, nil, err
+	}
+	if len(rep.Sessions) == 0 {
+		return nil, nil, &Error{Code: wire.CodeNotFound, Message: "session " + session + ": no agent has a version", Index: -1, Offset: -1}
+	}
+	req := wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: session}, Merge: map[string]uint64{}, AgentPrefix: prefix}
+	for _, v := range rep.Sessions {
+		req.Merge[v.Key.Agent] = v.Version
+	}
+	for _, o := range opts {
+		o(&req)
+	}
+	raw, hash, err := c.read(ctx, Version{Key: k}, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != hash {
+		return nil, nil, fmt.Errorf("%w: merged view of %s: bytes do not match %s", ErrCorrupt, session, hash)
+	}
+	return raw, req.Merge, nil
+}

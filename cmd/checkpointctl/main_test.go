@@ -247,3 +247,17 @@ func TestCheckpointctl_ViewsDiffFork(t *testing.T) {
 	_, _, code = ctl(t, "", srv, "restore", "s", "--view", "everything")
 	require.Equal(t, exitInvalid, code)
 }
+
+func TestCheckpointctl_MergedView(t *testing.T) {
+	env := testenv.Start(t)
+	srv := "--server=" + env.URL()
+	_, stderr, code := ctl(t, `[{"role":"user","content":"a","timestamp":1}]`, srv, "put", "s", "-", "--agent", "x")
+	require.Equal(t, 0, code, stderr)
+	_, stderr, code = ctl(t, `[{"role":"user","content":"b","timestamp":0}]`, srv, "put", "s", "-", "--agent", "y")
+	require.Equal(t, 0, code, stderr)
+	out, stderr, code := ctl(t, "", srv, "restore", "s", "--merged", "--agent-prefix")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, `[{"role":"user","content":"[y] b","timestamp":0,"agentId":"y"},{"role":"user","content":"[x] a","timestamp":1,"agentId":"x"}]`, out)
+	_, _, code = ctl(t, "", srv, "restore", "s", "--merged", "--version", "1")
+	require.Equal(t, exitUsage, code)
+}

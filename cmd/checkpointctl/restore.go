@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -18,6 +19,8 @@ func runRestore(ctx context.Context, a *App, args []string) error {
 	outFile := fs.String("out", "", "write to this file instead of stdout")
 	view := fs.String("view", "full", "full (every message) or request (from the last compaction marker on)")
 	maxMessages := fs.Int("max-messages", 0, "keep only the most recent N messages (N rounded down to even, never starting on a tool result)")
+	merged := fs.Bool("merged", false, "all agents of the session, interleaved by timestamp, each message with its \"agentId\"")
+	prefix := fs.Bool("agent-prefix", false, "with --merged: prefix each message's first text with \"[agentId] \"")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -30,7 +33,15 @@ func runRestore(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	defer c.Close()
-	conv, _, err := c.Restore(ctx, k.key(pos[0]), version.n, checkpoint.WithView(*view), checkpoint.WithMaxMessages(*maxMessages))
+	var conv []byte
+	if *merged {
+		if version.set || *view != "full" {
+			return usageErr(fmt.Errorf("--merged merges the head of every agent: it takes neither --version nor --view"))
+		}
+		conv, _, err = c.RestoreMerged(ctx, k.namespace, pos[0], *prefix, checkpoint.WithMaxMessages(*maxMessages))
+	} else {
+		conv, _, err = c.Restore(ctx, k.key(pos[0]), version.n, checkpoint.WithView(*view), checkpoint.WithMaxMessages(*maxMessages))
+	}
 	if err != nil {
 		return err
 	}

@@ -248,3 +248,23 @@ func BenchmarkEncodeBlob(b *testing.B) {
 		_ = EncodeBlob(raw)
 	}
 }
+
+func TestAnnotate(t *testing.T) {
+	cases := []struct{ in, plain, prefixed string }{
+		{`{"role":"user","content":"hi <b>","timestamp":1}`,
+			`{"role":"user","content":"hi <b>","timestamp":1,"agentId":"planner"}`,
+			`{"role":"user","content":"[planner] hi <b>","timestamp":1,"agentId":"planner"}`},
+		{`{"role":"assistant","content":[{"type":"thinking","thinking":"t"},{"type":"text","text":"a\nb","x":1},{"type":"text","text":"c"}],"z":[1e400]}`,
+			`{"role":"assistant","content":[{"type":"thinking","thinking":"t"},{"type":"text","text":"a\nb","x":1},{"type":"text","text":"c"}],"z":[1e400],"agentId":"planner"}`,
+			`{"role":"assistant","content":[{"type":"thinking","thinking":"t"},{"type":"text","text":"[planner] a\nb","x":1},{"type":"text","text":"c"}],"z":[1e400],"agentId":"planner"}`},
+		{`{"role":"extension","kind":"k","data":{"content":"not a message's content"}}`,
+			`{"role":"extension","kind":"k","data":{"content":"not a message's content"},"agentId":"planner"}`,
+			`{"role":"extension","kind":"k","data":{"content":"not a message's content"},"agentId":"planner"}`},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.plain, string(Annotate([]byte(c.in), "planner", false)))
+		require.Equal(t, c.prefixed, string(Annotate([]byte(c.in), "planner", true)))
+		_, err := Parse([]byte("[" + string(Annotate([]byte(c.in), "a\"b", true)) + "]"))
+		require.NoError(t, err, "an annotated message is still a valid message")
+	}
+}

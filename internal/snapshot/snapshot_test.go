@@ -64,3 +64,17 @@ func TestView_Apply(t *testing.T) {
 	require.ErrorIs(t, View{Kind: "summary"}.Check(), ErrBadView)
 	require.ErrorIs(t, View{MaxMessages: -1}.Check(), ErrBadView)
 }
+
+func TestMerge(t *testing.T) {
+	got := Merge([]AgentConversation{
+		{Agent: "a", Messages: msgs(`{"role":"user","content":"a1","timestamp":10}`, `{"role":"user","content":"a2"}`, `{"role":"user","content":"a3","timestamp":30}`)},
+		{Agent: "b", Messages: msgs(`{"role":"user","content":"b1","timestamp":5}`, `{"role":"user","content":"b2","timestamp":10}`, `{"role":"user","content":"b3","timestamp":25}`)},
+	}, false)
+	var order []string
+	for _, m := range got {
+		order = append(order, string(m[len(`{"role":"user","content":"`):len(`{"role":"user","content":"`)+2]))
+	}
+	// a2 has no timestamp: it stays right after a1 (10); at 10 agent a comes first.
+	require.Equal(t, []string{"b1", "a1", "a2", "b2", "b3", "a3"}, order)
+	require.Contains(t, string(got[0]), `"agentId":"b"`)
+}

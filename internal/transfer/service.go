@@ -267,6 +267,13 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
+	if len(req.Merge) > 0 {
+		data, hash, err := s.merged(ctx, ns, req)
+		if err != nil {
+			return reply{}, err
+		}
+		return piece(data, hash, req.Offset, s.maxReply())
+	}
 	if req.Version == 0 {
 		return reply{}, fmt.Errorf("%w: read needs an exact version (ask %s for the head first)", errBadRequest, wire.OpGet)
 	}
@@ -285,17 +292,64 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	if err != nil {
 		return reply{}, err
 	}
+	return piece(data, hash, req.Offset, s.maxReply())
+}
+
+// piece is the reply to a read: the bytes of data from offset on, as many as fit in one message.
+func piece(data []byte, hash string, offset, maxReply int64) (reply, error) {
 	total := int64(len(data))
-	if req.Offset < 0 || req.Offset > total {
-		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, req.Offset, total)
+	if offset < 0 || offset > total {
+		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, offset, total)
 	}
-	end := min(req.Offset+s.maxReply(), total)
-	return reply{data: data[req.Offset:end], hdr: micro.Headers{
+	end := min(offset+maxReply, total)
+	return reply{data: data[offset:end], hdr: micro.Headers{
 		wire.HdrTotal:    {strconv.FormatInt(total, 10)},
-		wire.HdrOffset:   {strconv.FormatInt(req.Offset, 10)},
+		wire.HdrOffset:   {strconv.FormatInt(offset, 10)},
 		wire.HdrEncoding: {wire.EncodingIdentity},
 		wire.HdrHash:     {hash},
 	}}, nil
+}
+
+// merged returns the merged view of the agents and versions a read names, and its hash. The
+// versions are pinned by the client, so every piece of one read sees the same view.
+func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) ([]byte, string, error) {
+	if req.View != "" && req.View != snapshot.ViewFull {
+		return nil, "", fmt.Errorf("%w: a merged view takes no view %q (only maxMessages)", errBadRequest, req.View)
+	}
+	if err := (snapshot.View{MaxMessages: req.MaxMessages}).Check(); err != nil {
+		return nil, "", fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	agents := make([]string, 0, len(req.Merge))
+	for a := range req.Merge {
+		agents = append(agents, a)
+	}
+	slices.Sort(agents)
+	cacheKey := fmt.Sprintf("merged/%s/%d/%v", wire.EncodeID(ns), req.MaxMessages, req.AgentPrefix)
+	var convs []snapshot.AgentConversation
+	for _, a := range agents {
+		if req.Merge[a] == 0 {
+			return nil, "", fmt.Errorf("%w: merge needs an exact version for agent %q", errBadRequest, a)
+		}
+		v, err := s.version(ctx, ns, wire.SessionRequest{Session: req.Session, Agent: a}, req.Merge[a])
+		if err != nil {
+			return nil, "", err
+		}
+		full, _, err := s.viewOf(ctx, v, snapshot.View{})
+		if err != nil {
+			return nil, "", err
+		}
+		convs = append(convs, snapshot.AgentConversation{Agent: a, Messages: codec.SplitCanonical(full[1 : len(full)-1])})
+		cacheKey += "/" + wire.EncodeID(a) + "@" + v.Hash
+	}
+	data, err := s.cache.GetOrLoad(cacheKey, func() ([]byte, error) {
+		merged := snapshot.Merge(convs, req.AgentPrefix)
+		return snapshot.Encode(snapshot.View{MaxMessages: req.MaxMessages}.Apply(merged)), nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(data)
+	return data, "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
 func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, error) {

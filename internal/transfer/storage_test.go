@@ -419,3 +419,37 @@ func TestStorage_NoSegmentOutlivesItsReferences(t *testing.T) {
 		"stored %d segments, the head refers to %d", len(storedSegments(t, env, key)), len(want))
 	require.Equal(t, want, storedSegments(t, env, key))
 }
+
+func TestStorage_MergedViewOfAgents(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	planner := checkpoint.Key{Namespace: "team", Session: "task", Agent: "planner"}
+	coder := checkpoint.Key{Namespace: "team", Session: "task", Agent: "coder.1"}
+	_, err := env.Client.Save(ctx, planner, []byte(`[{"role":"user","content":"plan it","timestamp":100},{"role":"assistant","content":[{"type":"text","text":"step 1"}],"timestamp":300}]`))
+	require.NoError(t, err)
+	vc, err := env.Client.Save(ctx, coder, []byte(`[{"role":"user","content":"code it","timestamp":200},{"role":"assistant","content":[{"type":"text","text":"done"}],"timestamp":400}]`))
+	require.NoError(t, err)
+	_, err = env.Client.Save(ctx, checkpoint.Key{Namespace: "team", Session: "other"}, []byte(`[{"role":"user","content":"elsewhere","timestamp":1}]`))
+	require.NoError(t, err)
+
+	got, pins, err := env.Client.RestoreMerged(ctx, "team", "task", false)
+	require.NoError(t, err)
+	require.Equal(t, map[string]uint64{"planner": 1, "coder.1": vc.Version}, pins)
+	require.Equal(t, `[{"role":"user","content":"plan it","timestamp":100,"agentId":"planner"},`+
+		`{"role":"user","content":"code it","timestamp":200,"agentId":"coder.1"},`+
+		`{"role":"assistant","content":[{"type":"text","text":"step 1"}],"timestamp":300,"agentId":"planner"},`+
+		`{"role":"assistant","content":[{"type":"text","text":"done"}],"timestamp":400,"agentId":"coder.1"}]`, string(got))
+
+	got, _, err = env.Client.RestoreMerged(ctx, "team", "task", true, checkpoint.WithMaxMessages(2))
+	require.NoError(t, err)
+	require.Equal(t, `[{"role":"assistant","content":[{"type":"text","text":"[planner] step 1"}],"timestamp":300,"agentId":"planner"},`+
+		`{"role":"assistant","content":[{"type":"text","text":"[coder.1] done"}],"timestamp":400,"agentId":"coder.1"}]`, string(got))
+
+	// The stored conversations are untouched.
+	plain, _, err := env.Client.Restore(ctx, planner, 0)
+	require.NoError(t, err)
+	require.NotContains(t, string(plain), "agentId")
+
+	_, _, err = env.Client.RestoreMerged(ctx, "team", "missing", false)
+	require.ErrorIs(t, err, checkpoint.ErrNotFound)
+}

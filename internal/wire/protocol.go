@@ -187,6 +187,11 @@ type ReadRequest struct {
 	// MaxMessages, when positive, keeps the most recent messages (rounded down to even, never
 	// starting on a tool result).
 	MaxMessages int `json:"maxMessages,omitempty"`
+	// Merge, when set, reads the merged view of the session's agents instead of one version: the
+	// version of each agent to merge (take them from OpList). Agent and Version are then ignored.
+	Merge map[string]uint64 `json:"merge,omitempty"`
+	// AgentPrefix, with Merge, prefixes each message's first text with "[agentId] ".
+	AgentPrefix bool `json:"agentPrefix,omitempty"`
 }
 
 // PruneRequest removes the versions a retention policy does not keep, from one session or (Session
