@@ -34,7 +34,9 @@ func CheckFormatVersion(v int) error {
 
 // EncodeBlob frames raw as a stored blob: header, then zstd.
 func EncodeBlob(raw []byte) []byte {
-	out := make([]byte, HeaderSize, HeaderSize+len(raw)/3+64)
+	// Sized for the worst case (incompressible images): growing a 64 MiB buffer by doubling would
+	// hold two copies at once.
+	out := make([]byte, HeaderSize, HeaderSize+encoder.MaxEncodedSize(len(raw)))
 	copy(out, magic[:])
 	out[4], out[5] = FormatVersion, compressionZstd
 	return encoder.EncodeAll(raw, out)

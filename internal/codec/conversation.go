@@ -15,6 +15,7 @@ type Conversation struct {
 	Messages []json.RawMessage
 	stats    Stats
 	canon    []byte // the canonical array as parsed; Messages are slices of it
+	starts   []int  // where each message starts in canon
 }
 
 // Stats counts a conversation's messages by role, and its tool calls.
@@ -27,7 +28,8 @@ type Limits struct {
 	MaxBytes int64 // largest payload accepted; 0 means no limit
 }
 
-// Parse validates payload, a JSON array of messages, and returns it in canonical form.
+// Parse validates payload, a JSON array of messages, and returns it in canonical form. The result
+// may share payload's memory: the caller must not change payload afterwards.
 func Parse(payload []byte) (*Conversation, error) { return ParseLimited(payload, Limits{}) }
 
 // ParseLimited is Parse with limits.
@@ -42,7 +44,35 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 		return nil, payloadError(ErrMalformed, 0, "empty payload: the conversation must be a JSON array of messages")
 	}
 	// One pass validates the whole payload and produces its canonical form; the walk that follows
-	// reads the canonical bytes without validating them again.
+	// reads the canonical bytes without validating them again. A payload already compact (what
+	// JSON.stringify and json.Marshal produce) is its own canonical form: validated, not copied.
+	canon := payload
+	if !isCompact(payload) || !json.Valid(payload) {
+		var err error
+		if canon, err = compact(payload); err != nil {
+			return nil, err
+		}
+	}
+	if canon[0] != '[' {
+		return nil, payloadError(ErrMalformed, -1, "the conversation must be a JSON array of messages, found %s", kindNames[kind(canon)])
+	}
+	c := &Conversation{canon: canon}
+	err := elements(canon, func(i int, msg []byte) error {
+		if err := c.stats.add(i, msg); err != nil {
+			return err
+		}
+		c.starts = append(c.starts, cap(canon)-cap(msg))
+		c.Messages = append(c.Messages, msg[:len(msg):len(msg)])
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// compact returns the canonical form of payload, or where it is not valid JSON.
+func compact(payload []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Grow(len(payload))
 	if err := json.Compact(&buf, payload); err != nil {
@@ -53,22 +83,30 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 		}
 		return nil, syntaxError(payload, err)
 	}
-	canon := buf.Bytes()
-	if canon[0] != '[' {
-		return nil, payloadError(ErrMalformed, -1, "the conversation must be a JSON array of messages, found %s", kindNames[kind(canon)])
-	}
-	c := &Conversation{canon: canon}
-	err := elements(canon, func(i int, msg []byte) error {
-		if err := c.stats.add(i, msg); err != nil {
-			return err
+	return buf.Bytes(), nil
+}
+
+// isCompact reports whether payload has no white space outside strings.
+func isCompact(payload []byte) bool {
+	for i := 0; i < len(payload); i++ {
+		switch payload[i] {
+		case ' ', '\t', '\n', '\r':
+			return false
+		case '"':
+			i = skipString(payload, i) - 1
 		}
-		c.Messages = append(c.Messages, msg[:len(msg):len(msg)])
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	return c, nil
+	return true
+}
+
+// Span returns the canonical bytes of messages from to to-1, as stored: joined by commas. It is a
+// slice of the parsed buffer, not a copy.
+func (c *Conversation) Span(from, to int) []byte {
+	if from >= to {
+		return nil
+	}
+	last := c.Messages[to-1]
+	return c.canon[c.starts[from] : c.starts[to-1]+len(last)]
 }
 
 // Encode returns the canonical array: "[" + the canonical messages joined by "," + "]".

@@ -71,18 +71,14 @@ func Read(ctx context.Context, st Store, v wire.Version, cache SegmentCache) ([]
 		if layout, err = layoutOf(ctx, st, v); err != nil {
 			return nil, err
 		}
-		var msgs [][]byte
-		msgs, err = readPrefix(ctx, st, layout, v.Counts.Messages, cache)
+		var out []byte
+		out, err = assemble(ctx, st, layout, v.Counts.Messages, v.RawBytes, cache)
 		if errors.Is(err, ErrNotFound) {
 			continue // compacted under us: the head now names other segments
 		}
 		if err != nil {
 			return nil, err
 		}
-		out := make([]byte, 0, v.RawBytes)
-		out = append(out, '[')
-		out = append(out, join(msgs)...)
-		out = append(out, ']')
 		return out, Verify(v, out)
 	}
 	return nil, fmt.Errorf("version %d of %s: %w", v.Version, v.Key, err)
@@ -98,6 +94,41 @@ func layoutOf(ctx context.Context, st Store, v wire.Version) (Layout, error) {
 		return head.Layout, nil
 	}
 	return st.Layout(ctx, v.Key, v.Gen)
+}
+
+// assemble builds the canonical conversation of the first n messages of a layout in one buffer of
+// size rawBytes: whole extents are copied as they are, and only an extent cut short is split.
+func assemble(ctx context.Context, st Store, l Layout, n int, rawBytes int64, cache SegmentCache) ([]byte, error) {
+	out := make([]byte, 0, rawBytes)
+	out = append(out, '[')
+	have := 0
+	for _, e := range l.Extents {
+		if have == n {
+			break
+		}
+		raw, err := readSegment(ctx, st, l.Key, e.Segment, cache)
+		if err != nil {
+			return nil, err
+		}
+		take := min(e.Count, n-have)
+		if have > 0 {
+			out = append(out, ',')
+		}
+		if take == e.Segment.Messages {
+			out = append(out, raw...)
+		} else {
+			msgs := codec.SplitCanonical(raw)
+			if len(msgs) < take {
+				return nil, fmt.Errorf("%w: segment %s holds %d messages, wanted %d", ErrCorrupt, e.Segment.ID, len(msgs), take)
+			}
+			out = append(out, raw[:joinedLen(msgs[:take])]...) // messages are contiguous, one comma apart
+		}
+		have += take
+	}
+	if have != n {
+		return nil, fmt.Errorf("%w: generation %d holds %d messages, wanted %d", ErrCorrupt, l.Gen, have, n)
+	}
+	return append(out, ']'), nil
 }
 
 // readPrefix returns the first n messages of a layout.

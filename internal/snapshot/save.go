@@ -132,6 +132,7 @@ type savePlan struct {
 	stats   codec.Stats // of the whole new conversation when canon is set, else of tail
 	rewrite bool        // keep < the head's messages: history changed, a new generation
 	canon   []byte      // the whole canonical conversation, when it had to be parsed whole
+	tailRaw []byte      // tail joined by commas: a span of the parsed buffer, not a copy
 }
 
 // plan works out what a save adds to the head. The common cases cost only the new messages:
@@ -165,13 +166,13 @@ func plan(ctx context.Context, st Store, head Head, found bool, req SaveRequest)
 			return savePlan{}, err
 		}
 	}
-	p := savePlan{keep: keep, tail: toBytes(c.Messages[keep:]), stats: c.Stats(), canon: c.Encode()}
+	p := savePlan{keep: keep, tail: toBytes(c.Messages[keep:]), stats: c.Stats(), canon: c.Encode(), tailRaw: c.Span(keep, len(c.Messages))}
 	p.rewrite = found && keep < headMsgs
 	return p, nil
 }
 
 func appendPlan(keep int, tail *codec.Conversation) savePlan {
-	return savePlan{keep: keep, tail: toBytes(tail.Messages), stats: tail.Stats()}
+	return savePlan{keep: keep, tail: toBytes(tail.Messages), stats: tail.Stats(), tailRaw: tail.Span(0, len(tail.Messages))}
 }
 
 // canonicalTail recognises payload as the head's canonical bytes plus more messages, hashing only
@@ -268,8 +269,7 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 	}
 	var added int64
 	if len(p.tail) > 0 {
-		raw := join(p.tail)
-		ref, n, err := putSegment(ctx, st, req.Key, raw, len(p.tail))
+		ref, n, err := putSegment(ctx, st, req.Key, p.tailRaw, len(p.tail))
 		if err != nil {
 			return Head{}, nil, wrote, err
 		}

@@ -6,13 +6,16 @@ import (
 )
 
 // byteCache keeps recently served read bodies, bounded by their total size, so that the pieces of one
-// large read cost one load rather than one each. Entries are immutable (keyed by content hash).
+// large read cost one load rather than one each. Entries are immutable (keyed by content hash). One
+// entry larger than the whole cache is still kept, alone in its own slot, until the next one: a
+// conversation bigger than the cache is assembled once per read, not once per piece.
 type byteCache struct {
 	mu    sync.Mutex
 	max   int64
 	size  int64
 	order *list.List // front = most recently used
 	items map[string]*list.Element
+	big   *cacheEntry
 }
 
 type cacheEntry struct {
@@ -34,10 +37,21 @@ func (c *byteCache) GetOrLoad(key string, load func() ([]byte, error)) ([]byte, 
 		c.mu.Unlock()
 		return data, nil
 	}
+	if c.big != nil && c.big.key == key {
+		data := c.big.data
+		c.mu.Unlock()
+		return data, nil
+	}
 	c.mu.Unlock()
 	data, err := load()
-	if err != nil || int64(len(data)) > c.max {
-		return data, err
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > c.max {
+		c.mu.Lock()
+		c.big = &cacheEntry{key: key, data: data}
+		c.mu.Unlock()
+		return data, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

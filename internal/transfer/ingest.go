@@ -304,6 +304,9 @@ func (in *ingester) gather(ctx context.Context, ns, saveID string, n int) ([]byt
 		if got := m.Header.Get(wire.HdrChunk); got != strconv.Itoa(i) {
 			return nil, fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", errBadRequest, i, n, subj, wire.HdrChunk, got)
 		}
+		if out == nil {
+			out = make([]byte, 0, min(int64(len(m.Data))*int64(n), in.maxBytes)) // pieces are equal but the last
+		}
 		if int64(len(out)+len(m.Data)) > in.maxBytes {
 			return nil, &codec.ValidationError{Err: codec.ErrTooLarge, Index: -1, Offset: -1,
 				Detail: fmt.Sprintf("chunks exceed the limit of %d bytes", in.maxBytes)}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+)
+
+// peakRSS reads a process's peak resident set size (VmHWM) in bytes.
+func peakRSS(b *testing.B, pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(b, err)
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			require.NoError(b, err)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM in /proc status")
+	return 0
+}
+
+// BenchmarkLarge_64MiB saves and restores a 64 MiB conversation (64 tool results, each an inline
+// 1 MiB base64 image) through a checkpointd process with its embedded NATS server, and reports the
+// process's peak RSS against the conversation's size. Linux only (/proc).
+func BenchmarkLarge_64MiB(b *testing.B) {
+	bin := filepath.Join(b.TempDir(), "checkpointd")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(b, err, "%s", out)
+	natsAddr, httpAddr := freeAddrB(b), freeAddrB(b)
+	cmd := exec.Command(bin, "--data-dir", b.TempDir(), "--nats-listen", natsAddr, "--http-listen", httpAddr, "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	require.NoError(b, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	require.Eventually(b, func() bool {
+		resp, err := http.Get("http://" + httpAddr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	}, 20*time.Second, 50*time.Millisecond)
+
+	var conv bytes.Buffer
+	conv.WriteString(`[{"role":"user","content":"describe these screenshots"}`)
+	img := make([]byte, 768<<10)
+	for i := 0; i < 64; i++ {
+		_, _ = rand.Read(img)
+		fmt.Fprintf(&conv, `,{"role":"assistant","content":[{"type":"toolCall","id":"c%d","name":"screenshot","arguments":{}}]}`, i)
+		fmt.Fprintf(&conv, `,{"role":"toolResult","toolCallId":"c%d","content":[{"type":"image","data":"%s","mimeType":"image/png"}]}`, i, base64.StdEncoding.EncodeToString(img))
+	}
+	conv.WriteString(`]`)
+	size := int64(conv.Len())
+	baseline := peakRSS(b, cmd.Process.Pid)
+
+	c, err := checkpoint.Connect("nats://"+natsAddr, nil, checkpoint.WithTimeout(2*time.Minute))
+	require.NoError(b, err)
+	defer c.Close()
+	ctx := context.Background()
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		key := checkpoint.Key{Session: fmt.Sprint("large-", i)}
+		if _, err := c.Save(ctx, key, conv.Bytes()); err != nil {
+			b.Fatal(err)
+		}
+		got, _, err := c.Restore(ctx, key, 0)
+		if err != nil || int64(len(got)) != size {
+			b.Fatal(err, len(got))
+		}
+	}
+	b.StopTimer()
+	peak := peakRSS(b, cmd.Process.Pid)
+	b.ReportMetric(float64(size)/(1<<20), "conv_MiB")
+	b.ReportMetric(float64(baseline)/(1<<20), "idle_rss_MiB")
+	b.ReportMetric(float64(peak)/(1<<20), "peak_rss_MiB")
+	b.ReportMetric(float64(peak)/float64(size), "peak_rss_x_size")
+}
+
+func freeAddrB(b *testing.B) string {
+	b.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	defer l.Close()
+	return l.Addr().String()
+}
