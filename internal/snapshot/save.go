@@ -247,10 +247,6 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 	// carried on; only what a save changes is set below.
 	next = head
 	layout := Layout{Key: req.Key, Gen: max(head.Layout.Gen, 1)}
-	counts := head.Counts
-	if p.rewrite || !found {
-		counts = wire.Counts{}
-	}
 	if p.rewrite {
 		// The head's generation stays readable for its versions; the new one starts from the
 		// unchanged prefix.
@@ -281,6 +277,7 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 	// The hash: extend the head's state by the new bytes, or hash the whole canonical form.
 	var hs hashState
 	var rawBytes int64
+	var counts wire.Counts
 	if p.canon != nil {
 		hs = newHashState()
 		hs.write(p.canon[:len(p.canon)-1])
