@@ -117,13 +117,14 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		}
 		return Saved{Head: next}, nil
 	}
-	return Saved{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", errUnavailable, req.Key, maxSwapAttempts)
+	return Saved{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, req.Key, maxSwapAttempts)
 }
 
 // ErrBadRequest marks a save that contradicts itself.
 var ErrBadRequest = errors.New("bad request")
 
-var errUnavailable = errors.New("temporarily unavailable")
+// ErrBusy reports a session whose head other writers kept moving: try again.
+var ErrBusy = errors.New("session busy")
 
 // savePlan is what a save adds: keep the first keep messages of the head's generation, then tail.
 type savePlan struct {
@@ -145,7 +146,8 @@ func plan(ctx context.Context, st Store, head Head, found bool, req SaveRequest)
 		if err != nil {
 			return savePlan{}, shift(err, headMsgs, 0)
 		}
-		return appendPlan(headMsgs, c), nil
+		p := appendPlan(headMsgs, c)
+		return p, checkGrowth(head, p, req.Limits)
 	}
 	if found && headMsgs > 0 {
 		if tail, ok := canonicalTail(head, req.Payload); ok {
@@ -153,7 +155,8 @@ func plan(ctx context.Context, st Store, head Head, found bool, req SaveRequest)
 			if err != nil {
 				return savePlan{}, shift(err, headMsgs, head.RawBytes-1)
 			}
-			return appendPlan(headMsgs, c), nil
+			p := appendPlan(headMsgs, c)
+			return p, checkGrowth(head, p, req.Limits)
 		}
 	}
 	c, err := codec.ParseLimited(req.Payload, req.Limits)
@@ -169,6 +172,16 @@ func plan(ctx context.Context, st Store, head Head, found bool, req SaveRequest)
 	p := savePlan{keep: keep, tail: toBytes(c.Messages[keep:]), stats: c.Stats(), canon: c.Encode(), tailRaw: c.Span(keep, len(c.Messages))}
 	p.rewrite = found && keep < headMsgs
 	return p, nil
+}
+
+// checkGrowth refuses an append that would take the conversation past the size limit: appends are
+// small, but the conversation they grow is what the limit is for.
+func checkGrowth(head Head, p savePlan, lim codec.Limits) error {
+	if lim.MaxBytes > 0 && head.RawBytes+int64(len(p.tailRaw))+1 > lim.MaxBytes {
+		return &codec.ValidationError{Err: codec.ErrTooLarge, Index: -1, Offset: -1,
+			Detail: fmt.Sprintf("the conversation would grow to %d bytes, the limit is %d", head.RawBytes+int64(len(p.tailRaw))+1, lim.MaxBytes)}
+	}
+	return nil
 }
 
 func appendPlan(keep int, tail *codec.Conversation) savePlan {

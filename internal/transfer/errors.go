@@ -57,7 +57,7 @@ func toWireError(err error) *wire.Error {
 func isTransient(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrConnectionClosed) ||
-		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, errUnavailable)
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, errUnavailable) || errors.Is(err, snapshot.ErrBusy)
 }
 
 // errUnavailable marks a condition that will pass: JetStream has no leader, ingest is catching up.

@@ -453,3 +453,17 @@ func TestStorage_MergedViewOfAgents(t *testing.T) {
 	_, _, err = env.Client.RestoreMerged(ctx, "team", "missing", false)
 	require.ErrorIs(t, err, checkpoint.ErrNotFound)
 }
+
+func TestStorage_AppendsCannotGrowPastTheLimit(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.MaxCheckpointBytes = 4096 })
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "growing"}
+	msg := `{"role":"user","content":"` + strings.Repeat("x", 1000) + `"}`
+	v, err := env.Client.Append(ctx, key, 0, []byte("["+msg+","+msg+","+msg+"]"))
+	require.NoError(t, err)
+	_, err = env.Client.Append(ctx, key, v.Version, []byte("["+msg+"]"))
+	require.ErrorIs(t, err, checkpoint.ErrTooLarge, "each append is small, the conversation would not be")
+	require.Contains(t, err.Error(), "would grow")
+	_, err = env.Client.Save(ctx, key, []byte("["+msg+","+msg+","+msg+","+msg+"]"))
+	require.ErrorIs(t, err, checkpoint.ErrTooLarge, "the same through the whole-array path")
+}
