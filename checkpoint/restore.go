@@ -2,8 +2,6 @@ package checkpoint
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -42,7 +40,7 @@ func (c *Client) Restore(ctx context.Context, key Key, version uint64, opts ...R
 	full := (req.View == "" || req.View == snapshot.ViewFull) && req.MaxMessages == 0
 	if full {
 		err = snapshot.Verify(v, raw)
-	} else if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != hash {
+	} else if wire.Hash(raw) != hash {
 		err = fmt.Errorf("view of version %d of %s: bytes do not match %s", v.Version, v.Key, hash)
 	}
 	if err != nil {
@@ -109,7 +107,7 @@ func (c *Client) RestoreMerged(ctx context.Context, namespace, session string, p
 	if err != nil {
 		return nil, nil, err
 	}
-	if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != hash {
+	if wire.Hash(raw) != hash {
 		return nil, nil, fmt.Errorf("%w: merged view of %s: bytes do not match %s", ErrCorrupt, session, hash)
 	}
 	return raw, req.Merge, nil

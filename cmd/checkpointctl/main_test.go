@@ -37,17 +37,7 @@ func ctl(t *testing.T, stdin string, args ...string) (string, string, int) {
 
 func requireSameJSON(t *testing.T, want, got []byte) {
 	t.Helper()
-	dec := func(b []byte) any {
-		d := json.NewDecoder(bytes.NewReader(b))
-		d.UseNumber()
-		var v any
-		require.NoError(t, d.Decode(&v))
-		return v
-	}
-	require.Equal(t, dec(want), dec(got))
-	var c bytes.Buffer
-	require.NoError(t, json.Compact(&c, want))
-	require.Equal(t, c.String(), string(got))
+	testenv.RequireSameConversation(t, want, got)
 }
 
 func TestCheckpointctl_PutListHistoryShowRestore(t *testing.T) {

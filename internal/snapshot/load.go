@@ -2,8 +2,6 @@ package snapshot
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -184,8 +182,7 @@ func segmentReader(ctx context.Context, st Store, key wire.Key) func(SegmentRef)
 
 // Verify checks raw against the hash and size v recorded.
 func Verify(v wire.Version, raw []byte) error {
-	sum := sha256.Sum256(raw)
-	want := "sha256:" + hex.EncodeToString(sum[:])
+	want := wire.Hash(raw)
 	if int64(len(raw)) != v.RawBytes || want != v.Hash {
 		return fmt.Errorf("version %d of %s: %w (have %s, %d bytes; recorded %s, %d bytes)",
 			v.Version, v.Key, ErrCorrupt, want, len(raw), v.Hash, v.RawBytes)

@@ -3,7 +3,9 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -151,4 +153,21 @@ func freePort(t testing.TB) int {
 	require.NoError(t, err)
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// RequireSameConversation fails the test unless got is want's canonical form: the same value (every
+// number's exact digits, every field, in order) with insignificant white space removed.
+func RequireSameConversation(t testing.TB, want, got []byte) {
+	t.Helper()
+	decode := func(b []byte) any {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		var v any
+		require.NoError(t, d.Decode(&v))
+		return v
+	}
+	require.Equal(t, decode(want), decode(got))
+	var compact bytes.Buffer
+	require.NoError(t, json.Compact(&compact, want))
+	require.True(t, bytes.Equal(compact.Bytes(), got), "restored bytes differ from the compacted input")
 }

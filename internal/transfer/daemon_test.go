@@ -1,7 +1,6 @@
 package transfer_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -31,21 +30,9 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// requireSameConversation compares two JSON arrays value for value: numbers as their exact digits,
-// every field, in order.
 func requireSameConversation(t *testing.T, want, got []byte) {
 	t.Helper()
-	decode := func(b []byte) any {
-		d := json.NewDecoder(bytes.NewReader(b))
-		d.UseNumber()
-		var v any
-		require.NoError(t, d.Decode(&v))
-		return v
-	}
-	require.Equal(t, decode(want), decode(got))
-	var compact bytes.Buffer
-	require.NoError(t, json.Compact(&compact, want))
-	require.True(t, bytes.Equal(compact.Bytes(), got), "restored bytes differ from the compacted input")
+	testenv.RequireSameConversation(t, want, got)
 }
 
 func corpusFiles(t *testing.T) []string {

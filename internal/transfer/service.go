@@ -3,8 +3,6 @@ package transfer
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -348,8 +346,7 @@ func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) (
 	if err != nil {
 		return nil, "", err
 	}
-	sum := sha256.Sum256(data)
-	return data, "sha256:" + hex.EncodeToString(sum[:]), nil
+	return data, wire.Hash(data), nil
 }
 
 func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, error) {
@@ -410,8 +407,7 @@ func (s *service) viewOf(ctx context.Context, v wire.Version, view snapshot.View
 	if err != nil {
 		return nil, "", err
 	}
-	sum := sha256.Sum256(data)
-	return data, "sha256:" + hex.EncodeToString(sum[:]), nil
+	return data, wire.Hash(data), nil
 }
 
 // maxReply leaves room for headers under the server's max_payload.

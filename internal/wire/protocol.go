@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -277,4 +279,10 @@ func StatusCode(code string) string {
 		n = 500
 	}
 	return strconv.Itoa(n)
+}
+
+// Hash is how the protocol names content: "sha256:" and the lower-case hex SHA-256 of data.
+func Hash(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
