@@ -1,0 +1,52 @@
+package metrics
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHandler_HealthFollowsReadiness(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	var ready atomic.Bool
+	srv := httptest.NewServer(Handler(reg, ready.Load))
+	defer srv.Close()
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	code, _ := get("/healthz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	ready.Store(true)
+	code, body := get("/healthz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok\n", body)
+
+	m.Saves.WithLabelValues("ok").Add(3)
+	m.Saves.WithLabelValues("invalid").Inc()
+	require.NoError(t, testutil.CollectAndCompare(m.Saves, strings.NewReader(`
+# HELP checkpointd_saves_total Saves settled, by result (ok, duplicate, or the error code of a refusal).
+# TYPE checkpointd_saves_total counter
+checkpointd_saves_total{result="invalid"} 1
+checkpointd_saves_total{result="ok"} 3
+`)))
+	_, body = get("/metrics")
+	for _, name := range []string{"checkpointd_saves_total", "checkpointd_compacted_bytes_total", "go_goroutines", "process_resident_memory_bytes"} {
+		require.Contains(t, body, name)
+	}
+	code, _ = get("/nope")
+	require.Equal(t, http.StatusNotFound, code)
+}
