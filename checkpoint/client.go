@@ -98,15 +98,22 @@ func (c *Client) Close() {
 	}
 }
 
-// List returns the head version of every session in namespace ("" for the default namespace).
-func (c *Client) List(ctx context.Context, namespace string) ([]Version, error) {
+// Session is one session in a listing: its head version (embedded), its lease and, if it was
+// migrated away, where to.
+type Session = wire.SessionHead
+
+// LeaseInfo is a session's lease as the daemon reports it: epoch, owner, expiry.
+type LeaseInfo = wire.Lease
+
+// List returns the head of every session in namespace ("" for the default namespace).
+func (c *Client) List(ctx context.Context, namespace string) ([]Session, error) {
 	var rep wire.ListReply
 	err := c.call(ctx, wire.APISubject(cmp.Or(namespace, wire.DefaultNamespace), wire.OpList), wire.ListRequest{}, &rep)
 	return rep.Sessions, err
 }
 
-// ListAll returns the head version of every session of every namespace (an operator's request).
-func (c *Client) ListAll(ctx context.Context) ([]Version, error) {
+// ListAll returns the head of every session of every namespace (an operator's request).
+func (c *Client) ListAll(ctx context.Context) ([]Session, error) {
 	var rep wire.ListReply
 	err := c.call(ctx, wire.AdminListSubject, wire.ListRequest{}, &rep)
 	return rep.Sessions, err

@@ -18,6 +18,13 @@ var (
 	ErrUnknownFormat = errors.New("unknown format version")
 	ErrUnavailable   = errors.New("checkpointd unavailable")
 	ErrInternal      = errors.New("internal error")
+	// ErrLeased: another owner holds the session's lease (Error.Owner and Error.Epoch say who).
+	ErrLeased = errors.New("session leased by another owner")
+	// ErrFenced: the lease epoch the save or renewal carried is no longer current (taken over or
+	// released); the *Error names the current owner. A fenced writer must stop writing.
+	ErrFenced = errors.New("lease epoch is not current")
+	// ErrMoved: the session was migrated to another deployment (Error.MovedTo) and refuses writes.
+	ErrMoved = errors.New("session moved")
 	// ErrCorrupt means restored bytes did not match the hash recorded when they were saved.
 	ErrCorrupt = errors.New("restored checkpoint does not match its hash")
 )
@@ -31,6 +38,9 @@ var codeSentinels = map[string]error{
 	wire.CodeUnknownFormat: ErrUnknownFormat,
 	wire.CodeUnavailable:   ErrUnavailable,
 	wire.CodeInternal:      ErrInternal,
+	wire.CodeLeased:        ErrLeased,
+	wire.CodeFenced:        ErrFenced,
+	wire.CodeMoved:         ErrMoved,
 }
 
 // Error is a refusal from checkpointd: a stable Code and what was wrong, and where.
@@ -41,6 +51,9 @@ type Error struct {
 	Field   string // field path inside that message, e.g. "content[2].type"
 	Offset  int64  // byte offset of a syntax error, or -1
 	Head    uint64 // for conflicts: the session's current head version
+	Owner   string // for leased and fenced: the lease's current owner ("" if released)
+	Epoch   uint64 // for leased and fenced: the lease's current epoch
+	MovedTo string // for moved: where the session went
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -65,6 +78,10 @@ func fromWire(we *wire.Error) *Error {
 	if we.Head != nil {
 		e.Head = *we.Head
 	}
+	if we.Epoch != nil {
+		e.Epoch = *we.Epoch
+	}
+	e.Owner, e.MovedTo = we.Owner, we.MovedTo
 	return e
 }
 

@@ -98,7 +98,7 @@ func (c *Client) RestoreMerged(ctx context.Context, namespace, session string, p
 	}
 	req := wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: session}, Merge: map[string]uint64{}, AgentPrefix: prefix}
 	for _, v := range rep.Sessions {
-		req.Merge[v.Key.Agent] = v.Version
+		req.Merge[v.Key.Agent] = v.Version.Version
 	}
 	for _, o := range opts {
 		o(&req)

@@ -24,7 +24,15 @@ type saveOptions struct {
 	expected *uint64
 	reason   string
 	forkOf   *wire.ForkRef
+	epoch    uint64
+	imported *Version // import: the original record to copy
+	via      string   // import: migrate or import
+	source   string   // import: where from
 }
+
+// WithEpoch makes the save carry a lease epoch: it is refused with ErrFenced unless that is the
+// session's current lease. Lease.Save sets it for you.
+func WithEpoch(epoch uint64) SaveOption { return func(o *saveOptions) { o.epoch = epoch } }
 
 // WithSaveID sets the save's idempotency key. Saving again with the same id (a retry after a lost
 // reply, a replayed publish) yields the version the first save created, not a new one.
@@ -147,6 +155,21 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	}
 	if o.forkOf != nil {
 		msg.Header.Set(wire.HdrForkOf, o.forkOf.String())
+	}
+	if o.epoch != 0 {
+		msg.Header.Set(wire.HdrEpoch, strconv.FormatUint(o.epoch, 10))
+	}
+	if v := o.imported; v != nil {
+		msg.Header.Set(wire.HdrImportVersion, strconv.FormatUint(v.Version, 10))
+		msg.Header.Set(wire.HdrImportCreated, v.Created.UTC().Format(time.RFC3339Nano))
+		msg.Header.Set(wire.HdrHash, v.Hash)
+		msg.Header.Set(wire.HdrImportVia, o.via)
+		msg.Header.Set(wire.HdrImportSource, o.source)
+		msg.Header.Set(wire.HdrWriter, v.Writer)
+		msg.Header.Set(wire.HdrReason, v.Reason)
+		if v.ForkOf != nil {
+			msg.Header.Set(wire.HdrForkOf, v.ForkOf.String())
+		}
 	}
 	body := codec.CompressZstd(conversation)
 	if limit := int(c.nc.MaxPayload()) - 16*1024; len(body) > limit {

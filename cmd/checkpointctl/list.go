@@ -29,7 +29,7 @@ func runList(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	defer c.Close()
-	var heads []checkpoint.Version
+	var heads []checkpoint.Session
 	if *all {
 		heads, err = c.ListAll(ctx)
 	} else {
@@ -40,15 +40,26 @@ func runList(ctx context.Context, a *App, args []string) error {
 	}
 	if out == "json" {
 		if heads == nil {
-			heads = []checkpoint.Version{}
+			heads = []checkpoint.Session{}
 		}
 		return writeJSON(a.Stdout, heads)
 	}
 	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tSESSION\tAGENT\tVERSION\tMESSAGES\tSIZE\tUPDATED")
+	fmt.Fprintln(tw, "NAMESPACE\tSESSION\tAGENT\tVERSION\tMESSAGES\tSIZE\tUPDATED\tSTATE")
 	for _, v := range heads {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", printable(v.Key.Namespace), printable(v.Key.Session),
-			printable(v.Key.Agent), v.Version, v.Counts.Messages, size(v.RawBytes), v.Created.Local().Format(time.DateTime))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", printable(v.Key.Namespace), printable(v.Key.Session),
+			printable(v.Key.Agent), v.Version.Version, v.Counts.Messages, size(v.RawBytes), v.Created.Local().Format(time.DateTime), sessionState(v, time.Now()))
 	}
 	return tw.Flush()
+}
+
+// sessionState says in a word or two who may write the session.
+func sessionState(s checkpoint.Session, now time.Time) string {
+	switch {
+	case s.Moved != nil:
+		return "moved to " + printable(s.Moved.To)
+	case s.Lease != nil && s.Lease.Held(now):
+		return fmt.Sprintf("leased by %s (epoch %d)", printable(s.Lease.Owner), s.Lease.Epoch)
+	}
+	return "free"
 }

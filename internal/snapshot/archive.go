@@ -120,6 +120,9 @@ func history(ctx context.Context, st Store, key wire.Key) ([]wire.Version, bool,
 	if err != nil {
 		return nil, false, err
 	}
+	if !head.Exists() {
+		return nil, false, fmt.Errorf("%w: the session is leased but has no version yet", ErrNotFound)
+	}
 	var all []wire.Version
 	for _, a := range head.Archives {
 		recs, err := readArchive(ctx, st, key, a, nil)

@@ -66,7 +66,14 @@ type Head struct {
 	Archives []Archive `json:"archives,omitempty"` // older version records, batched and compressed
 	// FirstVersion is the oldest version retention kept (0 or 1: none was pruned).
 	FirstVersion uint64 `json:"firstVersion,omitempty"`
+	// Lease is who may write the session (lease.go); nil until a lease is first acquired.
+	Lease *wire.Lease `json:"lease,omitempty"`
+	// Moved is set once the session was migrated away: it refuses writes.
+	Moved *wire.Moved `json:"moved,omitempty"`
 }
+
+// Exists reports whether the session has a version; a head may hold only a lease.
+func (h Head) Exists() bool { return h.Version.Version > 0 }
 
 // first is the oldest version the session still has.
 func (h Head) first() uint64 { return max(h.FirstVersion, 1) }

@@ -19,6 +19,9 @@ func GetVersion(ctx context.Context, st Store, key wire.Key, n uint64, cache Seg
 	if err != nil {
 		return wire.Version{}, err
 	}
+	if !head.Exists() {
+		return wire.Version{}, fmt.Errorf("%w: the session is leased but has no version yet", ErrNotFound)
+	}
 	if n == 0 || n == head.Version.Version {
 		return head.Version, nil
 	}

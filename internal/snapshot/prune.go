@@ -44,6 +44,9 @@ func Prune(ctx context.Context, st Store, key wire.Key, ret Retention, now time.
 	if err != nil {
 		return res, err
 	}
+	if !head.Exists() {
+		return res, nil
+	}
 	all, err := History(ctx, st, key)
 	if err != nil {
 		return res, err

@@ -23,9 +23,13 @@ type ConflictError struct {
 	Key      wire.Key
 	Expected uint64
 	Head     uint64
+	Detail   string // replaces the usual message when set
 }
 
 func (e *ConflictError) Error() string {
+	if e.Detail != "" {
+		return fmt.Sprintf("session %s: %s", e.Key, e.Detail)
+	}
 	return fmt.Sprintf("session %s: expected to extend version %d, but the head is version %d", e.Key, e.Expected, e.Head)
 }
 
@@ -42,10 +46,25 @@ type SaveRequest struct {
 	Writer   string
 	Reason   string
 	ForkOf   *wire.ForkRef // recorded on the version: the session was forked from there
+	Epoch    uint64        // the writer's lease epoch; 0: the writer holds no lease
+	Import   *Import       // set when copying a version from elsewhere (migrate, import)
 	Payload  []byte
 	Limits   codec.Limits
 	Now      time.Time
 }
+
+// Import copies a version as it was elsewhere: its number (above the head's), creation time and
+// hash, which the stored conversation must match. Importing a version that is already here with
+// the same hash is a duplicate; with another hash, a conflict.
+type Import struct {
+	Version uint64
+	Created time.Time
+	Hash    string
+	Origin  wire.Origin
+}
+
+// ErrHashMismatch refuses an import whose conversation does not have the hash it declared.
+var ErrHashMismatch = errors.New("conversation does not match the declared hash")
 
 // Saved is the outcome of Save.
 type Saved struct {
@@ -73,14 +92,20 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 	}
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		head, rev, err := st.Head(ctx, req.Key)
-		found := err == nil
 		if errors.Is(err, ErrNotFound) {
 			head = emptyHead(req.Key)
 		} else if err != nil {
 			return Saved{}, err
 		}
+		found := head.Exists()
 		if found && req.SaveID != "" && head.SaveID == req.SaveID {
 			return Saved{Head: head, Duplicate: true}, nil
+		}
+		if req.Import != nil && req.Import.Version <= head.Version.Version {
+			return importedBefore(ctx, st, head, *req.Import)
+		}
+		if err := checkWrite(head, req.Key, req.Epoch, req.Import != nil, req.Now); err != nil {
+			return Saved{}, err
 		}
 		if req.Expected != nil && *req.Expected != head.Version.Version {
 			return Saved{}, &ConflictError{Key: req.Key, Expected: *req.Expected, Head: head.Version.Version}
@@ -96,6 +121,9 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 			return Saved{}, err
 		}
 		next, merged, wrote, err := commitPlan(ctx, st, head, found, req, p)
+		if err == nil && req.Import != nil {
+			err = asImported(&next, found, *req.Import)
+		}
 		if err != nil {
 			discard(ctx, st, req.Key, wrote)
 			return Saved{}, err
@@ -118,6 +146,41 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		return Saved{Head: next}, nil
 	}
 	return Saved{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, req.Key, maxSwapAttempts)
+}
+
+// importedBefore settles an import of a version the session already has: a duplicate if it is the
+// same conversation, a conflict if not.
+func importedBefore(ctx context.Context, st Store, head Head, imp Import) (Saved, error) {
+	v, err := GetVersion(ctx, st, head.Key, imp.Version, nil)
+	if errors.Is(err, ErrNotFound) {
+		return Saved{}, &ConflictError{Key: head.Key, Expected: imp.Version - 1, Head: head.Version.Version,
+			Detail: fmt.Sprintf("cannot import version %d: the session is already at version %d and does not keep %d", imp.Version, head.Version.Version, imp.Version)}
+	}
+	if err != nil {
+		return Saved{}, err
+	}
+	if v.Hash != imp.Hash {
+		return Saved{}, &ConflictError{Key: head.Key, Expected: imp.Version - 1, Head: head.Version.Version,
+			Detail: fmt.Sprintf("cannot import version %d: this session has a different version %d (%s, importing %s)", imp.Version, imp.Version, v.Hash, imp.Hash)}
+	}
+	dup := head
+	dup.Version = v
+	return Saved{Head: dup, Duplicate: true}, nil
+}
+
+// asImported gives the version its original number, time and origin, once its hash is checked.
+func asImported(next *Head, found bool, imp Import) error {
+	if next.Version.Hash != imp.Hash {
+		return fmt.Errorf("%w: version %d of %s: declared %s, the conversation hashes to %s", ErrHashMismatch, imp.Version, next.Key, imp.Hash, next.Version.Hash)
+	}
+	next.Version.Version = imp.Version
+	next.Version.Created = imp.Created.UTC()
+	next.Version.Origin = &imp.Origin
+	if !found {
+		next.FirstVersion = imp.Version // the versions before it were never here
+	}
+	next.Moved = nil // the session is back: it was migrated here again
+	return nil
 }
 
 // ErrBadRequest marks a save that contradicts itself.

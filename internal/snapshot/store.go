@@ -52,4 +52,8 @@ type Store interface {
 	GetSegment(ctx context.Context, key wire.Key, ref SegmentRef) ([]byte, error)
 	// DeleteSegment removes a segment no layout refers to any more.
 	DeleteSegment(ctx context.Context, key wire.Key, ref SegmentRef) error
+
+	// DeleteSession removes the head of key if it is still at revision rev (else
+	// ErrRevisionMismatch), then every version record, layout and segment stored under key.
+	DeleteSession(ctx context.Context, key wire.Key, rev uint64) error
 }

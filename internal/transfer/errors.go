@@ -24,6 +24,8 @@ func toWireError(err error) *wire.Error {
 	e := &wire.Error{Code: wire.CodeInternal, Message: err.Error()}
 	var ve *codec.ValidationError
 	var ce *snapshot.ConflictError
+	var le *snapshot.LeaseError
+	var me *snapshot.MovedError
 	switch {
 	case errors.As(err, &ve):
 		e.Code = wire.CodeInvalid
@@ -43,6 +45,13 @@ func toWireError(err error) *wire.Error {
 	case errors.As(err, &ce):
 		e.Code = wire.CodeConflict
 		e.Head = &ce.Head
+	case errors.As(err, &le):
+		e.Code, e.Owner = le.Code, le.Lease.Owner
+		e.Epoch = &le.Lease.Epoch
+	case errors.As(err, &me):
+		e.Code, e.MovedTo = wire.CodeMoved, me.Moved.To
+	case errors.Is(err, snapshot.ErrHashMismatch):
+		e.Code = wire.CodeInvalid
 	case errors.Is(err, snapshot.ErrNotFound):
 		e.Code = wire.CodeNotFound
 	case errors.Is(err, wire.ErrInvalidID), errors.Is(err, errBadRequest), errors.Is(err, snapshot.ErrBadRequest):

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
@@ -236,6 +237,20 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 		}
 		req.ForkOf = &ref
 	}
+	if s := h.Get(wire.HdrEpoch); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || n == 0 {
+			return refuse(fmt.Errorf("%w: header %s: %q is not a lease epoch", errBadRequest, wire.HdrEpoch, s))
+		}
+		req.Epoch = n
+	}
+	if s := h.Get(wire.HdrImportVersion); s != "" {
+		imp, err := importHeaders(h, req.Now)
+		if err != nil {
+			return refuse(err)
+		}
+		req.Import = imp
+	}
 	if s := h.Get(wire.HdrFormat); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -276,7 +291,8 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 	var ce *snapshot.ConflictError
 	var ve *codec.ValidationError
 	switch {
-	case errors.As(err, &ce), errors.As(err, &ve), errors.Is(err, snapshot.ErrBadRequest), errors.Is(err, snapshot.ErrCorrupt):
+	case errors.As(err, &ce), errors.As(err, &ve), errors.Is(err, snapshot.ErrBadRequest), errors.Is(err, snapshot.ErrCorrupt),
+		errors.Is(err, snapshot.ErrLeased), errors.Is(err, snapshot.ErrFenced), errors.Is(err, snapshot.ErrMoved), errors.Is(err, snapshot.ErrHashMismatch):
 		return refuse(err)
 	case err != nil:
 		return wire.SaveResult{}, 0, err
@@ -286,6 +302,28 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 	}
 	in.compactor.touched(key)
 	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &saved.Head.Version}, chunks, nil
+}
+
+// importHeaders reads the headers of a save that copies a version from elsewhere.
+func importHeaders(h nats.Header, now time.Time) (*snapshot.Import, error) {
+	n, err := strconv.ParseUint(h.Get(wire.HdrImportVersion), 10, 64)
+	if err != nil || n == 0 {
+		return nil, fmt.Errorf("%w: header %s: %q is not a version number", errBadRequest, wire.HdrImportVersion, h.Get(wire.HdrImportVersion))
+	}
+	created, err := time.Parse(time.RFC3339Nano, h.Get(wire.HdrImportCreated))
+	if err != nil {
+		return nil, fmt.Errorf("%w: header %s: %q is not an RFC 3339 time", errBadRequest, wire.HdrImportCreated, h.Get(wire.HdrImportCreated))
+	}
+	hash := h.Get(wire.HdrHash)
+	if !strings.HasPrefix(hash, "sha256:") || len(hash) != len("sha256:")+64 {
+		return nil, fmt.Errorf("%w: header %s: %q is not a sha256:<hex> hash (an import must say what it copies)", errBadRequest, wire.HdrHash, hash)
+	}
+	via := h.Get(wire.HdrImportVia)
+	if via != wire.ReasonMigrate && via != wire.ReasonImport {
+		return nil, fmt.Errorf("%w: header %s: %q (want migrate or import)", errBadRequest, wire.HdrImportVia, via)
+	}
+	return &snapshot.Import{Version: n, Created: created, Hash: hash,
+		Origin: wire.Origin{Via: via, Source: h.Get(wire.HdrImportSource), At: now.UTC()}}, nil
 }
 
 // gather reads the n pieces of a large save from CP_CHUNKS, in order.

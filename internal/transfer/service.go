@@ -67,6 +67,9 @@ func (s *service) start() error {
 		{wire.OpGet, "cp.api.*." + wire.OpGet, s.get},
 		{wire.OpRead, "cp.api.*." + wire.OpRead, s.read},
 		{wire.OpPrune, "cp.api.*." + wire.OpPrune, s.prune},
+		{wire.OpLease, "cp.api.*." + wire.OpLease, s.lease},
+		{wire.OpSeal, "cp.api.*." + wire.OpSeal, s.seal},
+		{wire.OpDelete, "cp.api.*." + wire.OpDelete, s.remove},
 		{"admin-list", wire.AdminListSubject, s.list},
 	}
 	for _, op := range ops {
@@ -199,14 +202,13 @@ func (s *service) list(ctx context.Context, ns string, body []byte) (reply, erro
 	if err != nil {
 		return reply{}, err
 	}
-	heads := make([]wire.Version, len(all))
-	for i, h := range all {
-		heads[i] = h.Version
+	heads := make([]wire.SessionHead, 0, len(all))
+	for _, h := range all {
+		if h.Exists() && (req.Session == "" || h.Key.Session == req.Session) {
+			heads = append(heads, wire.SessionHead{Version: h.Version, Lease: h.Lease, Moved: h.Moved})
+		}
 	}
-	if req.Session != "" {
-		heads = slices.DeleteFunc(heads, func(v wire.Version) bool { return v.Key.Session != req.Session })
-	}
-	slices.SortFunc(heads, func(a, b wire.Version) int {
+	slices.SortFunc(heads, func(a, b wire.SessionHead) int {
 		return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), cmp.Compare(a.Key.Session, b.Key.Session), cmp.Compare(a.Key.Agent, b.Key.Agent))
 	})
 	return jsonReply(wire.ListReply{Sessions: nonNil(heads)})

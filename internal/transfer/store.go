@@ -29,7 +29,7 @@ import (
 // Ids are encoded with wire.EncodeID, so no user string can change what a key means.
 type Store struct {
 	heads, versions, layouts, segments jetstream.KeyValue
-	segStream, verStream               jetstream.Stream // the streams under cp_segments and cp_versions, for purging without markers
+	segStream, verStream, layStream    jetstream.Stream // the streams under cp_segments, cp_versions and cp_layouts, for purging without markers
 	chunkSize                          int
 
 	// Deleting a segment waits for grace: a reader that read the layout naming it just before a
@@ -85,6 +85,9 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 	}
 	if s.verStream, err = js.Stream(ctx, "KV_"+wire.BucketVersion); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", wire.BucketVersion, err)
+	}
+	if s.layStream, err = js.Stream(ctx, "KV_"+wire.BucketLayouts); err != nil {
+		return nil, fmt.Errorf("store: bucket %s: %w", wire.BucketLayouts, err)
 	}
 	return s, nil
 }
@@ -244,6 +247,47 @@ func (s *Store) Flush(ctx context.Context) {
 	for _, subj := range subjects {
 		_ = s.purgeSegment(ctx, subj)
 	}
+}
+
+// DeleteSession implements snapshot.Store. Only what was stored before the head was removed is
+// purged (a purge bounded by stream sequence), so a new session of the same key started right after
+// keeps its records.
+func (s *Store) DeleteSession(ctx context.Context, key wire.Key, rev uint64) error {
+	type target struct {
+		stream jetstream.Stream
+		bucket string
+		upTo   uint64
+	}
+	targets := []*target{{stream: s.verStream, bucket: wire.BucketVersion}, {stream: s.layStream, bucket: wire.BucketLayouts}, {stream: s.segStream, bucket: wire.BucketSegment}}
+	for _, t := range targets {
+		info, err := t.stream.Info(ctx)
+		if err != nil {
+			return err
+		}
+		t.upTo = info.State.LastSeq
+	}
+	err := s.heads.Purge(ctx, key.Token(), jetstream.LastRevision(rev))
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
+		return snapshot.ErrRevisionMismatch
+	}
+	if err != nil {
+		return mapKVErr(err)
+	}
+	for _, t := range targets {
+		if t.upTo == 0 {
+			continue
+		}
+		subject := "$KV." + t.bucket + "." + key.Token() + ".>"
+		if err := t.stream.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(t.upTo+1)); err != nil {
+			return fmt.Errorf("session %s deleted, but purging %s failed (left as garbage): %w", key, t.bucket, err)
+		}
+	}
+	return nil
+}
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // create writes v under key unless the key exists: the records written so are immutable.

@@ -45,6 +45,9 @@ const (
 	OpGet     = "get"     // GetRequest → Version: one version's record (head when Version is 0)
 	OpRead    = "read"    // ReadRequest → bytes of the conversation, in pieces
 	OpPrune   = "prune"   // PruneRequest → PruneReply: remove old versions by a retention policy
+	OpLease   = "lease"   // LeaseRequest → Lease: acquire, renew, release or inspect a session's lease
+	OpSeal    = "seal"    // SealRequest → Version: mark a session moved; it refuses writes from then on
+	OpDelete  = "delete"  // DeleteRequest → Version (the deleted head): remove a session entirely
 )
 
 // AdminListSubject lists sessions of every namespace; it is for operators, so it carries no namespace.
@@ -75,10 +78,16 @@ const (
 	HdrForkOf          = "Cp-Fork-Of"      // on a save: the session is a fork of this version (ForkRef.String)
 	HdrChunks          = "Cp-Chunks"       // on a save: its body is in this many messages on ChunkSubject
 	HdrChunk           = "Cp-Chunk"        // on a chunk: its index, from 0
+	HdrEpoch           = "Cp-Epoch"        // on a save: the writer's lease epoch (OpLease)
+	// Set by migrate and import to copy a version from elsewhere as it was (see ImportedVersion).
+	HdrImportVersion = "Cp-Import-Version" // the version number to store it as
+	HdrImportCreated = "Cp-Import-Created" // its creation time, RFC 3339 with nanoseconds
+	HdrImportSource  = "Cp-Import-Source"  // where it came from: a server URL or a bundle file name
+	HdrImportVia     = "Cp-Import-Via"     // ReasonMigrate or ReasonImport
 	// Reply headers of OpRead.
 	HdrTotal  = "Cp-Total"
 	HdrOffset = "Cp-Offset"
-	HdrHash   = "Cp-Hash" // "sha256:<hex>" of the whole reply body (all pieces): the version's hash for the full view
+	HdrHash   = "Cp-Hash" // "sha256:<hex>" of the whole reply body (all pieces): the version's hash for the full view; on an import, the hash the version must have
 	// Set by the service on error replies (nats.go micro convention).
 	HdrServiceErrorCode = "Nats-Service-Error-Code"
 	HdrServiceError     = "Nats-Service-Error"
@@ -129,6 +138,78 @@ type Version struct {
 	Counts      Counts    `json:"counts"`
 	Gen         uint64    `json:"gen"`              // the storage generation holding its messages (docs/format.md)
 	ForkOf      *ForkRef  `json:"forkOf,omitempty"` // on the first version of a fork: where it came from
+	Origin      *Origin   `json:"origin,omitempty"` // on a version copied in by migrate or import
+}
+
+// Origin records that a version was copied from another deployment (Via "migrate") or from a
+// bundle file (Via "import"); its number, hash, writer, reason and creation time are the original's.
+type Origin struct {
+	Via    string    `json:"via"`
+	Source string    `json:"source,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// Lease is who may write a session. Epoch grows by one with every acquisition, and a save that
+// carries an epoch (HdrEpoch) is refused unless it is the current one: after a takeover, a late
+// write of the old owner is fenced off. Owner is empty once the lease is released. A lease past
+// Expires may be taken over; until somebody does, its owner's epoch stays current.
+type Lease struct {
+	Key      Key       `json:"key"`
+	Epoch    uint64    `json:"epoch"`
+	Owner    string    `json:"owner,omitempty"`
+	Acquired time.Time `json:"acquired"`
+	Expires  time.Time `json:"expires"`
+	Head     uint64    `json:"head"` // the session's head version when the reply was made (0: none yet)
+}
+
+// Held reports whether the lease has an owner that has not let it expire at now.
+func (l Lease) Held(now time.Time) bool { return l.Owner != "" && now.Before(l.Expires) }
+
+// Moved marks a session migrated elsewhere: it refuses writes and points to its new home.
+type Moved struct {
+	To string    `json:"to"`
+	At time.Time `json:"at"`
+}
+
+// Lease operations.
+const (
+	LeaseAcquire = "acquire"
+	LeaseRenew   = "renew"
+	LeaseRelease = "release"
+	LeaseStatus  = "status" // read the lease; changes nothing
+)
+
+// LeaseRequest is one lease operation on a session. Acquire needs Owner and TTLMillis and returns
+// the new epoch; it is refused (CodeLeased) while another owner holds an unexpired lease, unless
+// Force. Renew and Release need the current Epoch (else CodeFenced).
+type LeaseRequest struct {
+	SessionRequest
+	Op        string `json:"op"`
+	Owner     string `json:"owner,omitempty"`
+	TTLMillis int64  `json:"ttlMillis,omitempty"`
+	Epoch     uint64 `json:"epoch,omitempty"`
+	Force     bool   `json:"force,omitempty"`
+}
+
+// SealRequest marks a session moved to MovedTo, provided its head is still version Expected.
+type SealRequest struct {
+	SessionRequest
+	Expected uint64 `json:"expected"`
+	MovedTo  string `json:"movedTo"`
+}
+
+// DeleteRequest removes a session (head, versions and stored messages), provided its head is still
+// version Expected when that is set.
+type DeleteRequest struct {
+	SessionRequest
+	Expected *uint64 `json:"expected,omitempty"`
+}
+
+// SessionHead is one session in a listing: its head version, its lease and whether it moved.
+type SessionHead struct {
+	Version
+	Lease *Lease `json:"lease,omitempty"`
+	Moved *Moved `json:"moved,omitempty"`
 }
 
 // ForkRef names the version a session was forked from.
@@ -225,9 +306,9 @@ type ListRequest struct {
 	Session string `json:"session,omitempty"` // only this session's agents, when set
 }
 
-// ListReply holds the head version of each session.
+// ListReply holds the head of each session.
 type ListReply struct {
-	Sessions []Version `json:"sessions"`
+	Sessions []SessionHead `json:"sessions"`
 }
 
 // HistoryReply holds every version of a session, oldest first.
@@ -254,6 +335,9 @@ const (
 	CodeTooLarge      = "too_large"      // the checkpoint is over the daemon's limit
 	CodeUnknownFormat = "unknown_format" // a format version this daemon does not know
 	CodeUnavailable   = "unavailable"    // try again: storage unavailable or ingest still catching up
+	CodeLeased        = "leased"         // another owner holds the session's lease (Owner, Epoch say who)
+	CodeFenced        = "fenced"         // the epoch sent is not the current one: the lease was taken over or released
+	CodeMoved         = "moved"          // the session was migrated away (MovedTo says where) and refuses writes
 	CodeInternal      = "internal"
 )
 
@@ -265,6 +349,9 @@ type Error struct {
 	Field   string  `json:"field,omitempty"`  // field path inside the message
 	Offset  *int64  `json:"offset,omitempty"` // byte offset, for syntax errors
 	Head    *uint64 `json:"head,omitempty"`   // the current head version, for conflicts
+	Owner   string  `json:"owner,omitempty"`  // the lease's owner, for leased and fenced
+	Epoch   *uint64 `json:"epoch,omitempty"`  // the lease's current epoch, for leased and fenced
+	MovedTo string  `json:"movedTo,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -272,8 +359,8 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 // StatusCode is the numeric code put in the Nats-Service-Error-Code header (HTTP-like).
 func StatusCode(code string) string {
 	n := map[string]int{
-		CodeBadRequest: 400, CodeNotFound: 404, CodeConflict: 409, CodeTooLarge: 413,
-		CodeUnknownFormat: 415, CodeInvalid: 422, CodeUnavailable: 503,
+		CodeBadRequest: 400, CodeNotFound: 404, CodeConflict: 409, CodeFenced: 409, CodeMoved: 410,
+		CodeTooLarge: 413, CodeUnknownFormat: 415, CodeInvalid: 422, CodeLeased: 423, CodeUnavailable: 503,
 	}[code]
 	if n == 0 {
 		n = 500

@@ -1,0 +1,241 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// Leases and fencing.
+//
+// A session's lease lives in its head record, next to the version: acquiring a lease swaps the
+// head like a save does. So the check "is this save's epoch the current one?" and the commit of the
+// save are one compare-and-swap, and no interleaving of a takeover and a late write of the old
+// owner can let that write in. A session leased before its first save has a head with version 0.
+
+// ErrLeased matches a *LeaseError of code wire.CodeLeased, ErrFenced one of wire.CodeFenced.
+var (
+	ErrLeased = errors.New("session leased by another owner")
+	ErrFenced = errors.New("lease epoch is not current")
+	ErrMoved  = errors.New("session moved")
+)
+
+// LeaseError refuses a lease operation or a save because of the session's lease.
+type LeaseError struct {
+	Code   string // wire.CodeLeased or wire.CodeFenced
+	Key    wire.Key
+	Lease  wire.Lease // the current lease
+	Detail string
+}
+
+func (e *LeaseError) Error() string {
+	return fmt.Sprintf("session %s: %s", e.Key, e.Detail)
+}
+
+// Is makes errors.Is match ErrLeased or ErrFenced by code.
+func (e *LeaseError) Is(target error) bool {
+	return (target == ErrLeased && e.Code == wire.CodeLeased) || (target == ErrFenced && e.Code == wire.CodeFenced)
+}
+
+// MovedError refuses a write to a session that was migrated away.
+type MovedError struct {
+	Key   wire.Key
+	Moved wire.Moved
+}
+
+func (e *MovedError) Error() string {
+	return fmt.Sprintf("session %s moved to %s at %s; write there", e.Key, e.Moved.To, e.Moved.At.Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrMoved) true.
+func (e *MovedError) Is(target error) bool { return target == ErrMoved }
+
+// LeaseRequest is one lease operation.
+type LeaseRequest struct {
+	Key   wire.Key
+	Owner string        // Acquire: who takes the lease
+	TTL   time.Duration // Acquire and Renew: how long it holds without renewal
+	Epoch uint64        // Renew and Release: the epoch the caller holds
+	Force bool          // Acquire: take it even from a live owner
+	Now   time.Time
+}
+
+// Acquire gives req.Owner the session's lease under a new epoch, one more than any before. It is
+// refused while another owner holds a lease that has not expired, unless req.Force.
+func Acquire(ctx context.Context, st Store, req LeaseRequest) (wire.Lease, error) {
+	if req.Owner == "" || req.TTL <= 0 {
+		return wire.Lease{}, fmt.Errorf("%w: acquiring a lease needs an owner and a positive TTL", ErrBadRequest)
+	}
+	return swapLease(ctx, st, req.Key, func(h *Head) error {
+		if h.Moved != nil {
+			return &MovedError{Key: req.Key, Moved: *h.Moved}
+		}
+		cur := leaseOf(*h)
+		if cur.Held(req.Now) && cur.Owner != req.Owner && !req.Force {
+			return &LeaseError{Code: wire.CodeLeased, Key: req.Key, Lease: cur,
+				Detail: fmt.Sprintf("leased by %s (epoch %d) until %s; wait for it to expire, or force a takeover", cur.Owner, cur.Epoch, cur.Expires.Format(time.RFC3339))}
+		}
+		h.Lease = &wire.Lease{Key: req.Key, Epoch: cur.Epoch + 1, Owner: req.Owner, Acquired: req.Now.UTC(), Expires: req.Now.Add(req.TTL).UTC()}
+		return nil
+	})
+}
+
+// Renew extends the lease of epoch req.Epoch by req.TTL from now. An expired lease nobody took
+// over renews too: its epoch is still the current one.
+func Renew(ctx context.Context, st Store, req LeaseRequest) (wire.Lease, error) {
+	if req.TTL <= 0 {
+		return wire.Lease{}, fmt.Errorf("%w: renewing a lease needs a positive TTL", ErrBadRequest)
+	}
+	return swapLease(ctx, st, req.Key, func(h *Head) error {
+		if err := checkEpoch(*h, req.Key, req.Epoch); err != nil {
+			return err
+		}
+		l := *h.Lease
+		l.Expires = req.Now.Add(req.TTL).UTC()
+		h.Lease = &l
+		return nil
+	})
+}
+
+// Release gives the lease of epoch req.Epoch up: the session is free, and that epoch can write no
+// more. The epoch is kept, so the next acquisition's is higher.
+func Release(ctx context.Context, st Store, req LeaseRequest) (wire.Lease, error) {
+	return swapLease(ctx, st, req.Key, func(h *Head) error {
+		if err := checkEpoch(*h, req.Key, req.Epoch); err != nil {
+			return err
+		}
+		l := *h.Lease
+		l.Owner, l.Expires = "", req.Now.UTC()
+		h.Lease = &l
+		return nil
+	})
+}
+
+// LeaseStatus returns the session's lease (epoch 0 when none was ever acquired).
+func LeaseStatus(ctx context.Context, st Store, key wire.Key) (wire.Lease, error) {
+	h, _, err := st.Head(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return wire.Lease{Key: key}, nil
+	}
+	if err != nil {
+		return wire.Lease{}, err
+	}
+	return leaseOf(h), nil
+}
+
+// swapLease applies change to the session's head (an empty one if it has none) and swaps it in.
+func swapLease(ctx context.Context, st Store, key wire.Key, change func(*Head) error) (wire.Lease, error) {
+	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
+		h, rev, err := st.Head(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			h, rev = emptyHead(key), 0
+		} else if err != nil {
+			return wire.Lease{}, err
+		}
+		if err := change(&h); err != nil {
+			return wire.Lease{}, err
+		}
+		err = st.SwapHead(ctx, h, rev)
+		if errors.Is(err, ErrRevisionMismatch) {
+			continue
+		}
+		if err != nil {
+			return wire.Lease{}, err
+		}
+		return leaseOf(h), nil
+	}
+	return wire.Lease{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, key, maxSwapAttempts)
+}
+
+func leaseOf(h Head) wire.Lease {
+	l := wire.Lease{Key: h.Key}
+	if h.Lease != nil {
+		l = *h.Lease
+	}
+	l.Head = h.Version.Version
+	return l
+}
+
+// checkEpoch refuses an epoch that is not the session's current, unreleased one.
+func checkEpoch(h Head, key wire.Key, epoch uint64) error {
+	cur := leaseOf(h)
+	switch {
+	case epoch == 0:
+		return fmt.Errorf("%w: no lease epoch given", ErrBadRequest)
+	case h.Lease == nil:
+		return &LeaseError{Code: wire.CodeFenced, Key: key, Lease: cur, Detail: fmt.Sprintf("epoch %d is not current: no lease was ever acquired", epoch)}
+	case epoch != cur.Epoch:
+		return &LeaseError{Code: wire.CodeFenced, Key: key, Lease: cur,
+			Detail: fmt.Sprintf("epoch %d is not current: the lease is at epoch %d, %s", epoch, cur.Epoch, ownerText(cur))}
+	case cur.Owner == "":
+		return &LeaseError{Code: wire.CodeFenced, Key: key, Lease: cur, Detail: fmt.Sprintf("epoch %d was released", epoch)}
+	}
+	return nil
+}
+
+func ownerText(l wire.Lease) string {
+	if l.Owner == "" {
+		return "released"
+	}
+	return "owned by " + l.Owner
+}
+
+// checkWrite decides whether a save may write to the session: not if it moved (unless the save
+// imports a version, which brings the session back), not with a stale epoch, and not without an
+// epoch while somebody holds the lease.
+func checkWrite(h Head, key wire.Key, epoch uint64, importing bool, now time.Time) error {
+	if h.Moved != nil && !importing {
+		return &MovedError{Key: key, Moved: *h.Moved}
+	}
+	if epoch != 0 {
+		return checkEpoch(h, key, epoch)
+	}
+	if cur := leaseOf(h); cur.Held(now) {
+		return &LeaseError{Code: wire.CodeLeased, Key: key, Lease: cur,
+			Detail: fmt.Sprintf("leased by %s (epoch %d) until %s; save with that lease's epoch", cur.Owner, cur.Epoch, cur.Expires.Format(time.RFC3339))}
+	}
+	return nil
+}
+
+// Seal marks the session moved to `to`, provided its head is still version expected: from then on
+// it refuses writes (MovedError) while its versions stay readable. Sealing again is a no-op.
+func Seal(ctx context.Context, st Store, key wire.Key, expected uint64, to string, now time.Time) (wire.Version, error) {
+	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
+		h, rev, err := st.Head(ctx, key)
+		if err == nil && h.Version.Version == 0 {
+			err = ErrNotFound
+		}
+		if err != nil {
+			return wire.Version{}, err
+		}
+		if h.Version.Version != expected {
+			return wire.Version{}, &ConflictError{Key: key, Expected: expected, Head: h.Version.Version}
+		}
+		if h.Moved != nil && h.Moved.To == to {
+			return h.Version, nil
+		}
+		h.Moved = &wire.Moved{To: to, At: now.UTC()}
+		err = st.SwapHead(ctx, h, rev)
+		if errors.Is(err, ErrRevisionMismatch) {
+			continue
+		}
+		return h.Version, err
+	}
+	return wire.Version{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, key, maxSwapAttempts)
+}
+
+// Delete removes the session: its head (the commit point, by a swap), then everything stored under
+// it. expected, when set, is the version the head must still be.
+func Delete(ctx context.Context, st Store, key wire.Key, expected *uint64) (wire.Version, error) {
+	h, rev, err := st.Head(ctx, key)
+	if err != nil {
+		return wire.Version{}, err
+	}
+	if expected != nil && h.Version.Version != *expected {
+		return wire.Version{}, &ConflictError{Key: key, Expected: *expected, Head: h.Version.Version}
+	}
+	return h.Version, st.DeleteSession(ctx, key, rev)
+}

@@ -1,0 +1,102 @@
+package transfer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// maxLeaseTTL bounds a lease's TTL: a lease is renewed while its owner lives, it is not a lock to
+// hold for days.
+const maxLeaseTTL = 24 * time.Hour
+
+// lease serves OpLease. Acquiring first lets the saves already queued for the session settle, so a
+// graceful handover (the old owner's last save acknowledged, then the new owner acquires) never
+// fences off what the old owner wrote before it let go.
+func (s *service) lease(ctx context.Context, ns string, body []byte) (reply, error) {
+	var req wire.LeaseRequest
+	if err := decodeRequest(body, &req); err != nil {
+		return reply{}, err
+	}
+	key, err := sessionKey(ns, req.SessionRequest)
+	if err != nil {
+		return reply{}, err
+	}
+	ttl := time.Duration(req.TTLMillis) * time.Millisecond
+	if (req.Op == wire.LeaseAcquire || req.Op == wire.LeaseRenew) && (ttl <= 0 || ttl > maxLeaseTTL) {
+		return reply{}, fmt.Errorf("%w: ttlMillis %d: want a TTL above 0 and at most %s", errBadRequest, req.TTLMillis, maxLeaseTTL)
+	}
+	lr := snapshot.LeaseRequest{Key: key, Owner: req.Owner, TTL: ttl, Epoch: req.Epoch, Force: req.Force, Now: time.Now()}
+	var l wire.Lease
+	switch req.Op {
+	case wire.LeaseAcquire:
+		if err := wire.ValidateID(req.Owner); err != nil {
+			return reply{}, fmt.Errorf("%w: owner: %v", errBadRequest, err)
+		}
+		if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
+			return reply{}, err
+		}
+		l, err = snapshot.Acquire(ctx, s.store, lr)
+	case wire.LeaseRenew:
+		l, err = snapshot.Renew(ctx, s.store, lr)
+	case wire.LeaseRelease:
+		l, err = snapshot.Release(ctx, s.store, lr)
+	case wire.LeaseStatus:
+		l, err = snapshot.LeaseStatus(ctx, s.store, key)
+	default:
+		return reply{}, fmt.Errorf("%w: lease op %q (want acquire, renew, release or status)", errBadRequest, req.Op)
+	}
+	if err != nil {
+		return reply{}, err
+	}
+	s.log.Debug("lease", "op", req.Op, "session", key, "epoch", l.Epoch, "owner", l.Owner)
+	return jsonReply(l)
+}
+
+// seal serves OpSeal: the last step of a migration, after the destination has every version.
+func (s *service) seal(ctx context.Context, ns string, body []byte) (reply, error) {
+	var req wire.SealRequest
+	if err := decodeRequest(body, &req); err != nil {
+		return reply{}, err
+	}
+	key, err := sessionKey(ns, req.SessionRequest)
+	if err != nil {
+		return reply{}, err
+	}
+	if req.MovedTo == "" {
+		return reply{}, fmt.Errorf("%w: seal needs movedTo, where the session went", errBadRequest)
+	}
+	if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
+		return reply{}, err
+	}
+	v, err := snapshot.Seal(ctx, s.store, key, req.Expected, req.MovedTo, time.Now())
+	if err != nil {
+		return reply{}, notFound(err, key, 0)
+	}
+	s.log.Info("session sealed: moved", "session", key, "version", v.Version, "to", req.MovedTo)
+	return jsonReply(v)
+}
+
+// remove serves OpDelete.
+func (s *service) remove(ctx context.Context, ns string, body []byte) (reply, error) {
+	var req wire.DeleteRequest
+	if err := decodeRequest(body, &req); err != nil {
+		return reply{}, err
+	}
+	key, err := sessionKey(ns, req.SessionRequest)
+	if err != nil {
+		return reply{}, err
+	}
+	if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
+		return reply{}, err
+	}
+	v, err := snapshot.Delete(ctx, s.store, key, req.Expected)
+	if err != nil {
+		return reply{}, notFound(err, key, 0)
+	}
+	s.log.Info("session deleted", "session", key, "head", v.Version)
+	return jsonReply(v)
+}
