@@ -125,7 +125,7 @@ func (c *Client) copyMissing(ctx context.Context, to *Client, key Key, o Migrate
 		return 0, err
 	default:
 		have = dst.Version
-		if err := sameVersion(ctx, c, key, dst); err != nil {
+		if err := sameSession(ctx, c, to, key, min(dst.Version, head.Version)); err != nil {
 			return 0, err
 		}
 	}
@@ -149,20 +149,29 @@ func (c *Client) copyMissing(ctx context.Context, to *Client, key Key, o Migrate
 	return head.Version, nil
 }
 
-// sameVersion checks that the destination's head dst is the source's version of that number: the
-// two are one session's history, not two sessions that happen to share a key.
-func sameVersion(ctx context.Context, src *Client, key Key, dst Version) error {
-	v, err := src.Get(ctx, key, dst.Version)
+// sameSession checks that source and destination have the same version n: the two are one
+// session's history (the destination may have gone on since), not two sessions sharing a key.
+func sameSession(ctx context.Context, src, dst *Client, key Key, n uint64) error {
+	conflict := func(why string) error {
+		return &Error{Code: wire.CodeConflict, Index: -1, Offset: -1,
+			Message: fmt.Sprintf("session %s: %s: they are different sessions; move or delete the destination's first", key, why)}
+	}
+	a, err := src.Get(ctx, key, n)
 	if errors.Is(err, ErrNotFound) {
-		return &Error{Code: wire.CodeConflict, Head: dst.Version, Index: -1, Offset: -1,
-			Message: fmt.Sprintf("session %s: the destination is at version %d, which the source does not have: they are different sessions", key, dst.Version)}
+		return conflict(fmt.Sprintf("the destination has version %d, which the source does not keep", n))
 	}
 	if err != nil {
 		return err
 	}
-	if v.Hash != dst.Hash {
-		return &Error{Code: wire.CodeConflict, Head: dst.Version, Index: -1, Offset: -1,
-			Message: fmt.Sprintf("session %s: version %d differs between source (%s) and destination (%s): they are different sessions", key, dst.Version, v.Hash, dst.Hash)}
+	b, err := dst.Get(ctx, key, n)
+	if errors.Is(err, ErrNotFound) {
+		return conflict(fmt.Sprintf("the source has version %d, which the destination does not keep", n))
+	}
+	if err != nil {
+		return err
+	}
+	if a.Hash != b.Hash {
+		return conflict(fmt.Sprintf("version %d differs between source (%s) and destination (%s)", n, a.Hash, b.Hash))
 	}
 	return nil
 }

@@ -90,6 +90,9 @@ func Renew(ctx context.Context, st Store, req LeaseRequest) (wire.Lease, error) 
 		return wire.Lease{}, fmt.Errorf("%w: renewing a lease needs a positive TTL", ErrBadRequest)
 	}
 	return swapLease(ctx, st, req.Key, func(h *Head) error {
+		if h.Moved != nil {
+			return &MovedError{Key: req.Key, Moved: *h.Moved}
+		}
 		if err := checkEpoch(*h, req.Key, req.Epoch); err != nil {
 			return err
 		}
@@ -201,7 +204,8 @@ func checkWrite(h Head, key wire.Key, epoch uint64, importing bool, now time.Tim
 }
 
 // Seal marks the session moved to `to`, provided its head is still version expected: from then on
-// it refuses writes (MovedError) while its versions stay readable. Sealing again is a no-op.
+// it refuses writes (MovedError) while its versions stay readable, and its lease is over. Sealing
+// again is a no-op.
 func Seal(ctx context.Context, st Store, key wire.Key, expected uint64, to string, now time.Time) (wire.Version, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		h, rev, err := st.Head(ctx, key)
@@ -218,6 +222,11 @@ func Seal(ctx context.Context, st Store, key wire.Key, expected uint64, to strin
 			return h.Version, nil
 		}
 		h.Moved = &wire.Moved{To: to, At: now.UTC()}
+		if h.Lease != nil { // the lease ends here: its owner's writes go to the new home
+			l := *h.Lease
+			l.Owner, l.Expires = "", now.UTC()
+			h.Lease = &l
+		}
 		err = st.SwapHead(ctx, h, rev)
 		if errors.Is(err, ErrRevisionMismatch) {
 			continue
