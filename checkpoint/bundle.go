@@ -318,6 +318,7 @@ type ImportOptions struct {
 // of its sessions against the one here (a session here must be the same history, possibly shorter
 // or longer); only then does it import, so a corrupt or truncated bundle, or one that contradicts
 // what is stored, imports nothing. Versions already here are skipped: importing twice is harmless.
+// It returns the bundle's summary and how many versions it imported (with DryRun: would import).
 func (c *Client) ImportBundle(ctx context.Context, path string, o ImportOptions) (BundleSummary, int, error) {
 	read := func(each func(Version, []byte) error) (BundleSummary, error) {
 		f, err := os.Open(path)
@@ -360,7 +361,15 @@ func (c *Client) ImportBundle(ctx context.Context, path string, o ImportOptions)
 		have[s.Key] = head.Version
 	}
 	if o.DryRun {
-		return sum, 0, nil
+		n := 0
+		for key, versions := range records {
+			for v := range versions {
+				if v > have[key] {
+					n++
+				}
+			}
+		}
+		return sum, n, nil
 	}
 	imported := 0
 	source := filepath.Base(path)

@@ -231,3 +231,10 @@ func (l *Lease) markLost(err error) {
 		close(l.lost)
 	})
 }
+
+// Held returns a handle on a lease of key acquired elsewhere (another process, the CLI), by its
+// epoch: to save under it, renew it for ttl, or release it. It does not renew by itself.
+func (c *Client) Held(key Key, epoch uint64, ttl time.Duration) *Lease {
+	k := key.WithDefaults()
+	return &Lease{c: c, key: k, ttl: ttl, info: LeaseInfo{Key: k, Epoch: epoch}, stop: make(chan struct{}), lost: make(chan struct{})}
+}

@@ -36,10 +36,12 @@ const exitCodesHelp = `Exit codes:
   1  any other error
   2  usage: unknown command, bad flag or argument
   3  not found: no such session or version
-  4  conflict: --expect-version is not the session's head
+  4  conflict: --expect-version is not the session's head, another owner holds the session's
+     lease, the lease epoch was fenced off, or the session moved to another deployment
   5  refused input: the conversation is invalid, too large, or of an unknown format
   6  unavailable: NATS unreachable, no checkpointd answering, or timed out
-  7  corrupt: restored bytes do not match the hash recorded at save time
+  7  corrupt: restored bytes do not match the hash recorded at save time, or a bundle is
+     corrupt, truncated or of an unknown version
 `
 
 // App carries what every command shares: the streams and the connection settings.
@@ -68,6 +70,11 @@ var commands = map[string]command{
 	"diff":    {"compare two versions message by message", runDiff},
 	"fork":    {"start a new session from a version of another", runFork},
 	"prune":   {"remove old versions by a retention policy (the head is always kept)", runPrune},
+	"lease":   {"acquire, renew, release or show a session's lease (who may write it)", runLease},
+	"delete":  {"remove a session: every version and every stored message", runDelete},
+	"migrate": {"move sessions to another deployment, verified, resumable; the source then refuses writes", runMigrate},
+	"export":  {"write sessions to a portable bundle file", runExport},
+	"import":  {"import a bundle file, verified whole before anything is written", runImport},
 }
 
 func main() {
@@ -186,14 +193,15 @@ func exitCode(err error) int {
 		return exitInvalid
 	case errors.Is(err, checkpoint.ErrNotFound):
 		return exitNotFound
-	case errors.Is(err, checkpoint.ErrConflict):
+	case errors.Is(err, checkpoint.ErrConflict), errors.Is(err, checkpoint.ErrLeased),
+		errors.Is(err, checkpoint.ErrFenced), errors.Is(err, checkpoint.ErrMoved):
 		return exitConflict
 	case errors.Is(err, checkpoint.ErrInvalid), errors.Is(err, checkpoint.ErrTooLarge),
 		errors.Is(err, checkpoint.ErrUnknownFormat), errors.Is(err, checkpoint.ErrBadRequest):
 		return exitInvalid
 	case errors.Is(err, checkpoint.ErrUnavailable):
 		return exitUnavailable
-	case errors.Is(err, checkpoint.ErrCorrupt):
+	case errors.Is(err, checkpoint.ErrCorrupt), errors.Is(err, checkpoint.ErrBadBundle):
 		return exitCorrupt
 	}
 	return exitError

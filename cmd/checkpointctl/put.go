@@ -23,6 +23,7 @@ func runPut(ctx context.Context, a *App, args []string) error {
 	fs.Var(&expect, "expect-version", "save only if the session's head is this version (0: the session must not exist)")
 	saveID := fs.String("save-id", "", "idempotency key: saving again with the same id returns the first version (default: a fresh id)")
 	reason := fs.String("reason", "manual", "why this version was written: turn, pause, migrate, import or manual")
+	epoch := fs.Uint64("epoch", 0, "lease epoch to save under (from 'lease acquire'); needed while the session is leased")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -40,6 +41,9 @@ func runPut(ctx context.Context, a *App, args []string) error {
 	}
 	if expect.set {
 		opts = append(opts, checkpoint.ExpectVersion(expect.n))
+	}
+	if *epoch != 0 {
+		opts = append(opts, checkpoint.WithEpoch(*epoch))
 	}
 	c, err := a.connect()
 	if err != nil {

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+)
+
+func runMigrate(ctx context.Context, a *App, args []string) error {
+	fs := newFlagSet(a, "migrate", "--from URL --to URL [SESSION | --all | -A]",
+		"Copies sessions to another deployment: every version the source keeps (or only the head), each\n"+
+			"verified against its hash on arrival, with its number, writer, reason and time. Then the source\n"+
+			"refuses writes to them and says where they went (or, with --forget-source, deletes them).\n"+
+			"Interrupted, run it again: it copies only what is missing. SESSION moves all its agents unless\n"+
+			"--agent is given; --all moves every session of the namespace, -A every session there is.")
+	var k keyFlags
+	var sel selection
+	k.register(fs)
+	sel.register(fs)
+	from := fs.String("from", "", "NATS URL of the source deployment (default: --server)")
+	to := fs.String("to", "", "NATS URL of the destination deployment (required)")
+	toCreds := fs.String("to-creds", "", "NATS credentials file for the destination (default: --creds)")
+	headOnly := fs.Bool("head-only", false, "copy only each session's head version")
+	forget := fs.Bool("forget-source", false, "delete the sessions at the source instead of marking them moved")
+	force := fs.Bool("force", false, "move sessions even while a process holds their lease at the source")
+	var prog progressFlag
+	prog.register(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if *to == "" {
+		return usageErr(errors.New("migrate needs --to, the destination's NATS URL"))
+	}
+	if *from != "" {
+		a.Server = *from
+	}
+	if err := sel.check("migrate", pos); err != nil {
+		return err
+	}
+	src, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dstApp := *a
+	dstApp.Server = *to
+	if *toCreds != "" {
+		dstApp.Creds = *toCreds
+	}
+	dst, err := dstApp.connect()
+	if err != nil {
+		return fmt.Errorf("destination: %w", err)
+	}
+	defer dst.Close()
+	keys, err := sel.keys(ctx, src, k, fs, pos)
+	if err != nil {
+		return err
+	}
+	if !*force {
+		// Refuse before moving anything, rather than leave some agents of a session moved.
+		for _, key := range keys {
+			l, err := src.LeaseStatus(ctx, key)
+			if err != nil {
+				return err
+			}
+			if l.Held(time.Now()) {
+				return &checkpoint.Error{Code: "leased", Owner: l.Owner, Epoch: l.Epoch, Index: -1, Offset: -1,
+					Message: fmt.Sprintf("session %s is leased by %s (epoch %d): pause it first, or pass --force; nothing was moved", printable(key.String()), printable(l.Owner), l.Epoch)}
+			}
+		}
+	}
+	bar := newProgress(a, prog, "migrate", len(keys))
+	var total checkpoint.MigrateProgress
+	for i, key := range keys {
+		p, err := src.Migrate(ctx, dst, key, checkpoint.MigrateOptions{HeadOnly: *headOnly, Forget: *forget, Force: *force, MovedTo: *to,
+			Progress: func(p checkpoint.MigrateProgress) { bar.update(i, total.Versions+p.Versions, total.Bytes+p.Bytes) }})
+		total.Versions += p.Versions
+		total.Skipped += p.Skipped
+		total.Bytes += p.Bytes
+		bar.update(i+1, total.Versions, total.Bytes)
+		if err != nil {
+			bar.done()
+			return fmt.Errorf("session %s: %w (%d of %d sessions moved; run again to resume)", printable(key.String()), err, i, len(keys))
+		}
+	}
+	bar.done()
+	_, err = fmt.Fprintf(a.Stdout, "migrated %d session(s) to %s: %d version(s) copied (%s), %d already there\n",
+		len(keys), *to, total.Versions, size(total.Bytes), total.Skipped)
+	return err
+}
+
+// selection is which sessions a command works on: SESSION (its agents, or one with --agent), every
+// session of the namespace (--all), or of every namespace (-A).
+type selection struct {
+	all, allNamespaces bool
+}
+
+func (s *selection) register(fs *flag.FlagSet) {
+	fs.BoolVar(&s.all, "all", false, "every session of the namespace")
+	fs.BoolVar(&s.allNamespaces, "A", false, "every session of every namespace")
+	fs.BoolVar(&s.allNamespaces, "all-namespaces", false, "every session of every namespace")
+}
+
+func (s *selection) check(name string, pos []string) error {
+	if s.all || s.allNamespaces {
+		return wantArgs(name, pos, 0, "no SESSION with --all or -A")
+	}
+	return wantArgs(name, pos, 1, "SESSION (or --all, or -A)")
+}
+
+func (s *selection) keys(ctx context.Context, c *checkpoint.Client, k keyFlags, fs *flag.FlagSet, pos []string) ([]checkpoint.Key, error) {
+	agentSet := false
+	fs.Visit(func(f *flag.Flag) { agentSet = agentSet || f.Name == "agent" })
+	if len(pos) == 1 && agentSet {
+		return []checkpoint.Key{k.key(pos[0])}, nil
+	}
+	var heads []checkpoint.Session
+	var err error
+	if s.allNamespaces {
+		heads, err = c.ListAll(ctx)
+	} else {
+		heads, err = c.List(ctx, k.namespace)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var keys []checkpoint.Key
+	for _, h := range heads {
+		if len(pos) == 0 || h.Key.Session == pos[0] {
+			keys = append(keys, h.Key)
+		}
+	}
+	if len(keys) == 0 && len(pos) == 1 {
+		return nil, &checkpoint.Error{Code: "not_found", Index: -1, Offset: -1,
+			Message: fmt.Sprintf("session %s: no agent of it has a version in namespace %s", printable(pos[0]), printable(k.namespace))}
+	}
+	return keys, nil
+}
+
+// progressFlag is --progress: auto (a bar when stderr is a terminal), always or never.
+type progressFlag string
+
+func (p *progressFlag) register(fs *flag.FlagSet) {
+	*p = "auto"
+	fs.Var(p, "progress", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+}
+
+func (p *progressFlag) String() string { return string(*p) }
+
+func (p *progressFlag) Set(s string) error {
+	if s != "auto" && s != "always" && s != "never" {
+		return fmt.Errorf("%q is not auto, always or never", s)
+	}
+	*p = progressFlag(s)
+	return nil
+}
+
+// progress draws one line on stderr, redrawn in place at most ten times a second.
+type progress struct {
+	w     io.Writer
+	label string
+	total int
+	start time.Time
+	last  time.Time
+	line  string
+}
+
+func newProgress(a *App, p progressFlag, label string, total int) *progress {
+	show := p == "always"
+	if p == "auto" {
+		f, ok := a.Stderr.(*os.File)
+		show = ok && isTerminal(f)
+	}
+	if !show {
+		return &progress{}
+	}
+	return &progress{w: a.Stderr, label: label, total: total, start: time.Now()}
+}
+
+func (p *progress) update(done, versions int, bytes int64) {
+	if p.w == nil || time.Since(p.last) < 100*time.Millisecond && done < p.total {
+		return
+	}
+	p.last = time.Now()
+	const width = 24
+	fill := width
+	if p.total > 0 {
+		fill = done * width / p.total
+	}
+	rate := float64(bytes) / max(time.Since(p.start).Seconds(), 1e-3)
+	p.line = fmt.Sprintf("%s [%s%s] %d/%d sessions  %d versions  %s  %s/s", p.label,
+		strings.Repeat("=", fill), strings.Repeat(" ", width-fill), done, p.total, versions, size(bytes), size(int64(rate)))
+	fmt.Fprint(p.w, "\r"+p.line)
+}
+
+func (p *progress) done() {
+	if p.w != nil && p.line != "" {
+		fmt.Fprintln(p.w)
+	}
+}
