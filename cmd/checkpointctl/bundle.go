@@ -131,7 +131,10 @@ func runImport(ctx context.Context, a *App, args []string) error {
 	bar := newProgress(a, prog, "import", 0)
 	versions, bytes := 0, int64(0)
 	sum, n, err := c.ImportBundle(ctx, path, checkpoint.ImportOptions{DryRun: *dryRun,
-		Progress: func(_ checkpoint.Key, _ uint64, b int64) { versions, bytes = versions+1, bytes+b; bar.update(0, versions, bytes) }})
+		Progress: func(_ checkpoint.Key, _ uint64, b int64) {
+			versions, bytes = versions+1, bytes+b
+			bar.update(0, versions, bytes)
+		}})
 	bar.done()
 	if err != nil {
 		return err
