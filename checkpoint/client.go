@@ -107,16 +107,27 @@ type LeaseInfo = wire.Lease
 
 // List returns the head of every session in namespace ("" for the default namespace).
 func (c *Client) List(ctx context.Context, namespace string) ([]Session, error) {
-	var rep wire.ListReply
-	err := c.call(ctx, wire.APISubject(cmp.Or(namespace, wire.DefaultNamespace), wire.OpList), wire.ListRequest{}, &rep)
-	return rep.Sessions, err
+	return c.list(ctx, wire.APISubject(cmp.Or(namespace, wire.DefaultNamespace), wire.OpList), "")
 }
 
 // ListAll returns the head of every session of every namespace (an operator's request).
 func (c *Client) ListAll(ctx context.Context) ([]Session, error) {
-	var rep wire.ListReply
-	err := c.call(ctx, wire.AdminListSubject, wire.ListRequest{}, &rep)
-	return rep.Sessions, err
+	return c.list(ctx, wire.AdminListSubject, "")
+}
+
+// list gathers every page of a listing.
+func (c *Client) list(ctx context.Context, subject, session string) ([]Session, error) {
+	var all []Session
+	for {
+		var rep wire.ListReply
+		if err := c.call(ctx, subject, wire.ListRequest{Session: session, Offset: len(all)}, &rep); err != nil {
+			return nil, err
+		}
+		all = append(all, rep.Sessions...)
+		if !rep.More || len(rep.Sessions) == 0 {
+			return all, nil
+		}
+	}
 }
 
 // History returns every version of a session, oldest first.
@@ -125,9 +136,19 @@ func (c *Client) History(ctx context.Context, key Key) ([]Version, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rep wire.HistoryReply
-	err = c.call(ctx, wire.APISubject(key.Namespace, wire.OpHistory), sessionRequest(key), &rep)
-	return rep.Versions, err
+	var all []Version
+	req := wire.HistoryRequest{SessionRequest: sessionRequest(key)}
+	for {
+		var rep wire.HistoryReply
+		if err := c.call(ctx, wire.APISubject(key.Namespace, wire.OpHistory), req, &rep); err != nil {
+			return nil, err
+		}
+		all = append(all, rep.Versions...)
+		if !rep.More || len(rep.Versions) == 0 {
+			return all, nil
+		}
+		req.After = rep.Versions[len(rep.Versions)-1].Version
+	}
 }
 
 // Get returns the record of one version (the head when version is 0) without its conversation.

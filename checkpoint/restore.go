@@ -89,15 +89,15 @@ func (c *Client) RestoreMerged(ctx context.Context, namespace, session string, p
 	if err != nil {
 		return nil, nil, err
 	}
-	var rep wire.ListReply
-	if err := c.call(ctx, wire.APISubject(k.Namespace, wire.OpList), wire.ListRequest{Session: session}, &rep); err != nil {
+	agents, err := c.list(ctx, wire.APISubject(k.Namespace, wire.OpList), session)
+	if err != nil {
 		return nil, nil, err
 	}
-	if len(rep.Sessions) == 0 {
+	if len(agents) == 0 {
 		return nil, nil, &Error{Code: wire.CodeNotFound, Message: "session " + session + ": no agent has a version", Index: -1, Offset: -1}
 	}
 	req := wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: session}, Merge: map[string]uint64{}, AgentPrefix: prefix}
-	for _, v := range rep.Sessions {
+	for _, v := range agents {
 		req.Merge[v.Key.Agent] = v.Version.Version
 	}
 	for _, o := range opts {

@@ -56,13 +56,18 @@ func WithReason(reason string) SaveOption { return func(o *saveOptions) { o.reas
 func (c *Client) Save(ctx context.Context, key Key, conversation []byte, opts ...SaveOption) (Version, error) {
 	conversation = bytes.TrimRight(conversation, " \t\r\n")
 	k := key.WithDefaults()
-	if base, tail, ok := c.delta(k, conversation, parseSaveOptions(opts)); ok {
+	o := parseSaveOptions(opts)
+	opts = append(opts, WithSaveID(o.saveID)) // the same id for every attempt below
+	if base, tail, ok := c.delta(k, conversation, o); ok {
 		v, err := c.save(ctx, key, tail, &base, opts)
-		if !errors.Is(err, ErrConflict) || parseSaveOptions(opts).expected != nil {
+		if !errors.Is(err, ErrConflict) || o.expected != nil {
 			c.remember(k, v, conversation, err)
 			return v, err
 		}
-		// Another writer moved the head: send the whole array, as the caller asked.
+		// Another writer moved the head: send the whole array, as the caller asked. It is a new
+		// publish (the refused one would be dropped as a duplicate) under a derived save id, so a
+		// retry of this Save with the same id still makes one version.
+		opts = append(opts, WithSaveID(o.saveID+".whole"))
 	}
 	v, err := c.save(ctx, key, conversation, nil, opts)
 	c.remember(k, v, conversation, err)
@@ -181,10 +186,30 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 		body = nil
 	}
 	msg.Data = body
-	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(o.saveID)); err != nil {
-		return Version{}, publishError(err)
+	if err := c.publish(ctx, msg, o.saveID); err != nil {
+		return Version{}, err
 	}
 	return c.awaitResult(ctx, sub, resultSubject)
+}
+
+// publishAttempt bounds one publish: a publish sent to a stream leader that just died is never
+// acknowledged, and the next attempt reaches the newly elected leader.
+const publishAttempt = 2 * time.Second
+
+// publish sends msg until JetStream acknowledges it or ctx ends. Every attempt carries the same
+// message id, so an attempt that was stored but not acknowledged is not stored twice.
+func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, publishAttempt)
+		_, err := c.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return publishError(err)
+		}
+	}
 }
 
 // publishChunks sends body in pieces of at most size bytes and waits until each is durable.

@@ -40,7 +40,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.NATSURL, "nats-url", "", "use this NATS server or cluster (comma-separated URLs) instead of the embedded one")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
 	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9333", "address of the HTTP server for /metrics and /healthz (empty: off)")
-	fs.IntVar(&c.Daemon.Replicas, "replicas", c.Daemon.Replicas, "JetStream replicas of the streams and buckets checkpointd creates")
+	fs.IntVar(&c.Daemon.Replicas, "replicas", c.Daemon.Replicas, "JetStream replicas of the streams and buckets checkpointd creates (0: 3 when --nats-url is a cluster, else 1)")
 	fs.Int64Var(&c.Daemon.MaxCheckpointBytes, "max-checkpoint-bytes", c.Daemon.MaxCheckpointBytes, "largest conversation accepted, in bytes")
 	fs.DurationVar(&c.Daemon.ResultTTL, "result-ttl", c.Daemon.ResultTTL, "how long the outcome of each save stays readable")
 	fs.DurationVar(&c.Daemon.RequestTimeout, "request-timeout", c.Daemon.RequestTimeout, "longest a read request may take, including waiting for queued saves")

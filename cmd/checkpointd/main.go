@@ -112,7 +112,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		go func() { _ = hs.Serve(ln) }()
 		log.Info("serving /metrics and /healthz", "addr", "http://"+ln.Addr().String())
 	}
-	log.Info("checkpointd ready", "nats", nc.ConnectedUrlRedacted(), "replicas", cfg.Daemon.Replicas)
+	log.Info("checkpointd ready", "nats", nc.ConnectedUrlRedacted(), "replicas", d.Replicas())
 
 	<-ctx.Done()
 	log.Info("shutting down: finishing in-flight saves", "timeout", cfg.ShutdownTimeout)

@@ -108,6 +108,13 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 			return Saved{}, err
 		}
 		if req.Expected != nil && *req.Expected != head.Version.Version {
+			// A save retried after its outcome was lost finds the head moved on by its own
+			// version and later ones: that is a duplicate, not a conflict.
+			if v, ok := savedAfter(ctx, st, head, *req.Expected, req.SaveID); ok {
+				dup := head
+				dup.Version = v
+				return Saved{Head: dup, Duplicate: true}, nil
+			}
 			return Saved{}, &ConflictError{Key: req.Key, Expected: *req.Expected, Head: head.Version.Version}
 		}
 		if found {
@@ -146,6 +153,23 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		return Saved{Head: next}, nil
 	}
 	return Saved{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, req.Key, maxSwapAttempts)
+}
+
+// maxDuplicateScan bounds how many versions after the expected one are searched for a save id.
+const maxDuplicateScan = 256
+
+// savedAfter finds the version save id made, among the few after version after.
+func savedAfter(ctx context.Context, st Store, head Head, after uint64, saveID string) (wire.Version, bool) {
+	if saveID == "" || after >= head.Version.Version {
+		return wire.Version{}, false
+	}
+	for n := after + 1; n <= head.Version.Version && n <= after+maxDuplicateScan; n++ {
+		v, err := GetVersion(ctx, st, head.Key, n, nil)
+		if err == nil && v.SaveID == saveID {
+			return v, true
+		}
+	}
+	return wire.Version{}, false
 }
 
 // importedBefore settles an import of a version the session already has: a duplicate if it is the

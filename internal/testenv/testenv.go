@@ -35,18 +35,27 @@ type Env struct {
 	Registry *prometheus.Registry
 	Client   *checkpoint.Client
 	clientNC *nats.Conn
+	// MaxPayload, when set before StartServer, lowers the server's max_payload.
+	MaxPayload int32
 }
 
 // Start runs a server and a daemon, and connects a client. Everything stops when the test ends.
 // tweak, if given, adjusts the daemon's configuration.
 func Start(t testing.TB, tweak ...func(*transfer.Config)) *Env {
 	t.Helper()
+	return StartWithMaxPayload(t, 0, tweak...)
+}
+
+// StartWithMaxPayload is Start on a server whose max_payload is maxPayload bytes (0: the default),
+// for tests of what must work in pieces.
+func StartWithMaxPayload(t testing.TB, maxPayload int32, tweak ...func(*transfer.Config)) *Env {
+	t.Helper()
 	cfg := transfer.DefaultConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	e := &Env{t: t, Dir: t.TempDir(), Listen: "127.0.0.1:" + strconv.Itoa(freePort(t)), Config: cfg}
+	e := &Env{t: t, Dir: t.TempDir(), Listen: "127.0.0.1:" + strconv.Itoa(freePort(t)), Config: cfg, MaxPayload: maxPayload}
 	e.StartServer()
 	e.StartDaemon()
 	e.Connect()
@@ -60,7 +69,7 @@ func (e *Env) URL() string { return "nats://" + e.Listen }
 // StartServer starts the NATS server on e.Dir and e.Listen.
 func (e *Env) StartServer() {
 	e.t.Helper()
-	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: e.Dir, Listen: e.Listen})
+	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: e.Dir, Listen: e.Listen, MaxPayload: e.MaxPayload})
 	require.NoError(e.t, err)
 	e.Server = s
 }

@@ -16,7 +16,7 @@ import (
 
 // Config is what the daemon needs beyond a NATS connection.
 type Config struct {
-	Replicas           int           // JetStream replicas for every stream and bucket
+	Replicas           int           // JetStream replicas for every stream and bucket; 0: 3 in a cluster, else 1
 	MaxCheckpointBytes int64         // largest conversation accepted (canonical JSON bytes)
 	ResultTTL          time.Duration // how long save outcomes stay readable on CP_RESULTS
 	RequestTimeout     time.Duration // upper bound on one service request, including waiting for ingest
@@ -34,7 +34,7 @@ type Config struct {
 // DefaultConfig returns the configuration checkpointd runs with when no flag says otherwise.
 func DefaultConfig() Config {
 	return Config{
-		Replicas:           1,
+		Replicas:           0,
 		MaxCheckpointBytes: 256 << 20,
 		ResultTTL:          24 * time.Hour,
 		RequestTimeout:     15 * time.Second, // above ackWait: a read can outwait a dead daemon's claim
@@ -50,8 +50,8 @@ func DefaultConfig() Config {
 // Validate reports the first unusable setting, naming it.
 func (c Config) Validate() error {
 	switch {
-	case c.Replicas < 1 || c.Replicas > 5:
-		return fmt.Errorf("replicas: %d is outside 1..5", c.Replicas)
+	case c.Replicas < 0 || c.Replicas > 5:
+		return fmt.Errorf("replicas: %d is outside 0..5 (0: automatic)", c.Replicas)
 	case c.MaxCheckpointBytes < 1024:
 		return fmt.Errorf("max checkpoint bytes: %d is below 1024", c.MaxCheckpointBytes)
 	case c.ResultTTL < time.Minute:
@@ -89,6 +89,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = autoReplicas(nc)
+	}
 	st, err := ensureStreams(ctx, js, cfg.Replicas, cfg.ResultTTL)
 	if err != nil {
 		return nil, err
@@ -117,6 +120,18 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	d.ready.Store(true)
 	return d, nil
 }
+
+// autoReplicas is the replica count when none is configured: 1 on a single server, 3 (or as many
+// servers as there are, if fewer) in a cluster.
+func autoReplicas(nc *nats.Conn) int {
+	if nc.ConnectedClusterName() == "" {
+		return 1
+	}
+	return min(3, max(len(nc.Servers()), 1))
+}
+
+// Replicas is the JetStream replica count the daemon's streams and buckets were created with.
+func (d *Daemon) Replicas() int { return d.cfg.Replicas }
 
 // Ready reports whether the daemon is ingesting and serving.
 func (d *Daemon) Ready() bool { return d.ready.Load() }

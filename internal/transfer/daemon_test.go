@@ -353,3 +353,36 @@ func headsBucket(t *testing.T, env *testenv.Env) jetstream.KeyValue {
 	require.NoError(t, err)
 	return kv
 }
+
+// Histories and listings longer than one message come in pages, transparently to the client.
+func TestDaemon_LongHistoryAndListingArePaged(t *testing.T) {
+	env := testenv.StartWithMaxPayload(t, 64<<10)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "long"}
+	conv := []byte("[]")
+	for i := 0; i < 400; i++ {
+		conv = turn(conv, "me", i)
+		_, err := env.Client.Save(ctx, key, conv)
+		require.NoError(t, err)
+	}
+	for i := 0; i < 300; i++ {
+		_, err := env.Client.Save(ctx, checkpoint.Key{Session: fmt.Sprintf("s%03d", i)}, []byte(`[]`))
+		require.NoError(t, err)
+	}
+	h, err := env.Client.History(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, h, 400, "more than 64 KiB of version records")
+	for i, v := range h {
+		require.Equal(t, uint64(i+1), v.Version)
+	}
+	list, err := env.Client.List(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, list, 301)
+
+	var rep wire.HistoryReply
+	m, err := env.Conn().Request(wire.APISubject("default", wire.OpHistory), []byte(`{"session":"long"}`), 5*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(m.Data, &rep))
+	require.True(t, rep.More, "one reply does not hold them all")
+	require.Less(t, len(rep.Versions), 400)
+}

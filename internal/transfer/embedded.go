@@ -3,6 +3,7 @@ package transfer
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -14,6 +15,14 @@ type ServerConfig struct {
 	DataDir string // JetStream store directory
 	Listen  string // host:port for clients; port 0 picks a free one
 	Name    string // server name; stable across restarts so JetStream finds its own data
+	// MaxPayload is the largest message the server accepts (0: NATS's default, 1 MiB).
+	MaxPayload int32
+	// Cluster, when ClusterListen is set, joins a JetStream cluster: the routes listen there and
+	// connect to Routes (nats-route://host:port of every node). Tests build clusters with it;
+	// production clusters are run as nats-server processes and reached with --nats-url.
+	ClusterName   string
+	ClusterListen string
+	Routes        []string
 }
 
 // StartServer starts an embedded nats-server with JetStream on cfg.DataDir and waits until it
@@ -42,6 +51,24 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 		StoreDir:   cfg.DataDir,
 		NoSigs:     true, // checkpointd owns the signals and shuts the server down itself
 		NoLog:      true,
+		MaxPayload: cfg.MaxPayload,
+	}
+	if cfg.ClusterListen != "" {
+		chost, cport, err := net.SplitHostPort(cfg.ClusterListen)
+		if err != nil {
+			return nil, fmt.Errorf("cluster listen address %q: %w", cfg.ClusterListen, err)
+		}
+		opts.Cluster.Name, opts.Cluster.Host = cfg.ClusterName, chost
+		if opts.Cluster.Port, err = strconv.Atoi(cport); err != nil {
+			return nil, fmt.Errorf("cluster listen address %q: bad port: %w", cfg.ClusterListen, err)
+		}
+		for _, r := range cfg.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -80,7 +80,13 @@ func (in *ingester) start(ctx context.Context, lanes int) error {
 		h := fnv.New32a()
 		_, _ = h.Write([]byte(msg.Subject()))
 		in.lanes[h.Sum32()%uint32(len(in.lanes))] <- msg
-	}, jetstream.PullMaxMessages(64))
+	}, jetstream.PullMaxMessages(64),
+		// Short pulls: after a consumer leader change (a node lost) the next pull finds the new
+		// leader within seconds, instead of waiting out a missed 30 s request.
+		jetstream.PullExpiry(5*time.Second),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			in.log.Warn("ingest: consumer", "err", err)
+		}))
 	if err != nil {
 		return fmt.Errorf("ingest consume: %w", err)
 	}
@@ -165,7 +171,9 @@ func (in *ingester) handle(msg jetstream.Msg) {
 			in.log.Warn("ingest: could not remove settled chunks; they expire with the stream's max age", "subject", subj, "err", err)
 		}
 	}
-	if err := msg.DoubleAck(ctx); err != nil {
+	actx, acancel := opContext(ctx)
+	defer acancel()
+	if err := msg.DoubleAck(actx); err != nil {
 		// The outcome is stored; a redelivery finds the save id at the head and changes nothing.
 		in.log.Warn("ingest: ack failed", "session", key, "save", saveID, "err", err)
 	}
@@ -190,7 +198,7 @@ func heartbeat(ctx context.Context, msg jetstream.Msg) {
 // drops duplicate publishes for two minutes; this keeps a replayed save from becoming a new version
 // for as long as results are kept. Refusals are settled again: the session may have changed since.
 func (in *ingester) prior(ctx context.Context, key wire.Key, saveID string) (wire.SaveResult, int, error) {
-	m, err := in.st.results.GetLastMsgForSubject(ctx, wire.ResultSubject(key.Namespace, saveID))
+	m, err := in.st.read.last(ctx, in.st.results, wire.ResultSubject(key.Namespace, saveID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return wire.SaveResult{}, 0, nil
 	}
@@ -332,7 +340,7 @@ func (in *ingester) gather(ctx context.Context, ns, saveID string, n int) ([]byt
 	var out []byte
 	seq := uint64(1)
 	for i := 0; i < n; i++ {
-		m, err := in.st.chunks.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		m, err := in.st.read.next(ctx, in.st.chunks, seq, subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil, fmt.Errorf("%w: chunk %d of %d missing on %s (publish every chunk, and wait for its ack, before the save)", errBadRequest, i, n, subj)
 		}
@@ -360,6 +368,8 @@ func (in *ingester) publishResult(ctx context.Context, res wire.SaveResult) erro
 	if err != nil {
 		return err
 	}
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	_, err = in.js.Publish(ctx, wire.ResultSubject(res.Key.Namespace, res.SaveID), data)
 	return err
 }

@@ -127,7 +127,9 @@ func (s *service) wrap(op string, h opHandler) micro.Handler {
 				body, _ := json.Marshal(we)
 				_ = req.Error(wire.StatusCode(we.Code), we.Message, body)
 			} else {
-				_ = req.Respond(r.data, micro.WithHeaders(r.hdr))
+				if err := req.Respond(r.data, micro.WithHeaders(r.hdr)); err != nil {
+					s.log.Error("reply failed", "op", op, "subject", req.Subject(), "bytes", len(r.data), "err", err)
+				}
 			}
 			s.m.Requests.WithLabelValues(op, result).Inc()
 			s.m.RequestSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
@@ -151,16 +153,23 @@ func sessionKey(ns string, r wire.SessionRequest) (wire.Key, error) {
 }
 
 // awaitIngest gives read-your-writes: a save whose publish was acknowledged is in CP_INGEST until it
-// is settled, so a read waits while anything for the session (or the namespace) is still queued.
+// is settled, so a read waits until every save queued for the session (or the namespace) before
+// the read began is settled. Saves queued after it do not hold it up: a writer that never pauses
+// cannot starve a reader.
 func (s *service) awaitIngest(ctx context.Context, subject string) error {
+	upTo, err := s.queuedUpTo(ctx, subject)
+	if err != nil {
+		return fmt.Errorf("%w: checking the ingest queue: %v", errUnavailable, err)
+	}
 	wait := time.Millisecond
-	for {
-		pending, err := s.pending(ctx, subject)
+	for upTo > 0 {
+		// Settled saves leave the work queue, so the oldest one left says how far ingest got.
+		first, err := s.st.read.next(ctx, s.st.ingest, 1, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && first.Sequence > upTo {
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("%w: checking the ingest queue: %v", errUnavailable, err)
-		}
-		if !pending {
-			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -169,21 +178,29 @@ func (s *service) awaitIngest(ctx context.Context, subject string) error {
 		}
 		wait = min(2*wait, 50*time.Millisecond)
 	}
+	return nil
 }
 
-func (s *service) pending(ctx context.Context, subject string) (bool, error) {
+// queuedUpTo returns the stream sequence of the last save queued on subject (0: none).
+func (s *service) queuedUpTo(ctx context.Context, subject string) (uint64, error) {
 	if !strings.HasSuffix(subject, ">") {
-		_, err := s.st.ingest.GetLastMsgForSubject(ctx, subject)
+		m, err := s.st.read.last(ctx, s.st.ingest, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return false, nil
+			return 0, nil
 		}
-		return err == nil, err
+		if err != nil {
+			return 0, err
+		}
+		return m.Sequence, nil
 	}
-	info, err := s.st.ingest.Info(ctx, jetstream.WithSubjectFilter(subject))
+	info, err := s.st.ingest.Info(ctx)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	return len(info.State.Subjects) > 0, nil
+	if info.State.Msgs == 0 {
+		return 0, nil
+	}
+	return info.State.LastSeq, nil
 }
 
 func (s *service) list(ctx context.Context, ns string, body []byte) (reply, error) {
@@ -211,15 +228,34 @@ func (s *service) list(ctx context.Context, ns string, body []byte) (reply, erro
 	slices.SortFunc(heads, func(a, b wire.SessionHead) int {
 		return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), cmp.Compare(a.Key.Session, b.Key.Session), cmp.Compare(a.Key.Agent, b.Key.Agent))
 	})
-	return jsonReply(wire.ListReply{Sessions: nonNil(heads)})
+	if req.Offset < 0 {
+		return reply{}, fmt.Errorf("%w: negative offset", errBadRequest)
+	}
+	heads = heads[min(req.Offset, len(heads)):]
+	n := fitting(heads, s.maxReply())
+	return jsonReply(wire.ListReply{Sessions: nonNil(heads[:n]), More: n < len(heads)})
+}
+
+// fitting returns how many of items, JSON-encoded as an array, fit in max bytes (at least one, so
+// that paging always moves on; a single item is far smaller than any max payload).
+func fitting[T any](items []T, max int64) int {
+	size := int64(64) // the envelope
+	for i, it := range items {
+		b, _ := json.Marshal(it)
+		size += int64(len(b)) + 1
+		if size > max && i > 0 {
+			return i
+		}
+	}
+	return len(items)
 }
 
 func (s *service) history(ctx context.Context, ns string, body []byte) (reply, error) {
-	var req wire.SessionRequest
+	var req wire.HistoryRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
-	key, err := sessionKey(ns, req)
+	key, err := sessionKey(ns, req.SessionRequest)
 	if err != nil {
 		return reply{}, err
 	}
@@ -230,7 +266,10 @@ func (s *service) history(ctx context.Context, ns string, body []byte) (reply, e
 	if err != nil {
 		return reply{}, notFound(err, key, 0)
 	}
-	return jsonReply(wire.HistoryReply{Versions: versions})
+	i, _ := slices.BinarySearchFunc(versions, req.After+1, func(v wire.Version, n uint64) int { return cmp.Compare(v.Version, n) })
+	versions = versions[i:]
+	n := fitting(versions, s.maxReply())
+	return jsonReply(wire.HistoryReply{Versions: nonNil(versions[:n]), More: n < len(versions)})
 }
 
 func (s *service) get(ctx context.Context, ns string, body []byte) (reply, error) {

@@ -30,6 +30,8 @@ import (
 type Store struct {
 	heads, versions, layouts, segments jetstream.KeyValue
 	segStream, verStream, layStream    jetstream.Stream // the streams under cp_segments, cp_versions and cp_layouts, for purging without markers
+	headStream                         jetstream.Stream
+	read                               reader // heads from the leader when replicated; see leaderget.go
 	chunkSize                          int
 
 	// Deleting a segment waits for grace: a reader that read the layout naming it just before a
@@ -56,7 +58,8 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 	if cfg.ChunkSize <= 0 {
 		return nil, errors.New("store: chunk size must be positive")
 	}
-	s := &Store{chunkSize: cfg.ChunkSize, grace: cfg.SegmentGrace, pending: map[string]*time.Timer{}}
+	s := &Store{chunkSize: cfg.ChunkSize, grace: cfg.SegmentGrace, pending: map[string]*time.Timer{},
+		read: reader{nc: js.Conn(), leader: cfg.Replicas > 1}}
 	for _, b := range []struct {
 		kv   *jetstream.KeyValue
 		name string
@@ -89,7 +92,19 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 	if s.layStream, err = js.Stream(ctx, "KV_"+wire.BucketLayouts); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", wire.BucketLayouts, err)
 	}
+	if s.headStream, err = js.Stream(ctx, "KV_"+wire.BucketHeads); err != nil {
+		return nil, fmt.Errorf("store: bucket %s: %w", wire.BucketHeads, err)
+	}
 	return s, nil
+}
+
+// opTimeout bounds one storage operation. A request sent to a stream leader that has just died is
+// never answered; giving up after a few seconds and retrying reaches the newly elected one, where
+// waiting out the caller's whole deadline would stall every save for that long.
+const opTimeout = 2 * time.Second
+
+func opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, opTimeout)
 }
 
 func versionKey(k wire.Key, n uint64) string { return k.Token() + "." + strconv.FormatUint(n, 10) }
@@ -98,18 +113,46 @@ func segmentKey(k wire.Key, id string, part int) string {
 	return k.Token() + "." + id + "." + strconv.Itoa(part)
 }
 
-// Head implements snapshot.Store.
+// Head implements snapshot.Store. With replicas it reads from the leader: a head read must see
+// every committed swap (read-your-writes, and no refusal based on a lagging replica).
 func (s *Store) Head(ctx context.Context, key wire.Key) (snapshot.Head, uint64, error) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
+	var h snapshot.Head
+	if s.read.leader {
+		data, rev, err := s.leaderValue(ctx, s.headStream, wire.BucketHeads, key.Token())
+		if err != nil {
+			return h, 0, err
+		}
+		return h, rev, decode(data, &h)
+	}
 	e, err := s.heads.Get(ctx, key.Token())
 	if err != nil {
 		return snapshot.Head{}, 0, mapKVErr(err)
 	}
-	var h snapshot.Head
 	return h, e.Revision(), decode(e.Value(), &h)
+}
+
+// leaderValue reads a key's value from the leader of the bucket's stream; a deleted or purged
+// key is not found.
+func (s *Store) leaderValue(ctx context.Context, stream jetstream.Stream, bucket, key string) ([]byte, uint64, error) {
+	m, err := s.read.last(ctx, stream, "$KV."+bucket+"."+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, snapshot.ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return nil, 0, snapshot.ErrNotFound
+	}
+	return m.Data, m.Sequence, nil
 }
 
 // SwapHead implements snapshot.Store.
 func (s *Store) SwapHead(ctx context.Context, h snapshot.Head, rev uint64) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	data, err := json.Marshal(h)
 	if err != nil {
 		return err
@@ -136,13 +179,17 @@ func (s *Store) Heads(ctx context.Context, namespace string) ([]snapshot.Head, e
 
 // PutVersion implements snapshot.Store.
 func (s *Store) PutVersion(ctx context.Context, v wire.Version) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	return s.create(ctx, s.versions, versionKey(v.Key, v.Version), v)
 }
 
 // Version implements snapshot.Store.
 func (s *Store) Version(ctx context.Context, key wire.Key, n uint64) (wire.Version, error) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	var v wire.Version
-	return v, s.get(ctx, s.versions, versionKey(key, n), &v)
+	return v, s.get(ctx, s.versions, s.verStream, wire.BucketVersion, versionKey(key, n), &v)
 }
 
 // Versions implements snapshot.Store.
@@ -154,11 +201,15 @@ func (s *Store) Versions(ctx context.Context, key wire.Key) ([]wire.Version, err
 
 // DeleteVersion implements snapshot.Store, purging rather than deleting (no marker left behind).
 func (s *Store) DeleteVersion(ctx context.Context, key wire.Key, n uint64) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	return s.verStream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+wire.BucketVersion+"."+versionKey(key, n)))
 }
 
 // PutLayout implements snapshot.Store.
 func (s *Store) PutLayout(ctx context.Context, l snapshot.Layout) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	data, err := json.Marshal(l)
 	if err != nil {
 		return err
@@ -169,12 +220,16 @@ func (s *Store) PutLayout(ctx context.Context, l snapshot.Layout) error {
 
 // Layout implements snapshot.Store.
 func (s *Store) Layout(ctx context.Context, key wire.Key, gen uint64) (snapshot.Layout, error) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	var l snapshot.Layout
-	return l, s.get(ctx, s.layouts, versionKey(key, gen), &l)
+	return l, s.get(ctx, s.layouts, s.layStream, wire.BucketLayouts, versionKey(key, gen), &l)
 }
 
 // DeleteLayout implements snapshot.Store.
 func (s *Store) DeleteLayout(ctx context.Context, key wire.Key, gen uint64) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	return mapKVErr(s.layouts.Purge(ctx, versionKey(key, gen)))
 }
 
@@ -183,7 +238,10 @@ func (s *Store) PutSegment(ctx context.Context, key wire.Key, ref snapshot.Segme
 	ref.Chunks = 0
 	for off := 0; off < len(blob) || ref.Chunks == 0; off += s.chunkSize {
 		end := min(off+s.chunkSize, len(blob))
-		if _, err := s.segments.Put(ctx, segmentKey(key, ref.ID, ref.Chunks), blob[off:end]); err != nil {
+		pctx, cancel := opContext(ctx)
+		_, err := s.segments.Put(pctx, segmentKey(key, ref.ID, ref.Chunks), blob[off:end])
+		cancel()
+		if err != nil {
 			return snapshot.SegmentRef{}, fmt.Errorf("segment %s: piece %d: %w", ref.ID, ref.Chunks, err)
 		}
 		ref.Chunks++
@@ -195,11 +253,13 @@ func (s *Store) PutSegment(ctx context.Context, key wire.Key, ref snapshot.Segme
 func (s *Store) GetSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef) ([]byte, error) {
 	out := make([]byte, 0, ref.StoredBytes)
 	for i := 0; i < ref.Chunks; i++ {
-		e, err := s.segments.Get(ctx, segmentKey(key, ref.ID, i))
+		pctx, cancel := opContext(ctx)
+		data, err := s.value(pctx, s.segments, s.segStream, wire.BucketSegment, segmentKey(key, ref.ID, i))
+		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("segment %s: piece %d of %d: %w", ref.ID, i, ref.Chunks, mapKVErr(err))
+			return nil, fmt.Errorf("segment %s: piece %d of %d: %w", ref.ID, i, ref.Chunks, err)
 		}
-		out = append(out, e.Value()...)
+		out = append(out, data...)
 	}
 	if int64(len(out)) != ref.StoredBytes {
 		return nil, fmt.Errorf("%w: segment %s is %d bytes, its reference says %d", snapshot.ErrCorrupt, ref.ID, len(out), ref.StoredBytes)
@@ -230,6 +290,8 @@ func (s *Store) DeleteSegment(ctx context.Context, key wire.Key, ref snapshot.Se
 }
 
 func (s *Store) purgeSegment(ctx context.Context, subject string) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	return s.segStream.Purge(ctx, jetstream.WithPurgeSubject(subject))
 }
 
@@ -253,6 +315,8 @@ func (s *Store) Flush(ctx context.Context) {
 // purged (a purge bounded by stream sequence), so a new session of the same key started right after
 // keeps its records.
 func (s *Store) DeleteSession(ctx context.Context, key wire.Key, rev uint64) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	type target struct {
 		stream jetstream.Stream
 		bucket string
@@ -303,12 +367,26 @@ func (s *Store) create(ctx context.Context, kv jetstream.KeyValue, key string, v
 	return err
 }
 
-func (s *Store) get(ctx context.Context, kv jetstream.KeyValue, key string, v any) error {
-	e, err := kv.Get(ctx, key)
+func (s *Store) get(ctx context.Context, kv jetstream.KeyValue, stream jetstream.Stream, bucket, key string, v any) error {
+	data, err := s.value(ctx, kv, stream, bucket, key)
 	if err != nil {
-		return mapKVErr(err)
+		return err
 	}
-	return decode(e.Value(), v)
+	return decode(data, v)
+}
+
+// value reads an immutable record. A replica that lags may not have a record written a moment ago:
+// with replicas, "not found" is asked of the leader again before it is believed.
+func (s *Store) value(ctx context.Context, kv jetstream.KeyValue, stream jetstream.Stream, bucket, key string) ([]byte, error) {
+	e, err := kv.Get(ctx, key)
+	if err == nil {
+		return e.Value(), nil
+	}
+	if err = mapKVErr(err); errors.Is(err, snapshot.ErrNotFound) && s.read.leader {
+		data, _, err := s.leaderValue(ctx, stream, bucket, key)
+		return data, err
+	}
+	return nil, err
 }
 
 // watchAll returns the current value of every key matching filter.

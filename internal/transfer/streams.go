@@ -20,6 +20,7 @@ const dedupWindow = 2 * time.Minute
 
 type streams struct {
 	ingest, chunks, results jetstream.Stream
+	read                    reader // from the leader when the streams are replicated (leaderget.go)
 }
 
 // ensureStreams creates or updates the three streams of the protocol (docs/protocol.md):
@@ -59,5 +60,5 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, replicas int, re
 		}
 		out[i] = s
 	}
-	return &streams{ingest: out[0], chunks: out[1], results: out[2]}, nil
+	return &streams{ingest: out[0], chunks: out[1], results: out[2], read: reader{nc: js.Conn(), leader: replicas > 1}}, nil
 }

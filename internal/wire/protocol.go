@@ -41,7 +41,7 @@ func APISubject(namespace, op string) string { return apiPfx + EncodeID(namespac
 // Service operations (the last token of an API subject).
 const (
 	OpList    = "list"    // ListRequest → ListReply: the heads of the namespace's sessions
-	OpHistory = "history" // SessionRequest → HistoryReply: every version of one session
+	OpHistory = "history" // HistoryRequest → HistoryReply: the versions of one session, in pages
 	OpGet     = "get"     // GetRequest → Version: one version's record (head when Version is 0)
 	OpRead    = "read"    // ReadRequest → bytes of the conversation, in pieces
 	OpPrune   = "prune"   // PruneRequest → PruneReply: remove old versions by a retention policy
@@ -301,19 +301,30 @@ type PruneResult struct {
 	Segments int      `json:"segments"` // stored segments freed
 }
 
-// ListRequest filters OpList.
+// ListRequest filters OpList. A reply holds as many sessions as fit in one message; when More is
+// set, ask again with Offset advanced by the number received.
 type ListRequest struct {
 	Session string `json:"session,omitempty"` // only this session's agents, when set
+	Offset  int    `json:"offset,omitempty"`
 }
 
-// ListReply holds the head of each session.
+// ListReply holds the head of each session, ordered by namespace, session and agent.
 type ListReply struct {
 	Sessions []SessionHead `json:"sessions"`
+	More     bool          `json:"more,omitempty"`
 }
 
-// HistoryReply holds every version of a session, oldest first.
+// HistoryRequest asks for the versions of a session after version After (0: from the first).
+type HistoryRequest struct {
+	SessionRequest
+	After uint64 `json:"after,omitempty"`
+}
+
+// HistoryReply holds versions of a session, oldest first: as many as fit in one message. When More
+// is set, ask again with After set to the last version received.
 type HistoryReply struct {
 	Versions []Version `json:"versions"`
+	More     bool      `json:"more,omitempty"`
 }
 
 // SaveResult is published on ResultSubject once a save is settled, accepted or refused.
