@@ -56,6 +56,48 @@ func TestCluster_LeaderLossLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
+	cl, acks, recovery := leaderLoss(t)
+	t.Logf("first successful save %s after the leader was lost; %d saves acknowledged in all", recovery.Round(time.Millisecond), len(acks))
+	ctx := ctxT(t)
+
+	// Every acknowledged checkpoint is restorable, exactly.
+	c := cl.Client()
+	for _, a := range acks {
+		if a.key == shared {
+			continue // rewritten by the other writer; checked by hash below
+		}
+		got, v, err := c.Restore(ctx, a.key, a.version)
+		require.NoError(t, err, "%s version %d", a.key, a.version)
+		require.Equal(t, a.hash, v.Hash)
+		require.Equal(t, string(a.conv), string(got))
+	}
+	// Concurrent writers: versions 1..N, each acknowledged save its own version.
+	hist, err := c.History(ctx, shared)
+	require.NoError(t, err)
+	byVersion := map[uint64]string{}
+	for i, v := range hist {
+		require.Equal(t, uint64(i+1), v.Version, "no skipped or out-of-order version")
+		byVersion[v.Version] = v.Hash
+	}
+	seen := map[uint64]bool{}
+	for _, a := range acks {
+		if a.key != shared {
+			continue
+		}
+		require.False(t, seen[a.version], "version %d acknowledged to two saves", a.version)
+		seen[a.version] = true
+		require.Equal(t, a.hash, byVersion[a.version])
+	}
+}
+
+// shared is the session two writers save to concurrently, through either daemon.
+var shared = checkpoint.Key{Session: "shared"}
+
+// leaderLoss runs a 3-node cluster with two daemons, four agents with a session each and two
+// writers sharing one, kills the node leading CP_INGEST after a second, and keeps saving for two
+// more. It returns every save acknowledged and how long after the kill the first save that started
+// after it succeeded.
+func leaderLoss(t testing.TB) (*testenv.Cluster, []acked, time.Duration) {
 	cl := testenv.StartCluster(t, 3)
 	var tweak []func(*transfer.Config) // CHECKPOINTD_TEST_LOG=1 shows the daemons' logs
 
@@ -118,7 +160,6 @@ func TestCluster_LeaderLossLosesNothing(t *testing.T) {
 			}
 		}()
 	}
-	shared := checkpoint.Key{Session: "shared"}
 	for w := 0; w < 2; w++ {
 		wg.Add(1)
 		go func() {
@@ -158,37 +199,6 @@ func TestCluster_LeaderLossLosesNothing(t *testing.T) {
 	time.Sleep(2 * time.Second) // keep saving on the new leader
 	stop.Store(true)
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("first successful save %s after the leader was lost; %d saves acknowledged in all", recovery.Round(time.Millisecond), len(acks))
 	require.Greater(t, len(acks), before, "saves resumed")
-
-	// Every acknowledged checkpoint is restorable, exactly.
-	c := cl.Client()
-	for _, a := range acks {
-		if a.key == shared {
-			continue // rewritten by the other writer; checked by hash below
-		}
-		got, v, err := c.Restore(ctx, a.key, a.version)
-		require.NoError(t, err, "%s version %d", a.key, a.version)
-		require.Equal(t, a.hash, v.Hash)
-		require.Equal(t, string(a.conv), string(got))
-	}
-	// Concurrent writers: versions 1..N, each acknowledged save its own version.
-	hist, err := c.History(ctx, shared)
-	require.NoError(t, err)
-	byVersion := map[uint64]string{}
-	for i, v := range hist {
-		require.Equal(t, uint64(i+1), v.Version, "no skipped or out-of-order version")
-		byVersion[v.Version] = v.Hash
-	}
-	seen := map[uint64]bool{}
-	for _, a := range acks {
-		if a.key != shared {
-			continue
-		}
-		require.False(t, seen[a.version], "version %d acknowledged to two saves", a.version)
-		seen[a.version] = true
-		require.Equal(t, a.hash, byVersion[a.version])
-	}
+	return cl, acks, recovery
 }

@@ -35,7 +35,7 @@ func requireSameConversation(t *testing.T, want, got []byte) {
 	testenv.RequireSameConversation(t, want, got)
 }
 
-func corpusFiles(t *testing.T) []string {
+func corpusFiles(t testing.TB) []string {
 	files, err := filepath.Glob("../../testdata/corpus/*.json")
 	require.NoError(t, err)
 	require.Len(t, files, 8, "the corpus has eight transcripts")
