@@ -138,7 +138,7 @@ func (c *Client) copyMissing(ctx context.Context, to *Client, key Key, o Migrate
 		if err != nil {
 			return 0, fmt.Errorf("reading version %d at the source: %w", v.Version, err)
 		}
-		if _, err := to.Import(ctx, key, v, conv, wire.ReasonMigrate, o.MovedTo); err != nil {
+		if _, err := to.Import(ctx, key, v, conv, wire.ReasonMigrate, c.nc.ConnectedUrlRedacted()); err != nil {
 			return 0, fmt.Errorf("copying version %d: %w", v.Version, err)
 		}
 		p.Version, p.Versions, p.Bytes = v.Version, p.Versions+1, p.Bytes+int64(len(conv))

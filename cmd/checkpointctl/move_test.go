@@ -61,6 +61,9 @@ func TestCheckpointctl_LeaseMigrateExportImport(t *testing.T) {
 	out, stderr, code = ctl(t, "", "migrate", "--from", src.URL(), "--to", dst.URL(), "demo", "--force")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "0 version(s) copied", "again: idempotent")
+	out, _, code = ctl(t, "", "--server", dst.URL(), "show", "demo", "--version", "2")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "by migrate from "+src.URL())
 
 	// Export at the destination, import on a third deployment.
 	bundle := filepath.Join(t.TempDir(), "demo.cpbundle")

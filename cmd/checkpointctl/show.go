@@ -52,6 +52,7 @@ func runShow(ctx context.Context, a *App, args []string) error {
 		{"messages", fmt.Sprintf("%d: %d user, %d assistant, %d toolResult, %d extension", n.Messages, n.User, n.Assistant, n.ToolResult, n.Extension)},
 		{"tool calls", fmt.Sprint(n.ToolCalls)},
 		{"forked from", forkedFrom(v)},
+		{"copied in", copiedIn(v)},
 	} {
 		if row[1] == "" {
 			continue
@@ -66,4 +67,11 @@ func forkedFrom(v checkpoint.Version) string {
 		return ""
 	}
 	return fmt.Sprintf("%s version %d", printable(v.ForkOf.Key.String()), v.ForkOf.Version)
+}
+
+func copiedIn(v checkpoint.Version) string {
+	if v.Origin == nil {
+		return ""
+	}
+	return fmt.Sprintf("by %s from %s at %s", v.Origin.Via, printable(v.Origin.Source), v.Origin.At.Local().Format(time.RFC3339))
 }
