@@ -11,13 +11,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/testenv"
 )
 
 func freeAddr(t *testing.T) string {
@@ -148,4 +151,69 @@ func TestRun_HealthzAndMetricsInProcess(t *testing.T) {
 		t.Fatal("run did not return after cancel")
 	}
 	require.True(t, strings.Contains(stderr.String(), `"msg":"checkpointd ready"`), stderr.String())
+}
+
+// checkpointd --nats-url against an existing 3-node JetStream cluster: two instances started at once
+// create the streams and buckets with three replicas between them, and serve the same cluster.
+func TestRun_AgainstAClusterIsR3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	cl := testenv.StartCluster(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs [2]syncBuffer
+	done := make(chan error, 2)
+	for i := range logs {
+		go func() {
+			done <- run(ctx, []string{"--nats-url", cl.URLs(), "--http-listen", "", "--log-format", "json"}, &logs[i])
+		}()
+	}
+	for i := range logs {
+		require.Eventually(t, func() bool {
+			select {
+			case err := <-done:
+				t.Fatalf("checkpointd stopped: %v", err)
+			default:
+			}
+			return strings.Contains(logs[i].String(), `"msg":"checkpointd ready"`)
+		}, 60*time.Second, 50*time.Millisecond, "instance %d never became ready", i)
+		require.Contains(t, logs[i].String(), `"replicas":3`)
+	}
+	nc := cl.Conn()
+	defer nc.Close()
+	c, err := checkpoint.New(nc)
+	require.NoError(t, err)
+	v, err := c.Save(ctx, checkpoint.Key{Session: "clustered"}, []byte(`[{"role":"user","content":"hi"}]`))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), v.Version)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	for _, name := range []string{"CP_INGEST", "KV_cp_heads", "KV_cp_segments"} {
+		s, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		require.Equal(t, 3, s.CachedInfo().Config.Replicas, name)
+	}
+	cancel()
+	for range logs {
+		require.NoError(t, <-done)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to write from the daemon while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -92,12 +92,16 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if cfg.Replicas == 0 {
 		cfg.Replicas = autoReplicas(nc)
 	}
-	st, err := ensureStreams(ctx, js, cfg.Replicas, cfg.ResultTTL)
-	if err != nil {
-		return nil, err
-	}
-	store, err := OpenStore(ctx, js, StoreConfig{Replicas: cfg.Replicas, ChunkSize: int(min(nc.MaxPayload()-16*1024, 1<<20)),
-		SegmentGrace: cfg.SegmentGrace})
+	var st *streams
+	var store *Store
+	err = retryStartup(ctx, cfg.Logger, func(ctx context.Context) (err error) {
+		if st, err = ensureStreams(ctx, js, cfg.Replicas, cfg.ResultTTL); err != nil {
+			return err
+		}
+		store, err = OpenStore(ctx, js, StoreConfig{Replicas: cfg.Replicas, ChunkSize: int(min(nc.MaxPayload()-16*1024, 1<<20)),
+			SegmentGrace: cfg.SegmentGrace})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +123,31 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	d.pruner.start()
 	d.ready.Store(true)
 	return d, nil
+}
+
+// startupPatience is how long Open keeps trying to create its streams and buckets while JetStream
+// does not answer in time: a cluster that is still electing leaders, or another checkpointd creating
+// the same streams at the same moment.
+const startupPatience = time.Minute
+
+// retryStartup runs f until it succeeds, fails for a reason waiting will not cure, or
+// startupPatience (or ctx) runs out. Each attempt gets a few seconds.
+func retryStartup(ctx context.Context, log *slog.Logger, f func(context.Context) error) error {
+	deadline := time.Now().Add(startupPatience)
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := f(actx)
+		cancel()
+		if err == nil || !isTransient(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		log.Warn("JetStream not ready, retrying", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(min(attempt, 5)) * 200 * time.Millisecond):
+		}
+	}
 }
 
 // autoReplicas is the replica count when none is configured: 1 on a single server, 3 (or as many

@@ -70,7 +70,7 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 		{&s.layouts, wire.BucketLayouts, "checkpointd: where the messages of older generations are"},
 		{&s.segments, wire.BucketSegment, "checkpointd: compressed runs of messages"},
 	} {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		kv, err := ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:      b.name,
 			Description: b.desc,
 			History:     1,
@@ -105,6 +105,30 @@ const opTimeout = 2 * time.Second
 
 func opContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, opTimeout)
+}
+
+// ensureBucket opens the bucket, creating it if it is missing and updating it only if its replica
+// count differs (see ensureStream).
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) { // another instance was quicker
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+		return kv, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	if s.CachedInfo().Config.Replicas != cfg.Replicas {
+		return js.UpdateKeyValue(ctx, cfg)
+	}
+	return kv, nil
 }
 
 func versionKey(k wire.Key, n uint64) string { return k.Token() + "." + strconv.FormatUint(n, 10) }

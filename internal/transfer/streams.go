@@ -2,7 +2,9 @@ package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,11 +56,39 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, replicas int, re
 		cfg.Storage = jetstream.FileStorage
 		cfg.Replicas = max(replicas, 1)
 		cfg.AllowDirect = true
-		s, err := js.CreateOrUpdateStream(ctx, cfg)
+		s, err := ensureStream(ctx, js, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
 		}
 		out[i] = s
 	}
 	return &streams{ingest: out[0], chunks: out[1], results: out[2], read: reader{nc: js.Conn(), leader: replicas > 1}}, nil
+}
+
+// ensureStream creates the stream, or updates it if a setting checkpointd owns differs. It never
+// sends an update that changes nothing: in a cluster, an update is a placement decision that can be
+// refused while a peer is briefly unseen, and several checkpointd instances start at once.
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another instance was quicker
+			s, err = js.Stream(ctx, cfg.Name)
+		}
+		return s, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	if have := s.CachedInfo().Config; !sameSettings(have, cfg) {
+		return js.UpdateStream(ctx, cfg)
+	}
+	return s, nil
+}
+
+// sameSettings compares what checkpointd sets on its streams.
+func sameSettings(a, b jetstream.StreamConfig) bool {
+	return slices.Equal(a.Subjects, b.Subjects) && a.Retention == b.Retention && a.MaxAge == b.MaxAge &&
+		a.Duplicates == b.Duplicates && a.MaxMsgsPerSubject == b.MaxMsgsPerSubject && a.Replicas == b.Replicas &&
+		a.AllowDirect == b.AllowDirect && a.Storage == b.Storage && a.Description == b.Description
 }
