@@ -120,6 +120,38 @@ func Run(t *testing.T, newStore func(t *testing.T) (st snapshot.Store, chunkSize
 		}
 	})
 
+	t.Run("DeleteSession_OnlyThatSessionAndOnlyOnItsRevision", func(t *testing.T) {
+		st, _ := newStore(t)
+		for _, k := range []wire.Key{k1, k2} {
+			require.NoError(t, st.SwapHead(ctx, head(k, 1), 0))
+			require.NoError(t, st.PutVersion(ctx, wire.Version{Format: wire.VersionFormat, Key: k, Version: 1}))
+			require.NoError(t, st.PutLayout(ctx, snapshot.Layout{Key: k, Gen: 1}))
+			_, err := st.PutSegment(ctx, k, snapshot.SegmentRef{ID: "seg", StoredBytes: 3}, []byte("abc"))
+			require.NoError(t, err)
+		}
+		_, rev, err := st.Head(ctx, k1)
+		require.NoError(t, err)
+		require.ErrorIs(t, st.DeleteSession(ctx, k1, rev+1), snapshot.ErrRevisionMismatch, "a stale revision deletes nothing")
+		_, _, err = st.Head(ctx, k1)
+		require.NoError(t, err)
+		require.NoError(t, st.DeleteSession(ctx, k1, rev))
+		_, _, err = st.Head(ctx, k1)
+		require.ErrorIs(t, err, snapshot.ErrNotFound)
+		_, err = st.Version(ctx, k1, 1)
+		require.ErrorIs(t, err, snapshot.ErrNotFound)
+		_, err = st.Layout(ctx, k1, 1)
+		require.ErrorIs(t, err, snapshot.ErrNotFound)
+		_, err = st.GetSegment(ctx, k1, snapshot.SegmentRef{ID: "seg", Chunks: 1, StoredBytes: 3})
+		require.ErrorIs(t, err, snapshot.ErrNotFound)
+		// The other session is untouched, and the key can start again.
+		_, _, err = st.Head(ctx, k2)
+		require.NoError(t, err)
+		got, err := st.GetSegment(ctx, k2, snapshot.SegmentRef{ID: "seg", Chunks: 1, StoredBytes: 3})
+		require.NoError(t, err)
+		require.Equal(t, "abc", string(got))
+		require.NoError(t, st.SwapHead(ctx, head(k1, 1), 0), "a deleted session can be created again")
+	})
+
 	t.Run("Segments_ShortReadIsCorrupt", func(t *testing.T) {
 		st, _ := newStore(t)
 		ref, err := st.PutSegment(ctx, k1, snapshot.SegmentRef{ID: "short", StoredBytes: 10}, make([]byte, 10))
