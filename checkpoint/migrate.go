@@ -79,6 +79,16 @@ func (c *Client) Migrate(ctx context.Context, to *Client, key Key, o MigrateOpti
 		return MigrateProgress{}, err
 	}
 	p := MigrateProgress{Key: key}
+	agents, err := c.list(ctx, wire.APISubject(key.Namespace, wire.OpList), key.Session)
+	if err != nil {
+		return p, err
+	}
+	for _, a := range agents {
+		if a.Key == key && a.Moved != nil && a.Moved.To != o.MovedTo {
+			return p, &Error{Code: wire.CodeMoved, MovedTo: a.Moved.To, Index: -1, Offset: -1,
+				Message: fmt.Sprintf("session %s already moved to %s: migrate it from there", key, a.Moved.To)}
+		}
+	}
 	if !o.Force {
 		l, err := c.LeaseStatus(ctx, key)
 		if err != nil {

@@ -64,6 +64,13 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(pos) == 0 {
+		// --all, -A: sessions that already moved elsewhere are not this source's to move.
+		keys, err = notMovedElsewhere(ctx, src, keys, *to, a)
+		if err != nil {
+			return err
+		}
+	}
 	if !*force {
 		// Refuse before moving anything, rather than leave some agents of a session moved.
 		for _, key := range keys {
@@ -95,6 +102,29 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 	_, err = fmt.Fprintf(a.Stdout, "migrated %d session(s) to %s: %d version(s) copied (%s), %d already there\n",
 		len(keys), *to, total.Versions, size(total.Bytes), total.Skipped)
 	return err
+}
+
+// notMovedElsewhere drops the keys of sessions sealed as moved to somewhere other than to.
+func notMovedElsewhere(ctx context.Context, c *checkpoint.Client, keys []checkpoint.Key, to string, a *App) ([]checkpoint.Key, error) {
+	heads, err := c.ListAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	elsewhere := map[checkpoint.Key]string{}
+	for _, h := range heads {
+		if h.Moved != nil && h.Moved.To != to {
+			elsewhere[h.Key] = h.Moved.To
+		}
+	}
+	var out []checkpoint.Key
+	for _, k := range keys {
+		if dest, ok := elsewhere[k.WithDefaults()]; ok {
+			fmt.Fprintf(a.Stderr, "skipping %s: already moved to %s\n", printable(k.String()), printable(dest))
+			continue
+		}
+		out = append(out, k)
+	}
+	return out, nil
 }
 
 // selection is which sessions a command works on: SESSION (its agents, or one with --agent), every

@@ -102,6 +102,19 @@ func TestCheckpointctl_LeaseMigrateExportImport(t *testing.T) {
 	_, _, code = ctl(t, "", "--server", third.URL(), "restore", "demo")
 	require.Equal(t, 0, code, "the other agent is untouched")
 
+	// Everything at once: sessions already moved elsewhere are skipped, the rest move.
+	_, stderr, code = ctl(t, "", "--server", src.URL(), "put", "other", corpusFile, "-n", "team b")
+	require.Equal(t, 0, code, stderr)
+	out, stderr, code = ctl(t, "", "migrate", "--from", src.URL(), "--to", third.URL(), "-A")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stderr, "already moved to "+dst.URL())
+	require.Contains(t, out, "migrated 1 session(s)")
+	_, stderr, code = ctl(t, "", "migrate", "--from", src.URL(), "--to", third.URL(), "demo")
+	require.Equal(t, exitConflict, code, "a session moved elsewhere is moved from there")
+	require.Contains(t, stderr, "already moved to "+dst.URL())
+	_, _, code = ctl(t, "", "--server", third.URL(), "restore", "other", "-n", "team b")
+	require.Equal(t, 0, code)
+
 	// Usage mistakes.
 	_, _, code = ctl(t, "", "migrate", "--from", src.URL(), "demo")
 	require.Equal(t, exitUsage, code)
