@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -201,4 +202,50 @@ func leaderLoss(t testing.TB) (*testenv.Cluster, []acked, time.Duration) {
 	wg.Wait()
 	require.Greater(t, len(acks), before, "saves resumed")
 	return cl, acks, recovery
+}
+
+// Two checkpointd instances serve one cluster; writers hammer one session through both. Every
+// acknowledged save has its own version, the versions are 1..N with none skipped, and the
+// conversation of each is the one that was acknowledged.
+func TestCluster_TwoDaemonsConcurrentWriters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	cl := testenv.StartCluster(t, 3)
+	cl.StartDaemon()
+	cl.StartDaemon()
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "contended"}
+	var (
+		mu   sync.Mutex
+		acks = map[uint64]string{} // version → hash
+		wg   sync.WaitGroup
+	)
+	for w := 0; w < 6; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cl.Client()
+			for i := 0; i < 25; i++ {
+				conv := turn(nil, fmt.Sprintf("writer-%d", w), i)
+				v, err := c.Save(ctx, key, conv)
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				_, dup := acks[v.Version]
+				acks[v.Version] = wire.Hash(conv)
+				mu.Unlock()
+				assert.False(t, dup, "version %d acknowledged twice", v.Version)
+			}
+		}()
+	}
+	wg.Wait()
+	hist, err := cl.Client().History(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, hist, 150)
+	for i, v := range hist {
+		require.Equal(t, uint64(i+1), v.Version)
+		require.Equal(t, acks[v.Version], v.Hash, "version %d holds what was acknowledged for it", v.Version)
+	}
 }
