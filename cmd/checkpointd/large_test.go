@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
 // peakRSS reads a process's peak resident set size (VmHWM) in bytes.
@@ -37,14 +38,45 @@ func peakRSS(b *testing.B, pid int) int64 {
 }
 
 // BenchmarkLarge_64MiB saves and restores a 64 MiB conversation (64 tool results, each an inline
-// 1 MiB base64 image) through a checkpointd process with its embedded NATS server, and reports the
-// process's peak RSS against the conversation's size. Linux only (/proc).
+// 1 MiB base64 image) through a checkpointd process and reports the process's peak RSS against the
+// conversation's size: with its embedded NATS server in the same process (the default), and as the
+// daemon alone against a NATS server run by the benchmark (--nats-url, as in production). Linux
+// only (/proc).
 func BenchmarkLarge_64MiB(b *testing.B) {
 	bin := filepath.Join(b.TempDir(), "checkpointd")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(b, err, "%s", out)
-	natsAddr, httpAddr := freeAddrB(b), freeAddrB(b)
-	cmd := exec.Command(bin, "--data-dir", b.TempDir(), "--nats-listen", natsAddr, "--http-listen", httpAddr, "--log-level", "warn")
+	conv := largeConversation()
+	b.Run("embedded", func(b *testing.B) {
+		natsAddr := freeAddrB(b)
+		runLarge(b, bin, "nats://"+natsAddr, conv, "--data-dir", b.TempDir(), "--nats-listen", natsAddr)
+	})
+	b.Run("external-nats", func(b *testing.B) {
+		ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: b.TempDir(), Listen: "127.0.0.1:0"})
+		require.NoError(b, err)
+		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+		runLarge(b, bin, ns.ClientURL(), conv, "--nats-url", ns.ClientURL())
+	})
+}
+
+func largeConversation() []byte {
+	var conv bytes.Buffer
+	conv.WriteString(`[{"role":"user","content":"describe these screenshots"}`)
+	img := make([]byte, 768<<10)
+	for i := 0; i < 64; i++ {
+		_, _ = rand.Read(img)
+		fmt.Fprintf(&conv, `,{"role":"assistant","content":[{"type":"toolCall","id":"c%d","name":"screenshot","arguments":{}}]}`, i)
+		fmt.Fprintf(&conv, `,{"role":"toolResult","toolCallId":"c%d","content":[{"type":"image","data":"%s","mimeType":"image/png"}]}`, i, base64.StdEncoding.EncodeToString(img))
+	}
+	conv.WriteString(`]`)
+	return conv.Bytes()
+}
+
+// runLarge starts the checkpointd binary with args, saves and restores conv b.N times through url,
+// and reports the process's peak RSS.
+func runLarge(b *testing.B, bin, url string, conv []byte, args ...string) {
+	httpAddr := freeAddrB(b)
+	cmd := exec.Command(bin, append(args, "--http-listen", httpAddr, "--log-level", "warn")...)
 	cmd.Stderr = os.Stderr
 	require.NoError(b, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
@@ -55,20 +87,10 @@ func BenchmarkLarge_64MiB(b *testing.B) {
 		}
 		return err == nil && resp.StatusCode == 200
 	}, 20*time.Second, 50*time.Millisecond)
-
-	var conv bytes.Buffer
-	conv.WriteString(`[{"role":"user","content":"describe these screenshots"}`)
-	img := make([]byte, 768<<10)
-	for i := 0; i < 64; i++ {
-		_, _ = rand.Read(img)
-		fmt.Fprintf(&conv, `,{"role":"assistant","content":[{"type":"toolCall","id":"c%d","name":"screenshot","arguments":{}}]}`, i)
-		fmt.Fprintf(&conv, `,{"role":"toolResult","toolCallId":"c%d","content":[{"type":"image","data":"%s","mimeType":"image/png"}]}`, i, base64.StdEncoding.EncodeToString(img))
-	}
-	conv.WriteString(`]`)
-	size := int64(conv.Len())
+	size := int64(len(conv))
 	baseline := peakRSS(b, cmd.Process.Pid)
 
-	c, err := checkpoint.Connect("nats://"+natsAddr, nil, checkpoint.WithTimeout(2*time.Minute))
+	c, err := checkpoint.Connect(url, nil, checkpoint.WithTimeout(2*time.Minute))
 	require.NoError(b, err)
 	defer c.Close()
 	ctx := context.Background()
@@ -76,7 +98,7 @@ func BenchmarkLarge_64MiB(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		key := checkpoint.Key{Session: fmt.Sprint("large-", i)}
-		if _, err := c.Save(ctx, key, conv.Bytes()); err != nil {
+		if _, err := c.Save(ctx, key, conv); err != nil {
 			b.Fatal(err)
 		}
 		got, _, err := c.Restore(ctx, key, 0)

@@ -2,7 +2,6 @@ package codec
 
 import (
 	"bytes"
-	"io"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -78,30 +77,7 @@ func CompressZstd(raw []byte) []byte { return encoder.EncodeAll(raw, nil) }
 // maxSize bytes: output is read through a limit, so a decompression bomb costs at most maxSize+1
 // bytes of memory, never what it claims.
 func DecompressZstd(data []byte, maxSize int64) ([]byte, error) {
-	dec, _ := decoders.Get().(*zstd.Decoder)
-	if dec == nil {
-		var err error
-		if dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(64<<20)); err != nil {
-			return nil, payloadError(ErrMalformed, -1, "zstd: %v", err)
-		}
-	}
-	defer decoders.Put(dec)
-	if err := dec.Reset(bytes.NewReader(data)); err != nil {
-		return nil, payloadError(ErrMalformed, -1, "zstd: %v", err)
-	}
-	var buf bytes.Buffer
-	var h zstd.Header
-	if h.Decode(data) == nil && h.HasFCS {
-		buf.Grow(int(min(int64(h.FrameContentSize), maxSize)) + bytes.MinRead)
-	}
-	n, err := buf.ReadFrom(io.LimitReader(dec, maxSize+1))
-	switch {
-	case err != nil:
-		return nil, payloadError(ErrMalformed, -1, "zstd: %v", err)
-	case n > maxSize:
-		return nil, payloadError(ErrTooLarge, -1, "decompresses to more than %d bytes", maxSize)
-	}
-	return buf.Bytes(), nil
+	return DecompressZstdFrom(bytes.NewReader(data), FrameContentSize(data), maxSize)
 }
 
 // decoders are streaming zstd decoders for reuse: building one costs far more than resetting it.

@@ -268,3 +268,40 @@ func TestAnnotate(t *testing.T) {
 		require.NoError(t, err, "an annotated message is still a valid message")
 	}
 }
+
+func TestStreamedBlobs(t *testing.T) {
+	raw := bytes.Repeat([]byte(`{"role":"user","content":"ünïcode and 123456789012345678901234567890"},`), 100_000)
+	var blob bytes.Buffer
+	w, err := NewBlobWriter(&blob)
+	require.NoError(t, err)
+	for i := 0; i < len(raw); i += 1 << 16 {
+		_, err := w.Write(raw[i:min(i+1<<16, len(raw))])
+		require.NoError(t, err)
+	}
+	require.NoError(t, w.Close())
+	require.Less(t, blob.Len(), len(raw)/10)
+
+	whole, err := DecodeBlob(blob.Bytes(), int64(len(raw)))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(raw, whole), "a streamed blob is a blob")
+
+	dst := append(make([]byte, 0, len(raw)+2), '[')
+	got, err := AppendBlob(dst, bytes.NewReader(blob.Bytes()), int64(len(raw)))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(raw, got[1:]))
+	require.Equal(t, &dst[:1][0], &got[:1][0], "decoded in place: no second buffer")
+
+	_, err = AppendBlob(nil, bytes.NewReader(blob.Bytes()), int64(len(raw))-1)
+	require.ErrorIs(t, err, ErrTooLarge, "never more than the reference says")
+	_, err = AppendBlob(nil, bytes.NewReader(blob.Bytes()[:blob.Len()/2]), int64(len(raw)))
+	require.ErrorIs(t, err, ErrMalformed, "a truncated blob")
+	_, err = AppendBlob(nil, bytes.NewReader([]byte("CPKT\x09\x01\x00\x00")), 10)
+	require.ErrorIs(t, err, ErrUnknownFormatVersion)
+
+	z := CompressZstd(raw)
+	got, err = DecompressZstdFrom(bytes.NewReader(z), FrameContentSize(z), int64(len(raw)))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(raw, got))
+	_, err = DecompressZstdFrom(bytes.NewReader(z), -1, 1000)
+	require.ErrorIs(t, err, ErrTooLarge, "a bomb costs at most the limit")
+}

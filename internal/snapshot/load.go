@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -107,13 +108,22 @@ func assemble(ctx context.Context, st Store, l Layout, n int, rawBytes int64, ca
 		if have == n {
 			break
 		}
-		raw, err := readSegment(ctx, st, l.Key, e.Segment, cache)
-		if err != nil {
-			return nil, err
-		}
 		take := min(e.Count, n-have)
 		if have > 0 {
 			out = append(out, ',')
+		}
+		if take == e.Segment.Messages && e.Segment.RawBytes >= StreamBytes {
+			// Large and whole: decode it straight into out, piece by piece, past the cache.
+			var err error
+			if out, err = appendSegment(ctx, st, l.Key, e.Segment, out); err != nil {
+				return nil, err
+			}
+			have += take
+			continue
+		}
+		raw, err := readSegment(ctx, st, l.Key, e.Segment, cache)
+		if err != nil {
+			return nil, err
 		}
 		if take == e.Segment.Messages {
 			out = append(out, raw...)
@@ -173,6 +183,37 @@ func readSegment(ctx context.Context, st Store, key wire.Key, ref SegmentRef, ca
 		return load()
 	}
 	return cache.GetOrLoad(wire.EncodeID(key.Namespace)+"/"+ref.ID, load)
+}
+
+// appendSegment decodes a whole segment onto out, reading its blob a piece at a time.
+func appendSegment(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out []byte) ([]byte, error) {
+	r := &errReader{r: st.OpenSegment(ctx, key, ref)}
+	start := len(out)
+	out, err := codec.AppendBlob(out, r, ref.RawBytes)
+	if r.err != nil {
+		return nil, r.err // storage (a segment compacted away: ErrNotFound), not decoding
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: segment %s: %v", ErrCorrupt, ref.ID, err)
+	}
+	if got := int64(len(out) - start); got != ref.RawBytes {
+		return nil, fmt.Errorf("%w: segment %s decodes to %d bytes, its reference says %d", ErrCorrupt, ref.ID, got, ref.RawBytes)
+	}
+	return out, nil
+}
+
+// errReader keeps the first error of the reader it wraps other than io.EOF.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
 }
 
 // segmentReader returns the messages of a segment, for cutting an extent short.

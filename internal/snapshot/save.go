@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
@@ -427,10 +428,41 @@ func putSegment(ctx context.Context, st Store, key wire.Key, raw []byte, message
 	if _, err := rand.Read(id[:]); err != nil {
 		return SegmentRef{}, 0, err
 	}
+	ref := SegmentRef{ID: hex.EncodeToString(id[:]), Messages: messages, RawBytes: int64(len(raw))}
+	if len(raw) >= StreamBytes {
+		ref, err := putSegmentStreaming(ctx, st, key, ref, raw)
+		return ref, ref.StoredBytes, err
+	}
 	blob := codec.EncodeBlob(raw)
-	ref, err := st.PutSegment(ctx, key, SegmentRef{ID: hex.EncodeToString(id[:]), Messages: messages,
-		RawBytes: int64(len(raw)), StoredBytes: int64(len(blob))}, blob)
+	ref.StoredBytes = int64(len(blob))
+	ref, err := st.PutSegment(ctx, key, ref, blob)
 	return ref, ref.StoredBytes, err
+}
+
+// StreamBytes is the segment size from which segments are compressed and stored, and read back and
+// decoded, piece by piece: no whole compressed copy is ever held, and a read decodes straight into
+// the conversation it assembles.
+const StreamBytes = 4 << 20
+
+// putSegmentStreaming compresses raw into the store as it goes, through a pipe.
+func putSegmentStreaming(ctx context.Context, st Store, key wire.Key, ref SegmentRef, raw []byte) (SegmentRef, error) {
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bw, err := codec.NewBlobWriter(pw)
+		if err == nil {
+			_, err = bw.Write(raw)
+			if cerr := bw.Close(); err == nil {
+				err = cerr
+			}
+		}
+		pw.CloseWithError(err)
+	}()
+	ref, err := st.PutSegmentFrom(ctx, key, ref, pr)
+	pr.CloseWithError(io.ErrClosedPipe) // unblocks the writer if the store gave up early
+	<-done
+	return ref, err
 }
 
 // shift renumbers a validation error in the appended messages to the whole conversation: message

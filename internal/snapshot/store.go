@@ -7,6 +7,7 @@ package snapshot
 import (
 	"context"
 	"errors"
+	"io"
 
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -50,6 +51,12 @@ type Store interface {
 	PutSegment(ctx context.Context, key wire.Key, ref SegmentRef, blob []byte) (SegmentRef, error)
 	// GetSegment returns a segment's blob, or ErrNotFound.
 	GetSegment(ctx context.Context, key wire.Key, ref SegmentRef) ([]byte, error)
+	// OpenSegment returns a reader of a segment's blob that fetches its pieces one at a time, so
+	// that a large segment is never held whole; a missing segment reads as ErrNotFound.
+	OpenSegment(ctx context.Context, key wire.Key, ref SegmentRef) io.Reader
+	// PutSegmentFrom stores a new segment's blob read from r, piece by piece, and returns its
+	// reference with Chunks and StoredBytes filled in.
+	PutSegmentFrom(ctx context.Context, key wire.Key, ref SegmentRef, r io.Reader) (SegmentRef, error)
 	// DeleteSegment removes a segment no layout refers to any more.
 	DeleteSegment(ctx context.Context, key wire.Key, ref SegmentRef) error
 

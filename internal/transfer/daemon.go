@@ -138,7 +138,7 @@ func retryStartup(ctx context.Context, log *slog.Logger, f func(context.Context)
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := f(actx)
 		cancel()
-		if err == nil || !isTransient(err) || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || !isTransient(err) && !clusterForming(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 		log.Warn("JetStream not ready, retrying", "attempt", attempt, "err", err)
@@ -148,6 +148,14 @@ func retryStartup(ctx context.Context, log *slog.Logger, f func(context.Context)
 		case <-time.After(time.Duration(min(attempt, 5)) * 200 * time.Millisecond):
 		}
 	}
+}
+
+// clusterForming reports the placement refusal JetStream gives while it still counts a peer as
+// offline (a cluster that just started, or a node restarting). If the peers never come, the
+// retries run out and the error is reported.
+func clusterForming(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10005 // JSClusterNoPeersErrF: no suitable peers for placement
 }
 
 // autoReplicas is the replica count when none is configured: 1 on a single server, 3 (or as many

@@ -1,12 +1,15 @@
 package transfer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,7 +181,15 @@ func (in *ingester) handle(msg jetstream.Msg) {
 		in.log.Warn("ingest: ack failed", "session", key, "save", saveID, "err", err)
 	}
 	in.observe(res, start)
+	if chunks >= largeSaveChunks {
+		// The save's buffers (tens of MiB) are garbage now: collect them before the next large
+		// allocation (its restore, typically) instead of letting the heap grow to twice its size.
+		runtime.GC()
+	}
 }
+
+// largeSaveChunks is the chunk count from which a save counts as large (about 16 MiB compressed).
+const largeSaveChunks = 16
 
 // heartbeat tells JetStream the save is still being worked on until ctx ends.
 func heartbeat(ctx context.Context, msg jetstream.Msg) {
@@ -268,33 +279,54 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 			return refuse(err)
 		}
 	}
-	body := msg.Data()
+	enc := h.Get(wire.HdrEncoding)
+	if enc != "" && enc != wire.EncodingIdentity && enc != wire.EncodingZstd {
+		return refuse(fmt.Errorf("%w: header %s: unknown encoding %q (want identity or zstd)", errBadRequest, wire.HdrEncoding, enc))
+	}
+	var body io.Reader = bytes.NewReader(msg.Data())
+	sizeHint := int64(len(msg.Data()))
+	var cr *chunkReader
 	chunks := 0
 	if s := h.Get(wire.HdrChunks); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
 			return refuse(fmt.Errorf("%w: header %s: %q is not a positive count", errBadRequest, wire.HdrChunks, s))
 		}
-		if body, err = in.gather(ctx, key.Namespace, saveID, n); err != nil {
-			if errors.Is(err, errBadRequest) || errors.Is(err, codec.ErrTooLarge) {
+		// The pieces are read one at a time as they are decoded: a large save is never held
+		// both compressed and whole.
+		cr = &chunkReader{ctx: ctx, in: in, subj: wire.ChunkSubject(key.Namespace, saveID), n: n}
+		if err := cr.fetch(); err != nil {
+			if errors.Is(err, errBadRequest) {
 				return refuse(err)
 			}
 			return wire.SaveResult{}, 0, err
 		}
-		chunks = n
+		body, sizeHint, chunks = cr, int64(len(cr.cur))*int64(n), n
 	}
-	switch enc := h.Get(wire.HdrEncoding); enc {
-	case "", wire.EncodingIdentity:
-	case wire.EncodingZstd:
-		raw, err := codec.DecompressZstd(body, in.maxBytes)
-		if err != nil {
+	var payload []byte
+	var err error
+	if enc == wire.EncodingZstd {
+		if cr != nil {
+			sizeHint = codec.FrameContentSize(cr.cur)
+		} else {
+			sizeHint = codec.FrameContentSize(msg.Data())
+		}
+		payload, err = codec.DecompressZstdFrom(body, sizeHint, in.maxBytes)
+	} else if cr != nil {
+		payload, err = codec.ReadLimited(body, sizeHint, in.maxBytes)
+	} else {
+		payload = msg.Data() // one message, as sent: nothing to copy
+	}
+	if cr != nil && cr.err != nil {
+		err = cr.err // what went wrong is the chunks, not the decoding
+	}
+	if err != nil {
+		if errors.Is(err, errBadRequest) || errors.Is(err, codec.ErrTooLarge) || errors.Is(err, codec.ErrMalformed) {
 			return refuse(err)
 		}
-		body = raw
-	default:
-		return refuse(fmt.Errorf("%w: header %s: unknown encoding %q (want identity or zstd)", errBadRequest, wire.HdrEncoding, enc))
+		return wire.SaveResult{}, 0, err
 	}
-	req.Payload, req.Limits = body, codec.Limits{MaxBytes: in.maxBytes}
+	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes}
 	saved, err := snapshot.Save(ctx, in.store, req)
 	var ce *snapshot.ConflictError
 	var ve *codec.ValidationError
@@ -334,33 +366,50 @@ func importHeaders(h nats.Header, now time.Time) (*snapshot.Import, error) {
 		Origin: wire.Origin{Via: via, Source: h.Get(wire.HdrImportSource), At: now.UTC()}}, nil
 }
 
-// gather reads the n pieces of a large save from CP_CHUNKS, in order.
-func (in *ingester) gather(ctx context.Context, ns, saveID string, n int) ([]byte, error) {
-	subj := wire.ChunkSubject(ns, saveID)
-	var out []byte
-	seq := uint64(1)
-	for i := 0; i < n; i++ {
-		m, err := in.st.read.next(ctx, in.st.chunks, seq, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, fmt.Errorf("%w: chunk %d of %d missing on %s (publish every chunk, and wait for its ack, before the save)", errBadRequest, i, n, subj)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if got := m.Header.Get(wire.HdrChunk); got != strconv.Itoa(i) {
-			return nil, fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", errBadRequest, i, n, subj, wire.HdrChunk, got)
-		}
-		if out == nil {
-			out = make([]byte, 0, min(int64(len(m.Data))*int64(n), in.maxBytes)) // pieces are equal but the last
-		}
-		if int64(len(out)+len(m.Data)) > in.maxBytes {
-			return nil, &codec.ValidationError{Err: codec.ErrTooLarge, Index: -1, Offset: -1,
-				Detail: fmt.Sprintf("chunks exceed the limit of %d bytes", in.maxBytes)}
-		}
-		out = append(out, m.Data...)
-		seq = m.Sequence + 1
+// chunkReader reads the n pieces of a large save from CP_CHUNKS, in order, one at a time.
+type chunkReader struct {
+	ctx  context.Context
+	in   *ingester
+	subj string
+	n    int
+	i    int    // pieces fetched
+	seq  uint64 // where to look for the next one
+	cur  []byte // the unread rest of the current piece
+	err  error  // the first failure, kept so the caller can tell it from a decoding error
+}
+
+// fetch reads the next piece into cur.
+func (c *chunkReader) fetch() error {
+	m, err := c.in.st.read.next(c.ctx, c.in.st.chunks, max(c.seq, 1), c.subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		err = fmt.Errorf("%w: chunk %d of %d missing on %s (publish every chunk, and wait for its ack, before the save)", errBadRequest, c.i, c.n, c.subj)
+	} else if err == nil && m.Header.Get(wire.HdrChunk) != strconv.Itoa(c.i) {
+		err = fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", errBadRequest, c.i, c.n, c.subj, wire.HdrChunk, m.Header.Get(wire.HdrChunk))
 	}
-	return out, nil
+	if err != nil {
+		c.err = err
+		return err
+	}
+	c.cur, c.seq = m.Data, m.Sequence+1
+	c.i++
+	return nil
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	for len(c.cur) == 0 {
+		if c.err != nil {
+			return 0, c.err
+		}
+		if c.i == c.n {
+			return 0, io.EOF
+		}
+		if err := c.fetch(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, c.cur)
+	c.cur = c.cur[n:]
+	return n, nil
 }
 
 func (in *ingester) publishResult(ctx context.Context, res wire.SaveResult) error {

@@ -3,6 +3,8 @@ package transfer_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -466,4 +468,37 @@ func TestStorage_AppendsCannotGrowPastTheLimit(t *testing.T) {
 	require.Contains(t, err.Error(), "would grow")
 	_, err = env.Client.Save(ctx, key, []byte("["+msg+","+msg+","+msg+","+msg+"]"))
 	require.ErrorIs(t, err, checkpoint.ErrTooLarge, "the same through the whole-array path")
+}
+
+// Conversations with segments past snapshot.StreamBytes are stored and read piece by piece; what
+// comes back is still exactly what was saved, alone or next to small segments.
+func TestStorage_LargeSegmentsStreamed(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "large"}
+	img := make([]byte, 3<<20)
+	_, _ = rand.Read(img)
+	var conv []byte
+	conv = append(conv, `[{"role":"user","content":"look"}`...)
+	for i := 0; i < 3; i++ {
+		conv = append(conv, fmt.Sprintf(`,{"role":"toolResult","toolCallId":"c%d","content":[{"type":"image","data":"%s","mimeType":"image/png"}]}`, i, base64.StdEncoding.EncodeToString(img))...)
+	}
+	conv = append(conv, ']')
+	require.Greater(t, len(conv), 3*snapshot.StreamBytes)
+	v1, err := env.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+	conv2 := turn(conv, "me", 1)
+	_, err = env.Client.Save(ctx, key, conv2)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		version uint64
+		want    []byte
+	}{{v1.Version, conv}, {0, conv2}} {
+		got, _, err := env.Client.Restore(ctx, key, c.version)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(c.want, got), "version %d", c.version)
+	}
+	got, _, err := env.Client.Restore(ctx, key, 0, checkpoint.WithMaxMessages(2))
+	require.NoError(t, err)
+	require.Contains(t, string(got), `"me turn 1"`)
 }

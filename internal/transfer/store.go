@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -289,6 +290,66 @@ func (s *Store) GetSegment(ctx context.Context, key wire.Key, ref snapshot.Segme
 		return nil, fmt.Errorf("%w: segment %s is %d bytes, its reference says %d", snapshot.ErrCorrupt, ref.ID, len(out), ref.StoredBytes)
 	}
 	return out, nil
+}
+
+// PutSegmentFrom implements snapshot.Store: pieces of at most the chunk size are stored as they are
+// read, so the blob is never held whole.
+func (s *Store) PutSegmentFrom(ctx context.Context, key wire.Key, ref snapshot.SegmentRef, r io.Reader) (snapshot.SegmentRef, error) {
+	ref.Chunks, ref.StoredBytes = 0, 0
+	buf := make([]byte, s.chunkSize)
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 || ref.Chunks == 0 && (err == io.EOF || err == io.ErrUnexpectedEOF) {
+			pctx, cancel := opContext(ctx)
+			_, perr := s.segments.Put(pctx, segmentKey(key, ref.ID, ref.Chunks), buf[:n])
+			cancel()
+			if perr != nil {
+				return snapshot.SegmentRef{}, fmt.Errorf("segment %s: piece %d: %w", ref.ID, ref.Chunks, perr)
+			}
+			ref.Chunks++
+			ref.StoredBytes += int64(n)
+		}
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			return ref, nil
+		case err != nil:
+			return snapshot.SegmentRef{}, fmt.Errorf("segment %s: %w", ref.ID, err)
+		}
+	}
+}
+
+// OpenSegment implements snapshot.Store.
+func (s *Store) OpenSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef) io.Reader {
+	return &pieceReader{ctx: ctx, s: s, key: key, ref: ref}
+}
+
+// pieceReader reads a segment's blob one stored piece at a time.
+type pieceReader struct {
+	ctx context.Context
+	s   *Store
+	key wire.Key
+	ref snapshot.SegmentRef
+	i   int
+	cur []byte
+}
+
+func (p *pieceReader) Read(b []byte) (int, error) {
+	for len(p.cur) == 0 {
+		if p.i == p.ref.Chunks {
+			return 0, io.EOF
+		}
+		pctx, cancel := opContext(p.ctx)
+		data, err := p.s.value(pctx, p.s.segments, p.s.segStream, wire.BucketSegment, segmentKey(p.key, p.ref.ID, p.i))
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("segment %s: piece %d of %d: %w", p.ref.ID, p.i, p.ref.Chunks, err)
+		}
+		p.cur = data
+		p.i++
+	}
+	n := copy(b, p.cur)
+	p.cur = p.cur[n:]
+	return n, nil
 }
 
 // DeleteSegment implements snapshot.Store. After the grace period it purges the segment's messages

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"io"
 	"testing"
 	"time"
 
@@ -150,6 +151,27 @@ func Run(t *testing.T, newStore func(t *testing.T) (st snapshot.Store, chunkSize
 		require.NoError(t, err)
 		require.Equal(t, "abc", string(got))
 		require.NoError(t, st.SwapHead(ctx, head(k1, 1), 0), "a deleted session can be created again")
+	})
+
+	t.Run("Segments_StreamedPieces", func(t *testing.T) {
+		st, chunk := newStore(t)
+		for _, size := range []int{0, 1, chunk, 2*chunk + 5} {
+			blob := make([]byte, size)
+			_, _ = rand.Read(blob)
+			ref := snapshot.SegmentRef{ID: "stream" + string(rune('a'+size%26)), Messages: 1}
+			ref, err := st.PutSegmentFrom(ctx, k1, ref, bytes.NewReader(blob))
+			require.NoError(t, err)
+			require.Equal(t, int64(size), ref.StoredBytes)
+			require.Equal(t, max((size+chunk-1)/chunk, 1), ref.Chunks, "size %d", size)
+			got, err := io.ReadAll(st.OpenSegment(ctx, k1, ref))
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(blob, got), "size %d", size)
+			whole, err := st.GetSegment(ctx, k1, ref)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(blob, whole), "streamed and whole reads agree")
+		}
+		_, err := io.ReadAll(st.OpenSegment(ctx, k1, snapshot.SegmentRef{ID: "missing", Chunks: 2}))
+		require.ErrorIs(t, err, snapshot.ErrNotFound)
 	})
 
 	t.Run("Segments_ShortReadIsCorrupt", func(t *testing.T) {
