@@ -57,7 +57,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.Daemon.Retention.ByNamespace[ns] = r
 		return nil
 	})
-	fs.DurationVar(&c.Daemon.RetentionInterval, "retention-interval", c.Daemon.RetentionInterval, "how often the retention policy is applied (0: only by checkpointctl prune)")
+	fs.DurationVar(&c.Daemon.RetentionInterval, "retention-interval", c.Daemon.RetentionInterval, "how often the retention policy is applied and segments orphaned by a crash are swept (0: never; prune with checkpointctl prune)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before in-flight saves are left to the next start")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -128,6 +129,9 @@ func referenced(ctx context.Context, st Store, h Head) (map[string]bool, error) 
 	for _, e := range h.Layout.Extents {
 		ids[e.Segment.ID] = true
 	}
+	for _, a := range h.Archives {
+		ids[a.Segment.ID] = true
+	}
 	for _, g := range h.OldGens {
 		l, err := st.Layout(ctx, h.Key, g)
 		if errors.Is(err, ErrNotFound) {
@@ -141,4 +145,38 @@ func referenced(ctx context.Context, st Store, h Head) (map[string]bool, error) 
 		}
 	}
 	return ids, nil
+}
+
+// SweepGrace is how old an unreferenced segment must be before Sweep removes it: far longer than
+// any save takes between writing its segment and committing it.
+const SweepGrace = 10 * time.Minute
+
+// Sweep removes the segments stored under key that nothing refers to and that were written before
+// before: what a daemon that crashed between writing a segment and committing it left behind. A
+// segment a save is about to commit is younger than that, and a segment dropped by a commit is
+// never referred to again (ids are unique per write), so nothing in use can go.
+func Sweep(ctx context.Context, st Store, key wire.Key, before time.Time) (int, error) {
+	h, _, err := st.Head(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	inUse, err := referenced(ctx, st, h)
+	if err != nil {
+		return 0, err
+	}
+	stored, err := st.SegmentIDs(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	deleted := 0
+	for id, created := range stored {
+		if inUse[id] || !created.Before(before) {
+			continue
+		}
+		if err := st.DeleteSegment(ctx, key, SegmentRef{ID: id}); err != nil && !errors.Is(err, ErrNotFound) {
+			return deleted, err
+		}
+		deleted++
+	}
+	return deleted, nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -57,6 +58,8 @@ type Store interface {
 	// PutSegmentFrom stores a new segment's blob read from r, piece by piece, and returns its
 	// reference with Chunks and StoredBytes filled in.
 	PutSegmentFrom(ctx context.Context, key wire.Key, ref SegmentRef, r io.Reader) (SegmentRef, error)
+	// SegmentIDs lists the segments stored under key, each with when its first piece was written.
+	SegmentIDs(ctx context.Context, key wire.Key) (map[string]time.Time, error)
 	// DeleteSegment removes a segment no layout refers to any more.
 	DeleteSegment(ctx context.Context, key wire.Key, ref SegmentRef) error
 

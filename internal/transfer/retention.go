@@ -81,7 +81,8 @@ func pruneSessions(ctx context.Context, store snapshot.Store, heads []snapshot.H
 	return out, nil
 }
 
-// pruner applies the retention policy to every session now and then.
+// pruner applies the retention policy to every session now and then, and sweeps away segments a
+// crashed save left behind (snapshot.Sweep).
 type pruner struct {
 	store    snapshot.Store
 	policy   RetentionPolicy
@@ -92,7 +93,7 @@ type pruner struct {
 }
 
 func (p *pruner) start() {
-	if p.interval <= 0 || (p.policy.Default == snapshot.Retention{} && len(p.policy.ByNamespace) == 0) {
+	if p.interval <= 0 {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -116,15 +117,27 @@ func (p *pruner) start() {
 func (p *pruner) run(ctx context.Context) {
 	heads, err := p.store.Heads(ctx, "")
 	if err != nil {
-		p.log.Warn("retention: listing sessions failed; trying again next round", "err", err)
+		p.log.Warn("housekeeping: listing sessions failed; trying again next round", "err", err)
 		return
 	}
-	res, err := pruneSessions(ctx, p.store, heads, p.policy.For, false)
-	if err != nil && ctx.Err() == nil {
-		p.log.Warn("retention: prune failed; trying again next round", "err", err)
+	if p.policy.Default != (snapshot.Retention{}) || len(p.policy.ByNamespace) > 0 {
+		res, err := pruneSessions(ctx, p.store, heads, p.policy.For, false)
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("retention: prune failed; trying again next round", "err", err)
+		}
+		for _, r := range res {
+			p.log.Info("retention: pruned old versions", "session", r.Key, "versions", len(r.Versions), "kept", r.Kept, "segments_freed", r.Segments)
+		}
 	}
-	for _, r := range res {
-		p.log.Info("retention: pruned old versions", "session", r.Key, "versions", len(r.Versions), "kept", r.Kept, "segments_freed", r.Segments)
+	before := time.Now().Add(-snapshot.SweepGrace)
+	for _, h := range heads {
+		n, err := snapshot.Sweep(ctx, p.store, h.Key, before)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, snapshot.ErrNotFound) {
+			p.log.Warn("housekeeping: sweeping unreferenced segments failed; trying again next round", "session", h.Key, "err", err)
+		}
+		if n > 0 {
+			p.log.Info("housekeeping: removed segments a crashed save left behind", "session", h.Key, "segments", n)
+		}
 	}
 }
 

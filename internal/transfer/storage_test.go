@@ -502,3 +502,42 @@ func TestStorage_LargeSegmentsStreamed(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(got), `"me turn 1"`)
 }
+
+// A daemon that crashes between writing a segment and committing it leaves the segment behind;
+// the sweep removes it, and only it, once it is older than the grace period.
+func TestStorage_SweepRemovesOnlyOrphans(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.SegmentGrace = 0 })
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "swept"}
+	msgs := corpusMessages(t, "openhands_gui_todo_app.json")
+	for n := 2; n <= len(msgs); n += 2 {
+		_, err := env.Client.Save(ctx, key, arrayOf(msgs[:n]))
+		require.NoError(t, err)
+	}
+	_, err := env.Client.Save(ctx, key, arrayOf(msgs[:3])) // a rewrite: an older generation to keep
+	require.NoError(t, err)
+	k := key.WithDefaults()
+	orphan, err := env.Daemon.Store.PutSegment(ctx, k, snapshot.SegmentRef{ID: "0rphan", Messages: 1, StoredBytes: 3}, []byte("abc"))
+	require.NoError(t, err)
+	before, err := env.Daemon.Store.SegmentIDs(ctx, k)
+	require.NoError(t, err)
+	require.Contains(t, before, orphan.ID)
+
+	n, err := snapshot.Sweep(ctx, env.Daemon.Store, k, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing is old enough yet")
+	n, err = snapshot.Sweep(ctx, env.Daemon.Store, k, time.Now().Add(time.Second))
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the orphan, and only the orphan")
+	after, err := env.Daemon.Store.SegmentIDs(ctx, k)
+	require.NoError(t, err)
+	require.NotContains(t, after, orphan.ID)
+	require.Len(t, after, len(before)-1)
+
+	hist, err := env.Client.History(ctx, key)
+	require.NoError(t, err)
+	for _, v := range hist {
+		_, _, err := env.Client.Restore(ctx, key, v.Version)
+		require.NoError(t, err, "version %d still restores", v.Version)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -314,6 +315,31 @@ func (s *Store) PutSegmentFrom(ctx context.Context, key wire.Key, ref snapshot.S
 			return ref, nil
 		case err != nil:
 			return snapshot.SegmentRef{}, fmt.Errorf("segment %s: %w", ref.ID, err)
+		}
+	}
+}
+
+// SegmentIDs implements snapshot.Store, from the keys' metadata only (no segment is read).
+func (s *Store) SegmentIDs(ctx context.Context, key wire.Key) (map[string]time.Time, error) {
+	w, err := s.segments.Watch(ctx, key.Token()+".*.*", jetstream.MetaOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	out := map[string]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil
+			}
+			toks := strings.Split(e.Key(), ".")
+			id := toks[len(toks)-2]
+			if t, ok := out[id]; !ok || e.Created().Before(t) {
+				out[id] = e.Created()
+			}
 		}
 	}
 }

@@ -172,6 +172,15 @@ func Run(t *testing.T, newStore func(t *testing.T) (st snapshot.Store, chunkSize
 		}
 		_, err := io.ReadAll(st.OpenSegment(ctx, k1, snapshot.SegmentRef{ID: "missing", Chunks: 2}))
 		require.ErrorIs(t, err, snapshot.ErrNotFound)
+		ids, err := st.SegmentIDs(ctx, k1)
+		require.NoError(t, err)
+		require.Len(t, ids, 4, "one entry per segment, however many pieces")
+		for id, created := range ids {
+			require.WithinDuration(t, time.Now(), created, time.Minute, id)
+		}
+		ids, err = st.SegmentIDs(ctx, k2)
+		require.NoError(t, err)
+		require.Empty(t, ids, "only the session's own")
 	})
 
 	t.Run("Segments_ShortReadIsCorrupt", func(t *testing.T) {
