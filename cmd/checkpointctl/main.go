@@ -1,4 +1,4 @@
-// Command checkpointctl is the operator's tool for checkpointd: save, list, inspect and restore
+// Command checkpointctl is the operator's tool for checkpointd: save, list, inspect, restore and move
 // conversation checkpoints. It talks to the daemon only through the public Go client (checkpoint/).
 package main
 
@@ -112,7 +112,7 @@ func (a *App) Run(ctx context.Context, args []string) error {
 }
 
 func (a *App) usage(fs *flag.FlagSet) {
-	fmt.Fprint(a.Stderr, `checkpointctl: save, list, inspect and restore agent conversation checkpoints.
+	fmt.Fprint(a.Stderr, `checkpointctl: save, list, inspect, restore and move agent conversation checkpoints.
 
 Usage: checkpointctl [global flags] <command> [arguments] [flags]
 
