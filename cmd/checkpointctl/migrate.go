@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -30,6 +31,7 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 	headOnly := fs.Bool("head-only", false, "copy only each session's head version")
 	forget := fs.Bool("forget-source", false, "delete the sessions at the source instead of marking them moved")
 	force := fs.Bool("force", false, "move sessions even while a process holds their lease at the source")
+	parallel := fs.Int("parallel", 4, "sessions moved at once")
 	var prog progressFlag
 	prog.register(fs)
 	pos, err := parseInterspersed(fs, args)
@@ -85,23 +87,77 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 		}
 	}
 	bar := newProgress(a, prog, "migrate", len(keys))
-	var total checkpoint.MigrateProgress
-	for i, key := range keys {
-		p, err := src.Migrate(ctx, dst, key, checkpoint.MigrateOptions{HeadOnly: *headOnly, Forget: *forget, Force: *force, MovedTo: *to,
-			Progress: func(p checkpoint.MigrateProgress) { bar.update(i, total.Versions+p.Versions, total.Bytes+p.Bytes) }})
-		total.Versions += p.Versions
-		total.Skipped += p.Skipped
-		total.Bytes += p.Bytes
-		bar.update(i+1, total.Versions, total.Bytes)
-		if err != nil {
-			bar.done()
-			return fmt.Errorf("session %s: %w (%d of %d sessions moved; run again to resume)", printable(key.String()), err, i, len(keys))
-		}
-	}
+	opts := checkpoint.MigrateOptions{HeadOnly: *headOnly, Forget: *forget, Force: *force, MovedTo: *to}
+	total, moved, err := migrateAll(ctx, src, dst, keys, opts, *parallel, bar)
 	bar.done()
+	if err != nil {
+		return fmt.Errorf("%w (%d of %d sessions moved; run again to resume)", err, moved, len(keys))
+	}
 	_, err = fmt.Fprintf(a.Stdout, "migrated %d session(s) to %s: %d version(s) copied (%s), %d already there\n",
 		len(keys), *to, total.Versions, size(total.Bytes), total.Skipped)
 	return err
+}
+
+// migrateAll moves keys with up to parallel sessions in flight, stopping at the first failure
+// (sessions already under way finish). It returns what was copied and how many sessions moved.
+func migrateAll(ctx context.Context, src, dst *checkpoint.Client, keys []checkpoint.Key, o checkpoint.MigrateOptions,
+	parallel int, bar *progress) (checkpoint.MigrateProgress, int, error) {
+	var (
+		mu       sync.Mutex
+		total    checkpoint.MigrateProgress
+		inFlight = map[checkpoint.Key]checkpoint.MigrateProgress{}
+		moved    int
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	next := make(chan checkpoint.Key)
+	show := func() { // with mu held
+		v, b := total.Versions, total.Bytes
+		for _, p := range inFlight {
+			v, b = v+p.Versions, b+p.Bytes
+		}
+		bar.update(moved, v, b)
+	}
+	for w := 0; w < max(parallel, 1); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for key := range next {
+				o := o
+				o.Progress = func(p checkpoint.MigrateProgress) {
+					mu.Lock()
+					inFlight[key] = p
+					show()
+					mu.Unlock()
+				}
+				p, err := src.Migrate(ctx, dst, key, o)
+				mu.Lock()
+				delete(inFlight, key)
+				total.Versions += p.Versions
+				total.Skipped += p.Skipped
+				total.Bytes += p.Bytes
+				if err == nil {
+					moved++
+				} else if firstErr == nil {
+					firstErr = fmt.Errorf("session %s: %w", printable(key.String()), err)
+				}
+				show()
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, key := range keys {
+		mu.Lock()
+		stop := firstErr != nil
+		mu.Unlock()
+		if stop {
+			break
+		}
+		next <- key
+	}
+	close(next)
+	wg.Wait()
+	return total, moved, firstErr
 }
 
 // notMovedElsewhere drops the keys of sessions sealed as moved to somewhere other than to.
