@@ -358,6 +358,11 @@ func (c *Client) ImportBundle(ctx context.Context, path string, o ImportOptions)
 			return sum, 0, &Error{Code: wire.CodeConflict, Head: head.Version, Index: -1, Offset: -1,
 				Message: fmt.Sprintf("session %s: version %d here is not version %d of the bundle: they are different sessions; nothing was imported", s.Key, n, n)}
 		}
+		if last > head.Version {
+			if err := notMoved(ctx, c, s.Key); err != nil {
+				return sum, 0, err
+			}
+		}
 		have[s.Key] = head.Version
 	}
 	if o.DryRun {
@@ -387,4 +392,20 @@ func (c *Client) ImportBundle(ctx context.Context, path string, o ImportOptions)
 		return nil
 	})
 	return sum, imported, err
+}
+
+// notMoved refuses a session sealed as moved: its versions live elsewhere now.
+func notMoved(ctx context.Context, c *Client, key Key) error {
+	key = key.WithDefaults()
+	agents, err := c.list(ctx, wire.APISubject(key.Namespace, wire.OpList), key.Session)
+	if err != nil {
+		return err
+	}
+	for _, a := range agents {
+		if a.Key == key && a.Moved != nil {
+			return &Error{Code: wire.CodeMoved, MovedTo: a.Moved.To, Index: -1, Offset: -1,
+				Message: fmt.Sprintf("session %s moved to %s: import the bundle there; nothing was imported", key, a.Moved.To)}
+		}
+	}
+	return nil
 }

@@ -105,7 +105,9 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		if req.Import != nil && req.Import.Version <= head.Version.Version {
 			return importedBefore(ctx, st, head, *req.Import)
 		}
-		if err := checkWrite(head, req.Key, req.Epoch, req.Import != nil, req.Now); err != nil {
+		// Only a migration brings a moved session back; an import of a bundle does not.
+		comingBack := req.Import != nil && req.Import.Origin.Via == wire.ReasonMigrate
+		if err := checkWrite(head, req.Key, req.Epoch, comingBack, req.Now); err != nil {
 			return Saved{}, err
 		}
 		if req.Expected != nil && *req.Expected != head.Version.Version {

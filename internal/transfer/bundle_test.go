@@ -162,3 +162,35 @@ func rewriteBundle(t *testing.T, bundle []byte, change func(name string, data []
 	require.NoError(t, zw.Close())
 	return out.Bytes()
 }
+
+// A bundle never un-seals a session that was migrated away: its versions live elsewhere now.
+func TestBundle_MovedSessionIsNotImportedInto(t *testing.T) {
+	src, dst := testenv.Start(t), testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "moved"}
+	convs := growing(t, src.Client, key, "openhands_gui_todo_app.json", 6)
+	var old bytes.Buffer
+	_, err := src.Client.Export(ctx, &old, []checkpoint.Key{key}, checkpoint.ExportOptions{})
+	require.NoError(t, err)
+	_, err = src.Client.Migrate(ctx, dst.Client, key, checkpoint.MigrateOptions{MovedTo: dst.URL()})
+	require.NoError(t, err)
+	// At the new home the session goes on; its bundle then reaches the old home.
+	_, err = dst.Client.Save(ctx, key, turn(convs[len(convs)-1], "dst", 1))
+	require.NoError(t, err)
+	var newer bytes.Buffer
+	_, err = dst.Client.Export(ctx, &newer, []checkpoint.Key{key}, checkpoint.ExportOptions{})
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "newer")
+	require.NoError(t, os.WriteFile(file, newer.Bytes(), 0o600))
+	_, n, err := src.Client.ImportBundle(ctx, file, checkpoint.ImportOptions{})
+	require.ErrorIs(t, err, checkpoint.ErrMoved)
+	require.Zero(t, n)
+	_, err = src.Client.Save(ctx, key, []byte(`[]`))
+	require.ErrorIs(t, err, checkpoint.ErrMoved, "still sealed")
+	// An old bundle with nothing new is harmless.
+	oldFile := filepath.Join(t.TempDir(), "old")
+	require.NoError(t, os.WriteFile(oldFile, old.Bytes(), 0o600))
+	_, n, err = src.Client.ImportBundle(ctx, oldFile, checkpoint.ImportOptions{})
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
