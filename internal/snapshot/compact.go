@@ -160,6 +160,13 @@ func Sweep(ctx context.Context, st Store, key wire.Key, before time.Time) (int, 
 	if err != nil {
 		return 0, err
 	}
+	for _, g := range h.OldGens {
+		// A layout the head names but storage lacks would make its segments look unused: sweep
+		// nothing rather than guess.
+		if _, err := st.Layout(ctx, key, g); err != nil {
+			return 0, fmt.Errorf("sweep of %s: layout of generation %d: %w", key, g, err)
+		}
+	}
 	inUse, err := referenced(ctx, st, h)
 	if err != nil {
 		return 0, err
