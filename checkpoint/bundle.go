@@ -275,6 +275,12 @@ func ReadBundle(r io.Reader, each func(rec Version, conv []byte) error) (BundleS
 			if got := wire.Hash(conv); got != e.Record.Hash {
 				return sum, bad("entry %q: version %d of %s hashes to %s, its record says %s", hdr.Name, e.Record.Version, key, got, e.Record.Hash)
 			}
+			// A session's entries are consecutive: only the one being read is kept in memory.
+			for k := range current {
+				if k != key {
+					delete(current, k)
+				}
+			}
 			current[key] = struct {
 				version uint64
 				conv    []byte
