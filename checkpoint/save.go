@@ -199,14 +199,28 @@ const publishAttempt = 2 * time.Second
 // publish sends msg until JetStream acknowledges it or ctx ends. Every attempt carries the same
 // message id, so an attempt that was stored but not acknowledged is not stored twice.
 func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) error {
+	noStream := 0
 	for {
 		actx, cancel := context.WithTimeout(ctx, publishAttempt)
 		_, err := c.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil:
 			return nil
-		}
-		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		case ctx.Err() != nil:
+			return publishError(err)
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			// Unanswered: a leader being elected. Try again.
+		case errors.Is(err, jetstream.ErrNoStreamResponse) && noStream < 4:
+			// No stream answers: an election, or no checkpointd ever ran here. Give it a
+			// moment, then say so.
+			noStream++
+			select {
+			case <-ctx.Done():
+				return publishError(err)
+			case <-time.After(250 * time.Millisecond):
+			}
+		default:
 			return publishError(err)
 		}
 	}

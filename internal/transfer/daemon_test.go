@@ -386,3 +386,20 @@ func TestDaemon_LongHistoryAndListingArePaged(t *testing.T) {
 	require.True(t, rep.More, "one reply does not hold them all")
 	require.Less(t, len(rep.Versions), 400)
 }
+
+// A NATS server where checkpointd never ran: a save says so (after a short wait for an election
+// that is not coming), rather than retrying until its deadline.
+func TestDaemon_SaveWithoutAnyCheckpointdSaysSo(t *testing.T) {
+	ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	require.NoError(t, err)
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	c, err := checkpoint.Connect(ns.ClientURL(), nil)
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = c.Save(ctx, checkpoint.Key{Session: "x"}, []byte(`[]`))
+	require.ErrorIs(t, err, checkpoint.ErrUnavailable)
+	require.Contains(t, err.Error(), "has checkpointd ever started on this server?")
+	require.NoError(t, ctx.Err(), "refused well before the deadline")
+}
