@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -211,6 +212,7 @@ func ReadBundle(r io.Reader, each func(rec Version, conv []byte) error) (BundleS
 	var (
 		sum     BundleSummary
 		seen    []manifestEntry
+		derived []BundleSession // the sessions, as the entries hold them
 		man     *bundleManifest
 		current = map[Key]struct {
 			version uint64
@@ -285,6 +287,11 @@ func ReadBundle(r io.Reader, each func(rec Version, conv []byte) error) (BundleS
 				version uint64
 				conv    []byte
 			}{e.Record.Version, conv}
+			if n := len(derived); n == 0 || derived[n-1].Key != key {
+				derived = append(derived, BundleSession{Key: key})
+			}
+			d := &derived[len(derived)-1]
+			d.Versions, d.Head = append(d.Versions, e.Record.Version), e.Record.Hash
 			sum.Versions++
 			sum.Bytes += int64(len(conv))
 			if each != nil {
@@ -309,7 +316,13 @@ func ReadBundle(r io.Reader, each func(rec Version, conv []byte) error) (BundleS
 			return sum, bad("entry %q: size %d and %s, the manifest says %q: size %d and %s", seen[i].Name, seen[i].Size, seen[i].SHA256, want.Name, want.Size, want.SHA256)
 		}
 	}
-	sum.Sessions = man.Sessions
+	// The sessions are what the entries hold; the manifest must say the same.
+	if !slices.EqualFunc(derived, man.Sessions, func(a, b BundleSession) bool {
+		return a.Key == b.Key && a.Head == b.Head && slices.Equal(a.Versions, b.Versions)
+	}) {
+		return sum, bad("the manifest's sessions do not match the entries")
+	}
+	sum.Sessions = derived
 	return sum, nil
 }
 

@@ -172,13 +172,14 @@ func (l *Lease) Renew(ctx context.Context) error {
 	return err
 }
 
-// Release stops renewing and gives the session up; the lease's epoch can save no more.
+// Release gives the session up and stops renewing; the lease's epoch can save no more.
+// If the release fails the lease is kept, and renewed as before.
 func (l *Lease) Release(ctx context.Context) error {
-	l.stopRenewing()
 	var info LeaseInfo
 	req := wire.LeaseRequest{SessionRequest: sessionRequest(l.key), Op: wire.LeaseRelease, Epoch: l.Epoch()}
 	err := l.c.call(ctx, wire.APISubject(l.key.Namespace, wire.OpLease), req, &info)
 	if err == nil {
+		l.stopRenewing()
 		l.mu.Lock()
 		l.info = info
 		l.mu.Unlock()

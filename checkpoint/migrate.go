@@ -156,7 +156,35 @@ func (c *Client) copyMissing(ctx context.Context, to *Client, key Key, o Migrate
 			o.Progress(*p)
 		}
 	}
+	if have == head.Version {
+		// Nothing to copy. If the destination is sealed, this is the session coming back to where
+		// it was: importing its head again (a duplicate) lifts the seal.
+		if err := c.unsealAt(ctx, to, key, head); err != nil {
+			return 0, err
+		}
+	}
 	return head.Version, nil
+}
+
+// unsealAt re-imports head at to when to holds the session sealed as moved.
+func (c *Client) unsealAt(ctx context.Context, to *Client, key Key, head Version) error {
+	agents, err := to.list(ctx, wire.APISubject(key.Namespace, wire.OpList), key.Session)
+	if err != nil {
+		return err
+	}
+	for _, a := range agents {
+		if a.Key != key || a.Moved == nil {
+			continue
+		}
+		conv, _, err := c.Restore(ctx, key, head.Version)
+		if err != nil {
+			return fmt.Errorf("reading version %d at the source: %w", head.Version, err)
+		}
+		if _, err := to.Import(ctx, key, head, conv, wire.ReasonMigrate, c.nc.ConnectedUrlRedacted()); err != nil {
+			return fmt.Errorf("bringing the session back: %w", err)
+		}
+	}
+	return nil
 }
 
 // sameSession checks that source and destination have the same version n: the two are one

@@ -68,7 +68,7 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 	}
 	if len(pos) == 0 {
 		// --all, -A: sessions that already moved elsewhere are not this source's to move.
-		keys, err = notMovedElsewhere(ctx, src, keys, *to, a)
+		keys, err = notMovedElsewhere(ctx, src, keys, *to, a, sel.allNamespaces, k.namespace)
 		if err != nil {
 			return err
 		}
@@ -161,8 +161,15 @@ func migrateAll(ctx context.Context, src, dst *checkpoint.Client, keys []checkpo
 }
 
 // notMovedElsewhere drops the keys of sessions sealed as moved to somewhere other than to.
-func notMovedElsewhere(ctx context.Context, c *checkpoint.Client, keys []checkpoint.Key, to string, a *App) ([]checkpoint.Key, error) {
-	heads, err := c.ListAll(ctx)
+// Only -A asks the operator's listing of every namespace; --all lists its own namespace.
+func notMovedElsewhere(ctx context.Context, c *checkpoint.Client, keys []checkpoint.Key, to string, a *App, allNamespaces bool, namespace string) ([]checkpoint.Key, error) {
+	var heads []checkpoint.Session
+	var err error
+	if allNamespaces {
+		heads, err = c.ListAll(ctx)
+	} else {
+		heads, err = c.List(ctx, namespace)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -237,14 +237,34 @@ func Seal(ctx context.Context, st Store, key wire.Key, expected uint64, to strin
 }
 
 // Delete removes the session: its head (the commit point, by a swap), then everything stored under
-// it. expected, when set, is the version the head must still be.
+// it. expected, when set, is the version the head must still be. A session that was ever leased
+// keeps a head of version 0 holding its last epoch, so that a later acquisition's epoch is still
+// higher than any before and an old holder's late write stays fenced.
 func Delete(ctx context.Context, st Store, key wire.Key, expected *uint64) (wire.Version, error) {
-	h, rev, err := st.Head(ctx, key)
-	if err != nil {
-		return wire.Version{}, err
+	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
+		h, rev, err := st.Head(ctx, key)
+		if err == nil && !h.Exists() && h.Lease != nil {
+			err = ErrNotFound // only a tombstone: nothing to delete
+		}
+		if err != nil {
+			return wire.Version{}, err
+		}
+		if expected != nil && h.Version.Version != *expected {
+			return wire.Version{}, &ConflictError{Key: key, Expected: *expected, Head: h.Version.Version}
+		}
+		var keep *Head
+		if h.Lease != nil {
+			t := emptyHead(key)
+			l := *h.Lease
+			l.Owner, l.Head = "", 0
+			t.Lease = &l
+			keep = &t
+		}
+		err = st.DeleteSession(ctx, key, rev, keep)
+		if errors.Is(err, ErrRevisionMismatch) {
+			continue // a renewal, compaction or save moved the head: look again
+		}
+		return h.Version, err
 	}
-	if expected != nil && h.Version.Version != *expected {
-		return wire.Version{}, &ConflictError{Key: key, Expected: *expected, Head: h.Version.Version}
-	}
-	return h.Version, st.DeleteSession(ctx, key, rev)
+	return wire.Version{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, key, maxSwapAttempts)
 }

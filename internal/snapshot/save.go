@@ -102,11 +102,23 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		if found && req.SaveID != "" && head.SaveID == req.SaveID {
 			return Saved{Head: head, Duplicate: true}, nil
 		}
-		if req.Import != nil && req.Import.Version <= head.Version.Version {
-			return importedBefore(ctx, st, head, *req.Import)
-		}
 		// Only a migration brings a moved session back; an import of a bundle does not.
 		comingBack := req.Import != nil && req.Import.Origin.Via == wire.ReasonMigrate
+		if req.Import != nil && req.Import.Version <= head.Version.Version {
+			saved, err := importedBefore(ctx, st, head, *req.Import)
+			if err != nil || !comingBack || head.Moved == nil || req.Import.Version != head.Version.Version {
+				return saved, err
+			}
+			// Migrated back with nothing new to copy: the session is here again all the same.
+			next := head
+			next.Moved = nil
+			if err := st.SwapHead(ctx, next, rev); errors.Is(err, ErrRevisionMismatch) {
+				continue
+			} else if err != nil {
+				return Saved{}, err
+			}
+			return Saved{Head: next, Duplicate: true}, nil
+		}
 		if err := checkWrite(head, req.Key, req.Epoch, comingBack, req.Now); err != nil {
 			return Saved{}, err
 		}

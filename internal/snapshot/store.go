@@ -64,6 +64,7 @@ type Store interface {
 	DeleteSegment(ctx context.Context, key wire.Key, ref SegmentRef) error
 
 	// DeleteSession removes the head of key if it is still at revision rev (else
-	// ErrRevisionMismatch), then every version record, layout and segment stored under key.
-	DeleteSession(ctx context.Context, key wire.Key, rev uint64) error
+	// ErrRevisionMismatch), or replaces it with keep when that is set, then every version record,
+	// layout and segment stored under key.
+	DeleteSession(ctx context.Context, key wire.Key, rev uint64, keep *Head) error
 }

@@ -168,7 +168,7 @@ func (in *ingester) handle(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	if chunks > 0 {
+	if chunks > 0 || msg.Headers().Get(wire.HdrChunks) != "" { // settled, accepted or refused
 		subj := wire.ChunkSubject(key.Namespace, saveID)
 		if err := in.st.chunks.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
 			in.log.Warn("ingest: could not remove settled chunks; they expire with the stream's max age", "subject", subj, "err", err)
@@ -187,6 +187,10 @@ func (in *ingester) handle(msg jetstream.Msg) {
 		runtime.GC()
 	}
 }
+
+// maxRatio bounds how much larger than its compressed size a body's buffer is sized up front; a
+// body that really is larger still decodes (the buffer grows), within the size limit.
+const maxRatio = 32
 
 // largeSaveChunks is the chunk count from which a save counts as large (about 16 MiB compressed).
 const largeSaveChunks = 16
@@ -306,11 +310,13 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 	var payload []byte
 	var err error
 	if enc == wire.EncodingZstd {
+		// The frame's declared size is the client's word: believe it only up to a ratio no real
+		// conversation exceeds, so a tiny hostile frame cannot make us allocate the limit.
+		declared := codec.FrameContentSize(msg.Data())
 		if cr != nil {
-			sizeHint = codec.FrameContentSize(cr.cur)
-		} else {
-			sizeHint = codec.FrameContentSize(msg.Data())
+			declared = codec.FrameContentSize(cr.cur)
 		}
+		sizeHint = min(declared, maxRatio*sizeHint)
 		payload, err = codec.DecompressZstdFrom(body, sizeHint, in.maxBytes)
 	} else if cr != nil {
 		payload, err = codec.ReadLimited(body, sizeHint, in.maxBytes)

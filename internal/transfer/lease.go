@@ -43,6 +43,10 @@ func (s *service) lease(ctx context.Context, ns string, body []byte) (reply, err
 	case wire.LeaseRenew:
 		l, err = snapshot.Renew(ctx, s.store, lr)
 	case wire.LeaseRelease:
+		// The holder's saves queued before the release are its own: settle them under its epoch.
+		if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
+			return reply{}, err
+		}
 		l, err = snapshot.Release(ctx, s.store, lr)
 	case wire.LeaseStatus:
 		l, err = snapshot.LeaseStatus(ctx, s.store, key)

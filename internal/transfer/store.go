@@ -305,6 +305,7 @@ func (s *Store) PutSegmentFrom(ctx context.Context, key wire.Key, ref snapshot.S
 			_, perr := s.segments.Put(pctx, segmentKey(key, ref.ID, ref.Chunks), buf[:n])
 			cancel()
 			if perr != nil {
+				s.abandon(key, ref)
 				return snapshot.SegmentRef{}, fmt.Errorf("segment %s: piece %d: %w", ref.ID, ref.Chunks, perr)
 			}
 			ref.Chunks++
@@ -314,9 +315,21 @@ func (s *Store) PutSegmentFrom(ctx context.Context, key wire.Key, ref snapshot.S
 		case err == io.EOF || err == io.ErrUnexpectedEOF:
 			return ref, nil
 		case err != nil:
+			s.abandon(key, ref)
 			return snapshot.SegmentRef{}, fmt.Errorf("segment %s: %w", ref.ID, err)
 		}
 	}
+}
+
+// abandon removes the pieces of a segment whose writing failed half way; if that fails too, the
+// sweep finds them.
+func (s *Store) abandon(key wire.Key, ref snapshot.SegmentRef) {
+	if ref.Chunks == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_ = s.purgeSegment(ctx, "$KV."+wire.BucketSegment+"."+key.Token()+"."+ref.ID+".>")
 }
 
 // SegmentIDs implements snapshot.Store, from the keys' metadata only (no segment is read).
@@ -425,7 +438,7 @@ func (s *Store) Flush(ctx context.Context) {
 // DeleteSession implements snapshot.Store. Only what was stored before the head was removed is
 // purged (a purge bounded by stream sequence), so a new session of the same key started right after
 // keeps its records.
-func (s *Store) DeleteSession(ctx context.Context, key wire.Key, rev uint64) error {
+func (s *Store) DeleteSession(ctx context.Context, key wire.Key, rev uint64, keep *snapshot.Head) error {
 	ctx, cancel := opContext(ctx)
 	defer cancel()
 	type target struct {
@@ -441,7 +454,16 @@ func (s *Store) DeleteSession(ctx context.Context, key wire.Key, rev uint64) err
 		}
 		t.upTo = info.State.LastSeq
 	}
-	err := s.heads.Purge(ctx, key.Token(), jetstream.LastRevision(rev))
+	var err error
+	if keep != nil {
+		var data []byte
+		if data, err = json.Marshal(keep); err != nil {
+			return err
+		}
+		_, err = s.heads.Update(ctx, key.Token(), data, rev)
+	} else {
+		err = s.heads.Purge(ctx, key.Token(), jetstream.LastRevision(rev))
+	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
 		return snapshot.ErrRevisionMismatch
 	}

@@ -132,10 +132,10 @@ func Run(t *testing.T, newStore func(t *testing.T) (st snapshot.Store, chunkSize
 		}
 		_, rev, err := st.Head(ctx, k1)
 		require.NoError(t, err)
-		require.ErrorIs(t, st.DeleteSession(ctx, k1, rev+1), snapshot.ErrRevisionMismatch, "a stale revision deletes nothing")
+		require.ErrorIs(t, st.DeleteSession(ctx, k1, rev+1, nil), snapshot.ErrRevisionMismatch, "a stale revision deletes nothing")
 		_, _, err = st.Head(ctx, k1)
 		require.NoError(t, err)
-		require.NoError(t, st.DeleteSession(ctx, k1, rev))
+		require.NoError(t, st.DeleteSession(ctx, k1, rev, nil))
 		_, _, err = st.Head(ctx, k1)
 		require.ErrorIs(t, err, snapshot.ErrNotFound)
 		_, err = st.Version(ctx, k1, 1)
