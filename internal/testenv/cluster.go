@@ -34,14 +34,36 @@ type Node struct {
 }
 
 // StartCluster starts n servers and waits until JetStream has a leader. Everything stops when the
-// test ends.
+// test ends. Ports are picked free, but another process may take one before a server binds it:
+// then the whole cluster starts again on new ports (up to three times).
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		c := &Cluster{t: t}
+		if err = c.startNodes(n); err == nil {
+			t.Cleanup(func() {
+				for _, node := range c.Nodes {
+					c.Kill(node.Name)
+				}
+			})
+			c.WaitForJetStream()
+			return c
+		}
+		for _, node := range c.Nodes {
+			c.Kill(node.Name)
+		}
+	}
+	require.NoError(t, err, "starting a %d-node cluster", n)
+	return nil
+}
+
+// startNodes starts n routed servers on fresh ports and directories.
+func (c *Cluster) startNodes(n int) error {
 	var routes []string
 	for i := 0; i < n; i++ {
-		node := &Node{Name: "n" + strconv.Itoa(i+1), Dir: t.TempDir(),
-			Listen: "127.0.0.1:" + strconv.Itoa(freePort(t)), ClusterListen: "127.0.0.1:" + strconv.Itoa(freePort(t))}
+		node := &Node{Name: "n" + strconv.Itoa(i+1), Dir: c.t.TempDir(),
+			Listen: "127.0.0.1:" + strconv.Itoa(freePort(c.t)), ClusterListen: "127.0.0.1:" + strconv.Itoa(freePort(c.t))}
 		c.Nodes = append(c.Nodes, node)
 		routes = append(routes, "nats-route://"+node.ClusterListen)
 	}
@@ -49,16 +71,13 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for _, node := range c.Nodes {
 		go func() { errs <- c.start(node, routes) }()
 	}
+	var first error
 	for range c.Nodes {
-		require.NoError(t, <-errs)
-	}
-	t.Cleanup(func() {
-		for _, node := range c.Nodes {
-			c.Kill(node.Name)
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
-	})
-	c.WaitForJetStream()
-	return c
+	}
+	return first
 }
 
 func (c *Cluster) start(node *Node, routes []string) error {
