@@ -214,10 +214,7 @@ func ReadBundle(r io.Reader, each func(rec Version, conv []byte) error) (BundleS
 		seen    []manifestEntry
 		derived []BundleSession // the sessions, as the entries hold them
 		man     *bundleManifest
-		current = map[Key]struct {
-			version uint64
-			conv    []byte
-		}{}
+		prev    []byte // the conversation of the entry before (the last version of derived's last session)
 	)
 	for i := 0; ; i++ {
 		hdr, err := tr.Next()
@@ -261,32 +258,23 @@ func ReadBundle(r io.Reader, each func(rec Version, conv []byte) error) (BundleS
 			key := e.Record.Key
 			conv := []byte(e.Messages)
 			if e.Base != 0 {
-				cur, ok := current[key]
-				if !ok || cur.version != e.Base {
+				n := len(derived)
+				if n == 0 || derived[n-1].Key != key || derived[n-1].Versions[len(derived[n-1].Versions)-1] != e.Base {
 					return sum, bad("entry %q: version %d of %s extends version %d, which is not the entry before it", hdr.Name, e.Record.Version, key, e.Base)
 				}
 				if len(conv) < 2 || conv[0] != '[' {
 					return sum, bad("entry %q: messages are not a JSON array", hdr.Name)
 				}
 				if len(conv) == 2 {
-					conv = cur.conv
+					conv = prev
 				} else {
-					conv = append(append(bytes.Clone(cur.conv[:len(cur.conv)-1]), ','), conv[1:]...)
+					conv = append(append(bytes.Clone(prev[:len(prev)-1]), ','), conv[1:]...)
 				}
 			}
 			if got := wire.Hash(conv); got != e.Record.Hash {
 				return sum, bad("entry %q: version %d of %s hashes to %s, its record says %s", hdr.Name, e.Record.Version, key, got, e.Record.Hash)
 			}
-			// A session's entries are consecutive: only the one being read is kept in memory.
-			for k := range current {
-				if k != key {
-					delete(current, k)
-				}
-			}
-			current[key] = struct {
-				version uint64
-				conv    []byte
-			}{e.Record.Version, conv}
+			prev = conv // a session's entries are consecutive: only the last conversation is kept
 			if n := len(derived); n == 0 || derived[n-1].Key != key {
 				derived = append(derived, BundleSession{Key: key})
 			}

@@ -72,7 +72,7 @@ func (c *Client) Acquire(ctx context.Context, key Key, opts ...LeaseOption) (*Le
 	if err := c.call(ctx, wire.APISubject(key.Namespace, wire.OpLease), req, &info); err != nil {
 		return nil, err
 	}
-	l := &Lease{c: c, key: key, ttl: o.ttl, info: info, stop: make(chan struct{}), lost: make(chan struct{})}
+	l := newLease(c, key, o.ttl, info)
 	if !o.noRenew {
 		l.renewing.Add(1)
 		go l.keepAlive()
@@ -237,5 +237,9 @@ func (l *Lease) markLost(err error) {
 // epoch: to save under it, renew it for ttl, or release it. It does not renew by itself.
 func (c *Client) Held(key Key, epoch uint64, ttl time.Duration) *Lease {
 	k := key.WithDefaults()
-	return &Lease{c: c, key: k, ttl: ttl, info: LeaseInfo{Key: k, Epoch: epoch}, stop: make(chan struct{}), lost: make(chan struct{})}
+	return newLease(c, k, ttl, LeaseInfo{Key: k, Epoch: epoch})
+}
+
+func newLease(c *Client, key Key, ttl time.Duration, info LeaseInfo) *Lease {
+	return &Lease{c: c, key: key, ttl: ttl, info: info, stop: make(chan struct{}), lost: make(chan struct{})}
 }

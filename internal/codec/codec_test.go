@@ -289,7 +289,7 @@ func TestStreamedBlobs(t *testing.T) {
 	got, err := AppendBlob(dst, bytes.NewReader(blob.Bytes()), int64(len(raw)))
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(raw, got[1:]))
-	require.Equal(t, &dst[:1][0], &got[:1][0], "decoded in place: no second buffer")
+	require.Same(t, &dst[:1][0], &got[:1][0], "decoded in place: no second buffer")
 
 	_, err = AppendBlob(nil, bytes.NewReader(blob.Bytes()), int64(len(raw))-1)
 	require.ErrorIs(t, err, ErrTooLarge, "never more than the reference says")

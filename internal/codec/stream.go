@@ -1,7 +1,6 @@
 package codec
 
 import (
-	"errors"
 	"io"
 	"sync"
 
@@ -91,11 +90,7 @@ func DecompressZstdFrom(r io.Reader, sizeHint, maxSize int64) ([]byte, error) {
 
 // ReadLimited reads r to its end, refusing more than maxSize bytes; sizeHint sizes the result.
 func ReadLimited(r io.Reader, sizeHint, maxSize int64) ([]byte, error) {
-	out, err := appendFrom(make([]byte, 0, min(max(sizeHint, 0), maxSize)+1), r, maxSize)
-	if errors.Is(err, ErrMalformed) {
-		return out, payloadError(ErrMalformed, -1, "reading the body: %v", err)
-	}
-	return out, err
+	return appendFrom(make([]byte, 0, min(max(sizeHint, 0), maxSize)+1), r, maxSize)
 }
 
 // FrameContentSize returns the decompressed size a zstd frame's header declares (-1 if it does not).
@@ -135,7 +130,7 @@ func appendFrom(dst []byte, r io.Reader, maxSize int64) ([]byte, error) {
 				return dst, tooLarge(len(dst)-start, maxSize)
 			}
 			if err != nil {
-				return dst, payloadError(ErrMalformed, -1, "zstd: %v", err)
+				return dst, payloadError(ErrMalformed, -1, "reading: %v", err)
 			}
 			if n == 0 {
 				continue
@@ -147,7 +142,7 @@ func appendFrom(dst []byte, r io.Reader, maxSize int64) ([]byte, error) {
 				return dst, tooLarge(len(dst)-start, maxSize)
 			}
 			if err != nil {
-				return dst, payloadError(ErrMalformed, -1, "zstd: %v", err)
+				return dst, payloadError(ErrMalformed, -1, "reading: %v", err)
 			}
 		}
 		if err := tooLarge(len(dst)-start, maxSize); err != nil {

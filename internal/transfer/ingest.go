@@ -168,7 +168,7 @@ func (in *ingester) handle(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	if chunks > 0 || msg.Headers().Get(wire.HdrChunks) != "" { // settled, accepted or refused
+	if msg.Headers().Get(wire.HdrChunks) != "" { // settled, accepted or refused: its chunks can go
 		subj := wire.ChunkSubject(key.Namespace, saveID)
 		if err := in.st.chunks.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
 			in.log.Warn("ingest: could not remove settled chunks; they expire with the stream's max age", "subject", subj, "err", err)

@@ -66,14 +66,11 @@ func (s *service) seal(ctx context.Context, ns string, body []byte) (reply, erro
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
-	key, err := sessionKey(ns, req.SessionRequest)
-	if err != nil {
-		return reply{}, err
-	}
 	if req.MovedTo == "" {
 		return reply{}, fmt.Errorf("%w: seal needs movedTo, where the session went", errBadRequest)
 	}
-	if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
+	key, err := s.settledKey(ctx, ns, req.SessionRequest)
+	if err != nil {
 		return reply{}, err
 	}
 	v, err := snapshot.Seal(ctx, s.store, key, req.Expected, req.MovedTo, time.Now())
@@ -90,11 +87,8 @@ func (s *service) remove(ctx context.Context, ns string, body []byte) (reply, er
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
-	key, err := sessionKey(ns, req.SessionRequest)
+	key, err := s.settledKey(ctx, ns, req.SessionRequest)
 	if err != nil {
-		return reply{}, err
-	}
-	if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
 		return reply{}, err
 	}
 	v, err := snapshot.Delete(ctx, s.store, key, req.Expected)

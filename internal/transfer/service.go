@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -152,6 +153,16 @@ func sessionKey(ns string, r wire.SessionRequest) (wire.Key, error) {
 	return k, k.Validate()
 }
 
+// settledKey is sessionKey once every save queued for the session before the request is settled
+// (read-your-writes, and no operation overtaking a save acknowledged before it).
+func (s *service) settledKey(ctx context.Context, ns string, r wire.SessionRequest) (wire.Key, error) {
+	key, err := sessionKey(ns, r)
+	if err != nil {
+		return key, err
+	}
+	return key, s.awaitIngest(ctx, wire.IngestSubject(key))
+}
+
 // awaitIngest gives read-your-writes: a save whose publish was acknowledged is in CP_INGEST until it
 // is settled, so a read waits until every save queued for the session (or the namespace) before
 // the read began is settled. Saves queued after it do not hold it up: a writer that never pauses
@@ -232,22 +243,36 @@ func (s *service) list(ctx context.Context, ns string, body []byte) (reply, erro
 		return reply{}, fmt.Errorf("%w: negative offset", errBadRequest)
 	}
 	heads = heads[min(req.Offset, len(heads)):]
-	n := fitting(heads, s.maxReply())
-	return jsonReply(wire.ListReply{Sessions: nonNil(heads[:n]), More: n < len(heads)})
+	return page("sessions", heads, s.maxReply()) // a wire.ListReply
 }
 
-// fitting returns how many of items, JSON-encoded as an array, fit in max bytes (at least one, so
-// that paging always moves on; a single item is far smaller than any max payload).
-func fitting[T any](items []T, max int64) int {
-	size := int64(64) // the envelope
-	for i, it := range items {
-		b, _ := json.Marshal(it)
-		size += int64(len(b)) + 1
-		if size > max && i > 0 {
-			return i
+// page encodes {"<field>": [items...], "more": true} with as many items as fit in max bytes (at least
+// one, so that paging always moves on; one item is far smaller than any max payload), each item
+// encoded once.
+func page[T any](field string, items []T, max int64) (reply, error) {
+	var b bytes.Buffer
+	b.WriteString(`{"` + field + `":[`)
+	n := 0
+	for _, it := range items {
+		enc, err := json.Marshal(it)
+		if err != nil {
+			return reply{}, err
 		}
+		if n > 0 && int64(b.Len()+len(enc))+32 > max {
+			break
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(enc)
+		n++
 	}
-	return len(items)
+	b.WriteByte(']')
+	if n < len(items) {
+		b.WriteString(`,"more":true`)
+	}
+	b.WriteByte('}')
+	return reply{data: b.Bytes()}, nil
 }
 
 func (s *service) history(ctx context.Context, ns string, body []byte) (reply, error) {
@@ -255,11 +280,8 @@ func (s *service) history(ctx context.Context, ns string, body []byte) (reply, e
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
-	key, err := sessionKey(ns, req.SessionRequest)
+	key, err := s.settledKey(ctx, ns, req.SessionRequest)
 	if err != nil {
-		return reply{}, err
-	}
-	if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
 		return reply{}, err
 	}
 	versions, err := snapshot.History(ctx, s.store, key)
@@ -268,8 +290,7 @@ func (s *service) history(ctx context.Context, ns string, body []byte) (reply, e
 	}
 	i, _ := slices.BinarySearchFunc(versions, req.After+1, func(v wire.Version, n uint64) int { return cmp.Compare(v.Version, n) })
 	versions = versions[i:]
-	n := fitting(versions, s.maxReply())
-	return jsonReply(wire.HistoryReply{Versions: nonNil(versions[:n]), More: n < len(versions)})
+	return page("versions", versions, s.maxReply()) // a wire.HistoryReply
 }
 
 func (s *service) get(ctx context.Context, ns string, body []byte) (reply, error) {
@@ -287,11 +308,8 @@ func (s *service) get(ctx context.Context, ns string, body []byte) (reply, error
 // version finds one version after any queued saves of its session are settled, and refuses a
 // record in a format this daemon does not know.
 func (s *service) version(ctx context.Context, ns string, r wire.SessionRequest, n uint64) (wire.Version, error) {
-	key, err := sessionKey(ns, r)
+	key, err := s.settledKey(ctx, ns, r)
 	if err != nil {
-		return wire.Version{}, err
-	}
-	if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
 		return wire.Version{}, err
 	}
 	v, err := snapshot.GetVersion(ctx, s.store, key, n, s.cache)
@@ -407,11 +425,8 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 	}
 	var heads []snapshot.Head
 	if req.Session != "" {
-		key, err := sessionKey(ns, wire.SessionRequest{Session: req.Session, Agent: req.Agent})
+		key, err := s.settledKey(ctx, ns, wire.SessionRequest{Session: req.Session, Agent: req.Agent})
 		if err != nil {
-			return reply{}, err
-		}
-		if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
 			return reply{}, err
 		}
 		h, _, err := s.store.Head(ctx, key)
@@ -467,11 +482,4 @@ func notFound(err error, key wire.Key, n uint64) error {
 		return fmt.Errorf("session %s: %w", key, err)
 	}
 	return fmt.Errorf("session %s: version %d: %w", key, n, err)
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }
