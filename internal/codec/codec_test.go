@@ -305,3 +305,22 @@ func TestStreamedBlobs(t *testing.T) {
 	_, err = DecompressZstdFrom(bytes.NewReader(z), -1, 1000)
 	require.ErrorIs(t, err, ErrTooLarge, "a bomb costs at most the limit")
 }
+
+func TestLargeStrings_FindsWholeStringsOnly(t *testing.T) {
+	big := strings.Repeat(`ab\"c\\`, 10) // escaped quotes and a backslash before a quote
+	key := strings.Repeat("k", 40)       // a long object key counts too
+	short := `x\"y`                      // below the limit
+	raw := []byte(`{"role":"user","content":"` + big + `","n":[1,"` + short + `",{"` + key + `":true}]},{"s":"` + big + `"}`)
+	spans := LargeStrings(raw, 30)
+	require.Len(t, spans, 3)
+	var got []string
+	for _, s := range spans {
+		var v string
+		require.NoError(t, json.Unmarshal(raw[s[0]:s[1]], &v), "a span is one whole JSON string")
+		got = append(got, v)
+	}
+	unescaped := strings.Repeat(`ab"c\`, 10)
+	require.Equal(t, []string{unescaped, key, unescaped}, got)
+	require.Empty(t, LargeStrings(raw, 1<<20))
+	require.Len(t, LargeStrings(raw, 2), 9, "every string, keys included")
+}

@@ -108,3 +108,23 @@ func SplitCanonical(raw []byte) [][]byte {
 	}
 	return out
 }
+
+// LargeStrings returns where the JSON strings of canonical raw that are at least min bytes long
+// (quotes included) are, as [start, end) offsets, in order. Object keys count as strings too: what
+// is returned is only ever cut out and put back byte for byte.
+func LargeStrings(raw []byte, min int) [][2]int {
+	var out [][2]int
+	for i := 0; i < len(raw); {
+		q := bytes.IndexByte(raw[i:], '"') // outside strings, canonical JSON has no other quote
+		if q < 0 {
+			break
+		}
+		start := i + q
+		end := skipString(raw, start)
+		if end-start >= min {
+			out = append(out, [2]int{start, end})
+		}
+		i = end
+	}
+	return out
+}

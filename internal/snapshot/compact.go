@@ -51,42 +51,55 @@ func Compact(ctx context.Context, st Store, key wire.Key, full bool) (Compacted,
 	if !full {
 		from = mergeFrom(head.Layout.Extents)
 	}
-	extents, merged, wrote, err := mergeRun(ctx, st, key, head.Layout.Extents, from)
+	m, err := mergeRun(ctx, st, key, head.Layout.Extents, from)
 	if err != nil {
 		return Compacted{}, err
 	}
 	next := head
-	next.Layout.Extents = extents
-	if err := st.SwapHead(ctx, next, rev); err != nil {
-		discard(ctx, st, key, written(head.Layout, next.Layout))
+	next.Layout.Extents = m.extents
+	err = commit{until: m.until}.inTime()
+	if err == nil {
+		err = st.SwapHead(ctx, next, rev)
+	}
+	if err != nil {
+		discard(ctx, st, key, []SegmentRef{m.ref})
 		return Compacted{}, err
 	}
-	res := Compacted{Merged: len(merged), WroteBytes: wrote}
-	res.Deleted, res.FreedBytes, err = deleteUnreferenced(ctx, st, next, merged)
+	res := Compacted{Merged: len(m.run), WroteBytes: m.wrote}
+	res.Deleted, res.FreedBytes, err = deleteUnreferenced(ctx, st, next, m.run)
 	return res, err
 }
 
-// mergeRun merges ext[from:] into one new segment and returns the new extents and the merged ones.
-func mergeRun(ctx context.Context, st Store, key wire.Key, ext []Extent, from int) ([]Extent, []Extent, int64, error) {
+// merged is what mergeRun did.
+type merged struct {
+	extents []Extent   // the layout's new extents
+	run     []Extent   // the extents merged away
+	ref     SegmentRef // the new segment
+	wrote   int64      // its stored bytes (with those of any value stored anew)
+	until   time.Time  // commit before then (see commit.until)
+}
+
+// mergeRun merges ext[from:] into one new segment.
+func mergeRun(ctx context.Context, st Store, key wire.Key, ext []Extent, from int) (merged, error) {
 	run := ext[from:]
 	var msgs [][]byte
 	for _, e := range run {
 		raw, err := readSegment(ctx, st, key, e.Segment, nil)
 		if err != nil {
-			return nil, nil, 0, err
+			return merged{}, err
 		}
 		all := codec.SplitCanonical(raw)
 		if len(all) != e.Segment.Messages {
-			return nil, nil, 0, fmt.Errorf("%w: segment %s holds %d messages, its reference says %d", ErrCorrupt, e.Segment.ID, len(all), e.Segment.Messages)
+			return merged{}, fmt.Errorf("%w: segment %s holds %d messages, its reference says %d", ErrCorrupt, e.Segment.ID, len(all), e.Segment.Messages)
 		}
 		msgs = append(msgs, all[:e.Count]...)
 	}
-	ref, wrote, err := putSegment(ctx, st, key, join(msgs), len(msgs))
+	ref, wrote, until, err := putMessages(ctx, st, key, join(msgs), len(msgs))
 	if err != nil {
-		return nil, nil, 0, err
+		return merged{}, err
 	}
 	out := append(append([]Extent(nil), ext[:from]...), Extent{Segment: ref, Count: len(msgs), RawBytes: ref.RawBytes})
-	return out, run, wrote, nil
+	return merged{extents: out, run: run, ref: ref, wrote: wrote, until: until}, nil
 }
 
 // deleteUnreferenced deletes the segments of merged that no layout of h's session refers to any

@@ -22,11 +22,14 @@ import (
 
 // SegmentRef names a stored segment.
 type SegmentRef struct {
-	ID          string `json:"id"` // hex SHA-256 of the raw bytes
+	ID          string `json:"id"` // random, fresh for every segment written
 	Chunks      int    `json:"chunks"`
 	Messages    int    `json:"messages"`
-	RawBytes    int64  `json:"rawBytes"`
+	RawBytes    int64  `json:"rawBytes"` // with its values
 	StoredBytes int64  `json:"storedBytes"`
+	// Values are the large strings cut out of the segment and stored once per namespace
+	// (values.go); its blob holds the rest.
+	Values []ValueRef `json:"values,omitempty"`
 }
 
 // Extent is the first Count messages of a segment; RawBytes is their length, commas included.

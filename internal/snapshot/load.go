@@ -112,10 +112,10 @@ func assemble(ctx context.Context, st Store, l Layout, n int, rawBytes int64, ca
 		if have > 0 {
 			out = append(out, ',')
 		}
-		if take == e.Segment.Messages && e.Segment.RawBytes >= StreamBytes {
+		if take == e.Segment.Messages && (e.Segment.RawBytes >= StreamBytes || len(e.Segment.Values) > 0) {
 			// Large and whole: decode it straight into out, piece by piece, past the cache.
 			var err error
-			if out, err = appendSegment(ctx, st, l.Key, e.Segment, out); err != nil {
+			if out, err = appendRaw(ctx, st, l.Key, e.Segment, out); err != nil {
 				return nil, err
 			}
 			have += take
@@ -172,21 +172,61 @@ func readMessages(ctx context.Context, st Store, l Layout, n int) ([][]byte, err
 
 // readSegment returns a segment's raw bytes, decoded no further than its reference allows.
 func readSegment(ctx context.Context, st Store, key wire.Key, ref SegmentRef, cache SegmentCache) ([]byte, error) {
-	load := func() ([]byte, error) {
-		blob, err := st.GetSegment(ctx, key, ref)
-		if err != nil {
-			return nil, err
-		}
-		return codec.DecodeBlob(blob, ref.RawBytes)
-	}
+	load := func() ([]byte, error) { return appendRaw(ctx, st, key, ref, nil) }
 	if cache == nil {
 		return load()
 	}
 	return cache.GetOrLoad(wire.EncodeID(key.Namespace)+"/"+ref.ID, load)
 }
 
-// appendSegment decodes a whole segment onto out, reading its blob a piece at a time.
-func appendSegment(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out []byte) ([]byte, error) {
+// appendRaw appends the raw bytes of a segment of messages to out: its blob, with its values put
+// back where they were.
+func appendRaw(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out []byte) ([]byte, error) {
+	if len(ref.Values) == 0 {
+		return appendBlob(ctx, st, key, ref, out)
+	}
+	blob := ref
+	blob.RawBytes -= valueBytes(ref.Values)
+	stripped, err := appendBlob(ctx, st, key, blob, nil)
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = make([]byte, 0, ref.RawBytes)
+	}
+	start, at, cut := len(out), int64(0), int64(0)
+	for _, v := range ref.Values {
+		end := v.At - cut // where the value was, in the stripped bytes
+		if end < at || end > int64(len(stripped)) {
+			return nil, fmt.Errorf("%w: segment %s: value %s is out of place", ErrCorrupt, ref.ID, v.ID)
+		}
+		out = append(out, stripped[at:end]...)
+		if out, err = appendValue(ctx, st, key.Namespace, v, out); err != nil {
+			return nil, err
+		}
+		at, cut = end, cut+v.RawBytes
+	}
+	out = append(out, stripped[at:]...)
+	if got := int64(len(out) - start); got != ref.RawBytes {
+		return nil, fmt.Errorf("%w: segment %s reads back as %d bytes, its reference says %d", ErrCorrupt, ref.ID, got, ref.RawBytes)
+	}
+	return out, nil
+}
+
+// appendBlob decodes the blob of a segment, ref.RawBytes long, onto out: a small blob whole, a
+// large one a piece at a time.
+func appendBlob(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out []byte) ([]byte, error) {
+	if ref.RawBytes < StreamBytes {
+		blob, err := st.GetSegment(ctx, key, ref)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := codec.DecodeBlob(blob, ref.RawBytes)
+		if err != nil || out == nil {
+			return raw, err
+		}
+		return append(out, raw...), nil
+	}
 	r := &errReader{r: st.OpenSegment(ctx, key, ref)}
 	start := len(out)
 	out, err := codec.AppendBlob(out, r, ref.RawBytes)

@@ -142,17 +142,21 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		if err != nil {
 			return Saved{}, err
 		}
-		next, merged, wrote, err := commitPlan(ctx, st, head, found, req, p)
+		c, err := commitPlan(ctx, st, head, found, req, p)
+		next := c.next
 		if err == nil && req.Import != nil {
 			err = asImported(&next, found, *req.Import)
 		}
+		if err == nil {
+			err = c.inTime()
+		}
 		if err != nil {
-			discard(ctx, st, req.Key, wrote)
+			discard(ctx, st, req.Key, c.wrote)
 			return Saved{}, err
 		}
 		if err := st.SwapHead(ctx, next, rev); err != nil {
 			// Nothing refers to what this attempt wrote: remove it, then look at the new head.
-			discard(ctx, st, req.Key, wrote)
+			discard(ctx, st, req.Key, c.wrote)
 			if errors.Is(err, ErrRevisionMismatch) {
 				continue // another writer committed first
 			}
@@ -161,9 +165,9 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		// The version is committed. Should indexing fail, the next save repairs it and reads of the
 		// head don't need it, so the save still succeeded.
 		_ = st.PutVersion(ctx, next.Version)
-		if len(merged) > 0 {
+		if len(c.merged) > 0 {
 			// Best effort: a segment left behind is garbage, never a wrong answer.
-			_, _, _ = deleteUnreferenced(ctx, st, next, merged)
+			_, _, _ = deleteUnreferenced(ctx, st, next, c.merged)
 		}
 		return Saved{Head: next}, nil
 	}
@@ -323,22 +327,6 @@ func commonPrefix(ctx context.Context, st Store, head Head, msgs []json.RawMessa
 	return k, nil
 }
 
-// written returns the segments of next that before does not have: what one attempt wrote.
-func written(before, next Layout) []SegmentRef {
-	had := map[string]bool{}
-	for _, e := range before.Extents {
-		had[e.Segment.ID] = true
-	}
-	var out []SegmentRef
-	for _, e := range next.Extents {
-		if !had[e.Segment.ID] {
-			out = append(out, e.Segment)
-			had[e.Segment.ID] = true
-		}
-	}
-	return out
-}
-
 // discard deletes segments an operation wrote but failed to commit. Segment ids are unique per
 // write, so nothing else can refer to them. Failing here leaves garbage, never a wrong answer.
 func discard(ctx context.Context, st Store, key wire.Key, segs []SegmentRef) {
@@ -354,25 +342,52 @@ func emptyHead(key wire.Key) Head {
 	return Head{Version: wire.Version{Key: key, RawBytes: 2}, State: hs.marshal(), Layout: Layout{Key: key, Gen: 1}}
 }
 
-// commitPlan stores the plan's new segment and returns the head to swap in, the extents it merged
-// away (when the layout was at HardMaxExtents) to delete once the swap succeeded, and every
-// segment it wrote, to delete if it did not.
-func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRequest, p savePlan) (next Head, merged []Extent, wrote []SegmentRef, err error) {
+// commit is what commitPlan prepared.
+type commit struct {
+	next   Head         // the head to swap in
+	merged []Extent     // extents merged away (the layout was at HardMaxExtents): delete once swapped
+	wrote  []SegmentRef // every segment written: delete if the swap fails
+	until  time.Time    // the values it refers to are safe from the sweep until then (zero: none)
+}
+
+// ErrTooSlow refuses to commit a save or a merge that took so long the values it refers to may
+// have been swept meanwhile: try again.
+var ErrTooSlow = errors.New("took too long to commit")
+
+// inTime checks that the commit is still before its deadline.
+func (c commit) inTime() error {
+	if !c.until.IsZero() && time.Now().After(c.until) {
+		return fmt.Errorf("%w: its values were last confirmed at %s", ErrTooSlow, c.until.Add(-SweepGrace/2).Format(time.RFC3339))
+	}
+	return nil
+}
+
+// earliest returns the earlier of two deadlines, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// commitPlan stores the plan's new segment and prepares the head to swap in.
+func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRequest, p savePlan) (c commit, err error) {
 	// Start from the current head so that everything it carries (archives, older generations) is
 	// carried on; only what a save changes is set below.
-	next = head
+	c.next = head
+	next := &c.next
 	layout := Layout{Key: req.Key, Gen: max(head.Layout.Gen, 1)}
 	if p.rewrite {
 		// The head's generation stays readable for its versions; the new one starts from the
 		// unchanged prefix.
 		if err := st.PutLayout(ctx, head.Layout); err != nil {
-			return Head{}, nil, wrote, err
+			return c, err
 		}
 		next.OldGens = append(append([]uint64(nil), head.OldGens...), head.Layout.Gen)
 		layout.Gen = head.Layout.Gen + 1
 		kept, err := prefixExtents(head.Layout, p.keep, segmentReader(ctx, st, req.Key))
 		if err != nil {
-			return Head{}, nil, wrote, err
+			return c, err
 		}
 		layout.Extents = kept
 	} else if found {
@@ -380,12 +395,13 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 	}
 	var added int64
 	if len(p.tail) > 0 {
-		ref, n, err := putSegment(ctx, st, req.Key, p.tailRaw, len(p.tail))
+		ref, n, until, err := putMessages(ctx, st, req.Key, p.tailRaw, len(p.tail))
 		if err != nil {
-			return Head{}, nil, wrote, err
+			return c, err
 		}
-		wrote = append(wrote, ref)
+		c.wrote = append(c.wrote, ref)
 		added = n
+		c.until = until
 		layout.Extents = append(layout.Extents, Extent{Segment: ref, Count: len(p.tail), RawBytes: ref.RawBytes})
 	}
 
@@ -401,7 +417,7 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 	} else {
 		var err error
 		if hs, err = resumeHashState(head.State); err != nil {
-			return Head{}, nil, wrote, err
+			return c, err
 		}
 		rawBytes = head.RawBytes
 		for i, m := range p.tail {
@@ -424,33 +440,42 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 		RawBytes: rawBytes, StoredBytes: added, Counts: counts, Gen: layout.Gen, ForkOf: req.ForkOf,
 	}
 	if len(layout.Extents) > HardMaxExtents {
-		if layout.Extents, merged, _, err = mergeRun(ctx, st, req.Key, layout.Extents, mergeFrom(layout.Extents)); err != nil {
-			return Head{}, nil, wrote, err
+		m, err := mergeRun(ctx, st, req.Key, layout.Extents, mergeFrom(layout.Extents))
+		if err != nil {
+			return c, err
 		}
-		wrote = append(wrote, layout.Extents[len(layout.Extents)-1].Segment)
+		layout.Extents, c.merged, c.until = m.extents, m.run, earliest(c.until, m.until)
+		c.wrote = append(c.wrote, m.ref)
 	}
 	next.State = hs.marshal()
 	next.Layout = layout
-	return next, merged, wrote, nil
+	return c, nil
 }
 
 // putSegment stores raw as a new segment and returns its reference and the bytes it added. Every
 // segment gets a fresh id, never shared by two writes: so a segment that compaction merged away can
 // only be referred to by heads the compaction's swap already replaced, and deleting it is safe.
 func putSegment(ctx context.Context, st Store, key wire.Key, raw []byte, messages int) (SegmentRef, int64, error) {
+	ref, err := putBlob(ctx, st, key, newSegmentID(), raw)
+	ref.Messages = messages
+	return ref, ref.StoredBytes, err
+}
+
+// newSegmentID returns a fresh random segment id.
+func newSegmentID() string {
 	var id [16]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return SegmentRef{}, 0, err
-	}
-	ref := SegmentRef{ID: hex.EncodeToString(id[:]), Messages: messages, RawBytes: int64(len(raw))}
+	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(id[:])
+}
+
+// putBlob stores raw's blob as segment id of key; its reference has RawBytes, Chunks and
+// StoredBytes filled in.
+func putBlob(ctx context.Context, st Store, key wire.Key, id string, raw []byte) (SegmentRef, error) {
 	if len(raw) >= StreamBytes {
-		ref, err := putSegmentStreaming(ctx, st, key, ref, raw)
-		return ref, ref.StoredBytes, err
+		return putBlobFrom(ctx, st, key, id, bytes.NewReader(raw), int64(len(raw)))
 	}
 	blob := codec.EncodeBlob(raw)
-	ref.StoredBytes = int64(len(blob))
-	ref, err := st.PutSegment(ctx, key, ref, blob)
-	return ref, ref.StoredBytes, err
+	return st.PutSegment(ctx, key, SegmentRef{ID: id, RawBytes: int64(len(raw)), StoredBytes: int64(len(blob))}, blob)
 }
 
 // StreamBytes is the segment size from which segments are compressed and stored, and read back and
@@ -458,15 +483,24 @@ func putSegment(ctx context.Context, st Store, key wire.Key, raw []byte, message
 // the conversation it assembles.
 const StreamBytes = 4 << 20
 
-// putSegmentStreaming compresses raw into the store as it goes, through a pipe.
-func putSegmentStreaming(ctx context.Context, st Store, key wire.Key, ref SegmentRef, raw []byte) (SegmentRef, error) {
+// putBlobFrom stores the blob of the size bytes r reads as segment id of key: from StreamBytes on,
+// compressed into the store as it goes, through a pipe.
+func putBlobFrom(ctx context.Context, st Store, key wire.Key, id string, r io.Reader, size int64) (SegmentRef, error) {
+	ref := SegmentRef{ID: id, RawBytes: size}
+	if size < StreamBytes {
+		raw := make([]byte, size)
+		if _, err := io.ReadFull(r, raw); err != nil {
+			return SegmentRef{}, err
+		}
+		return putBlob(ctx, st, key, id, raw)
+	}
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		bw, err := codec.NewBlobWriter(pw)
 		if err == nil {
-			_, err = bw.Write(raw)
+			_, err = io.Copy(bw, r)
 			if cerr := bw.Close(); err == nil {
 				err = cerr
 			}

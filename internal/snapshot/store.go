@@ -63,6 +63,19 @@ type Store interface {
 	// DeleteSegment removes a segment no layout refers to any more.
 	DeleteSegment(ctx context.Context, key wire.Key, ref SegmentRef) error
 
+	// ValueEntry returns the entry of value id of namespace ns and the revision to pass to
+	// SwapValueEntry, or ErrNotFound.
+	ValueEntry(ctx context.Context, ns, id string) (ValueEntry, uint64, error)
+	// SwapValueEntry writes e if its entry is still at revision rev (0: none yet) and returns the
+	// new revision, or ErrRevisionMismatch.
+	SwapValueEntry(ctx context.Context, e ValueEntry, rev uint64) (uint64, error)
+	// DeleteValueEntry removes the entry of value id of namespace ns if it is still at revision
+	// rev, or returns ErrRevisionMismatch.
+	DeleteValueEntry(ctx context.Context, ns, id string, rev uint64) error
+	// ValueEntries returns the value entries of namespace ns ("" for every namespace) and the
+	// revision of each.
+	ValueEntries(ctx context.Context, ns string) ([]ValueEntry, []uint64, error)
+
 	// DeleteSession removes the head of key if it is still at revision rev (else
 	// ErrRevisionMismatch), or replaces it with keep when that is set, then every version record,
 	// layout and segment stored under key.

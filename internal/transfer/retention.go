@@ -139,6 +139,33 @@ func (p *pruner) run(ctx context.Context) {
 			p.log.Info("housekeeping: removed segments a crashed save left behind", "session", h.Key, "segments", n)
 		}
 	}
+	p.sweepValues(ctx, heads, before)
+}
+
+// sweepValues deletes the large values no session of their namespace refers to any more
+// (snapshot.SweepValues), in every namespace that has sessions or values.
+func (p *pruner) sweepValues(ctx context.Context, heads []snapshot.Head, before time.Time) {
+	entries, _, err := p.store.ValueEntries(ctx, "")
+	if err != nil {
+		p.log.Warn("housekeeping: listing values failed; trying again next round", "err", err)
+		return
+	}
+	namespaces := map[string]bool{}
+	for _, h := range heads {
+		namespaces[h.Key.Namespace] = true
+	}
+	for _, e := range entries {
+		namespaces[e.Namespace] = true
+	}
+	for ns := range namespaces {
+		res, err := snapshot.SweepValues(ctx, p.store, ns, before)
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("housekeeping: sweeping unused values failed; trying again next round", "namespace", ns, "err", err)
+		}
+		if res.Deleted > 0 || res.Orphans > 0 {
+			p.log.Info("housekeeping: removed values no session uses", "namespace", ns, "values", res.Deleted, "freed_bytes", res.FreedBytes, "orphans", res.Orphans)
+		}
+	}
 }
 
 func (p *pruner) stop() {

@@ -541,3 +541,149 @@ func TestStorage_SweepRemovesOnlyOrphans(t *testing.T) {
 		require.NoError(t, err, "version %d still restores", v.Version)
 	}
 }
+
+// imageMessage is a tool result carrying one inline image, as agents send screenshots.
+func imageMessage(id string, img []byte) string {
+	return fmt.Sprintf(`{"role":"toolResult","toolCallId":"%s","content":[{"type":"image","data":"%s","mimeType":"image/png"}]}`, id, base64.StdEncoding.EncodeToString(img))
+}
+
+func valueEntries(t testing.TB, env *testenv.Env, ns string) []snapshot.ValueEntry {
+	es, _, err := env.Daemon.Store.ValueEntries(context.Background(), ns)
+	require.NoError(t, err)
+	return es
+}
+
+// The same image in several sessions of a namespace, or twice in one conversation, is stored once;
+// another namespace stores its own copy; the sweep deletes it only once no session refers to it.
+func TestStorage_LargeValuesStoredOncePerNamespace(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.SegmentGrace = 0 })
+	ctx := ctxT(t)
+	img := make([]byte, 1<<20)
+	_, _ = rand.Read(img)
+	other := make([]byte, 100<<10)
+	_, _ = rand.Read(other)
+	a := checkpoint.Key{Namespace: "team", Session: "a"}
+	b := checkpoint.Key{Namespace: "team", Session: "b"}
+	c := checkpoint.Key{Namespace: "elsewhere", Session: "c"}
+	convA := []byte(`[{"role":"user","content":"what is on screen?"},` + imageMessage("s1", img) + `]`)
+	convB := []byte(`[{"role":"user","content":"and here, é ü 😀?"},` + imageMessage("s1", img) + `,` + imageMessage("s2", other) + `,` + imageMessage("s3", img) + `]`)
+
+	va, err := env.Client.Save(ctx, a, convA)
+	require.NoError(t, err)
+	require.Greater(t, va.StoredBytes, int64(1<<20), "the first copy is stored")
+	vb, err := env.Client.Save(ctx, b, convB)
+	require.NoError(t, err)
+	require.Less(t, vb.StoredBytes, int64(140<<10), "the image again is not stored again, only the new one")
+	vc, err := env.Client.Save(ctx, c, convA)
+	require.NoError(t, err)
+	require.Greater(t, vc.StoredBytes, int64(1<<20), "another namespace keeps its own copy")
+	require.Len(t, valueEntries(t, env, "team"), 2)
+	require.Len(t, valueEntries(t, env, "elsewhere"), 1)
+
+	forked, err := env.Client.Fork(ctx, b, vb.Version, checkpoint.Key{Namespace: "team", Session: "b-fork"})
+	require.NoError(t, err)
+	require.Less(t, forked.StoredBytes, int64(4<<10), "a fork stores its images by reference")
+	for key, want := range map[checkpoint.Key][]byte{a: convA, b: convB, c: convA, {Namespace: "team", Session: "b-fork"}: convB} {
+		got, _, err := env.Client.Restore(ctx, key, 0)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(want, got), "%v restores byte for byte", key)
+	}
+
+	sweep := func(ns string) snapshot.ValueSweep {
+		res, err := snapshot.SweepValues(ctx, env.Daemon.Store, ns, time.Now().Add(time.Hour)) // as if an hour had passed
+		require.NoError(t, err)
+		return res
+	}
+	_, err = env.Client.Delete(ctx, a, nil)
+	require.NoError(t, err)
+	require.Zero(t, sweep("team").Deleted, "b and its fork still use both images")
+	got, _, err := env.Client.Restore(ctx, b, 0)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(convB, got))
+
+	// A value used recently is kept even with nothing referring to it: a save may be about to.
+	_, err = env.Client.Delete(ctx, c, nil)
+	require.NoError(t, err)
+	res, err := snapshot.SweepValues(ctx, env.Daemon.Store, "elsewhere", time.Now().Add(-snapshot.SweepGrace))
+	require.NoError(t, err)
+	require.Zero(t, res.Deleted, "used a moment ago")
+	require.Equal(t, 1, sweep("elsewhere").Deleted)
+	require.Empty(t, valueEntries(t, env, "elsewhere"))
+
+	for _, k := range []checkpoint.Key{b, {Namespace: "team", Session: "b-fork"}} {
+		_, err = env.Client.Delete(ctx, k, nil)
+		require.NoError(t, err)
+	}
+	res = sweep("team")
+	require.Equal(t, 2, res.Deleted)
+	require.Greater(t, res.FreedBytes, int64(1<<20))
+	require.Empty(t, valueEntries(t, env, "team"))
+	blobs, err := env.Daemon.Store.SegmentIDs(ctx, snapshot.ValuesKey("team"))
+	require.NoError(t, err)
+	require.Empty(t, blobs, "the blobs went with their entries")
+
+	// Stored again when a new session brings it back.
+	va, err = env.Client.Save(ctx, a, convA)
+	require.NoError(t, err)
+	require.Greater(t, va.StoredBytes, int64(1<<20))
+	got, _, err = env.Client.Restore(ctx, a, 0)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(convA, got))
+}
+
+// The sweep and saves race on a value's entry: a save that finds the value being deleted stores
+// it again under a new name, the sweep that was deleting it leaves the new one alone, and the blob
+// the loser left is swept as an orphan.
+func TestStorage_ValueSweepRacesSaves(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.SegmentGrace = 0 })
+	ctx := ctxT(t)
+	st := env.Daemon.Store
+	img := make([]byte, 200<<10)
+	_, _ = rand.Read(img)
+	conv := []byte(`[{"role":"user","content":"x"},` + imageMessage("s1", img) + `]`)
+	key := checkpoint.Key{Namespace: "race", Session: "s"}
+	_, err := env.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+	entries, revs, err := st.ValueEntries(ctx, "race")
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	first := entries[0]
+
+	// The session goes; the sweep claims the value (Deleting) and then, before it deletes, a new
+	// session saves the same image.
+	_, err = env.Client.Delete(ctx, key, nil)
+	require.NoError(t, err)
+	claimed := first
+	claimed.Deleting = true
+	_, err = st.SwapValueEntry(ctx, claimed, revs[0])
+	require.NoError(t, err)
+	key2 := checkpoint.Key{Namespace: "race", Session: "s2"}
+	v, err := env.Client.Save(ctx, key2, conv)
+	require.NoError(t, err)
+	require.Greater(t, v.StoredBytes, int64(200<<10), "stored again, not referred to while deleting")
+	now, _, err := st.ValueEntry(ctx, "race", first.ID)
+	require.NoError(t, err)
+	require.False(t, now.Deleting)
+	require.NotEqual(t, first.Name, now.Name, "under a new name")
+
+	// The old blob is now an orphan: swept once old enough; the new one stays.
+	res, err := snapshot.SweepValues(ctx, st, "race", time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, res.Deleted, "s2 uses the value")
+	require.Equal(t, 1, res.Orphans)
+	got, _, err := env.Client.Restore(ctx, key2, 0)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(conv, got))
+
+	// A save that touched the entry after the sweep read it wins: the sweep's swap fails.
+	_, err = env.Client.Delete(ctx, key2, nil)
+	require.NoError(t, err)
+	cur, rev, err := st.ValueEntry(ctx, "race", first.ID)
+	require.NoError(t, err)
+	cur.Used = time.Now()
+	_, err = st.SwapValueEntry(ctx, cur, rev)
+	require.NoError(t, err)
+	cur.Deleting = true
+	_, err = st.SwapValueEntry(ctx, cur, rev)
+	require.ErrorIs(t, err, snapshot.ErrRevisionMismatch, "the sweep's claim with the revision it read loses")
+}

@@ -27,12 +27,15 @@ import (
 //	cp_versions  <ns>.<session>.<agent>.<n>         → version record n (JSON), written once
 //	cp_layouts   <ns>.<session>.<agent>.<gen>       → the layout of an older generation (JSON)
 //	cp_segments  <ns>.<session>.<agent>.<id>.<i>    → piece i of a segment's blob
+//	cp_values    <ns>.<id>                          → a large value stored once per namespace (snapshot.ValueEntry)
+//
+// The blobs of a namespace's values are segments of the reserved key snapshot.ValuesKey(ns).
 //
 // Ids are encoded with wire.EncodeID, so no user string can change what a key means.
 type Store struct {
-	heads, versions, layouts, segments jetstream.KeyValue
-	segStream, verStream, layStream    jetstream.Stream // the streams under cp_segments, cp_versions and cp_layouts, for purging without markers
-	headStream                         jetstream.Stream
+	heads, versions, layouts, segments, values jetstream.KeyValue
+	segStream, verStream, layStream            jetstream.Stream // the streams under cp_segments, cp_versions and cp_layouts, for purging without markers
+	headStream, valStream                      jetstream.Stream
 	read                               reader // heads from the leader when replicated; see leaderget.go
 	chunkSize                          int
 
@@ -71,6 +74,7 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 		{&s.versions, wire.BucketVersion, "checkpointd: every version record"},
 		{&s.layouts, wire.BucketLayouts, "checkpointd: where the messages of older generations are"},
 		{&s.segments, wire.BucketSegment, "checkpointd: compressed runs of messages"},
+		{&s.values, wire.BucketValues, "checkpointd: large values stored once per namespace: where each is and when a save last used it"},
 	} {
 		kv, err := ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:      b.name,
@@ -96,6 +100,9 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 	}
 	if s.headStream, err = js.Stream(ctx, "KV_"+wire.BucketHeads); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", wire.BucketHeads, err)
+	}
+	if s.valStream, err = js.Stream(ctx, "KV_"+wire.BucketValues); err != nil {
+		return nil, fmt.Errorf("store: bucket %s: %w", wire.BucketValues, err)
 	}
 	return s, nil
 }
@@ -480,6 +487,87 @@ func (s *Store) DeleteSession(ctx context.Context, key wire.Key, rev uint64, kee
 		}
 	}
 	return nil
+}
+
+func valueKey(ns, id string) string { return wire.EncodeID(ns) + "." + id }
+
+// ValueEntry implements snapshot.Store; like a head, it is read from the leader when replicated.
+func (s *Store) ValueEntry(ctx context.Context, ns, id string) (snapshot.ValueEntry, uint64, error) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
+	var e snapshot.ValueEntry
+	if s.read.leader {
+		data, rev, err := s.leaderValue(ctx, s.valStream, wire.BucketValues, valueKey(ns, id))
+		if err != nil {
+			return e, 0, err
+		}
+		return e, rev, decode(data, &e)
+	}
+	kve, err := s.values.Get(ctx, valueKey(ns, id))
+	if err != nil {
+		return e, 0, mapKVErr(err)
+	}
+	return e, kve.Revision(), decode(kve.Value(), &e)
+}
+
+// SwapValueEntry implements snapshot.Store.
+func (s *Store) SwapValueEntry(ctx context.Context, e snapshot.ValueEntry, rev uint64) (uint64, error) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
+	data, err := json.Marshal(e)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		rev, err = s.values.Create(ctx, valueKey(e.Namespace, e.ID), data)
+	} else {
+		rev, err = s.values.Update(ctx, valueKey(e.Namespace, e.ID), data, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
+		return 0, snapshot.ErrRevisionMismatch
+	}
+	return rev, err
+}
+
+// DeleteValueEntry implements snapshot.Store.
+func (s *Store) DeleteValueEntry(ctx context.Context, ns, id string, rev uint64) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
+	err := s.values.Purge(ctx, valueKey(ns, id), jetstream.LastRevision(rev))
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
+		return snapshot.ErrRevisionMismatch
+	}
+	return mapKVErr(err)
+}
+
+// ValueEntries implements snapshot.Store.
+func (s *Store) ValueEntries(ctx context.Context, ns string) ([]snapshot.ValueEntry, []uint64, error) {
+	filter := ">"
+	if ns != "" {
+		filter = wire.EncodeID(ns) + ".*"
+	}
+	w, err := s.values.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, nil, err
+	}
+	defer w.Stop()
+	var entries []snapshot.ValueEntry
+	var revs []uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case kve := <-w.Updates():
+			if kve == nil {
+				return entries, revs, nil
+			}
+			var e snapshot.ValueEntry
+			if err := decode(kve.Value(), &e); err != nil {
+				return nil, nil, fmt.Errorf("key %s: %w", kve.Key(), err)
+			}
+			entries, revs = append(entries, e), append(revs, kve.Revision())
+		}
+	}
 }
 
 func isWrongLastSequence(err error) bool {

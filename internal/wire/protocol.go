@@ -62,6 +62,7 @@ const (
 	BucketVersion = "cp_versions"
 	BucketLayouts = "cp_layouts"
 	BucketSegment = "cp_segments"
+	BucketValues  = "cp_values"
 	ServiceName   = "checkpointd"
 )
 

@@ -1,0 +1,321 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// Large values are stored once per namespace.
+//
+// A JSON string of a message at least ValueMinBytes long (an inline image, a multi-MiB tool output)
+// is cut out of its segment and stored apart, named by the SHA-256 of its bytes: the same image in
+// twenty sessions of a namespace, or twice in one conversation, is stored once. The segment keeps
+// a ValueRef where the string was; reading puts the bytes back, so the raw bytes of a segment, and
+// every version's hash, are what they were.
+//
+// A value's entry (ValueEntry) says where its blob is and when a save last used it. Values are
+// collected by mark and sweep (SweepValues): a value no head or kept layout of its namespace
+// refers to and that no save used for SweepGrace is deleted. A save that uses a value makes sure
+// the entry's Used is recent (touching it with a compare-and-swap when it is not) and commits
+// within SweepGrace/2 of that, so the sweep never takes a value a save is about to refer to; the
+// sweep marks an entry Deleting with a compare-and-swap before deleting, so a save that touched it
+// meanwhile wins, and a save that finds an entry Deleting stores the value again under a new name.
+
+// ValueMinBytes is the length from which a JSON string (quotes included) is stored as a value.
+const ValueMinBytes = 32 << 10
+
+// ValueRef is a value cut out of a segment: At is where its bytes were in the segment's raw bytes.
+type ValueRef struct {
+	ID          string `json:"id"`   // hex SHA-256 of the value's bytes, quotes included
+	Name        string `json:"name"` // the segment id its blob is stored under
+	At          int64  `json:"at"`
+	RawBytes    int64  `json:"rawBytes"`
+	Chunks      int    `json:"chunks"`
+	StoredBytes int64  `json:"storedBytes"`
+}
+
+// ValueEntry is a stored value of a namespace.
+type ValueEntry struct {
+	Namespace   string    `json:"namespace"`
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	RawBytes    int64     `json:"rawBytes"`
+	Chunks      int       `json:"chunks"`
+	StoredBytes int64     `json:"storedBytes"`
+	Used        time.Time `json:"used"`               // when a save last referred to it
+	Deleting    bool      `json:"deleting,omitempty"` // the sweep is deleting it: never refer to it again
+}
+
+// ValuesKey is where the blobs of a namespace's values are stored, as segments: a key whose
+// session and agent are the byte 0xFF, which is not UTF-8, so no session can have it.
+func ValuesKey(namespace string) wire.Key {
+	return wire.Key{Namespace: namespace, Session: "\xff", Agent: "\xff"}
+}
+
+func (v ValueRef) segment() SegmentRef {
+	return SegmentRef{ID: v.Name, Chunks: v.Chunks, RawBytes: v.RawBytes, StoredBytes: v.StoredBytes}
+}
+
+// valueBytes is how many bytes of a segment's raw bytes its values hold.
+func valueBytes(vals []ValueRef) int64 {
+	var n int64
+	for _, v := range vals {
+		n += v.RawBytes
+	}
+	return n
+}
+
+// storedValues is what storing a segment's values did.
+type storedValues struct {
+	refs  []ValueRef
+	added int64     // stored bytes of the blobs written (values already stored cost nothing)
+	until time.Time // the values are safe from the sweep until then: commit before
+}
+
+// storeValues makes sure the values at spans of raw are stored in the namespace and safe from the
+// sweep, storing those that are not.
+func storeValues(ctx context.Context, st Store, ns string, raw []byte, spans [][2]int) (storedValues, error) {
+	out := storedValues{refs: make([]ValueRef, 0, len(spans))}
+	seen := map[string]ValueEntry{}
+	for _, sp := range spans {
+		val := raw[sp[0]:sp[1]]
+		sum := sha256.Sum256(val)
+		id := hex.EncodeToString(sum[:])
+		e, ok := seen[id]
+		if !ok {
+			var until time.Time
+			var added int64
+			var err error
+			if e, until, added, err = useValue(ctx, st, ns, id, val); err != nil {
+				return storedValues{}, err
+			}
+			seen[id] = e
+			out.added += added
+			if out.until.IsZero() || until.Before(out.until) {
+				out.until = until
+			}
+		}
+		out.refs = append(out.refs, ValueRef{ID: id, Name: e.Name, At: int64(sp[0]), RawBytes: e.RawBytes, Chunks: e.Chunks, StoredBytes: e.StoredBytes})
+	}
+	return out, nil
+}
+
+// maxValueAttempts bounds the compare-and-swap retries on one value's entry.
+const maxValueAttempts = 16
+
+// useValue returns the entry of value id, storing val first if the namespace does not have it, and
+// the time until which the sweep leaves it alone.
+func useValue(ctx context.Context, st Store, ns, id string, val []byte) (ValueEntry, time.Time, int64, error) {
+	for attempt := 0; attempt < maxValueAttempts; attempt++ {
+		now := time.Now()
+		e, rev, err := st.ValueEntry(ctx, ns, id)
+		if errors.Is(err, ErrNotFound) {
+			rev = 0
+		} else if err != nil {
+			return ValueEntry{}, time.Time{}, 0, err
+		}
+		if rev != 0 && !e.Deleting {
+			if e.RawBytes != int64(len(val)) {
+				return ValueEntry{}, time.Time{}, 0, fmt.Errorf("%w: value %s of namespace %q is %d bytes, its content is %d", ErrCorrupt, id, ns, e.RawBytes, len(val))
+			}
+			if now.Sub(e.Used) < SweepGrace/4 {
+				return e, e.Used.Add(SweepGrace / 2), 0, nil // recently used: safe without a write
+			}
+			e.Used = now
+			if _, err := st.SwapValueEntry(ctx, e, rev); errors.Is(err, ErrRevisionMismatch) {
+				continue
+			} else if err != nil {
+				return ValueEntry{}, time.Time{}, 0, err
+			}
+			return e, now.Add(SweepGrace / 2), 0, nil
+		}
+		// Not stored, or being deleted: store it under a new name and claim the entry.
+		ref, err := putBlob(ctx, st, ValuesKey(ns), newSegmentID(), val)
+		if err != nil {
+			return ValueEntry{}, time.Time{}, 0, err
+		}
+		ne := ValueEntry{Namespace: ns, ID: id, Name: ref.ID, RawBytes: int64(len(val)), Chunks: ref.Chunks, StoredBytes: ref.StoredBytes, Used: now}
+		if _, err := st.SwapValueEntry(ctx, ne, rev); err != nil {
+			_ = st.DeleteSegment(ctx, ValuesKey(ns), ref)
+			if errors.Is(err, ErrRevisionMismatch) {
+				continue // another save stored it first: use theirs
+			}
+			return ValueEntry{}, time.Time{}, 0, err
+		}
+		return ne, now.Add(SweepGrace / 2), ref.StoredBytes, nil
+	}
+	return ValueEntry{}, time.Time{}, 0, fmt.Errorf("%w: value %s of namespace %q kept changing", ErrBusy, id, ns)
+}
+
+// putMessages stores raw, canonical messages joined by commas, as a new segment, its large strings
+// as values; until is when the commit must have happened by (zero: no values).
+func putMessages(ctx context.Context, st Store, key wire.Key, raw []byte, messages int) (ref SegmentRef, added int64, until time.Time, err error) {
+	spans := codec.LargeStrings(raw, ValueMinBytes)
+	if len(spans) == 0 {
+		ref, added, err = putSegment(ctx, st, key, raw, messages)
+		return ref, added, time.Time{}, err
+	}
+	vals, err := storeValues(ctx, st, key.Namespace, raw, spans)
+	if err != nil {
+		return SegmentRef{}, 0, time.Time{}, err
+	}
+	stripped := make([]io.Reader, 0, len(spans)+1)
+	at := 0
+	for _, sp := range spans {
+		stripped = append(stripped, bytes.NewReader(raw[at:sp[0]]))
+		at = sp[1]
+	}
+	stripped = append(stripped, bytes.NewReader(raw[at:]))
+	size := int64(len(raw)) - valueBytes(vals.refs)
+	ref, err = putBlobFrom(ctx, st, key, newSegmentID(), io.MultiReader(stripped...), size)
+	if err != nil {
+		return SegmentRef{}, 0, time.Time{}, err
+	}
+	ref.Messages, ref.RawBytes, ref.Values = messages, int64(len(raw)), vals.refs
+	return ref, ref.StoredBytes + vals.added, vals.until, nil
+}
+
+// appendValue appends a value's bytes to out, checking them against its id.
+func appendValue(ctx context.Context, st Store, ns string, v ValueRef, out []byte) ([]byte, error) {
+	start := len(out)
+	out, err := appendBlob(ctx, st, ValuesKey(ns), v.segment(), out)
+	if err != nil {
+		return nil, err
+	}
+	if sum := sha256.Sum256(out[start:]); hex.EncodeToString(sum[:]) != v.ID {
+		return nil, fmt.Errorf("%w: value %s of namespace %q reads back with another hash", ErrCorrupt, v.ID, ns)
+	}
+	return out, nil
+}
+
+// ValueSweep is what one SweepValues did.
+type ValueSweep struct {
+	Deleted    int   // values no session referred to any more
+	FreedBytes int64 // their stored bytes
+	Orphans    int   // blobs of values that a crashed or losing save left without an entry
+}
+
+// SweepValues deletes the values of namespace ns that nothing refers to and that no save used
+// since before, and the blobs no entry names that were written before before. before must be at
+// least SweepGrace ago.
+func SweepValues(ctx context.Context, st Store, ns string, before time.Time) (ValueSweep, error) {
+	var res ValueSweep
+	entries, revs, err := st.ValueEntries(ctx, ns)
+	if err != nil {
+		return res, err
+	}
+	named := map[string]bool{}
+	var candidates []int
+	for i, e := range entries {
+		named[e.Name] = true
+		if e.Used.Before(before) {
+			candidates = append(candidates, i)
+		}
+	}
+	if len(candidates) > 0 {
+		// The mark reads the heads after the entries: a save that refers to a candidate either
+		// committed before (and is seen here) or must touch its entry first (and the swap below
+		// loses).
+		inUse, err := referencedValues(ctx, st, ns)
+		if err != nil {
+			return res, err
+		}
+		for _, i := range candidates {
+			e, rev := entries[i], revs[i]
+			if inUse[e.ID] {
+				continue
+			}
+			if !e.Deleting {
+				e.Deleting = true
+				if rev, err = st.SwapValueEntry(ctx, e, rev); errors.Is(err, ErrRevisionMismatch) {
+					continue // a save used it meanwhile
+				} else if err != nil {
+					return res, err
+				}
+			}
+			if err := st.DeleteSegment(ctx, ValuesKey(ns), e.segment()); err != nil && !errors.Is(err, ErrNotFound) {
+				return res, err
+			}
+			if err := st.DeleteValueEntry(ctx, ns, e.ID, rev); err != nil && !errors.Is(err, ErrRevisionMismatch) {
+				return res, err
+			}
+			res.Deleted++
+			res.FreedBytes += e.StoredBytes
+		}
+	}
+	blobs, err := st.SegmentIDs(ctx, ValuesKey(ns))
+	if err != nil {
+		return res, err
+	}
+	for name, created := range blobs {
+		if named[name] || !created.Before(before) {
+			continue
+		}
+		if err := st.DeleteSegment(ctx, ValuesKey(ns), SegmentRef{ID: name}); err != nil && !errors.Is(err, ErrNotFound) {
+			return res, err
+		}
+		res.Orphans++
+	}
+	return res, nil
+}
+
+func (e ValueEntry) segment() SegmentRef {
+	return SegmentRef{ID: e.Name, Chunks: e.Chunks, RawBytes: e.RawBytes, StoredBytes: e.StoredBytes}
+}
+
+// referencedValues returns the ids of the values the heads of namespace ns, and every layout they
+// keep, refer to.
+func referencedValues(ctx context.Context, st Store, ns string) (map[string]bool, error) {
+	heads, err := st.Heads(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]bool{}
+	mark := func(ext []Extent) {
+		for _, e := range ext {
+			for _, v := range e.Segment.Values {
+				ids[v.ID] = true
+			}
+		}
+	}
+	for _, h := range heads {
+		// The listing may come from a replica: read each head again where it is current.
+		if h, _, err = st.Head(ctx, h.Key); errors.Is(err, ErrNotFound) {
+			continue // deleted since
+		} else if err != nil {
+			return nil, err
+		}
+		mark(h.Layout.Extents)
+		for _, g := range h.OldGens {
+			l, err := st.Layout(ctx, h.Key, g)
+			if errors.Is(err, ErrNotFound) && !stillNamed(ctx, st, h.Key, g) {
+				continue // pruned after the head was read
+			}
+			if err != nil {
+				// Its values would look unused: sweep nothing rather than guess.
+				return nil, fmt.Errorf("values of %s: layout of generation %d: %w", h.Key, g, err)
+			}
+			mark(l.Extents)
+		}
+	}
+	return ids, nil
+}
+
+// stillNamed reports whether the head of key still names generation gen as kept (or cannot be read).
+func stillNamed(ctx context.Context, st Store, key wire.Key, gen uint64) bool {
+	h, _, err := st.Head(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return false
+	}
+	return err != nil || slices.Contains(h.OldGens, gen)
+}
