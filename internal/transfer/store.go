@@ -36,8 +36,8 @@ type Store struct {
 	heads, versions, layouts, segments, values jetstream.KeyValue
 	segStream, verStream, layStream            jetstream.Stream // the streams under cp_segments, cp_versions and cp_layouts, for purging without markers
 	headStream, valStream                      jetstream.Stream
-	read                               reader // heads from the leader when replicated; see leaderget.go
-	chunkSize                          int
+	read                                       reader // heads from the leader when replicated; see leaderget.go
+	chunkSize                                  int
 
 	// Deleting a segment waits for grace: a reader that read the layout naming it just before a
 	// merge replaced it still finds it.
