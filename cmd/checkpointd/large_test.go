@@ -96,11 +96,13 @@ func runLarge(b *testing.B, bin, url string, conv []byte, args ...string) {
 	ctx := context.Background()
 	b.SetBytes(size)
 	b.ResetTimer()
+	var savePeak int64
 	for i := 0; i < b.N; i++ {
 		key := checkpoint.Key{Session: fmt.Sprint("large-", i)}
 		if _, err := c.Save(ctx, key, conv); err != nil {
 			b.Fatal(err)
 		}
+		savePeak = max(savePeak, peakRSS(b, cmd.Process.Pid))
 		got, _, err := c.Restore(ctx, key, 0)
 		if err != nil || int64(len(got)) != size {
 			b.Fatal(err, len(got))
@@ -111,6 +113,7 @@ func runLarge(b *testing.B, bin, url string, conv []byte, args ...string) {
 	b.ReportMetric(float64(size)/(1<<20), "conv_MiB")
 	b.ReportMetric(float64(baseline)/(1<<20), "idle_rss_MiB")
 	b.ReportMetric(float64(peak)/(1<<20), "peak_rss_MiB")
+	b.ReportMetric(float64(savePeak)/(1<<20), "peak_rss_after_save_MiB")
 	b.ReportMetric(float64(peak)/float64(size), "peak_rss_x_size")
 }
 

@@ -227,6 +227,12 @@ func appendBlob(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out
 		}
 		return append(out, raw...), nil
 	}
+	return streamInto(ctx, st, key, ref, out)
+}
+
+// streamInto decodes the blob of a segment onto out as its pieces are read: no copy of the blob or
+// of what it decodes to is made.
+func streamInto(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out []byte) ([]byte, error) {
 	r := &errReader{r: st.OpenSegment(ctx, key, ref)}
 	start := len(out)
 	out, err := codec.AppendBlob(out, r, ref.RawBytes)

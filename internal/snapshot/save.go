@@ -472,7 +472,7 @@ func newSegmentID() string {
 // StoredBytes filled in.
 func putBlob(ctx context.Context, st Store, key wire.Key, id string, raw []byte) (SegmentRef, error) {
 	if len(raw) >= StreamBytes {
-		return putBlobFrom(ctx, st, key, id, bytes.NewReader(raw), int64(len(raw)))
+		return streamBlob(ctx, st, key, id, bytes.NewReader(raw), int64(len(raw)))
 	}
 	blob := codec.EncodeBlob(raw)
 	return st.PutSegment(ctx, key, SegmentRef{ID: id, RawBytes: int64(len(raw)), StoredBytes: int64(len(blob))}, blob)
@@ -484,16 +484,21 @@ func putBlob(ctx context.Context, st Store, key wire.Key, id string, raw []byte)
 const StreamBytes = 4 << 20
 
 // putBlobFrom stores the blob of the size bytes r reads as segment id of key: from StreamBytes on,
-// compressed into the store as it goes, through a pipe.
+// compressed into the store as it goes (streamBlob).
 func putBlobFrom(ctx context.Context, st Store, key wire.Key, id string, r io.Reader, size int64) (SegmentRef, error) {
-	ref := SegmentRef{ID: id, RawBytes: size}
-	if size < StreamBytes {
-		raw := make([]byte, size)
-		if _, err := io.ReadFull(r, raw); err != nil {
-			return SegmentRef{}, err
-		}
-		return putBlob(ctx, st, key, id, raw)
+	if size >= StreamBytes {
+		return streamBlob(ctx, st, key, id, r, size)
 	}
+	raw := make([]byte, size)
+	if _, err := io.ReadFull(r, raw); err != nil {
+		return SegmentRef{}, err
+	}
+	return putBlob(ctx, st, key, id, raw)
+}
+
+// streamBlob compresses what r reads into the store as segment id of key, a piece at a time,
+// through a pipe: no compressed copy is ever held whole.
+func streamBlob(ctx context.Context, st Store, key wire.Key, id string, r io.Reader, size int64) (SegmentRef, error) {
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
 	go func() {
@@ -507,7 +512,7 @@ func putBlobFrom(ctx context.Context, st Store, key wire.Key, id string, r io.Re
 		}
 		pw.CloseWithError(err)
 	}()
-	ref, err := st.PutSegmentFrom(ctx, key, ref, pr)
+	ref, err := st.PutSegmentFrom(ctx, key, SegmentRef{ID: id, RawBytes: size}, pr)
 	pr.CloseWithError(io.ErrClosedPipe) // unblocks the writer if the store gave up early
 	<-done
 	return ref, err

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -77,4 +78,18 @@ func TestMerge(t *testing.T) {
 	// a2 has no timestamp: it stays right after a1 (10); at 10 agent a comes first.
 	require.Equal(t, []string{"b1", "a1", "a2", "b2", "b3", "a3"}, order)
 	require.Contains(t, string(got[0]), `"agentId":"b"`)
+}
+
+func TestValueSpans_OpaqueDataAndHugeText(t *testing.T) {
+	b64 := strings.Repeat("iVBORw0KGgoAAAANSUhEUgAA+/9=", 2000)           // 56 KB of base64
+	text := strings.Repeat(`line of a tool output\n\"quoted\"\t`, 1500)   // 54 KB of text
+	huge := strings.Repeat(`a long log line\n`, (TextValueMinBytes/17)+1) // over 1 MiB of text
+	raw := []byte(`{"role":"toolResult","content":[{"type":"image","data":"` + b64 + `"},` +
+		`{"type":"image","data":"data:image/png;base64,` + b64 + `"},{"type":"text","text":"` + text + `"},` +
+		`{"type":"text","text":"` + huge + `"}]}`)
+	var got []string
+	for _, sp := range valueSpans(raw) {
+		got = append(got, string(raw[sp[0]:sp[0]+12]))
+	}
+	require.Equal(t, []string{`"iVBORw0KGgo`, `"data:image/`, `"a long log `}, got, "the 54 KB of text stays in its segment")
 }

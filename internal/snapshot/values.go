@@ -17,7 +17,7 @@ import (
 
 // Large values are stored once per namespace.
 //
-// A JSON string of a message at least ValueMinBytes long (an inline image, a multi-MiB tool output)
+// A large JSON string of a message (an inline image, a multi-MiB tool output; see ValueMinBytes)
 // is cut out of its segment and stored apart, named by the SHA-256 of its bytes: the same image in
 // twenty sessions of a namespace, or twice in one conversation, is stored once. The segment keeps
 // a ValueRef where the string was; reading puts the bytes back, so the raw bytes of a segment, and
@@ -31,8 +31,51 @@ import (
 // sweep marks an entry Deleting with a compare-and-swap before deleting, so a save that touched it
 // meanwhile wins, and a save that finds an entry Deleting stores the value again under a new name.
 
-// ValueMinBytes is the length from which a JSON string (quotes included) is stored as a value.
-const ValueMinBytes = 32 << 10
+// Which JSON strings (lengths with quotes) are stored as values: opaque data, such as the base64 of
+// an inline image, from ValueMinBytes on; any string from TextValueMinBytes on. Text compresses far
+// better with the rest of its conversation than alone (on the corpus, 9 tool outputs of ~50 KB take
+// 122 KB compressed alone, a fraction of that in their segment), so it stays there unless it is huge.
+const (
+	ValueMinBytes     = 32 << 10
+	TextValueMinBytes = 1 << 20
+)
+
+// valueStreamBytes is the size from which a value is compressed into the store piece by piece, as
+// large segments are: many images of a large save would otherwise each leave a compressed copy
+// behind for the collector.
+const valueStreamBytes = 256 << 10
+
+// valueSpans returns where the strings of raw that are stored as values are.
+func valueSpans(raw []byte) [][2]int {
+	spans := codec.LargeStrings(raw, ValueMinBytes)
+	out := spans[:0]
+	for _, sp := range spans {
+		if sp[1]-sp[0] >= TextValueMinBytes || opaque(raw[sp[0]+1:sp[1]-1]) {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// opaque reports whether s is base64 data, allowing a short prefix such as "data:image/png;base64,".
+func opaque(s []byte) bool {
+	other := 0
+	for _, c := range s {
+		if !base64Byte[c] {
+			if other++; other > 64 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+var base64Byte = func() (t [256]bool) {
+	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") {
+		t[c] = true
+	}
+	return t
+}()
 
 // ValueRef is a value cut out of a segment: At is where its bytes were in the segment's raw bytes.
 type ValueRef struct {
@@ -140,7 +183,12 @@ func useValue(ctx context.Context, st Store, ns, id string, val []byte) (ValueEn
 			return e, now.Add(SweepGrace / 2), 0, nil
 		}
 		// Not stored, or being deleted: store it under a new name and claim the entry.
-		ref, err := putBlob(ctx, st, ValuesKey(ns), newSegmentID(), val)
+		var ref SegmentRef
+		if len(val) >= valueStreamBytes {
+			ref, err = streamBlob(ctx, st, ValuesKey(ns), newSegmentID(), bytes.NewReader(val), int64(len(val)))
+		} else {
+			ref, err = putBlob(ctx, st, ValuesKey(ns), newSegmentID(), val)
+		}
 		if err != nil {
 			return ValueEntry{}, time.Time{}, 0, err
 		}
@@ -160,7 +208,7 @@ func useValue(ctx context.Context, st Store, ns, id string, val []byte) (ValueEn
 // putMessages stores raw, canonical messages joined by commas, as a new segment, its large strings
 // as values; until is when the commit must have happened by (zero: no values).
 func putMessages(ctx context.Context, st Store, key wire.Key, raw []byte, messages int) (ref SegmentRef, added int64, until time.Time, err error) {
-	spans := codec.LargeStrings(raw, ValueMinBytes)
+	spans := valueSpans(raw)
 	if len(spans) == 0 {
 		ref, added, err = putSegment(ctx, st, key, raw, messages)
 		return ref, added, time.Time{}, err
@@ -188,7 +236,7 @@ func putMessages(ctx context.Context, st Store, key wire.Key, raw []byte, messag
 // appendValue appends a value's bytes to out, checking them against its id.
 func appendValue(ctx context.Context, st Store, ns string, v ValueRef, out []byte) ([]byte, error) {
 	start := len(out)
-	out, err := appendBlob(ctx, st, ValuesKey(ns), v.segment(), out)
+	out, err := streamInto(ctx, st, ValuesKey(ns), v.segment(), out)
 	if err != nil {
 		return nil, err
 	}

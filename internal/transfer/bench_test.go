@@ -77,7 +77,7 @@ func streamBytes(b *testing.B, env *testenv.Env) map[string]uint64 {
 	js, err := jetstream.New(env.NC)
 	require.NoError(b, err)
 	out := map[string]uint64{}
-	for _, bucket := range []string{wire.BucketHeads, wire.BucketVersion, wire.BucketLayouts, wire.BucketSegment} {
+	for _, bucket := range []string{wire.BucketHeads, wire.BucketVersion, wire.BucketLayouts, wire.BucketSegment, wire.BucketValues} {
 		s, err := js.Stream(context.Background(), "KV_"+bucket)
 		require.NoError(b, err)
 		info, err := s.Info(context.Background())

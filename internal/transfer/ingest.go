@@ -307,8 +307,6 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 		}
 		body, sizeHint, chunks = cr, int64(len(cr.cur))*int64(n), n
 	}
-	var payload []byte
-	var err error
 	if enc == wire.EncodingZstd {
 		// The frame's declared size is the client's word: believe it only up to a ratio no real
 		// conversation exceeds, so a tiny hostile frame cannot make us allocate the limit.
@@ -317,6 +315,14 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 			declared = codec.FrameContentSize(cr.cur)
 		}
 		sizeHint = min(declared, maxRatio*sizeHint)
+	}
+	if sizeHint >= largeBytes {
+		eager.begin() // see eagergc.go
+		defer eager.end()
+	}
+	var payload []byte
+	var err error
+	if enc == wire.EncodingZstd {
 		payload, err = codec.DecompressZstdFrom(body, sizeHint, in.maxBytes)
 	} else if cr != nil {
 		payload, err = codec.ReadLimited(body, sizeHint, in.maxBytes)

@@ -341,6 +341,9 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	if err != nil {
 		return reply{}, err
 	}
+	if v.RawBytes >= largeBytes {
+		eager.hold(2 * time.Second) // a large read comes in pieces, one request each (eagergc.go)
+	}
 	view := snapshot.View{Kind: req.View, MaxMessages: req.MaxMessages}
 	if err := view.Check(); err != nil {
 		return reply{}, fmt.Errorf("%w: %v", errBadRequest, err)

@@ -38,6 +38,7 @@ type Store struct {
 	headStream, valStream                      jetstream.Stream
 	read                                       reader // heads from the leader when replicated; see leaderget.go
 	chunkSize                                  int
+	pieces                                     sync.Pool // buffers of chunkSize for PutSegmentFrom
 
 	// Deleting a segment waits for grace: a reader that read the layout naming it just before a
 	// merge replaced it still finds it.
@@ -65,6 +66,7 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 	}
 	s := &Store{chunkSize: cfg.ChunkSize, grace: cfg.SegmentGrace, pending: map[string]*time.Timer{},
 		read: reader{nc: js.Conn(), leader: cfg.Replicas > 1}}
+	s.pieces.New = func() any { b := make([]byte, cfg.ChunkSize); return &b }
 	for _, b := range []struct {
 		kv   *jetstream.KeyValue
 		name string
@@ -304,7 +306,9 @@ func (s *Store) GetSegment(ctx context.Context, key wire.Key, ref snapshot.Segme
 // read, so the blob is never held whole.
 func (s *Store) PutSegmentFrom(ctx context.Context, key wire.Key, ref snapshot.SegmentRef, r io.Reader) (snapshot.SegmentRef, error) {
 	ref.Chunks, ref.StoredBytes = 0, 0
-	buf := make([]byte, s.chunkSize)
+	bp := s.pieces.Get().(*[]byte)
+	defer s.pieces.Put(bp)
+	buf := *bp
 	for {
 		n, err := io.ReadFull(r, buf)
 		if n > 0 || ref.Chunks == 0 && (err == io.EOF || err == io.ErrUnexpectedEOF) {

@@ -1,0 +1,46 @@
+package transfer
+
+import (
+	"runtime/debug"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
+
+func TestEagerGC_LowersWhileLargeWorkIsInFlight(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	var g eagerGC
+	g.begin()
+	g.begin()
+	require.Equal(t, eagerGCPercent, gcPercent())
+	g.end()
+	require.Equal(t, eagerGCPercent, gcPercent(), "one large save is still in progress")
+	g.end()
+	require.Equal(t, 100, gcPercent(), "set back")
+
+	g.hold(100 * time.Millisecond)
+	require.Equal(t, eagerGCPercent, gcPercent())
+	g.begin()
+	g.end()
+	require.Equal(t, eagerGCPercent, gcPercent(), "the hold runs on")
+	require.Eventually(t, func() bool { return gcPercent() == 100 }, 2*time.Second, 10*time.Millisecond)
+
+	debug.SetGCPercent(10)
+	g.begin()
+	require.Equal(t, 10, gcPercent(), "a lower target is left alone")
+	g.end()
+	require.Equal(t, 10, gcPercent())
+
+	off := eagerGC{disabled: true} // GOGC set in the environment
+	debug.SetGCPercent(100)
+	off.begin()
+	require.Equal(t, 100, gcPercent())
+	off.end()
+}
