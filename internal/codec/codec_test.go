@@ -324,3 +324,23 @@ func TestLargeStrings_FindsWholeStringsOnly(t *testing.T) {
 	require.Empty(t, LargeStrings(raw, 1<<20))
 	require.Len(t, LargeStrings(raw, 2), 9, "every string, keys included")
 }
+
+// Inline images are base64: no repeats for zstd to find, but six bits of entropy per byte. The
+// encoder must entropy-code such blocks (the default level alone stores them raw).
+func TestBlob_Base64ImagesCompress(t *testing.T) {
+	img := make([]byte, 300<<10)
+	_, _ = rand.Read(img)
+	b64 := []byte(base64.StdEncoding.EncodeToString(img))
+	require.Less(t, len(EncodeBlob(b64)), len(b64)*78/100)
+	require.Less(t, len(CompressZstd(b64)), len(b64)*78/100)
+	var streamed bytes.Buffer
+	w, err := NewBlobWriter(&streamed)
+	require.NoError(t, err)
+	_, err = w.Write(b64)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.Less(t, streamed.Len(), len(b64)*78/100)
+	back, err := DecodeBlob(streamed.Bytes(), int64(len(b64)))
+	require.NoError(t, err)
+	require.Equal(t, b64, back)
+}

@@ -31,7 +31,7 @@ func NewBlobWriter(w io.Writer) (io.WriteCloser, error) {
 	enc, _ := streamEncoders.Get().(*zstd.Encoder)
 	if enc == nil {
 		var err error
-		if enc, err = zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1)); err != nil {
+		if enc, err = zstd.NewWriter(w, encoderOptions...); err != nil {
 			return nil, err
 		}
 	} else {

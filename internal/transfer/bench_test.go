@@ -2,11 +2,13 @@ package transfer_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -294,5 +296,86 @@ func rawPublisher(b *testing.B, env *testenv.Env) func(context.Context, checkpoi
 			return fmt.Errorf("save refused: %v %+v", err, sr.Error)
 		}
 		return nil
+	}
+}
+
+// BenchmarkStorage_SharedImages saves ten sessions of one namespace that show the same eight
+// screenshots (150 KiB each, base64 inline) around their own conversation and two screenshots of
+// their own, every session after every turn, and reports what storage holds against the same
+// sessions each in its own namespace (where nothing is shared). Run it with -benchtime 1x.
+func BenchmarkStorage_SharedImages(b *testing.B) {
+	msgs := corpusMessages(b, "openhands_gui_todo_app.json")
+	shot := func() []byte {
+		img := make([]byte, 150<<10)
+		_, _ = rand.Read(img)
+		return img
+	}
+	var shared [8][]byte
+	for i := range shared {
+		shared[i] = shot()
+	}
+	const sessions = 10
+	conversation := func(s int) []json.RawMessage {
+		var conv []json.RawMessage
+		for i, m := range msgs {
+			conv = append(conv, m)
+			if i%2 == 1 && i/2 < len(shared) {
+				conv = append(conv, json.RawMessage(imageMessage(fmt.Sprint("shared", i), shared[i/2])))
+			}
+		}
+		for j := 0; j < 2; j++ {
+			conv = append(conv, json.RawMessage(imageMessage(fmt.Sprint("own", s, j), shot())))
+		}
+		return conv
+	}
+	convs := make([][]json.RawMessage, sessions)
+	for s := range convs {
+		convs[s] = conversation(s)
+	}
+	for i := 0; i < b.N; i++ {
+		stored := map[bool]float64{}
+		for _, oneNamespace := range []bool{true, false} {
+			env := testenv.Start(b, func(c *transfer.Config) { c.CompactIdle = 300 * time.Millisecond; c.SegmentGrace = 0 })
+			ctx := context.Background()
+			var keys []checkpoint.Key
+			for s, conv := range convs {
+				key := checkpoint.Key{Namespace: "team", Session: fmt.Sprint("s", s)}
+				if !oneNamespace {
+					key.Namespace = fmt.Sprint("team-", s)
+				}
+				keys = append(keys, key)
+				for _, n := range turnEnds(b, conv) {
+					if _, err := env.Client.Save(ctx, key, arrayOf(conv[:n])); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if _, err := env.Client.Save(ctx, key, arrayOf(conv)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, key := range keys {
+				waitCompacted(b, env, key, 1)
+			}
+			for bucket, v := range streamBytes(b, env) {
+				stored[oneNamespace] += float64(v)
+				if oneNamespace {
+					b.ReportMetric(float64(v), bucket+"_B")
+				}
+			}
+		}
+		raw, images := 0, map[string]bool{}
+		for _, conv := range convs {
+			raw += len(arrayOf(conv))
+			for _, m := range conv {
+				if strings.Contains(string(m), `"type":"image"`) {
+					images[string(m[len(m)-200:])] = true
+				}
+			}
+		}
+		b.ReportMetric(float64(len(images)), "distinct_images")
+		b.ReportMetric(float64(raw), "final_conversations_B")
+		b.ReportMetric(stored[true], "stored_one_namespace_B")
+		b.ReportMetric(stored[false], "stored_own_namespaces_B")
+		b.ReportMetric(stored[false]/stored[true], "x_saved")
 	}
 }
