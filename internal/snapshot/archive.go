@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -152,13 +154,40 @@ func findVersion(ctx context.Context, st Store, head Head, n uint64, cache Segme
 		if n < a.From || n > a.To {
 			continue
 		}
-		recs, err := readArchive(ctx, st, head.Key, a, cache)
+		raw, err := readSegment(ctx, st, head.Key, a.Segment, cache)
 		if err != nil {
 			return wire.Version{}, err
 		}
-		if i, ok := slices.BinarySearchFunc(recs, n, func(v wire.Version, n uint64) int { return cmp.Compare(v.Version, n) }); ok {
-			return recs[i], nil
+		if v, ok, err := recordIn(raw, n); err != nil || ok {
+			if err != nil {
+				err = fmt.Errorf("%w: archive of versions %d-%d: %v", ErrCorrupt, a.From, a.To, err)
+			}
+			return v, err
 		}
 	}
 	return wire.Version{}, fmt.Errorf("version %d: %w", n, ErrNotFound)
+}
+
+// recordIn finds version n in the raw bytes of an archive (a compact JSON array of records, oldest
+// first) without decoding the others: a binary search that decodes only the records it looks at.
+func recordIn(raw []byte, n uint64) (wire.Version, bool, error) {
+	if len(raw) < 2 || raw[0] != '[' || raw[len(raw)-1] != ']' {
+		return wire.Version{}, false, errors.New("not a JSON array")
+	}
+	recs := codec.SplitCanonical(raw[1 : len(raw)-1])
+	var bad error
+	i, found := sort.Find(len(recs), func(i int) int {
+		var probe struct {
+			Version uint64 `json:"version"`
+		}
+		if err := json.Unmarshal(recs[i], &probe); err != nil && bad == nil {
+			bad = err
+		}
+		return cmp.Compare(n, probe.Version)
+	})
+	if bad != nil || !found {
+		return wire.Version{}, false, bad
+	}
+	var v wire.Version
+	return v, true, json.Unmarshal(recs[i], &v)
 }

@@ -99,7 +99,7 @@ func layoutOf(ctx context.Context, st Store, v wire.Version) (Layout, error) {
 }
 
 // assemble builds the canonical conversation of the first n messages of a layout in one buffer of
-// size rawBytes: whole extents are copied as they are, and only an extent cut short is split.
+// size rawBytes: extents are copied as they are (one cut short ends where the version does).
 func assemble(ctx context.Context, st Store, l Layout, n int, rawBytes int64, cache SegmentCache) ([]byte, error) {
 	out := make([]byte, 0, rawBytes)
 	out = append(out, '[')
@@ -125,15 +125,16 @@ func assemble(ctx context.Context, st Store, l Layout, n int, rawBytes int64, ca
 		if err != nil {
 			return nil, err
 		}
-		if take == e.Segment.Messages {
-			out = append(out, raw...)
-		} else {
-			msgs := codec.SplitCanonical(raw)
-			if len(msgs) < take {
-				return nil, fmt.Errorf("%w: segment %s holds %d messages, wanted %d", ErrCorrupt, e.Segment.ID, len(msgs), take)
-			}
-			out = append(out, raw[:joinedLen(msgs[:take])]...) // messages are contiguous, one comma apart
+		// The bytes of the messages taken: the extent's own length, or, in the last extent a version
+		// takes part of, what is left of the version's length: no need to find message boundaries.
+		need := e.RawBytes
+		if take < e.Count {
+			need = rawBytes - 1 - int64(len(out))
 		}
+		if need < 0 || need > int64(len(raw)) || need < int64(len(raw)) && raw[need] != ',' {
+			return nil, fmt.Errorf("%w: segment %s: the first %d of its messages are not %d bytes", ErrCorrupt, e.Segment.ID, take, need)
+		}
+		out = append(out, raw[:need]...) // messages are contiguous, one comma apart
 		have += take
 	}
 	if have != n {

@@ -1,10 +1,14 @@
 package snapshot
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 func msgs(ss ...string) [][]byte {
@@ -92,4 +96,31 @@ func TestValueSpans_OpaqueDataAndHugeText(t *testing.T) {
 		got = append(got, string(raw[sp[0]:sp[0]+12]))
 	}
 	require.Equal(t, []string{`"iVBORw0KGgo`, `"data:image/`, `"a long log `}, got, "the 54 KB of text stays in its segment")
+}
+
+func TestRecordIn_FindsAVersionInAnArchive(t *testing.T) {
+	var recs []wire.Version
+	for n := uint64(3); n <= 40; n++ {
+		recs = append(recs, wire.Version{Version: n, Writer: fmt.Sprint("w", n), Hash: "sha256:x"})
+	}
+	raw, err := json.Marshal(recs)
+	require.NoError(t, err)
+	for _, n := range []uint64{3, 4, 21, 39, 40} {
+		v, ok, err := recordIn(raw, n)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, recs[n-3], v)
+	}
+	for _, n := range []uint64{1, 2, 41} {
+		_, ok, err := recordIn(raw, n)
+		require.NoError(t, err)
+		require.False(t, ok, "version %d", n)
+	}
+	_, _, err = recordIn([]byte(`[{"version":"x"}]`), 1)
+	require.Error(t, err)
+	_, _, err = recordIn([]byte(`{}`), 1)
+	require.Error(t, err)
+	_, ok, err := recordIn([]byte(`[]`), 1)
+	require.NoError(t, err)
+	require.False(t, ok)
 }
