@@ -58,8 +58,12 @@ func (c *Client) Save(ctx context.Context, key Key, conversation []byte, opts ..
 	k := key.WithDefaults()
 	o := parseSaveOptions(opts)
 	opts = append(opts, WithSaveID(o.saveID)) // the same id for every attempt below
-	if base, tail, ok := c.delta(k, conversation, o); ok {
-		v, err := c.save(ctx, key, tail, &base, opts)
+	if last, tail, ok := c.delta(k, conversation, o); ok {
+		v, err := c.save(ctx, key, tail, &last.version, opts)
+		if err == nil {
+			c.rememberAppended(k, v, last, conversation)
+			return v, nil
+		}
 		if !errors.Is(err, ErrConflict) || o.expected != nil {
 			c.remember(k, v, conversation, err)
 			return v, err
@@ -80,23 +84,39 @@ type lastSave struct {
 	body    []byte
 }
 
-// delta returns the messages conversation adds to the last save of key, when it extends it.
-func (c *Client) delta(key Key, conversation []byte, o saveOptions) (uint64, []byte, bool) {
+// delta returns the last save of key and the messages conversation adds to it, when it extends it.
+func (c *Client) delta(key Key, conversation []byte, o saveOptions) (lastSave, []byte, bool) {
 	c.mu.Lock()
 	last, ok := c.last[key]
 	c.mu.Unlock()
 	if !ok || len(last.body) < 3 {
-		return 0, nil, false
+		return lastSave{}, nil, false
 	}
 	if o.expected != nil && *o.expected != last.version {
-		return 0, nil, false
+		return lastSave{}, nil, false
 	}
 	n := len(last.body) - 1 // without the closing "]"
 	if len(conversation) <= n+1 || conversation[n] != ',' || !bytes.Equal(conversation[:n], last.body[:n]) {
-		return 0, nil, false
+		return lastSave{}, nil, false
 	}
 	tail := make([]byte, 0, len(conversation)-n)
-	return last.version, append(append(tail, '['), conversation[n+1:]...), true
+	return last, append(append(tail, '['), conversation[n+1:]...), true
+}
+
+// rememberAppended remembers conversation, which extends prev, by appending what it adds to the
+// copy kept of prev: a save costs a copy of the new messages, not of the whole conversation. The
+// copy is extended in place only while it is still the one remembered; readers of it (delta) read
+// no further than its closing "]", and appends write from there on.
+func (c *Client) rememberAppended(key Key, v Version, prev lastSave, conversation []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur, ok := c.last[key]
+	if !ok || cur.version != prev.version || len(cur.body) != len(prev.body) {
+		c.last[key] = lastSave{version: v.Version, body: bytes.Clone(conversation)}
+		return
+	}
+	n := len(cur.body) - 1
+	c.last[key] = lastSave{version: v.Version, body: append(cur.body[:n], conversation[n:]...)}
 }
 
 func (c *Client) remember(key Key, v Version, body []byte, err error) {

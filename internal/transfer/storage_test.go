@@ -687,3 +687,68 @@ func TestStorage_ValueSweepRacesSaves(t *testing.T) {
 	_, err = st.SwapValueEntry(ctx, cur, rev)
 	require.ErrorIs(t, err, snapshot.ErrRevisionMismatch, "the sweep's claim with the revision it read loses")
 }
+
+// The SDK keeps a copy of what it saved last to send only what grew, extending that copy in place;
+// a conversation that changes what was sent, or saves of one session from several goroutines,
+// must never make it send the wrong delta.
+func TestSDK_WholeArrayDeltasStayExact(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	msgs := corpusMessages(t, "openhands_gui_todo_app.json")
+	key := checkpoint.Key{Session: "deltas"}
+	check := func(v checkpoint.Version, want []json.RawMessage) {
+		t.Helper()
+		got, _, err := env.Client.Restore(ctx, key, v.Version)
+		require.NoError(t, err)
+		require.Equal(t, string(arrayOf(want)), string(got))
+	}
+	for n := 2; n <= 8; n += 2 {
+		v, err := env.Client.Save(ctx, key, arrayOf(msgs[:n]))
+		require.NoError(t, err)
+		check(v, msgs[:n])
+	}
+	// Rewrite the last message sent, then grow from the rewrite.
+	edited := append(append([]json.RawMessage(nil), msgs[:7]...), json.RawMessage(`{"role":"user","content":"edited"}`))
+	v, err := env.Client.Save(ctx, key, arrayOf(edited))
+	require.NoError(t, err)
+	check(v, edited)
+	grown := append(append([]json.RawMessage(nil), edited...), msgs[8:12]...)
+	v, err = env.Client.Save(ctx, key, arrayOf(grown))
+	require.NoError(t, err)
+	check(v, grown)
+
+	// Several goroutines save growing conversations of one session through one client: each save
+	// either lands as exactly its conversation or is refused as a conflict.
+	var wg sync.WaitGroup
+	results := make(chan struct {
+		v    checkpoint.Version
+		want []json.RawMessage
+	}, 16)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 4; i++ {
+				conv := append(append([]json.RawMessage(nil), grown...), msgs[12:12+i+1]...)
+				conv = append(conv, json.RawMessage(fmt.Sprintf(`{"role":"user","content":"goroutine %d save %d"}`, g, i)))
+				v, err := env.Client.Save(ctx, key, arrayOf(conv))
+				if err == nil {
+					results <- struct {
+						v    checkpoint.Version
+						want []json.RawMessage
+					}{v, conv}
+				} else {
+					require.ErrorIs(t, err, checkpoint.ErrConflict)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(results)
+	n := 0
+	for r := range results {
+		check(r.v, r.want)
+		n++
+	}
+	require.Positive(t, n)
+}
