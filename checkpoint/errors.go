@@ -25,7 +25,8 @@ var (
 	ErrFenced = errors.New("lease epoch is not current")
 	// ErrMoved: the session was migrated to another deployment (Error.MovedTo) and refuses writes.
 	ErrMoved = errors.New("session moved")
-	// ErrCorrupt means restored bytes did not match the hash recorded when they were saved.
+	// ErrCorrupt means restored bytes did not match the hash recorded when they were saved, here
+	// or in the daemon (which then answers code "corrupt").
 	ErrCorrupt = errors.New("restored checkpoint does not match its hash")
 )
 
@@ -38,6 +39,7 @@ var codeSentinels = map[string]error{
 	wire.CodeUnknownFormat: ErrUnknownFormat,
 	wire.CodeUnavailable:   ErrUnavailable,
 	wire.CodeInternal:      ErrInternal,
+	wire.CodeCorrupt:       ErrCorrupt,
 	wire.CodeLeased:        ErrLeased,
 	wire.CodeFenced:        ErrFenced,
 	wire.CodeMoved:         ErrMoved,

@@ -171,8 +171,10 @@ func useValue(ctx context.Context, st Store, ns, id string, val []byte) (ValueEn
 			if e.RawBytes != int64(len(val)) {
 				return ValueEntry{}, time.Time{}, 0, fmt.Errorf("%w: value %s of namespace %q is %d bytes, its content is %d", ErrCorrupt, id, ns, e.RawBytes, len(val))
 			}
-			if now.Sub(e.Used) < SweepGrace/4 {
-				return e, e.Used.Add(SweepGrace / 2), 0, nil // recently used: safe without a write
+			if age := now.Sub(e.Used); age < SweepGrace/4 {
+				// Recently used: safe without a write. The deadline is on this process's monotonic
+				// clock; Used is another daemon's wall clock (see ClockSkew).
+				return e, now.Add(SweepGrace/2 - max(age, 0)), 0, nil
 			}
 			e.Used = now
 			if _, err := st.SwapValueEntry(ctx, e, rev); errors.Is(err, ErrRevisionMismatch) {
@@ -193,11 +195,12 @@ func useValue(ctx context.Context, st Store, ns, id string, val []byte) (ValueEn
 			return ValueEntry{}, time.Time{}, 0, err
 		}
 		ne := ValueEntry{Namespace: ns, ID: id, Name: ref.ID, RawBytes: int64(len(val)), Chunks: ref.Chunks, StoredBytes: ref.StoredBytes, Used: now}
-		if _, err := st.SwapValueEntry(ctx, ne, rev); err != nil {
+		if _, err := st.SwapValueEntry(ctx, ne, rev); errors.Is(err, ErrRevisionMismatch) {
 			_ = st.DeleteSegment(ctx, ValuesKey(ns), ref)
-			if errors.Is(err, ErrRevisionMismatch) {
-				continue // another save stored it first: use theirs
-			}
+			continue // another save stored it first: use theirs
+		} else if err != nil {
+			// The entry may have been written all the same (a lost reply): keep the blob it
+			// would name. If no entry names it, the sweep removes it as an orphan.
 			return ValueEntry{}, time.Time{}, 0, err
 		}
 		return ne, now.Add(SweepGrace / 2), ref.StoredBytes, nil
@@ -237,6 +240,10 @@ func putMessages(ctx context.Context, st Store, key wire.Key, raw []byte, messag
 func appendValue(ctx context.Context, st Store, ns string, v ValueRef, out []byte) ([]byte, error) {
 	start := len(out)
 	out, err := streamInto(ctx, st, ValuesKey(ns), v.segment(), out)
+	if errors.Is(err, ErrNotFound) {
+		// Values are never replaced (compaction keeps them), so reading again cannot help.
+		return nil, fmt.Errorf("%w: value %s of namespace %q (blob %s) is missing: %v", ErrCorrupt, v.ID, ns, v.Name, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +252,12 @@ func appendValue(ctx context.Context, st Store, ns string, v ValueRef, out []byt
 	}
 	return out, nil
 }
+
+// ClockSkew is how far apart the clocks of the daemons sharing a store may be: a value's Used time
+// is written with the clock of the daemon that saved, and compared by the one that sweeps. A save
+// relies on Used for at most SweepGrace/4 + SweepGrace/2 (its own deadline is on its monotonic
+// clock), so the sweep, which waits SweepGrace, tolerates the rest.
+const ClockSkew = SweepGrace / 4
 
 // ValueSweep is what one SweepValues did.
 type ValueSweep struct {
@@ -263,47 +276,60 @@ func SweepValues(ctx context.Context, st Store, ns string, before time.Time) (Va
 		return res, err
 	}
 	named := map[string]bool{}
-	var candidates []int
+	var candidates, deleting []int
 	for i, e := range entries {
 		named[e.Name] = true
-		if e.Used.Before(before) {
+		switch {
+		case e.Deleting:
+			deleting = append(deleting, i) // claimed by an earlier sweep: finish it
+		case e.Used.Before(before):
 			candidates = append(candidates, i)
 		}
 	}
 	if len(candidates) > 0 {
 		// The mark reads the heads after the entries: a save that refers to a candidate either
-		// committed before (and is seen here) or must touch its entry first (and the swap below
+		// committed before (and is seen here) or must touch its entry first (and the claim below
 		// loses).
 		inUse, err := referencedValues(ctx, st, ns)
 		if err != nil {
 			return res, err
 		}
 		for _, i := range candidates {
-			e, rev := entries[i], revs[i]
+			e := entries[i]
 			if inUse[e.ID] {
 				continue
 			}
-			if !e.Deleting {
-				e.Deleting = true
-				if rev, err = st.SwapValueEntry(ctx, e, rev); errors.Is(err, ErrRevisionMismatch) {
-					continue // a save used it meanwhile
-				} else if err != nil {
-					return res, err
-				}
-			}
-			if err := st.DeleteSegment(ctx, ValuesKey(ns), e.segment()); err != nil && !errors.Is(err, ErrNotFound) {
+			e.Deleting = true
+			rev, err := st.SwapValueEntry(ctx, e, revs[i])
+			if errors.Is(err, ErrRevisionMismatch) {
+				continue // a save used it meanwhile
+			} else if err != nil {
 				return res, err
 			}
-			if err := st.DeleteValueEntry(ctx, ns, e.ID, rev); err != nil && !errors.Is(err, ErrRevisionMismatch) {
-				return res, err
-			}
+			entries[i], revs[i] = e, rev
+			deleting = append(deleting, i)
 			res.Deleted++
 			res.FreedBytes += e.StoredBytes
+		}
+	}
+	// A claimed value's blob is deleted (after the store's grace period, for reads under way), and
+	// its entry only once the blob is gone: a crash in between leaves the claim for the next sweep.
+	for _, i := range deleting {
+		if err := st.DeleteSegment(ctx, ValuesKey(ns), entries[i].segment()); err != nil && !errors.Is(err, ErrNotFound) {
+			return res, err
 		}
 	}
 	blobs, err := st.SegmentIDs(ctx, ValuesKey(ns))
 	if err != nil {
 		return res, err
+	}
+	for _, i := range deleting {
+		if _, stored := blobs[entries[i].Name]; stored {
+			continue
+		}
+		if err := st.DeleteValueEntry(ctx, ns, entries[i].ID, revs[i]); err != nil && !errors.Is(err, ErrRevisionMismatch) {
+			return res, err
+		}
 	}
 	for name, created := range blobs {
 		if named[name] || !created.Before(before) {

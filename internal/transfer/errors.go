@@ -52,6 +52,8 @@ func toWireError(err error) *wire.Error {
 		e.Code, e.MovedTo = wire.CodeMoved, me.Moved.To
 	case errors.Is(err, snapshot.ErrHashMismatch):
 		e.Code = wire.CodeInvalid
+	case errors.Is(err, snapshot.ErrCorrupt):
+		e.Code = wire.CodeCorrupt
 	case errors.Is(err, snapshot.ErrNotFound):
 		e.Code = wire.CodeNotFound
 	case errors.Is(err, wire.ErrInvalidID), errors.Is(err, errBadRequest), errors.Is(err, snapshot.ErrBadRequest):

@@ -752,3 +752,48 @@ func TestSDK_WholeArrayDeltasStayExact(t *testing.T) {
 	}
 	require.Positive(t, n)
 }
+
+// lostReply is a store whose first value entry create is written but answered with a timeout, as
+// when the reply is lost.
+type lostReply struct {
+	*transfer.Store
+	fired bool
+}
+
+func (s *lostReply) SwapValueEntry(ctx context.Context, e snapshot.ValueEntry, rev uint64) (uint64, error) {
+	r, err := s.Store.SwapValueEntry(ctx, e, rev)
+	if err == nil && rev == 0 && !s.fired {
+		s.fired = true
+		return 0, context.DeadlineExceeded
+	}
+	return r, err
+}
+
+// A save whose value entry was written but whose reply was lost fails, and must leave the blob the
+// entry names: the next save of the same image relies on it. A value whose blob is gone reads as
+// corrupt, at once, not as a missing version after retries.
+func TestStorage_ValueEntryWithLostReplyKeepsItsBlob(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.SegmentGrace = 0 })
+	ctx := ctxT(t)
+	st := &lostReply{Store: env.Daemon.Store}
+	img := make([]byte, 48<<10)
+	_, _ = rand.Read(img)
+	body := []byte(`[` + imageMessage("s1", img) + `]`)
+	k1 := wire.Key{Namespace: "ns", Session: "s1", Agent: "main"}
+	_, err := snapshot.Save(ctx, st, snapshot.SaveRequest{Key: k1, SaveID: "1", Payload: body, Now: time.Now()})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	k2 := wire.Key{Namespace: "ns", Session: "s2", Agent: "main"}
+	saved, err := snapshot.Save(ctx, st, snapshot.SaveRequest{Key: k2, SaveID: "2", Payload: body, Now: time.Now()})
+	require.NoError(t, err)
+	got, err := snapshot.Read(ctx, st, saved.Head.Version, nil)
+	require.NoError(t, err)
+	require.Equal(t, body, got)
+
+	// Now lose the blob behind the store's back.
+	e, _, err := st.ValueEntry(ctx, "ns", saved.Head.Layout.Extents[0].Segment.Values[0].ID)
+	require.NoError(t, err)
+	require.NoError(t, st.DeleteSegment(ctx, snapshot.ValuesKey("ns"), snapshot.SegmentRef{ID: e.Name}))
+	_, _, err = env.Client.Restore(ctx, checkpoint.Key{Namespace: "ns", Session: "s2"}, 0)
+	require.ErrorIs(t, err, checkpoint.ErrCorrupt)
+	require.Contains(t, err.Error(), "is missing")
+}

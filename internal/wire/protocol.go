@@ -350,6 +350,7 @@ const (
 	CodeLeased        = "leased"         // another owner holds the session's lease (Owner, Epoch say who)
 	CodeFenced        = "fenced"         // the epoch sent is not the current one: the lease was taken over or released
 	CodeMoved         = "moved"          // the session was migrated away (MovedTo says where) and refuses writes
+	CodeCorrupt       = "corrupt"        // stored bytes do not match their hash, or a stored piece is missing
 	CodeInternal      = "internal"
 )
 
