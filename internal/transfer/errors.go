@@ -68,7 +68,8 @@ func toWireError(err error) *wire.Error {
 func isTransient(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrConnectionClosed) ||
-		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, errUnavailable) || errors.Is(err, snapshot.ErrBusy)
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, errUnavailable) || errors.Is(err, snapshot.ErrBusy) ||
+		errors.Is(err, snapshot.ErrTooSlow)
 }
 
 // errUnavailable marks a condition that will pass: JetStream has no leader, ingest is catching up.
