@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -250,4 +252,73 @@ func TestCheckpointctl_MergedView(t *testing.T) {
 	require.Equal(t, `[{"role":"user","content":"[y] b","timestamp":0,"agentId":"y"},{"role":"user","content":"[x] a","timestamp":1,"agentId":"x"}]`, out)
 	_, _, code = ctl(t, "", srv, "restore", "s", "--merged", "--version", "1")
 	require.Equal(t, exitUsage, code)
+}
+
+func TestCheckpointctl_Prune(t *testing.T) {
+	env := testenv.Start(t)
+	srv := "--server=" + env.URL()
+	conv := `[{"role":"user","content":"a"}`
+	for i := range 4 {
+		conv += `,{"role":"user","content":"` + strings.Repeat("x", i+1) + `"}`
+		_, stderr, code := ctl(t, conv+"]", srv, "put", "s", "-")
+		require.Equal(t, 0, code, stderr)
+	}
+
+	out, stderr, code := ctl(t, "", srv, "prune", "s", "--keep-last", "1", "--dry-run")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "WOULD REMOVE")
+	require.Contains(t, out, "versions 1-3 (3)")
+	_, _, code = ctl(t, "", srv, "restore", "s", "--version", "1")
+	require.Equal(t, 0, code, "a dry run removes nothing")
+
+	out, stderr, code = ctl(t, "", srv, "prune", "s", "--keep-last", "2")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "versions 1-2 (2)")
+	_, stderr, code = ctl(t, "", srv, "restore", "s", "--version", "2")
+	require.Equal(t, exitNotFound, code)
+	require.Contains(t, stderr, "pruned by retention; the oldest kept is version 3")
+	require.Equal(t, 1, strings.Count(stderr, "version 2:"), "the version is named once: %s", stderr)
+	out, _, code = ctl(t, "", srv, "restore", "s", "--version", "3")
+	require.Equal(t, 0, code)
+	require.Equal(t, `[{"role":"user","content":"a"},{"role":"user","content":"x"},{"role":"user","content":"xx"},{"role":"user","content":"xxx"}]`, out)
+
+	out, _, code = ctl(t, "", srv, "prune", "s", "--keep-last", "1", "-o", "json")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"versions": [`)
+	out, _, code = ctl(t, "", srv, "prune", "s", "--keep-last", "1")
+	require.Equal(t, 0, code)
+	require.Equal(t, "nothing to prune\n", out, "the head is always kept")
+}
+
+// The same large image in two sessions of a namespace is stored once: the second save stores a
+// few hundred bytes, and both restore exactly, also after the first session is deleted.
+func TestCheckpointctl_SharedImageStoredOnce(t *testing.T) {
+	env := testenv.Start(t)
+	srv := "--server=" + env.URL()
+	img := make([]byte, 300<<10) // a screenshot compresses little: random bytes stand in
+	_, err := rand.Read(img)
+	require.NoError(t, err)
+	conv := func(text string) string {
+		return `[{"role":"user","content":[{"type":"text","text":"` + text + `"},{"type":"image","data":"` +
+			base64.StdEncoding.EncodeToString(img) + `","mimeType":"image/png"}]}]`
+	}
+	for _, s := range []string{"a", "b"} {
+		_, stderr, code := ctl(t, conv("session "+s), srv, "put", s, "-", "-n", "team")
+		require.Equal(t, 0, code, stderr)
+	}
+	stored := func(s string) int64 {
+		out, _, code := ctl(t, "", srv, "history", s, "-n", "team", "-o", "json")
+		require.Equal(t, 0, code)
+		var hist []checkpoint.Version
+		require.NoError(t, json.Unmarshal([]byte(out), &hist))
+		return hist[0].StoredBytes
+	}
+	require.Greater(t, stored("a"), int64(200<<10), "the first session stores the image")
+	require.Less(t, stored("b"), int64(4<<10), "the second refers to it")
+
+	_, _, code := ctl(t, "", srv, "delete", "a", "-n", "team")
+	require.Equal(t, 0, code)
+	out, _, code := ctl(t, "", srv, "restore", "b", "-n", "team")
+	require.Equal(t, 0, code)
+	requireSameJSON(t, []byte(conv("session b")), []byte(out))
 }

@@ -28,7 +28,7 @@ func runPut(ctx context.Context, a *App, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := wantArgs("put", pos, 2, "SESSION and FILE"); err != nil {
+	if err := wantArgs("put", pos, 2, "SESSION and FILE (- to read stdin)"); err != nil {
 		return err
 	}
 	conv, err := readInput(a, pos[1])

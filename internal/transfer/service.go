@@ -481,7 +481,7 @@ func notFound(err error, key wire.Key, n uint64) error {
 	if !errors.Is(err, snapshot.ErrNotFound) {
 		return err
 	}
-	if n == 0 {
+	if n == 0 || strings.HasPrefix(err.Error(), fmt.Sprintf("version %d:", n)) {
 		return fmt.Errorf("session %s: %w", key, err)
 	}
 	return fmt.Errorf("session %s: version %d: %w", key, n, err)
