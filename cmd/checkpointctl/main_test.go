@@ -322,3 +322,29 @@ func TestCheckpointctl_SharedImageStoredOnce(t *testing.T) {
 	require.Equal(t, 0, code)
 	requireSameJSON(t, []byte(conv("session b")), []byte(out))
 }
+
+func TestCheckpointctl_PutAppendTo(t *testing.T) {
+	env := testenv.Start(t)
+	srv := "--server=" + env.URL()
+	_, stderr, code := ctl(t, `[{"role":"user","content":"a"}]`, srv, "put", "s", "-", "--append-to", "0")
+	require.Equal(t, 0, code, stderr)
+	out, stderr, code := ctl(t, `[{"role":"user","content":"b"},{"role":"user","content":"c"}]`, srv, "put", "s", "-", "--append-to", "1")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "saved s version 2 (3 messages")
+	out, _, code = ctl(t, "", srv, "restore", "s")
+	require.Equal(t, 0, code)
+	require.Equal(t, `[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}]`, out)
+
+	_, stderr, code = ctl(t, `[{"role":"user","content":"d"}]`, srv, "put", "s", "-", "--append-to", "1")
+	require.Equal(t, exitConflict, code, stderr)
+	require.Contains(t, stderr, "--append-to 2")
+	_, stderr, code = ctl(t, `[{"role":"robot","content":"d"}]`, srv, "put", "s", "-", "--append-to", "2")
+	require.Equal(t, exitInvalid, code, stderr)
+	require.Contains(t, stderr, `"robot"`)
+	_, stderr, code = ctl(t, `[]`, srv, "put", "s", "-", "--append-to", "2", "--expect-version", "2")
+	require.Equal(t, exitUsage, code, stderr)
+	out, _, _ = ctl(t, "", srv, "history", "s", "-o", "json")
+	var hist []checkpoint.Version
+	require.NoError(t, json.Unmarshal([]byte(out), &hist))
+	require.Len(t, hist, 2, "refused appends store nothing")
+}

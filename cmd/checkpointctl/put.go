@@ -14,7 +14,8 @@ import (
 func runPut(ctx context.Context, a *App, args []string) error {
 	fs := newFlagSet(a, "put", "SESSION FILE",
 		"Saves FILE, a JSON array of messages (- for stdin), as the next version of SESSION and prints the\n"+
-			"version it became. With --expect-version the save is refused (exit 4) unless the head is that version.")
+			"version it became. With --expect-version the save is refused (exit 4) unless the head is that version.\n"+
+			"With --append-to N, FILE holds only the messages appended after version N, which must be the head.")
 	var k keyFlags
 	var out outputFlag
 	var expect versionFlag
@@ -23,6 +24,8 @@ func runPut(ctx context.Context, a *App, args []string) error {
 	fs.Var(&expect, "expect-version", "save only if the session's head is this version (0: the session must not exist)")
 	saveID := fs.String("save-id", "", "idempotency key: saving again with the same id returns the first version (default: a fresh id)")
 	reason := fs.String("reason", "manual", "why this version was written: turn, pause, migrate, import or manual")
+	var appendTo versionFlag
+	fs.Var(&appendTo, "append-to", "FILE holds only the messages appended after this version (the head; else exit 4)")
 	epoch := fs.Uint64("epoch", 0, "lease epoch to save under (from 'lease acquire'); needed while the session is leased")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -40,6 +43,9 @@ func runPut(ctx context.Context, a *App, args []string) error {
 		opts = append(opts, checkpoint.WithSaveID(*saveID))
 	}
 	if expect.set {
+		if appendTo.set {
+			return usageErr(errors.New("--append-to already names the version to save onto; drop --expect-version"))
+		}
 		opts = append(opts, checkpoint.ExpectVersion(expect.n))
 	}
 	if *epoch != 0 {
@@ -50,10 +56,19 @@ func runPut(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	defer c.Close()
-	v, err := c.Save(ctx, k.key(pos[0]), conv, opts...)
+	var v checkpoint.Version
+	if appendTo.set {
+		v, err = c.Append(ctx, k.key(pos[0]), appendTo.n, conv, opts...)
+	} else {
+		v, err = c.Save(ctx, k.key(pos[0]), conv, opts...)
+	}
 	var ce *checkpoint.Error
 	if errors.As(err, &ce) && errors.Is(err, checkpoint.ErrConflict) {
-		return fmt.Errorf("%w (restore it first, or pass --expect-version %d)", err, ce.Head)
+		flag := "--expect-version"
+		if appendTo.set {
+			flag = "--append-to"
+		}
+		return fmt.Errorf("%w (restore it first, or pass %s %d)", err, flag, ce.Head)
 	}
 	if err != nil {
 		return err
