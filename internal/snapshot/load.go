@@ -121,15 +121,24 @@ func assemble(ctx context.Context, st Store, l Layout, n int, rawBytes int64, ca
 			have += take
 			continue
 		}
-		raw, err := readSegment(ctx, st, l.Key, e.Segment, cache)
-		if err != nil {
-			return nil, err
-		}
 		// The bytes of the messages taken: the extent's own length, or, in the last extent a version
 		// takes part of, what is left of the version's length: no need to find message boundaries.
 		need := e.RawBytes
 		if take < e.Count {
 			need = rawBytes - 1 - int64(len(out))
+		}
+		if len(e.Segment.Values) > 0 {
+			// Only the first messages of the segment: only their values are fetched.
+			var err error
+			if out, err = appendRawPrefix(ctx, st, l.Key, e.Segment, need, out); err != nil {
+				return nil, err
+			}
+			have += take
+			continue
+		}
+		raw, err := readSegment(ctx, st, l.Key, e.Segment, cache)
+		if err != nil {
+			return nil, err
 		}
 		if need < 0 || need > int64(len(raw)) || need < int64(len(raw)) && raw[need] != ',' {
 			return nil, fmt.Errorf("%w: segment %s: the first %d of its messages are not %d bytes", ErrCorrupt, e.Segment.ID, take, need)
@@ -186,6 +195,15 @@ func appendRaw(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out 
 	if len(ref.Values) == 0 {
 		return appendBlob(ctx, st, key, ref, out)
 	}
+	return appendRawPrefix(ctx, st, key, ref, ref.RawBytes, out)
+}
+
+// appendRawPrefix appends the first n raw bytes of a segment of messages to out, n being its
+// length or the length of its first messages, and fetches only the values among them.
+func appendRawPrefix(ctx context.Context, st Store, key wire.Key, ref SegmentRef, n int64, out []byte) ([]byte, error) {
+	if n < 0 || n > ref.RawBytes {
+		return nil, fmt.Errorf("%w: segment %s: wanted its first %d bytes, it has %d", ErrCorrupt, ref.ID, n, ref.RawBytes)
+	}
 	blob := ref
 	blob.RawBytes -= valueBytes(ref.Values)
 	stripped, err := appendBlob(ctx, st, key, blob, nil)
@@ -193,12 +211,15 @@ func appendRaw(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out 
 		return nil, err
 	}
 	if out == nil {
-		out = make([]byte, 0, ref.RawBytes)
+		out = make([]byte, 0, n)
 	}
 	start, at, cut := len(out), int64(0), int64(0)
 	for _, v := range ref.Values {
+		if v.At >= n {
+			break // in a message after the prefix
+		}
 		end := v.At - cut // where the value was, in the stripped bytes
-		if end < at || end > int64(len(stripped)) {
+		if end < at || end > int64(len(stripped)) || v.At+v.RawBytes > n {
 			return nil, fmt.Errorf("%w: segment %s: value %s is out of place", ErrCorrupt, ref.ID, v.ID)
 		}
 		out = append(out, stripped[at:end]...)
@@ -207,9 +228,13 @@ func appendRaw(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out 
 		}
 		at, cut = end, cut+v.RawBytes
 	}
-	out = append(out, stripped[at:]...)
-	if got := int64(len(out) - start); got != ref.RawBytes {
-		return nil, fmt.Errorf("%w: segment %s reads back as %d bytes, its reference says %d", ErrCorrupt, ref.ID, got, ref.RawBytes)
+	rest := n - cut // stripped bytes up to the end of the prefix
+	if rest < at || rest > int64(len(stripped)) || rest < int64(len(stripped)) && stripped[rest] != ',' {
+		return nil, fmt.Errorf("%w: segment %s: its first %d bytes do not end a message", ErrCorrupt, ref.ID, n)
+	}
+	out = append(out, stripped[at:rest]...)
+	if got := int64(len(out) - start); got != n {
+		return nil, fmt.Errorf("%w: segment %s: its first %d bytes read back as %d", ErrCorrupt, ref.ID, n, got)
 	}
 	return out, nil
 }

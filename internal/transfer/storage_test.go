@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -629,6 +631,41 @@ func TestStorage_LargeValuesStoredOncePerNamespace(t *testing.T) {
 	got, _, err = env.Client.Restore(ctx, a, 0)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(convA, got))
+}
+
+// A version that takes only the first messages of a segment (here a rewrite keeps the first three
+// of four) fetches only the values among them: restoring it does not read the image it dropped.
+func TestStorage_CutExtentFetchesOnlyItsValues(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.SegmentGrace = 0 }) // deletes at once
+	ctx := ctxT(t)
+	st := env.Daemon.Store
+	kept, dropped := make([]byte, 100<<10), make([]byte, 100<<10)
+	_, _ = rand.Read(kept)
+	_, _ = rand.Read(dropped)
+	key := checkpoint.Key{Namespace: "cut", Session: "s"}
+	v1 := []byte(`[{"role":"user","content":"a"},` + imageMessage("s1", kept) + `,{"role":"user","content":"b"},` + imageMessage("s2", dropped) + `]`)
+	v2 := []byte(`[{"role":"user","content":"a"},` + imageMessage("s1", kept) + `,{"role":"user","content":"b"},{"role":"user","content":"edited"}]`)
+	_, err := env.Client.Save(ctx, key, v1)
+	require.NoError(t, err)
+	_, err = env.Client.Save(ctx, key, v2)
+	require.NoError(t, err)
+
+	// Take the dropped image's blob away behind the daemon's back.
+	id := sha256.Sum256([]byte(`"` + base64.StdEncoding.EncodeToString(dropped) + `"`))
+	var gone snapshot.ValueEntry
+	for _, e := range valueEntries(t, env, "cut") {
+		if e.ID == hex.EncodeToString(id[:]) {
+			gone = e
+		}
+	}
+	require.NotEmpty(t, gone.Name, "the dropped image is a stored value")
+	require.NoError(t, st.DeleteSegment(ctx, snapshot.ValuesKey("cut"), snapshot.SegmentRef{ID: gone.Name, Chunks: gone.Chunks}))
+
+	got, _, err := env.Client.Restore(ctx, key, 2)
+	require.NoError(t, err, "version 2 does not hold the dropped image")
+	require.True(t, bytes.Equal(v2, got))
+	_, _, err = env.Client.Restore(ctx, key, 1)
+	require.ErrorIs(t, err, checkpoint.ErrCorrupt, "version 1 does, and its blob is gone")
 }
 
 // The sweep and saves race on a value's entry: a save that finds the value being deleted stores
