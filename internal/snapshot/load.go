@@ -152,34 +152,6 @@ func assemble(ctx context.Context, st Store, l Layout, n int, rawBytes int64, ca
 	return append(out, ']'), nil
 }
 
-// readPrefix returns the first n messages of a layout.
-func readPrefix(ctx context.Context, st Store, l Layout, n int, cache SegmentCache) ([][]byte, error) {
-	out := make([][]byte, 0, n)
-	for _, e := range l.Extents {
-		if len(out) == n {
-			break
-		}
-		raw, err := readSegment(ctx, st, l.Key, e.Segment, cache)
-		if err != nil {
-			return nil, err
-		}
-		msgs := codec.SplitCanonical(raw)
-		if len(msgs) != e.Segment.Messages {
-			return nil, fmt.Errorf("%w: segment %s holds %d messages, its reference says %d", ErrCorrupt, e.Segment.ID, len(msgs), e.Segment.Messages)
-		}
-		out = append(out, msgs[:min(e.Count, n-len(out))]...)
-	}
-	if len(out) != n {
-		return nil, fmt.Errorf("%w: generation %d holds %d messages, wanted %d", ErrCorrupt, l.Gen, len(out), n)
-	}
-	return out, nil
-}
-
-// readMessages is readPrefix without a cache, for the save path.
-func readMessages(ctx context.Context, st Store, l Layout, n int) ([][]byte, error) {
-	return readPrefix(ctx, st, l, n, nil)
-}
-
 // readSegment returns a segment's raw bytes, decoded no further than its reference allows.
 func readSegment(ctx context.Context, st Store, key wire.Key, ref SegmentRef, cache SegmentCache) ([]byte, error) {
 	load := func() ([]byte, error) { return appendRaw(ctx, st, key, ref, nil) }

@@ -314,17 +314,73 @@ func canonicalTail(head Head, payload []byte) ([]byte, bool) {
 	return append(tail, payload[n+1:]...), true
 }
 
-// commonPrefix returns how many leading messages msgs shares with the head.
+// commonPrefix returns how many leading messages msgs shares with the head. It reads the head's
+// segments one at a time, without their values: a value is compared by its hash, so a rewrite of
+// a conversation full of images reads none of them back.
 func commonPrefix(ctx context.Context, st Store, head Head, msgs []json.RawMessage) (int, error) {
-	have, err := readMessages(ctx, st, head.Layout, head.Counts.Messages)
-	if err != nil {
-		return 0, err
-	}
+	msgs = msgs[:min(len(msgs), head.Counts.Messages)]
 	k := 0
-	for k < len(have) && k < len(msgs) && bytes.Equal(have[k], msgs[k]) {
-		k++
+	for _, e := range head.Layout.Extents {
+		if k == len(msgs) {
+			break
+		}
+		blob := e.Segment
+		blob.RawBytes -= valueBytes(e.Segment.Values)
+		stripped, err := appendBlob(ctx, st, head.Layout.Key, blob, nil)
+		if err != nil {
+			return 0, err
+		}
+		n := matchSegment(stripped, e.Segment, msgs[k:min(len(msgs), k+e.Count)])
+		if k += n; n < e.Count {
+			break
+		}
 	}
 	return k, nil
+}
+
+// matchSegment returns how many of msgs are the first messages of a segment, given its blob's
+// bytes (its raw bytes without its values): the bytes between values are compared, a value by its
+// SHA-256, and each message must end at a comma or at the end of the segment. msgs are JSON
+// objects, as the parser hands them over: one never holds a whole message and more, so a match
+// cannot straddle two of the segment's messages.
+func matchSegment(stripped []byte, ref SegmentRef, msgs []json.RawMessage) int {
+	vals := ref.Values
+	pos, spos := int64(0), int64(0) // where the next message starts, in the raw and the stripped bytes
+	same := func(m []byte) bool {   // m is the stripped bytes at spos
+		if spos+int64(len(m)) > int64(len(stripped)) || !bytes.Equal(m, stripped[spos:spos+int64(len(m))]) {
+			return false
+		}
+		spos += int64(len(m))
+		return true
+	}
+	for i, m := range msgs {
+		end, at := pos+int64(len(m)), int64(0) // at: how much of m is compared
+		for ; len(vals) > 0 && vals[0].At < end; vals = vals[1:] {
+			v := vals[0]
+			if v.At < pos+at || v.At+v.RawBytes > end || !same(m[at:v.At-pos]) {
+				return i
+			}
+			sum := sha256.Sum256(m[v.At-pos : v.At-pos+v.RawBytes])
+			if hex.EncodeToString(sum[:]) != v.ID {
+				return i
+			}
+			at = v.At - pos + v.RawBytes
+		}
+		if !same(m[at:]) {
+			return i
+		}
+		// The segment's message ends here too: at a comma, or at the end of the segment.
+		if i+1 < ref.Messages {
+			if len(vals) > 0 && vals[0].At == end || spos >= int64(len(stripped)) || stripped[spos] != ',' {
+				return i
+			}
+			spos++
+		} else if spos != int64(len(stripped)) || len(vals) > 0 {
+			return i
+		}
+		pos = end + 1
+	}
+	return len(msgs)
 }
 
 // discard deletes segments an operation wrote but failed to commit. Segment ids are unique per
