@@ -1,9 +1,11 @@
 package snapshot
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
@@ -79,8 +81,74 @@ type merged struct {
 	until   time.Time  // commit before then (see commit.until)
 }
 
-// mergeRun merges ext[from:] into one new segment.
+// mergeRun merges ext[from:] into one new segment. The extents' blobs are joined as they are and
+// their values carried over by reference, shifted to where they now are: a merge reads and writes
+// no image. Segments holding strings that are values now but were not when they were written are
+// merged through their raw bytes instead, which cuts those strings out.
 func mergeRun(ctx context.Context, st Store, key wire.Key, ext []Extent, from int) (merged, error) {
+	run := ext[from:]
+	parts := make([]io.Reader, 0, 2*len(run))
+	var vals []ValueRef
+	var rawBytes, size int64
+	count := 0
+	for i, e := range run {
+		stripped, evals, err := extentBlob(ctx, st, key, e)
+		if err != nil {
+			return merged{}, err
+		}
+		if len(valueSpans(stripped)) > 0 {
+			return mergeRaw(ctx, st, key, ext, from)
+		}
+		if i > 0 {
+			parts = append(parts, bytes.NewReader([]byte{','}))
+			rawBytes, size = rawBytes+1, size+1
+		}
+		for _, v := range evals {
+			v.At += rawBytes
+			vals = append(vals, v)
+		}
+		parts = append(parts, bytes.NewReader(stripped))
+		rawBytes, size, count = rawBytes+e.RawBytes, size+int64(len(stripped)), count+e.Count
+	}
+	ref, err := putBlobFrom(ctx, st, key, newSegmentID(), io.MultiReader(parts...), size)
+	if err != nil {
+		return merged{}, err
+	}
+	ref.Messages, ref.RawBytes, ref.Values = count, rawBytes, vals
+	// The values were the head's all along: no deadline to commit by (see commit.until).
+	out := append(append([]Extent(nil), ext[:from]...), Extent{Segment: ref, Count: count, RawBytes: rawBytes})
+	return merged{extents: out, run: run, ref: ref, wrote: ref.StoredBytes}, nil
+}
+
+// extentBlob returns the blob bytes of an extent's messages (its raw bytes without its values) and
+// the values among them.
+func extentBlob(ctx context.Context, st Store, key wire.Key, e Extent) ([]byte, []ValueRef, error) {
+	blob := e.Segment
+	blob.RawBytes -= valueBytes(e.Segment.Values)
+	stripped, err := appendBlob(ctx, st, key, blob, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := e.RawBytes // its length in the blob: less the values before its end
+	var vals []ValueRef
+	for _, v := range e.Segment.Values {
+		if v.At >= e.RawBytes {
+			break
+		}
+		if v.At+v.RawBytes > e.RawBytes {
+			return nil, nil, fmt.Errorf("%w: segment %s: value %s is out of place", ErrCorrupt, e.Segment.ID, v.ID)
+		}
+		vals = append(vals, v)
+		n -= v.RawBytes
+	}
+	if n < 0 || n > int64(len(stripped)) || n < int64(len(stripped)) && stripped[n] != ',' {
+		return nil, nil, fmt.Errorf("%w: segment %s: its first %d messages do not end at byte %d of its blob", ErrCorrupt, e.Segment.ID, e.Count, n)
+	}
+	return stripped[:n], vals, nil
+}
+
+// mergeRaw merges ext[from:] through their raw bytes, values put back and cut out again.
+func mergeRaw(ctx context.Context, st Store, key wire.Key, ext []Extent, from int) (merged, error) {
 	run := ext[from:]
 	var msgs [][]byte
 	for _, e := range run {

@@ -111,27 +111,24 @@ func (s hashState) hash() string {
 	return "sha256:" + hex.EncodeToString(c.h.Sum(nil))
 }
 
-// prefixExtents returns the extents holding the first n messages of l, the last one shortened if
-// it must be; messages gives a segment's messages when an extent has to be cut.
-func prefixExtents(l Layout, n int, messages func(SegmentRef) ([][]byte, error)) ([]Extent, error) {
+// prefixExtents returns the extents holding the first len(kept) messages of l, the last one
+// shortened if it must be; kept are those messages (a save's, found equal to them), which give the
+// length of a shortened extent without reading its segment.
+func prefixExtents(l Layout, kept [][]byte) ([]Extent, error) {
 	var out []Extent
 	for _, e := range l.Extents {
-		if n == 0 {
+		if len(kept) == 0 {
 			break
 		}
-		if e.Count <= n {
+		if e.Count <= len(kept) {
 			out = append(out, e)
-			n -= e.Count
+			kept = kept[e.Count:]
 			continue
 		}
-		msgs, err := messages(e.Segment)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, Extent{Segment: e.Segment, Count: n, RawBytes: joinedLen(msgs[:n])})
-		n = 0
+		out = append(out, Extent{Segment: e.Segment, Count: len(kept), RawBytes: joinedLen(kept)})
+		kept = nil
 	}
-	if n > 0 {
+	if len(kept) > 0 {
 		return nil, fmt.Errorf("%w: layout of generation %d holds fewer messages than asked", ErrCorrupt, l.Gen)
 	}
 	return out, nil

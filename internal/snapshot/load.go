@@ -260,14 +260,6 @@ func (e *errReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// segmentReader returns the messages of a segment, for cutting an extent short.
-func segmentReader(ctx context.Context, st Store, key wire.Key) func(SegmentRef) ([][]byte, error) {
-	return func(ref SegmentRef) ([][]byte, error) {
-		raw, err := readSegment(ctx, st, key, ref, nil)
-		return codec.SplitCanonical(raw), err
-	}
-}
-
 // Verify checks raw against the hash and size v recorded.
 func Verify(v wire.Version, raw []byte) error {
 	want := wire.Hash(raw)

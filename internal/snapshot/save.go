@@ -235,6 +235,7 @@ var ErrBusy = errors.New("session busy")
 // savePlan is what a save adds: keep the first keep messages of the head's generation, then tail.
 type savePlan struct {
 	keep    int
+	kept    [][]byte    // on a rewrite, the first keep messages: the head's, byte for byte
 	tail    [][]byte    // the new messages, canonical
 	stats   codec.Stats // of the whole new conversation when canon is set, else of tail
 	rewrite bool        // keep < the head's messages: history changed, a new generation
@@ -276,7 +277,9 @@ func plan(ctx context.Context, st Store, head Head, found bool, req SaveRequest)
 		}
 	}
 	p := savePlan{keep: keep, tail: toBytes(c.Messages[keep:]), stats: c.Stats(), canon: c.Encode(), tailRaw: c.Span(keep, len(c.Messages))}
-	p.rewrite = found && keep < headMsgs
+	if p.rewrite = found && keep < headMsgs; p.rewrite {
+		p.kept = toBytes(c.Messages[:keep])
+	}
 	return p, nil
 }
 
@@ -441,7 +444,7 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 		}
 		next.OldGens = append(append([]uint64(nil), head.OldGens...), head.Layout.Gen)
 		layout.Gen = head.Layout.Gen + 1
-		kept, err := prefixExtents(head.Layout, p.keep, segmentReader(ctx, st, req.Key))
+		kept, err := prefixExtents(head.Layout, p.kept)
 		if err != nil {
 			return c, err
 		}

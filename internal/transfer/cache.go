@@ -3,28 +3,39 @@ package transfer
 import (
 	"container/list"
 	"sync"
+	"time"
+
+	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // byteCache keeps recently served read bodies, bounded by their total size, so that the pieces of one
 // large read cost one load rather than one each. Entries are immutable (keyed by content hash). One
-// entry larger than the whole cache is still kept, alone in its own slot, until the next one: a
-// conversation bigger than the cache is assembled once per read, not once per piece.
+// entry larger than the whole cache is still kept, alone in its own slot, until the next one, until
+// its read's last piece (DropBig), or until it was not asked for in bigIdle: a conversation bigger
+// than the cache is assembled once per read, not once per piece, and not held after.
 type byteCache struct {
-	mu    sync.Mutex
-	max   int64
-	size  int64
-	order *list.List // front = most recently used
-	items map[string]*list.Element
-	big   *cacheEntry
+	mu       sync.Mutex
+	max      int64
+	size     int64
+	order    *list.List // front = most recently used
+	items    map[string]*list.Element
+	big      *cacheEntry
+	bigTimer *time.Timer
+	bigIdle  time.Duration
 }
+
+// bigIdle is how long the entry larger than the cache is kept without being asked for: far more
+// than a client takes between two pieces of one read.
+const bigIdle = 10 * time.Second
 
 type cacheEntry struct {
 	key  string
 	data []byte
+	hash string // wire.Hash(data), once asked for
 }
 
 func newByteCache(maxBytes int64) *byteCache {
-	return &byteCache{max: maxBytes, order: list.New(), items: map[string]*list.Element{}}
+	return &byteCache{max: maxBytes, order: list.New(), items: map[string]*list.Element{}, bigIdle: bigIdle}
 }
 
 // GetOrLoad returns the cached bytes of key, or loads and (if they fit) caches them. Two concurrent
@@ -39,6 +50,7 @@ func (c *byteCache) GetOrLoad(key string, load func() ([]byte, error)) ([]byte, 
 	}
 	if c.big != nil && c.big.key == key {
 		data := c.big.data
+		c.bigTimer.Reset(c.bigIdle)
 		c.mu.Unlock()
 		return data, nil
 	}
@@ -49,7 +61,18 @@ func (c *byteCache) GetOrLoad(key string, load func() ([]byte, error)) ([]byte, 
 	}
 	if int64(len(data)) > c.max {
 		c.mu.Lock()
-		c.big = &cacheEntry{key: key, data: data}
+		if c.bigTimer != nil {
+			c.bigTimer.Stop()
+		}
+		e := &cacheEntry{key: key, data: data}
+		c.big = e
+		c.bigTimer = time.AfterFunc(c.bigIdle, func() {
+			c.mu.Lock()
+			if c.big == e {
+				c.big = nil
+			}
+			c.mu.Unlock()
+		})
 		c.mu.Unlock()
 		return data, nil
 	}
@@ -67,4 +90,39 @@ func (c *byteCache) GetOrLoad(key string, load func() ([]byte, error)) ([]byte, 
 		c.size -= int64(len(ent.data))
 	}
 	return data, nil
+}
+
+// DropBig forgets key's entry if it is the one kept apart for being larger than the cache: its read
+// got its last piece.
+func (c *byteCache) DropBig(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.big != nil && c.big.key == key {
+		c.bigTimer.Stop()
+		c.big = nil
+	}
+}
+
+// Hash returns wire.Hash(data), data being what key holds: computed once while key is cached, not
+// once per piece of a large read.
+func (c *byteCache) Hash(key string, data []byte) string {
+	c.mu.Lock()
+	e := c.big
+	if el, ok := c.items[key]; ok {
+		e = el.Value.(*cacheEntry)
+	}
+	if e == nil || e.key != key {
+		e = nil
+	} else if e.hash != "" {
+		c.mu.Unlock()
+		return e.hash
+	}
+	c.mu.Unlock()
+	h := wire.Hash(data)
+	if e != nil {
+		c.mu.Lock()
+		e.hash = h
+		c.mu.Unlock()
+	}
+	return h
 }

@@ -325,11 +325,11 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 		return reply{}, err
 	}
 	if len(req.Merge) > 0 {
-		data, hash, err := s.merged(ctx, ns, req)
+		data, hash, key, err := s.merged(ctx, ns, req)
 		if err != nil {
 			return reply{}, err
 		}
-		return piece(data, hash, req.Offset, s.maxReply())
+		return s.piece(data, hash, key, req.Offset)
 	}
 	if req.Version == 0 {
 		return reply{}, fmt.Errorf("%w: read needs an exact version (ask %s for the head first)", errBadRequest, wire.OpGet)
@@ -348,20 +348,24 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	if err := view.Check(); err != nil {
 		return reply{}, fmt.Errorf("%w: %v", errBadRequest, err)
 	}
-	data, hash, err := s.viewOf(ctx, v, view)
+	data, hash, key, err := s.viewOf(ctx, v, view)
 	if err != nil {
 		return reply{}, err
 	}
-	return piece(data, hash, req.Offset, s.maxReply())
+	return s.piece(data, hash, key, req.Offset)
 }
 
-// piece is the reply to a read: the bytes of data from offset on, as many as fit in one message.
-func piece(data []byte, hash string, offset, maxReply int64) (reply, error) {
+// piece is the reply to a read: the bytes of data (cached under key) from offset on, as many as fit
+// in one message. After the last piece of a read larger than the cache, the cache lets go of it.
+func (s *service) piece(data []byte, hash, key string, offset int64) (reply, error) {
 	total := int64(len(data))
 	if offset < 0 || offset > total {
 		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, offset, total)
 	}
-	end := min(offset+maxReply, total)
+	end := min(offset+s.maxReply(), total)
+	if end == total {
+		s.cache.DropBig(key)
+	}
 	return reply{data: data[offset:end], hdr: micro.Headers{
 		wire.HdrTotal:    {strconv.FormatInt(total, 10)},
 		wire.HdrOffset:   {strconv.FormatInt(offset, 10)},
@@ -370,14 +374,14 @@ func piece(data []byte, hash string, offset, maxReply int64) (reply, error) {
 	}}, nil
 }
 
-// merged returns the merged view of the agents and versions a read names, and its hash. The
-// versions are pinned by the client, so every piece of one read sees the same view.
-func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) ([]byte, string, error) {
+// merged returns the merged view of the agents and versions a read names, its hash and its cache
+// key. The versions are pinned by the client, so every piece of one read sees the same view.
+func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) ([]byte, string, string, error) {
 	if req.View != "" && req.View != snapshot.ViewFull {
-		return nil, "", fmt.Errorf("%w: a merged view takes no view %q (only maxMessages)", errBadRequest, req.View)
+		return nil, "", "", fmt.Errorf("%w: a merged view takes no view %q (only maxMessages)", errBadRequest, req.View)
 	}
 	if err := (snapshot.View{MaxMessages: req.MaxMessages}).Check(); err != nil {
-		return nil, "", fmt.Errorf("%w: %v", errBadRequest, err)
+		return nil, "", "", fmt.Errorf("%w: %v", errBadRequest, err)
 	}
 	agents := make([]string, 0, len(req.Merge))
 	for a := range req.Merge {
@@ -385,30 +389,35 @@ func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) (
 	}
 	slices.Sort(agents)
 	cacheKey := fmt.Sprintf("merged/%s/%d/%v", wire.EncodeID(ns), req.MaxMessages, req.AgentPrefix)
-	var convs []snapshot.AgentConversation
+	versions := make([]wire.Version, 0, len(agents))
 	for _, a := range agents {
 		if req.Merge[a] == 0 {
-			return nil, "", fmt.Errorf("%w: merge needs an exact version for agent %q", errBadRequest, a)
+			return nil, "", "", fmt.Errorf("%w: merge needs an exact version for agent %q", errBadRequest, a)
 		}
 		v, err := s.version(ctx, ns, wire.SessionRequest{Session: req.Session, Agent: a}, req.Merge[a])
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
-		full, _, err := s.viewOf(ctx, v, snapshot.View{})
-		if err != nil {
-			return nil, "", err
-		}
-		convs = append(convs, snapshot.AgentConversation{Agent: a, Messages: codec.SplitCanonical(full[1 : len(full)-1])})
+		versions = append(versions, v)
 		cacheKey += "/" + wire.EncodeID(a) + "@" + v.Hash
 	}
+	// The agents' conversations are read only when the merged view is not cached: not once per piece.
 	data, err := s.cache.GetOrLoad(cacheKey, func() ([]byte, error) {
+		convs := make([]snapshot.AgentConversation, 0, len(versions))
+		for i, v := range versions {
+			full, err := snapshot.Read(ctx, s.store, v, s.cache)
+			if err != nil {
+				return nil, err
+			}
+			convs = append(convs, snapshot.AgentConversation{Agent: agents[i], Messages: codec.SplitCanonical(full[1 : len(full)-1])})
+		}
 		merged := snapshot.Merge(convs, req.AgentPrefix)
 		return snapshot.Encode(snapshot.View{MaxMessages: req.MaxMessages}.Apply(merged)), nil
 	})
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	return data, wire.Hash(data), nil
+	return data, s.cache.Hash(cacheKey, data), cacheKey, nil
 }
 
 func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, error) {
@@ -450,23 +459,30 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 	return jsonReply(wire.PruneReply{Sessions: res})
 }
 
-// viewOf returns the bytes of a view of v and their hash. Versions are immutable, so results are
-// cached by the version's hash and the view: the pieces of one large read cost one assembly.
-func (s *service) viewOf(ctx context.Context, v wire.Version, view snapshot.View) ([]byte, string, error) {
+// viewOf returns the bytes of a view of v, their hash and their cache key. Versions are immutable,
+// so results are cached by the version's hash and the view: the pieces of one large read cost one
+// assembly. A view other than full caches only itself, not the conversation it was cut from.
+func (s *service) viewOf(ctx context.Context, v wire.Version, view snapshot.View) ([]byte, string, string, error) {
 	ns := wire.EncodeID(v.Key.Namespace)
-	full, err := s.cache.GetOrLoad("conv/"+ns+"/"+v.Hash, func() ([]byte, error) {
-		return snapshot.Read(ctx, s.store, v, s.cache)
-	})
-	if err != nil || view.IsFull() {
-		return full, v.Hash, err
+	if view.IsFull() {
+		key := "conv/" + ns + "/" + v.Hash
+		full, err := s.cache.GetOrLoad(key, func() ([]byte, error) {
+			return snapshot.Read(ctx, s.store, v, s.cache)
+		})
+		return full, v.Hash, key, err
 	}
-	data, err := s.cache.GetOrLoad(fmt.Sprintf("view/%s/%s/%s/%d", ns, v.Hash, view.Kind, view.MaxMessages), func() ([]byte, error) {
+	key := fmt.Sprintf("view/%s/%s/%s/%d", ns, v.Hash, view.Kind, view.MaxMessages)
+	data, err := s.cache.GetOrLoad(key, func() ([]byte, error) {
+		full, err := snapshot.Read(ctx, s.store, v, s.cache)
+		if err != nil {
+			return nil, err
+		}
 		return snapshot.Encode(view.Apply(codec.SplitCanonical(full[1 : len(full)-1]))), nil
 	})
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	return data, wire.Hash(data), nil
+	return data, s.cache.Hash(key, data), key, nil
 }
 
 // maxReply leaves room for headers under the server's max_payload.

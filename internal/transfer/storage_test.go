@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
@@ -458,6 +460,58 @@ func TestStorage_MergedViewOfAgents(t *testing.T) {
 	require.ErrorIs(t, err, checkpoint.ErrNotFound)
 }
 
+// Views and merged views larger than a NATS message and than the read cache come back whole and
+// exact, piece by piece, while reads of other large things interleave with them.
+func TestStorage_LargeViewsInPieces(t *testing.T) {
+	env := testenv.StartWithMaxPayload(t, 64<<10, func(c *transfer.Config) { c.CacheBytes = 32 << 10 })
+	ctx := ctxT(t)
+	msg := func(agent string, i int) string {
+		return fmt.Sprintf(`{"role":"user","content":"%s %d %s","timestamp":%d}`, agent, i, strings.Repeat("é", 200), 2*i+len(agent)%2)
+	}
+	var a, b []string
+	for i := range 600 {
+		a, b = append(a, msg("a", i)), append(b, msg("bb", i))
+	}
+	a[300] = `{"role":"extension","kind":"compaction","data":{"summary":"the first 300"},"timestamp":601}`
+	join := func(ms []string) string { return "[" + strings.Join(ms, ",") + "]" }
+	ka := checkpoint.Key{Namespace: "big", Session: "task", Agent: "a"}
+	kb := checkpoint.Key{Namespace: "big", Session: "task", Agent: "bb"}
+	_, err := env.Client.Save(ctx, ka, []byte(join(a)))
+	require.NoError(t, err)
+	_, err = env.Client.Save(ctx, kb, []byte(join(b)))
+	require.NoError(t, err)
+
+	// b's messages have even timestamps, a's odd: merged, they alternate, b first.
+	var merged []string
+	for i := range 600 {
+		merged = append(merged, b[i][:len(b[i])-1]+`,"agentId":"bb"}`, a[i][:len(a[i])-1]+`,"agentId":"a"}`)
+	}
+	same := func(want, got string) {
+		t.Helper()
+		if want != got {
+			i := 0
+			for i < min(len(want), len(got)) && want[i] == got[i] {
+				i++
+			}
+			t.Fatalf("%d bytes, want %d: first difference at byte %d: %.80q", len(got), len(want), i, got[i:])
+		}
+	}
+	for range 2 {
+		got, _, err := env.Client.Restore(ctx, ka, 0, checkpoint.WithView("request"))
+		require.NoError(t, err)
+		same(join(a[300:]), string(got))
+		got, _, err = env.Client.Restore(ctx, kb, 0)
+		require.NoError(t, err)
+		same(join(b), string(got))
+		got, _, err = env.Client.Restore(ctx, ka, 0, checkpoint.WithMaxMessages(400))
+		require.NoError(t, err)
+		same(join(a[200:]), string(got))
+		got, _, err = env.Client.RestoreMerged(ctx, "big", "task", false)
+		require.NoError(t, err)
+		same(join(merged), string(got))
+	}
+}
+
 func TestStorage_AppendsCannotGrowPastTheLimit(t *testing.T) {
 	env := testenv.Start(t, func(c *transfer.Config) { c.MaxCheckpointBytes = 4096 })
 	ctx := ctxT(t)
@@ -677,6 +731,95 @@ func TestStorage_CutExtentFetchesOnlyItsValues(t *testing.T) {
 	got, _, err = env.Client.Restore(ctx, key, 3)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(v3, got))
+}
+
+// Merging the pieces of a conversation full of images joins their blobs and carries the images
+// over by reference: every version restores exactly after it, and a merge reads no image (here one
+// whose blob was taken away behind the daemon's back does not stop it).
+func TestStorage_MergesCarryValuesByReference(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.CompactIdle = 0; c.SegmentGrace = 0 }) // merges only when asked
+	ctx := ctxT(t)
+	st := env.Daemon.Store
+	imgs := make([][]byte, 3)
+	for i := range imgs {
+		imgs[i] = make([]byte, 60<<10)
+		_, _ = rand.Read(imgs[i])
+	}
+	for _, ns := range []string{"merge", "gone"} {
+		key := checkpoint.Key{Namespace: ns, Session: "s"}
+		conv := []byte(`[{"role":"user","content":"look"}]`)
+		want := map[uint64][]byte{}
+		for i := range 6 {
+			conv = append(conv[:len(conv)-1], `,`+imageMessage(fmt.Sprint("c", i), imgs[i%3])+`,{"role":"user","content":"and é `+fmt.Sprint(i)+`"}]`...)
+			v, err := env.Client.Save(ctx, key, conv)
+			require.NoError(t, err)
+			want[v.Version] = slices.Clone(conv)
+		}
+		require.Len(t, valueEntries(t, env, ns), 3, "each image stored once")
+		if ns == "gone" {
+			e := valueEntries(t, env, ns)[0]
+			require.NoError(t, st.DeleteSegment(ctx, snapshot.ValuesKey(ns), snapshot.SegmentRef{ID: e.Name, Chunks: e.Chunks}))
+		}
+		res, err := snapshot.Compact(ctx, st, key.WithDefaults(), true)
+		require.NoError(t, err, "a merge reads no image")
+		require.Equal(t, 6, res.Merged)
+		h := head(t, env, key)
+		require.Len(t, h.Layout.Extents, 1)
+		require.Len(t, h.Layout.Extents[0].Segment.Values, 6, "the images, by reference")
+		require.Less(t, res.WroteBytes, int64(8<<10), "the merged blob holds no image")
+		for n, conv := range want {
+			got, _, err := env.Client.Restore(ctx, key, n)
+			if ns == "gone" {
+				require.ErrorIs(t, err, checkpoint.ErrCorrupt)
+				continue
+			}
+			require.NoError(t, err, "version %d", n)
+			require.True(t, bytes.Equal(conv, got), "version %d restores byte for byte", n)
+		}
+	}
+}
+
+// A segment written before large strings were stored as values (or under other thresholds) has
+// them inline: merging it cuts them out, so the namespace stores them once from then on.
+func TestStorage_MergeCutsOutValuesOfOlderSegments(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.CompactIdle = 0 })
+	ctx := ctxT(t)
+	st := env.Daemon.Store
+	img := make([]byte, 60<<10)
+	_, _ = rand.Read(img)
+	key := checkpoint.Key{Namespace: "old", Session: "s"}
+	first := `{"role":"user","content":"look"},` + imageMessage("c1", img)
+	conv := []byte("[" + first + "]")
+	_, err := env.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+
+	// Store version 1's messages as a segment of before values, the image inline, in place of its own.
+	h, rev, err := st.Head(ctx, key.WithDefaults())
+	require.NoError(t, err)
+	raw := []byte(first)
+	blob := codec.EncodeBlob(raw)
+	old, err := st.PutSegment(ctx, key.WithDefaults(), snapshot.SegmentRef{ID: "pre-values", Messages: 2, RawBytes: int64(len(raw)), StoredBytes: int64(len(blob))}, blob)
+	require.NoError(t, err)
+	h.Layout.Extents = []snapshot.Extent{{Segment: old, Count: 2, RawBytes: int64(len(raw))}}
+	require.NoError(t, st.SwapHead(ctx, h, rev))
+	got, _, err := env.Client.Restore(ctx, key, 1)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(conv, got))
+
+	conv = []byte("[" + first + `,{"role":"user","content":"more"}]`)
+	_, err = env.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+	_, err = snapshot.Compact(ctx, st, key.WithDefaults(), true)
+	require.NoError(t, err)
+	merged := head(t, env, key).Layout.Extents
+	require.Len(t, merged, 1)
+	require.Len(t, merged[0].Segment.Values, 1, "the inline image became a value")
+	require.Less(t, merged[0].Segment.StoredBytes, int64(4<<10))
+	for n, want := range map[uint64][]byte{1: []byte("[" + first + "]"), 2: conv} {
+		got, _, err := env.Client.Restore(ctx, key, n)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(want, got), "version %d", n)
+	}
 }
 
 // The sweep and saves race on a value's entry: a save that finds the value being deleted stores

@@ -1,0 +1,60 @@
+package transfer
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// An entry larger than the cache is loaded once for all the pieces of its read, and let go of after
+// the last piece or when no piece was asked for in a while: a 64 MiB restore does not stay in memory.
+func TestByteCache_BigEntryLivesForOneRead(t *testing.T) {
+	c := newByteCache(1 << 10)
+	c.bigIdle = 2 * time.Second
+	loads := 0
+	big := bytes.Repeat([]byte("x"), 4<<10)
+	get := func(key string) []byte {
+		data, err := c.GetOrLoad(key, func() ([]byte, error) { loads++; return big, nil })
+		require.NoError(t, err)
+		return data
+	}
+	for range 3 {
+		require.Equal(t, big, get("a"))
+	}
+	require.Equal(t, 1, loads, "one load for every piece")
+	require.Equal(t, wire.Hash(big), c.Hash("a", big))
+	require.Equal(t, wire.Hash(big), c.Hash("a", []byte("other")), "hashed once while cached")
+	require.Equal(t, wire.Hash([]byte("other")), c.Hash("b", []byte("other")), "not cached: hashed, not stored")
+
+	c.DropBig("b")
+	get("a")
+	require.Equal(t, 1, loads, "dropping another key keeps it")
+	c.DropBig("a")
+	get("a")
+	require.Equal(t, 2, loads, "the last piece was served: loaded again")
+
+	for range 4 { // asked for within bigIdle: kept
+		time.Sleep(c.bigIdle / 20)
+		get("a")
+	}
+	require.Equal(t, 2, loads)
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.big == nil
+	}, 10*time.Second, 20*time.Millisecond, "idle: let go of")
+	get("a")
+	require.Equal(t, 3, loads)
+
+	small := []byte("s")
+	_, err := c.GetOrLoad("s", func() ([]byte, error) { loads++; return small, nil })
+	require.NoError(t, err)
+	c.DropBig("s")
+	_, err = c.GetOrLoad("s", func() ([]byte, error) { loads++; return small, nil })
+	require.NoError(t, err)
+	require.Equal(t, 4, loads, "entries that fit stay in the cache")
+}
