@@ -21,6 +21,7 @@ type byteCache struct {
 	items    map[string]*list.Element
 	big      *cacheEntry
 	bigTimer *time.Timer
+	bigSeq   uint64 // counts the entries that took the big slot
 	bigIdle  time.Duration
 }
 
@@ -64,11 +65,12 @@ func (c *byteCache) GetOrLoad(key string, load func() ([]byte, error)) ([]byte, 
 		if c.bigTimer != nil {
 			c.bigTimer.Stop()
 		}
-		e := &cacheEntry{key: key, data: data}
-		c.big = e
+		c.big = &cacheEntry{key: key, data: data}
+		c.bigSeq++
+		seq := c.bigSeq // not the entry: the timer must not keep its bytes alive
 		c.bigTimer = time.AfterFunc(c.bigIdle, func() {
 			c.mu.Lock()
-			if c.big == e {
+			if c.bigSeq == seq {
 				c.big = nil
 			}
 			c.mu.Unlock()

@@ -2,6 +2,8 @@ package transfer
 
 import (
 	"bytes"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,4 +59,28 @@ func TestByteCache_BigEntryLivesForOneRead(t *testing.T) {
 	_, err = c.GetOrLoad("s", func() ([]byte, error) { loads++; return small, nil })
 	require.NoError(t, err)
 	require.Equal(t, 4, loads, "entries that fit stay in the cache")
+}
+
+// Once let go of, a large read's bytes are garbage: nothing in the cache (its idle timer included)
+// keeps them alive.
+func TestByteCache_DroppedBytesAreCollected(t *testing.T) {
+	c := newByteCache(1 << 10)
+	c.bigIdle = 50 * time.Millisecond
+	collected := func(drop func(key string)) bool {
+		var freed atomic.Bool
+		func() {
+			data, err := c.GetOrLoad("k", func() ([]byte, error) { return make([]byte, 1<<20), nil })
+			require.NoError(t, err)
+			runtime.AddCleanup(&data[0], func(*atomic.Bool) { freed.Store(true) }, &freed)
+		}()
+		drop("k")
+		deadline := time.Now().Add(5 * time.Second)
+		for !freed.Load() && time.Now().Before(deadline) {
+			runtime.GC()
+			time.Sleep(10 * time.Millisecond)
+		}
+		return freed.Load()
+	}
+	require.True(t, collected(c.DropBig), "after the last piece")
+	require.True(t, collected(func(string) { time.Sleep(4 * c.bigIdle) }), "after idling")
 }
