@@ -562,17 +562,23 @@ func TestStorage_LargeSegmentsStreamed(t *testing.T) {
 // A daemon that crashes between writing a segment and committing it leaves the segment behind;
 // the sweep removes it, and only it, once it is older than the grace period.
 func TestStorage_SweepRemovesOnlyOrphans(t *testing.T) {
-	env := testenv.Start(t, func(c *transfer.Config) { c.SegmentGrace = 0 })
+	// No background merging: it deletes merged-away segments, and this test counts them. Fewer
+	// versions than snapshot.MaxExtents keep a merge from falling due; the test merges itself.
+	env := testenv.Start(t, func(c *transfer.Config) { c.SegmentGrace = 0; c.CompactIdle = 0 })
 	ctx := ctxT(t)
 	key := checkpoint.Key{Session: "swept"}
+	k := key.WithDefaults()
 	msgs := corpusMessages(t, "openhands_gui_todo_app.json")
-	for n := 2; n <= len(msgs); n += 2 {
+	step := len(msgs)/snapshot.MaxExtents + 1
+	for n := step; n <= len(msgs); n += step {
 		_, err := env.Client.Save(ctx, key, arrayOf(msgs[:n]))
 		require.NoError(t, err)
 	}
-	_, err := env.Client.Save(ctx, key, arrayOf(msgs[:3])) // a rewrite: an older generation to keep
+	merged, err := snapshot.Compact(ctx, env.Daemon.Store, k, true)
 	require.NoError(t, err)
-	k := key.WithDefaults()
+	require.Positive(t, merged.Merged, "a merged layout, with merged-away segments already gone")
+	_, err = env.Client.Save(ctx, key, arrayOf(msgs[:3])) // a rewrite: an older generation to keep
+	require.NoError(t, err)
 	orphan, err := env.Daemon.Store.PutSegment(ctx, k, snapshot.SegmentRef{ID: "0rphan", Messages: 1, StoredBytes: 3}, []byte("abc"))
 	require.NoError(t, err)
 	before, err := env.Daemon.Store.SegmentIDs(ctx, k)
