@@ -282,6 +282,9 @@ func TestCheckpointctl_Prune(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Equal(t, `[{"role":"user","content":"a"},{"role":"user","content":"x"},{"role":"user","content":"xx"},{"role":"user","content":"xxx"}]`, out)
 
+	out, _, code = ctl(t, "", srv, "prune", "s", "--keep-last", "1", "--dry-run")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `s\s+main\s+version 3\s+1\n`, out, "one version is named as one")
 	out, _, code = ctl(t, "", srv, "prune", "s", "--keep-last", "1", "-o", "json")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, `"versions": [`)

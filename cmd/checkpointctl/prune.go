@@ -50,8 +50,11 @@ func runPrune(ctx context.Context, a *App, args []string) error {
 	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "SESSION\tAGENT\t%s\tKEPT\n", map[bool]string{true: "WOULD REMOVE", false: "REMOVED"}[*dry])
 	for _, r := range res {
-		fmt.Fprintf(tw, "%s\t%s\tversions %d-%d (%d)\t%d\n", printable(r.Key.Session), printable(r.Key.Agent),
-			r.Versions[0], r.Versions[len(r.Versions)-1], len(r.Versions), r.Kept)
+		span := fmt.Sprintf("version %d", r.Versions[0])
+		if n := len(r.Versions); n > 1 {
+			span = fmt.Sprintf("versions %d-%d (%d)", r.Versions[0], r.Versions[n-1], n)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", printable(r.Key.Session), printable(r.Key.Agent), span, r.Kept)
 	}
 	return tw.Flush()
 }
