@@ -115,9 +115,9 @@ func (c *byteCache) Hash(key string, data []byte) string {
 	}
 	if e == nil || e.key != key {
 		e = nil
-	} else if e.hash != "" {
+	} else if h := e.hash; h != "" {
 		c.mu.Unlock()
-		return e.hash
+		return h
 	}
 	c.mu.Unlock()
 	h := wire.Hash(data)

@@ -2,7 +2,9 @@ package transfer
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,4 +85,44 @@ func TestByteCache_DroppedBytesAreCollected(t *testing.T) {
 	}
 	require.True(t, collected(c.DropBig), "after the last piece")
 	require.True(t, collected(func(string) { time.Sleep(4 * c.bigIdle) }), "after idling")
+}
+
+// Readers of the same entries at once, hashing them and dropping the big slot under each other, all
+// get their own bytes and hash (run with -race: the hash used to be read outside the lock).
+func TestByteCache_ConcurrentReadersHashAndDrop(t *testing.T) {
+	c := newByteCache(64)
+	c.bigIdle = time.Millisecond
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				k := fmt.Sprint("k", (i+g)%3)
+				want := bytes.Repeat([]byte(k), 100) // larger than the cache: the big slot
+				d, err := c.GetOrLoad(k, func() ([]byte, error) { return bytes.Repeat([]byte(k), 100), nil })
+				if err != nil || !bytes.Equal(d, want) {
+					errs <- "wrong bytes for " + k
+					return
+				}
+				if h := c.Hash(k, d); h != wire.Hash(want) {
+					errs <- "wrong hash for " + k
+					return
+				}
+				if i%2 == 0 {
+					c.DropBig(k)
+				}
+				if !bytes.Equal(d, want) {
+					errs <- "bytes changed under a reader after a drop: " + k
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
 }
