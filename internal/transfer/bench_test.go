@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -386,5 +387,44 @@ func BenchmarkStorage_SharedImages(b *testing.B) {
 		b.ReportMetric(stored[true], "stored_one_namespace_B")
 		b.ReportMetric(stored[false], "stored_own_namespaces_B")
 		b.ReportMetric(stored[false]/stored[true], "x_saved")
+	}
+}
+
+// BenchmarkRestore_LargeAtOnce restores conversations larger than the read cache, each in many
+// pieces, by one reader and by four readers at once (each its own session): a read's pieces must
+// cost one assembly, however many other large reads interleave with them.
+func BenchmarkRestore_LargeAtOnce(b *testing.B) {
+	msgs := corpusMessages(b, "pi_before_compaction.json")
+	conv := func(r int) []byte { // each session its own conversation: nothing shared in the cache
+		return arrayOf(append(msgs[:len(msgs):len(msgs)], json.RawMessage(fmt.Sprintf(`{"role":"user","content":"reader %d"}`, r))))
+	}
+	for _, readers := range []int{1, 4} {
+		b.Run(fmt.Sprintf("%d-readers", readers), func(b *testing.B) {
+			// 2.3 MB conversations, a 1 MiB cache and 256 KiB replies: 9 pieces a restore.
+			env := testenv.StartWithMaxPayload(b, 256<<10, func(cfg *transfer.Config) { cfg.CacheBytes = 1 << 20 })
+			ctx := context.Background()
+			for r := range readers {
+				_, err := env.Client.Save(ctx, checkpoint.Key{Session: fmt.Sprint("s", r)}, conv(r))
+				require.NoError(b, err)
+			}
+			size := len(conv(0))
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for r := range readers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := r; i < b.N; i += readers {
+						got, _, err := env.Client.Restore(ctx, checkpoint.Key{Session: fmt.Sprint("s", r)}, 0)
+						if err != nil || len(got) != size {
+							b.Errorf("restore: %v (%d bytes)", err, len(got))
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
 	}
 }

@@ -9,25 +9,30 @@ import (
 )
 
 // byteCache keeps recently served read bodies, bounded by their total size, so that the pieces of one
-// large read cost one load rather than one each. Entries are immutable (keyed by content hash). One
-// entry larger than the whole cache is still kept, alone in its own slot, until the next one, until
-// its read's last piece (DropBig), or until it was not asked for in bigIdle: a conversation bigger
-// than the cache is assembled once per read, not once per piece, and not held after.
+// large read cost one load rather than one each. Entries are immutable (keyed by content hash).
+//
+// A read that comes in several pieces is also held apart from that bound while it is in progress
+// (Hold, until Release after its last piece, or until no piece was asked for in readIdle): a
+// conversation bigger than the cache is assembled once per read, not once per piece, and several
+// large reads at once do not evict each other between their pieces. At most maxReading reads are
+// held; one more lets go of the one asked for least recently.
 type byteCache struct {
 	mu       sync.Mutex
 	max      int64
 	size     int64
 	order    *list.List // front = most recently used
 	items    map[string]*list.Element
-	big      *cacheEntry
-	bigTimer *time.Timer
-	bigSeq   uint64 // counts the entries that took the big slot
-	bigIdle  time.Duration
+	reading  map[string]*heldRead
+	seq      uint64 // counts Holds, so that a timer knows whether its hold is still the current one
+	readIdle time.Duration
 }
 
-// bigIdle is how long the entry larger than the cache is kept without being asked for: far more
-// than a client takes between two pieces of one read.
-const bigIdle = 10 * time.Second
+// readIdle is how long a read in pieces is held without a piece being asked for: far more than a
+// client takes between two pieces of one read.
+const readIdle = 10 * time.Second
+
+// maxReading is how many reads in pieces are held at once.
+const maxReading = 8
 
 type cacheEntry struct {
 	key  string
@@ -35,48 +40,30 @@ type cacheEntry struct {
 	hash string // wire.Hash(data), once asked for
 }
 
+type heldRead struct {
+	entry   *cacheEntry
+	readers int    // reads in progress (a read whose client went away is let go of when idle)
+	seq     uint64 // the Hold that last touched it: least recently asked for has the smallest
+	timer   *time.Timer
+}
+
 func newByteCache(maxBytes int64) *byteCache {
-	return &byteCache{max: maxBytes, order: list.New(), items: map[string]*list.Element{}, bigIdle: bigIdle}
+	return &byteCache{max: maxBytes, order: list.New(), items: map[string]*list.Element{},
+		reading: map[string]*heldRead{}, readIdle: readIdle}
 }
 
 // GetOrLoad returns the cached bytes of key, or loads and (if they fit) caches them. Two concurrent
 // misses may both load; that costs work, never correctness.
 func (c *byteCache) GetOrLoad(key string, load func() ([]byte, error)) ([]byte, error) {
 	c.mu.Lock()
-	if e, ok := c.items[key]; ok {
-		c.order.MoveToFront(e)
-		data := e.Value.(*cacheEntry).data
+	if e := c.lookup(key); e != nil {
 		c.mu.Unlock()
-		return data, nil
-	}
-	if c.big != nil && c.big.key == key {
-		data := c.big.data
-		c.bigTimer.Reset(c.bigIdle)
-		c.mu.Unlock()
-		return data, nil
+		return e.data, nil
 	}
 	c.mu.Unlock()
 	data, err := load()
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > c.max {
-		c.mu.Lock()
-		if c.bigTimer != nil {
-			c.bigTimer.Stop()
-		}
-		c.big = &cacheEntry{key: key, data: data}
-		c.bigSeq++
-		seq := c.bigSeq // not the entry: the timer must not keep its bytes alive
-		c.bigTimer = time.AfterFunc(c.bigIdle, func() {
-			c.mu.Lock()
-			if c.bigSeq == seq {
-				c.big = nil
-			}
-			c.mu.Unlock()
-		})
-		c.mu.Unlock()
-		return data, nil
+	if err != nil || int64(len(data)) > c.max {
+		return data, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -94,14 +81,70 @@ func (c *byteCache) GetOrLoad(key string, load func() ([]byte, error)) ([]byte, 
 	return data, nil
 }
 
-// DropBig forgets key's entry if it is the one kept apart for being larger than the cache: its read
-// got its last piece.
-func (c *byteCache) DropBig(key string) {
+// lookup finds key among the cached entries and the reads held; c.mu is held.
+func (c *byteCache) lookup(key string) *cacheEntry {
+	if el, ok := c.items[key]; ok {
+		c.order.MoveToFront(el)
+		return el.Value.(*cacheEntry)
+	}
+	if h, ok := c.reading[key]; ok {
+		h.timer.Reset(c.readIdle)
+		return h.entry
+	}
+	return nil
+}
+
+// Hold keeps key's bytes, data, whose hash is hash, while a read of them has pieces to come (see
+// byteCache). first says the piece is a read's first: several reads of the same bytes at once (a
+// session and its forks hold the same conversation) are counted, and Release lets go after the last.
+func (c *byteCache) Hold(key string, data []byte, hash string, first bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.big != nil && c.big.key == key {
-		c.bigTimer.Stop()
-		c.big = nil
+	c.seq++
+	if h, ok := c.reading[key]; ok {
+		h.seq = c.seq
+		h.timer.Reset(c.readIdle)
+		if first {
+			h.readers++
+		}
+		return
+	}
+	e := &cacheEntry{key: key, data: data, hash: hash}
+	if el, ok := c.items[key]; ok {
+		e = el.Value.(*cacheEntry) // the same bytes, and their hash if known
+	}
+	seq := c.seq // the timer refers to the hold by number: it must not keep the bytes alive
+	h := &heldRead{entry: e, seq: seq, readers: 1}
+	h.timer = time.AfterFunc(c.readIdle, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if h, ok := c.reading[key]; ok && h.seq == seq {
+			delete(c.reading, key)
+		}
+	})
+	c.reading[key] = h
+	if len(c.reading) > maxReading {
+		oldest := key
+		for k, r := range c.reading {
+			if r.seq < c.reading[oldest].seq {
+				oldest = k
+			}
+		}
+		c.reading[oldest].timer.Stop()
+		delete(c.reading, oldest)
+	}
+}
+
+// Release ends one read of key: its last piece was served. The bytes are let go of once no other
+// read of them is in progress.
+func (c *byteCache) Release(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h, ok := c.reading[key]; ok {
+		if h.readers--; h.readers <= 0 {
+			h.timer.Stop()
+			delete(c.reading, key)
+		}
 	}
 }
 
@@ -109,13 +152,9 @@ func (c *byteCache) DropBig(key string) {
 // once per piece of a large read.
 func (c *byteCache) Hash(key string, data []byte) string {
 	c.mu.Lock()
-	e := c.big
-	if el, ok := c.items[key]; ok {
-		e = el.Value.(*cacheEntry)
-	}
-	if e == nil || e.key != key {
-		e = nil
-	} else if h := e.hash; h != "" {
+	e := c.lookup(key)
+	if e != nil && e.hash != "" {
+		h := e.hash
 		c.mu.Unlock()
 		return h
 	}

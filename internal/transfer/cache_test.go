@@ -14,11 +14,11 @@ import (
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
-// An entry larger than the cache is loaded once for all the pieces of its read, and let go of after
-// the last piece or when no piece was asked for in a while: a 64 MiB restore does not stay in memory.
-func TestByteCache_BigEntryLivesForOneRead(t *testing.T) {
+// A read in pieces is held from its first piece to its last, or until no piece was asked for in a
+// while: a 64 MiB restore costs one assembly and does not stay in memory after it.
+func TestByteCache_ReadHeldForItsPieces(t *testing.T) {
 	c := newByteCache(1 << 10)
-	c.bigIdle = 2 * time.Second
+	c.readIdle = 2 * time.Second
 	loads := 0
 	big := bytes.Repeat([]byte("x"), 4<<10)
 	get := func(key string) []byte {
@@ -26,56 +26,118 @@ func TestByteCache_BigEntryLivesForOneRead(t *testing.T) {
 		require.NoError(t, err)
 		return data
 	}
+	get("a")
+	get("a")
+	require.Equal(t, 2, loads, "larger than the cache and not held: not kept")
+	c.Hold("a", get("a"), wire.Hash(big), true)
 	for range 3 {
 		require.Equal(t, big, get("a"))
 	}
-	require.Equal(t, 1, loads, "one load for every piece")
-	require.Equal(t, wire.Hash(big), c.Hash("a", big))
-	require.Equal(t, wire.Hash(big), c.Hash("a", []byte("other")), "hashed once while cached")
+	require.Equal(t, 3, loads, "held: one load for every later piece")
+	require.Equal(t, wire.Hash(big), c.Hash("a", []byte("other")), "its hash came with it")
 	require.Equal(t, wire.Hash([]byte("other")), c.Hash("b", []byte("other")), "not cached: hashed, not stored")
 
-	c.DropBig("b")
+	c.Release("b")
 	get("a")
-	require.Equal(t, 1, loads, "dropping another key keeps it")
-	c.DropBig("a")
+	require.Equal(t, 3, loads, "releasing another key keeps it")
+	c.Release("a")
 	get("a")
-	require.Equal(t, 2, loads, "the last piece was served: loaded again")
+	require.Equal(t, 4, loads, "the last piece was served: loaded again")
 
-	for range 4 { // asked for within bigIdle: kept
-		time.Sleep(c.bigIdle / 20)
+	c.Hold("a", get("a"), "", true)
+	for range 4 { // asked for within readIdle: kept
+		time.Sleep(c.readIdle / 20)
 		get("a")
 	}
-	require.Equal(t, 2, loads)
+	require.Equal(t, 5, loads)
 	require.Eventually(t, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.big == nil
+		return len(c.reading) == 0
 	}, 10*time.Second, 20*time.Millisecond, "idle: let go of")
 	get("a")
-	require.Equal(t, 3, loads)
+	require.Equal(t, 6, loads)
 
 	small := []byte("s")
 	_, err := c.GetOrLoad("s", func() ([]byte, error) { loads++; return small, nil })
 	require.NoError(t, err)
-	c.DropBig("s")
+	c.Hold("s", small, "", true)
+	c.Release("s")
 	_, err = c.GetOrLoad("s", func() ([]byte, error) { loads++; return small, nil })
 	require.NoError(t, err)
-	require.Equal(t, 4, loads, "entries that fit stay in the cache")
+	require.Equal(t, 7, loads, "entries that fit stay in the cache, held or not")
 }
 
-// Once let go of, a large read's bytes are garbage: nothing in the cache (its idle timer included)
-// keeps them alive.
-func TestByteCache_DroppedBytesAreCollected(t *testing.T) {
+// Large reads in progress at once do not evict each other between their pieces (they used to share
+// one slot, so interleaved readers assembled their conversation again for nearly every piece); past
+// maxReading, the read asked for least recently is let go of.
+func TestByteCache_InterleavedReadsEachLoadOnce(t *testing.T) {
 	c := newByteCache(1 << 10)
-	c.bigIdle = 50 * time.Millisecond
-	collected := func(drop func(key string)) bool {
+	loads := map[string]int{}
+	piece := func(key string) {
+		data, err := c.GetOrLoad(key, func() ([]byte, error) { loads[key]++; return bytes.Repeat([]byte(key), 2<<10), nil })
+		require.NoError(t, err)
+		c.Hold(key, data, "", false)
+	}
+	keys := make([]string, maxReading)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	for range 5 { // five pieces of every read, interleaved
+		for _, k := range keys {
+			piece(k)
+		}
+	}
+	for _, k := range keys {
+		require.Equal(t, 1, loads[k], "read %s assembled once", k)
+	}
+	piece("one more")
+	piece(keys[1])
+	require.Equal(t, 1, loads[keys[1]], "still held")
+	piece(keys[0])
+	require.Equal(t, 2, loads[keys[0]], "the read asked for least recently was let go of")
+}
+
+// Two reads of the same bytes at once (a session and its fork): the first to finish does not take
+// the bytes from under the other; the second's end lets go of them.
+func TestByteCache_ReadsOfTheSameBytesAreCounted(t *testing.T) {
+	c := newByteCache(1 << 10)
+	loads := 0
+	big := bytes.Repeat([]byte("x"), 4<<10)
+	piece := func(first, last bool) {
+		data, err := c.GetOrLoad("conv", func() ([]byte, error) { loads++; return big, nil })
+		require.NoError(t, err)
+		if last {
+			c.Release("conv")
+		} else {
+			c.Hold("conv", data, "", first)
+		}
+	}
+	piece(true, false)  // read 1 starts
+	piece(true, false)  // read 2 starts
+	piece(false, false) // read 1 goes on
+	piece(false, true)  // read 1 ends
+	piece(false, false) // read 2 goes on
+	require.Equal(t, 1, loads, "read 2 kept the bytes held")
+	piece(false, true) // read 2 ends
+	piece(true, false)
+	require.Equal(t, 2, loads, "both reads ended: let go of")
+}
+
+// Once let go of, a read's bytes are garbage: nothing in the cache (its idle timer included) keeps
+// them alive.
+func TestByteCache_ReleasedBytesAreCollected(t *testing.T) {
+	c := newByteCache(1 << 10)
+	c.readIdle = 50 * time.Millisecond
+	collected := func(release func(key string)) bool {
 		var freed atomic.Bool
 		func() {
 			data, err := c.GetOrLoad("k", func() ([]byte, error) { return make([]byte, 1<<20), nil })
 			require.NoError(t, err)
+			c.Hold("k", data, "", true)
 			runtime.AddCleanup(&data[0], func(*atomic.Bool) { freed.Store(true) }, &freed)
 		}()
-		drop("k")
+		release("k")
 		deadline := time.Now().Add(5 * time.Second)
 		for !freed.Load() && time.Now().Before(deadline) {
 			runtime.GC()
@@ -83,15 +145,15 @@ func TestByteCache_DroppedBytesAreCollected(t *testing.T) {
 		}
 		return freed.Load()
 	}
-	require.True(t, collected(c.DropBig), "after the last piece")
-	require.True(t, collected(func(string) { time.Sleep(4 * c.bigIdle) }), "after idling")
+	require.True(t, collected(c.Release), "after the last piece")
+	require.True(t, collected(func(string) { time.Sleep(4 * c.readIdle) }), "after idling")
 }
 
-// Readers of the same entries at once, hashing them and dropping the big slot under each other, all
-// get their own bytes and hash (run with -race: the hash used to be read outside the lock).
-func TestByteCache_ConcurrentReadersHashAndDrop(t *testing.T) {
+// Readers of the same entries at once, hashing, holding and releasing them under each other, all get
+// their own bytes and hash (run with -race: the hash used to be read outside the lock).
+func TestByteCache_ConcurrentReadersHashAndRelease(t *testing.T) {
 	c := newByteCache(64)
-	c.bigIdle = time.Millisecond
+	c.readIdle = time.Millisecond
 	var wg sync.WaitGroup
 	errs := make(chan string, 8)
 	for g := range 8 {
@@ -111,10 +173,12 @@ func TestByteCache_ConcurrentReadersHashAndDrop(t *testing.T) {
 					return
 				}
 				if i%2 == 0 {
-					c.DropBig(k)
+					c.Release(k)
+				} else {
+					c.Hold(k, d, wire.Hash(want), i%4 == 1)
 				}
 				if !bytes.Equal(d, want) {
-					errs <- "bytes changed under a reader after a drop: " + k
+					errs <- "bytes changed under a reader after a release: " + k
 					return
 				}
 			}

@@ -356,15 +356,17 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 }
 
 // piece is the reply to a read: the bytes of data (cached under key) from offset on, as many as fit
-// in one message. After the last piece of a read larger than the cache, the cache lets go of it.
+// in one message. The cache holds a read's bytes until its last piece.
 func (s *service) piece(data []byte, hash, key string, offset int64) (reply, error) {
 	total := int64(len(data))
 	if offset < 0 || offset > total {
 		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, offset, total)
 	}
 	end := min(offset+s.maxReply(), total)
-	if end == total {
-		s.cache.DropBig(key)
+	if end < total {
+		s.cache.Hold(key, data, hash, offset == 0) // the next pieces cost no assembly
+	} else if offset > 0 {
+		s.cache.Release(key)
 	}
 	return reply{data: data[offset:end], hdr: micro.Headers{
 		wire.HdrTotal:    {strconv.FormatInt(total, 10)},
