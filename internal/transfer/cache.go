@@ -15,7 +15,7 @@ import (
 // (Hold, until Release after its last piece, or until no piece was asked for in readIdle): a
 // conversation bigger than the cache is assembled once per read, not once per piece, and several
 // large reads at once do not evict each other between their pieces. At most maxReading reads are
-// held; one more lets go of the one asked for least recently.
+// held at once (see Hold).
 type byteCache struct {
 	mu       sync.Mutex
 	max      int64
@@ -23,7 +23,7 @@ type byteCache struct {
 	order    *list.List // front = most recently used
 	items    map[string]*list.Element
 	reading  map[string]*heldRead
-	seq      uint64 // counts Holds, so that a timer knows whether its hold is still the current one
+	gen      uint64 // counts holds, so that a timer knows whether its hold is still the current one
 	readIdle time.Duration
 }
 
@@ -42,8 +42,9 @@ type cacheEntry struct {
 
 type heldRead struct {
 	entry   *cacheEntry
-	readers int    // reads in progress (a read whose client went away is let go of when idle)
-	seq     uint64 // the Hold that last touched it: least recently asked for has the smallest
+	readers int       // reads in progress, approximately: the daemon cannot tell readers apart (see Hold)
+	gen     uint64    // which hold this is, for its idle timer
+	last    time.Time // when a piece was last asked for
 	timer   *time.Timer
 }
 
@@ -88,6 +89,7 @@ func (c *byteCache) lookup(key string) *cacheEntry {
 		return el.Value.(*cacheEntry)
 	}
 	if h, ok := c.reading[key]; ok {
+		h.last = time.Now()
 		h.timer.Reset(c.readIdle)
 		return h.entry
 	}
@@ -97,42 +99,55 @@ func (c *byteCache) lookup(key string) *cacheEntry {
 // Hold keeps key's bytes, data, whose hash is hash, while a read of them has pieces to come (see
 // byteCache). first says the piece is a read's first: several reads of the same bytes at once (a
 // session and its forks hold the same conversation) are counted, and Release lets go after the last.
+// The count is a hint, not a lease: a client that resumes a read midway is not counted, and its
+// Release may end another read's hold early (that read assembles its bytes again); a read whose
+// client went away is let go of after readIdle.
+//
+// With maxReading reads held, a new one takes the place of the one asked for least recently only if
+// that one has been idle for readIdle/10; otherwise it is served without being held. Interleaved
+// reads beyond the limit would otherwise push each other out piece by piece, every one of them
+// assembling its bytes for each piece; this way only the reads beyond the limit do.
 func (c *byteCache) Hold(key string, data []byte, hash string, first bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seq++
+	now := time.Now()
 	if h, ok := c.reading[key]; ok {
-		h.seq = c.seq
+		h.last = now
 		h.timer.Reset(c.readIdle)
 		if first {
 			h.readers++
 		}
 		return
 	}
-	e := &cacheEntry{key: key, data: data, hash: hash}
-	if el, ok := c.items[key]; ok {
-		e = el.Value.(*cacheEntry) // the same bytes, and their hash if known
-	}
-	seq := c.seq // the timer refers to the hold by number: it must not keep the bytes alive
-	h := &heldRead{entry: e, seq: seq, readers: 1}
-	h.timer = time.AfterFunc(c.readIdle, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if h, ok := c.reading[key]; ok && h.seq == seq {
-			delete(c.reading, key)
-		}
-	})
-	c.reading[key] = h
-	if len(c.reading) > maxReading {
-		oldest := key
+	if len(c.reading) >= maxReading {
+		oldest := ""
 		for k, r := range c.reading {
-			if r.seq < c.reading[oldest].seq {
+			if oldest == "" || r.last.Before(c.reading[oldest].last) {
 				oldest = k
 			}
+		}
+		if now.Sub(c.reading[oldest].last) < c.readIdle/10 {
+			return
 		}
 		c.reading[oldest].timer.Stop()
 		delete(c.reading, oldest)
 	}
+	e := &cacheEntry{key: key, data: data, hash: hash}
+	if el, ok := c.items[key]; ok {
+		e = el.Value.(*cacheEntry) // the same bytes
+		if e.hash == "" {
+			e.hash = hash
+		}
+	}
+	c.gen++
+	gen := c.gen // the timer refers to the hold by number: it must not keep the bytes alive
+	c.reading[key] = &heldRead{entry: e, readers: 1, gen: gen, last: now, timer: time.AfterFunc(c.readIdle, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if h, ok := c.reading[key]; ok && h.gen == gen {
+			delete(c.reading, key)
+		}
+	})}
 }
 
 // Release ends one read of key: its last piece was served. The bytes are let go of once no other

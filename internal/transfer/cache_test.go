@@ -69,10 +69,11 @@ func TestByteCache_ReadHeldForItsPieces(t *testing.T) {
 }
 
 // Large reads in progress at once do not evict each other between their pieces (they used to share
-// one slot, so interleaved readers assembled their conversation again for nearly every piece); past
-// maxReading, the read asked for least recently is let go of.
+// one slot, so interleaved readers assembled their conversation again for nearly every piece). Past
+// maxReading, a new read is served without being held, unless a held one has gone idle.
 func TestByteCache_InterleavedReadsEachLoadOnce(t *testing.T) {
 	c := newByteCache(1 << 10)
+	c.readIdle = time.Second
 	loads := map[string]int{}
 	piece := func(key string) {
 		data, err := c.GetOrLoad(key, func() ([]byte, error) { loads[key]++; return bytes.Repeat([]byte(key), 2<<10), nil })
@@ -83,19 +84,43 @@ func TestByteCache_InterleavedReadsEachLoadOnce(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)
 	}
-	for range 5 { // five pieces of every read, interleaved
-		for _, k := range keys {
+	for range 5 { // five pieces of every read, and of one read more, interleaved
+		for _, k := range append(keys, "one more") {
 			piece(k)
 		}
 	}
 	for _, k := range keys {
 		require.Equal(t, 1, loads[k], "read %s assembled once", k)
 	}
+	require.Equal(t, 5, loads["one more"], "the read beyond the limit is assembled for every piece, and only it")
+
+	time.Sleep(c.readIdle / 5) // k0 goes idle for a while; the others go on
+	for _, k := range keys[1:] {
+		piece(k)
+	}
 	piece("one more")
-	piece(keys[1])
-	require.Equal(t, 1, loads[keys[1]], "still held")
+	piece("one more")
+	require.Equal(t, 6, loads["one more"], "held now, in the place of the idle read")
 	piece(keys[0])
-	require.Equal(t, 2, loads[keys[0]], "the read asked for least recently was let go of")
+	require.Equal(t, 2, loads[keys[0]], "the idle read was let go of")
+}
+
+// A read whose client goes away after some pieces is let go of after readIdle, however many pieces
+// it was held for.
+func TestByteCache_AbandonedReadIsLetGoOf(t *testing.T) {
+	c := newByteCache(1 << 10)
+	c.readIdle = 50 * time.Millisecond
+	big := bytes.Repeat([]byte("x"), 4<<10)
+	c.Hold("k", big, "", true)
+	c.Hold("k", big, "", false)
+	c.Hold("k", big, "", false)
+	c.Hold("again", big, "", true) // a read retried from the start: counted twice, released never
+	c.Hold("again", big, "", true)
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.reading) == 0
+	}, 5*time.Second, 10*time.Millisecond)
 }
 
 // Two reads of the same bytes at once (a session and its fork): the first to finish does not take
