@@ -73,7 +73,7 @@ func TestByteCache_ReadHeldForItsPieces(t *testing.T) {
 // maxReading, a new read is served without being held, unless a held one has gone idle.
 func TestByteCache_InterleavedReadsEachLoadOnce(t *testing.T) {
 	c := newByteCache(1 << 10)
-	c.readIdle = time.Second
+	c.readIdle = 5 * time.Second // a held read counts as idle after 500 ms: far beyond a stall of this loop
 	loads := map[string]int{}
 	piece := func(key string) {
 		data, err := c.GetOrLoad(key, func() ([]byte, error) { loads[key]++; return bytes.Repeat([]byte(key), 2<<10), nil })
@@ -94,7 +94,7 @@ func TestByteCache_InterleavedReadsEachLoadOnce(t *testing.T) {
 	}
 	require.Equal(t, 5, loads["one more"], "the read beyond the limit is assembled for every piece, and only it")
 
-	time.Sleep(c.readIdle / 5) // k0 goes idle for a while; the others go on
+	time.Sleep(c.readIdle/10 + 100*time.Millisecond) // k0 goes idle; the others go on
 	for _, k := range keys[1:] {
 		piece(k)
 	}
