@@ -165,7 +165,7 @@ func findVersion(ctx context.Context, st Store, head Head, n uint64, cache Segme
 			return v, err
 		}
 	}
-	return wire.Version{}, fmt.Errorf("version %d: %w", n, ErrNotFound)
+	return wire.Version{}, ErrNotFound
 }
 
 // recordIn finds version n in the raw bytes of an archive (a compact JSON array of records, oldest

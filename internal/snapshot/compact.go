@@ -123,9 +123,7 @@ func mergeRun(ctx context.Context, st Store, key wire.Key, ext []Extent, from in
 // extentBlob returns the blob bytes of an extent's messages (its raw bytes without its values) and
 // the values among them.
 func extentBlob(ctx context.Context, st Store, key wire.Key, e Extent) ([]byte, []ValueRef, error) {
-	blob := e.Segment
-	blob.RawBytes -= valueBytes(e.Segment.Values)
-	stripped, err := appendBlob(ctx, st, key, blob, nil)
+	stripped, err := readStripped(ctx, st, key, e.Segment)
 	if err != nil {
 		return nil, nil, err
 	}

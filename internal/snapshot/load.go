@@ -14,8 +14,16 @@ import (
 var ErrCorrupt = errors.New("stored checkpoint does not match its hash")
 
 // GetVersion returns version n of key, or its head when n is 0. cache, if not nil, keeps archives
-// of version records between calls.
+// of version records between calls. An ErrNotFound for a version n names it: "version n: ...".
 func GetVersion(ctx context.Context, st Store, key wire.Key, n uint64, cache SegmentCache) (wire.Version, error) {
+	v, err := getVersion(ctx, st, key, n, cache)
+	if n != 0 && errors.Is(err, ErrNotFound) {
+		err = fmt.Errorf("version %d: %w", n, err)
+	}
+	return v, err
+}
+
+func getVersion(ctx context.Context, st Store, key wire.Key, n uint64, cache SegmentCache) (wire.Version, error) {
 	head, _, err := st.Head(ctx, key)
 	if err != nil {
 		return wire.Version{}, err
@@ -27,10 +35,10 @@ func GetVersion(ctx context.Context, st Store, key wire.Key, n uint64, cache Seg
 		return head.Version, nil
 	}
 	if n > head.Version.Version {
-		return wire.Version{}, fmt.Errorf("version %d: %w (the head is version %d)", n, ErrNotFound, head.Version.Version)
+		return wire.Version{}, fmt.Errorf("%w (the head is version %d)", ErrNotFound, head.Version.Version)
 	}
 	if n < head.first() {
-		return wire.Version{}, fmt.Errorf("version %d: %w (pruned by retention; the oldest kept is version %d)", n, ErrNotFound, head.first())
+		return wire.Version{}, fmt.Errorf("%w (pruned by retention; the oldest kept is version %d)", ErrNotFound, head.first())
 	}
 	v, err := st.Version(ctx, key, n)
 	if !errors.Is(err, ErrNotFound) {
@@ -170,15 +178,20 @@ func appendRaw(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out 
 	return appendRawPrefix(ctx, st, key, ref, ref.RawBytes, out)
 }
 
+// readStripped returns a segment's blob bytes: its raw bytes without its values.
+func readStripped(ctx context.Context, st Store, key wire.Key, ref SegmentRef) ([]byte, error) {
+	blob := ref
+	blob.RawBytes -= valueBytes(ref.Values)
+	return appendBlob(ctx, st, key, blob, nil)
+}
+
 // appendRawPrefix appends the first n raw bytes of a segment of messages to out, n being its
 // length or the length of its first messages, and fetches only the values among them.
 func appendRawPrefix(ctx context.Context, st Store, key wire.Key, ref SegmentRef, n int64, out []byte) ([]byte, error) {
 	if n < 0 || n > ref.RawBytes {
 		return nil, fmt.Errorf("%w: segment %s: wanted its first %d bytes, it has %d", ErrCorrupt, ref.ID, n, ref.RawBytes)
 	}
-	blob := ref
-	blob.RawBytes -= valueBytes(ref.Values)
-	stripped, err := appendBlob(ctx, st, key, blob, nil)
+	stripped, err := readStripped(ctx, st, key, ref)
 	if err != nil {
 		return nil, err
 	}

@@ -327,9 +327,7 @@ func commonPrefix(ctx context.Context, st Store, head Head, msgs []json.RawMessa
 		if k == len(msgs) {
 			break
 		}
-		blob := e.Segment
-		blob.RawBytes -= valueBytes(e.Segment.Values)
-		stripped, err := appendBlob(ctx, st, head.Layout.Key, blob, nil)
+		stripped, err := readStripped(ctx, st, head.Layout.Key, e.Segment)
 		if err != nil {
 			return 0, err
 		}
@@ -363,8 +361,7 @@ func matchSegment(stripped []byte, ref SegmentRef, msgs []json.RawMessage) int {
 			if v.At < pos+at || v.At+v.RawBytes > end || !same(m[at:v.At-pos]) {
 				return i
 			}
-			sum := sha256.Sum256(m[v.At-pos : v.At-pos+v.RawBytes])
-			if hex.EncodeToString(sum[:]) != v.ID {
+			if valueID(m[v.At-pos:v.At-pos+v.RawBytes]) != v.ID {
 				return i
 			}
 			at = v.At - pos + v.RawBytes

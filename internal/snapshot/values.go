@@ -125,6 +125,12 @@ type storedValues struct {
 	until time.Time // the values are safe from the sweep until then: commit before
 }
 
+// valueID names a value: the hex SHA-256 of its raw bytes (the JSON string, quotes included).
+func valueID(val []byte) string {
+	sum := sha256.Sum256(val)
+	return hex.EncodeToString(sum[:])
+}
+
 // storeValues makes sure the values at spans of raw are stored in the namespace and safe from the
 // sweep, storing those that are not.
 func storeValues(ctx context.Context, st Store, ns string, raw []byte, spans [][2]int) (storedValues, error) {
@@ -132,8 +138,7 @@ func storeValues(ctx context.Context, st Store, ns string, raw []byte, spans [][
 	seen := map[string]ValueEntry{}
 	for _, sp := range spans {
 		val := raw[sp[0]:sp[1]]
-		sum := sha256.Sum256(val)
-		id := hex.EncodeToString(sum[:])
+		id := valueID(val)
 		e, ok := seen[id]
 		if !ok {
 			var until time.Time
@@ -247,7 +252,7 @@ func appendValue(ctx context.Context, st Store, ns string, v ValueRef, out []byt
 	if err != nil {
 		return nil, err
 	}
-	if sum := sha256.Sum256(out[start:]); hex.EncodeToString(sum[:]) != v.ID {
+	if valueID(out[start:]) != v.ID {
 		return nil, fmt.Errorf("%w: value %s of namespace %q reads back with another hash", ErrCorrupt, v.ID, ns)
 	}
 	return out, nil

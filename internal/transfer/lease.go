@@ -75,7 +75,7 @@ func (s *service) seal(ctx context.Context, ns string, body []byte) (reply, erro
 	}
 	v, err := snapshot.Seal(ctx, s.store, key, req.Expected, req.MovedTo, time.Now())
 	if err != nil {
-		return reply{}, notFound(err, key, 0)
+		return reply{}, notFound(err, key)
 	}
 	s.log.Info("session sealed: moved", "session", key, "version", v.Version, "to", req.MovedTo)
 	return jsonReply(v)
@@ -93,7 +93,7 @@ func (s *service) remove(ctx context.Context, ns string, body []byte) (reply, er
 	}
 	v, err := snapshot.Delete(ctx, s.store, key, req.Expected)
 	if err != nil {
-		return reply{}, notFound(err, key, 0)
+		return reply{}, notFound(err, key)
 	}
 	s.log.Info("session deleted", "session", key, "head", v.Version)
 	return jsonReply(v)

@@ -286,7 +286,7 @@ func (s *service) history(ctx context.Context, ns string, body []byte) (reply, e
 	}
 	versions, err := snapshot.History(ctx, s.store, key)
 	if err != nil {
-		return reply{}, notFound(err, key, 0)
+		return reply{}, notFound(err, key)
 	}
 	i, _ := slices.BinarySearchFunc(versions, req.After+1, func(v wire.Version, n uint64) int { return cmp.Compare(v.Version, n) })
 	versions = versions[i:]
@@ -314,7 +314,7 @@ func (s *service) version(ctx context.Context, ns string, r wire.SessionRequest,
 	}
 	v, err := snapshot.GetVersion(ctx, s.store, key, n, s.cache)
 	if err != nil {
-		return wire.Version{}, notFound(err, key, n)
+		return wire.Version{}, notFound(err, key)
 	}
 	return v, snapshot.CheckFormat(v)
 }
@@ -445,7 +445,7 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 		}
 		h, _, err := s.store.Head(ctx, key)
 		if err != nil {
-			return reply{}, notFound(err, key, 0)
+			return reply{}, notFound(err, key)
 		}
 		heads = []snapshot.Head{h}
 	} else {
@@ -495,12 +495,9 @@ func jsonReply(v any) (reply, error) {
 	return reply{data: data}, err
 }
 
-func notFound(err error, key wire.Key, n uint64) error {
+func notFound(err error, key wire.Key) error {
 	if !errors.Is(err, snapshot.ErrNotFound) {
 		return err
 	}
-	if n == 0 || strings.HasPrefix(err.Error(), fmt.Sprintf("version %d:", n)) {
-		return fmt.Errorf("session %s: %w", key, err)
-	}
-	return fmt.Errorf("session %s: version %d: %w", key, n, err)
+	return fmt.Errorf("session %s: %w", key, err) // snapshot.GetVersion names the version
 }
