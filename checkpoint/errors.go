@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -28,6 +29,9 @@ var (
 	// ErrCorrupt means restored bytes did not match the hash recorded when they were saved, here
 	// or in the daemon (which then answers code "corrupt").
 	ErrCorrupt = errors.New("restored checkpoint does not match its hash")
+	// ErrBusy: the daemon is at one of its limits (reads in flight, bytes of saves in progress).
+	// Nothing was done; Error.RetryAfter says when to try again.
+	ErrBusy = errors.New("checkpointd busy")
 )
 
 var codeSentinels = map[string]error{
@@ -43,6 +47,7 @@ var codeSentinels = map[string]error{
 	wire.CodeLeased:        ErrLeased,
 	wire.CodeFenced:        ErrFenced,
 	wire.CodeMoved:         ErrMoved,
+	wire.CodeBusy:          ErrBusy,
 }
 
 // Error is a refusal from checkpointd: a stable Code and what was wrong, and where.
@@ -56,6 +61,8 @@ type Error struct {
 	Owner   string // for leased and fenced: the lease's current owner ("" if released)
 	Epoch   uint64 // for leased and fenced: the lease's current epoch
 	MovedTo string // for moved: where the session went
+	// RetryAfter is, for busy, how long the daemon asked the client to wait before trying again.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -82,6 +89,9 @@ func fromWire(we *wire.Error) *Error {
 	}
 	if we.Epoch != nil {
 		e.Epoch = *we.Epoch
+	}
+	if we.RetryAfterMillis != nil {
+		e.RetryAfter = time.Duration(*we.RetryAfterMillis) * time.Millisecond
 	}
 	e.Owner, e.MovedTo = we.Owner, we.MovedTo
 	return e

@@ -351,6 +351,7 @@ const (
 	CodeFenced        = "fenced"         // the epoch sent is not the current one: the lease was taken over or released
 	CodeMoved         = "moved"          // the session was migrated away (MovedTo says where) and refuses writes
 	CodeCorrupt       = "corrupt"        // stored bytes do not match their hash, or a stored piece is missing
+	CodeBusy          = "busy"           // the daemon is at one of its limits (reads in flight, bytes of saves in progress); retry after RetryAfterMillis
 	CodeInternal      = "internal"
 )
 
@@ -365,6 +366,8 @@ type Error struct {
 	Owner   string  `json:"owner,omitempty"`  // the lease's owner, for leased and fenced
 	Epoch   *uint64 `json:"epoch,omitempty"`  // the lease's current epoch, for leased and fenced
 	MovedTo string  `json:"movedTo,omitempty"`
+	// RetryAfterMillis, for busy (and sometimes unavailable): how long to wait before trying again.
+	RetryAfterMillis *int64 `json:"retryAfterMs,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -373,13 +376,18 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 func StatusCode(code string) string {
 	n := map[string]int{
 		CodeBadRequest: 400, CodeNotFound: 404, CodeConflict: 409, CodeFenced: 409, CodeMoved: 410,
-		CodeTooLarge: 413, CodeUnknownFormat: 415, CodeInvalid: 422, CodeLeased: 423, CodeUnavailable: 503,
+		CodeTooLarge: 413, CodeUnknownFormat: 415, CodeInvalid: 422, CodeLeased: 423, CodeBusy: 429, CodeUnavailable: 503,
 	}[code]
 	if n == 0 {
 		n = 500
 	}
 	return strconv.Itoa(n)
 }
+
+// MaxVersion is the largest version number (and lease epoch) checkpointd assigns or accepts: 2^53-1,
+// the largest integer every JSON client (JavaScript included) holds exactly. A session whose head
+// reaches it refuses further saves rather than wrapping.
+const MaxVersion uint64 = 1<<53 - 1
 
 // Hash is how the protocol names content: "sha256:" and the lower-case hex SHA-256 of data.
 func Hash(data []byte) string {
