@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -123,7 +124,11 @@ func (c *Client) remember(key Key, v Version, body []byte, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		delete(c.last, key)
+		// An unknown outcome keeps what was remembered: a retry with the same save id then sends
+		// the same bytes, which the daemon's result must hash to (checkResult).
+		if !errors.Is(err, ErrUnavailable) {
+			delete(c.last, key)
+		}
 		return
 	}
 	c.last[key] = lastSave{version: v.Version, body: bytes.Clone(body)}
@@ -209,7 +214,11 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	if err := c.publish(ctx, msg, o.saveID); err != nil {
 		return Version{}, err
 	}
-	return c.awaitResult(ctx, sub, resultSubject)
+	data, err := c.awaitResult(ctx, sub, resultSubject)
+	if err != nil {
+		return Version{}, err
+	}
+	return c.checkResult(ctx, data, key, o.saveID, wire.Hash(conversation))
 }
 
 // publishAttempt bounds one publish: a publish sent to a stream leader that just died is never
@@ -272,19 +281,19 @@ func (c *Client) publishChunks(ctx context.Context, ns, saveID string, body []by
 	return len(futures), nil
 }
 
-// awaitResult waits for the daemon's outcome of the save. The outcome is also kept on CP_RESULTS, so
-// one published before we listened (a duplicate save) is found there.
-func (c *Client) awaitResult(ctx context.Context, sub *nats.Subscription, subject string) (Version, error) {
+// awaitResult waits for the daemon's outcome of the save and returns its body. The outcome is also
+// kept on CP_RESULTS, so one published before we listened (a duplicate save) is found there.
+func (c *Client) awaitResult(ctx context.Context, sub *nats.Subscription, subject string) ([]byte, error) {
 	var results jetstream.Stream
 	for {
 		wait, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
 		m, err := sub.NextMsgWithContext(wait)
 		cancel()
 		if err == nil {
-			return decodeResult(m.Data)
+			return m.Data, nil
 		}
 		if ctx.Err() != nil {
-			return Version{}, unavailable("the save was published and is durable, but its outcome did not arrive in time; "+
+			return nil, unavailable("the save was published and is durable, but its outcome did not arrive in time; "+
 				"restore the session to see it, or save again with the same save id (%s)", subject)
 		}
 		if results == nil {
@@ -293,23 +302,51 @@ func (c *Client) awaitResult(ctx context.Context, sub *nats.Subscription, subjec
 			}
 		}
 		if raw, err := results.GetLastMsgForSubject(ctx, subject); err == nil {
-			return decodeResult(raw.Data)
+			return raw.Data, nil
 		}
 	}
 }
 
-func decodeResult(data []byte) (Version, error) {
+// checkResult decodes the outcome of a save and checks that it is the outcome of this save. The
+// daemon returns the hash of the body it read; when that is the hash of what was sent (sent), the
+// result is believed. Otherwise (a result without it, or one for other bytes: an earlier attempt
+// of the same save id that sent the conversation another way, or a result the daemon did not
+// write) a version it names is confirmed with the daemon, whose record must carry this save id,
+// and a refusal is not believed. Anything unconfirmed is ErrCorrupt, never a success.
+func (c *Client) checkResult(ctx context.Context, data []byte, key Key, saveID, sent string) (Version, error) {
 	var res wire.SaveResult
 	if err := json.Unmarshal(data, &res); err != nil {
 		return Version{}, &Error{Code: wire.CodeInternal, Message: "save result: " + err.Error(), Index: -1, Offset: -1}
 	}
+	corrupt := func(format string, args ...any) error {
+		return &Error{Code: wire.CodeCorrupt, Message: fmt.Sprintf("save %s of %s: ", saveID, key) + fmt.Sprintf(format, args...), Index: -1, Offset: -1}
+	}
+	if res.SaveID != saveID || res.Key != key {
+		return Version{}, corrupt("the result names save %q of %s", res.SaveID, res.Key)
+	}
 	if res.Error != nil {
+		if res.Received != "" && res.Received != sent {
+			return Version{}, corrupt("the refusal is of a body with hash %s, but %s was sent", res.Received, sent)
+		}
 		return Version{}, fromWire(res.Error)
 	}
 	if !res.OK || res.Version == nil {
 		return Version{}, &Error{Code: wire.CodeInternal, Message: "save result has neither a version nor an error", Index: -1, Offset: -1}
 	}
-	return *res.Version, nil
+	if res.Received == sent {
+		return *res.Version, nil
+	}
+	v, err := c.Get(ctx, key, res.Version.Version)
+	if errors.Is(err, ErrNotFound) {
+		return Version{}, corrupt("the result names version %d, which does not exist", res.Version.Version)
+	}
+	if err != nil {
+		return Version{}, err
+	}
+	if v.SaveID != saveID {
+		return Version{}, corrupt("the result names version %d, which save %q made", v.Version, v.SaveID)
+	}
+	return v, nil
 }
 
 func publishError(err error) error {

@@ -132,27 +132,18 @@ func (in *ingester) handle(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	key, err := wire.ParseToken(strings.TrimPrefix(msg.Subject(), "cp.ingest."))
+	key, saveID, err := attribute(msg.Subject(), msg.Headers().Get(wire.HdrSaveID))
 	if err != nil {
-		// Without a namespace there is nowhere to publish a refusal; the publisher got a PubAck from
-		// a subject no client library writes. Log it loudly and drop it from the queue.
-		in.log.Error("ingest: refusing save on a malformed subject", "subject", msg.Subject(), "seq", meta.Sequence.Stream, "err", err)
-		in.m.Saves.WithLabelValues(wire.CodeBadRequest).Inc()
-		_ = msg.Term()
+		// The save cannot be attributed to a session or a save id, but JetStream acknowledged it:
+		// its refusal goes where the publisher can find it from its PubAck (docs/protocol.md §4.4).
+		in.refuseUnattributed(msg, meta.Sequence.Stream, key.Namespace, err, start)
 		return
-	}
-	saveID := msg.Headers().Get(wire.HdrSaveID)
-	if wire.ValidateID(saveID) != nil {
-		saveID = "seq-" + strconv.FormatUint(meta.Sequence.Stream, 10)
 	}
 	ctx, cancel := context.WithTimeout(in.ctx, 30*time.Second)
 	defer cancel()
 	go heartbeat(ctx, msg)
 
-	res, chunks, err := in.prior(ctx, key, saveID)
-	if res.Version == nil && err == nil {
-		res, chunks, err = in.settle(ctx, key, saveID, msg)
-	}
+	res, chunks, err := in.settle(ctx, key, saveID, msg)
 	if err != nil {
 		if meta.NumDelivered < maxAttempts {
 			in.log.Warn("ingest: storage error, will retry", "session", key, "save", saveID, "attempt", meta.NumDelivered, "err", err)
@@ -209,23 +200,78 @@ func heartbeat(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-// prior returns the stored outcome of a save id that was already stored for this session. JetStream
-// drops duplicate publishes for two minutes; this keeps a replayed save from becoming a new version
-// for as long as results are kept. Refusals are settled again: the session may have changed since.
-func (in *ingester) prior(ctx context.Context, key wire.Key, saveID string) (wire.SaveResult, int, error) {
+// attribute names the session and the save id of a message on an ingest subject. Every save must
+// carry its own valid Cp-Save-Id: the daemon never makes one up, so no id it uses can be a
+// client's.
+func attribute(subject, saveID string) (wire.Key, string, error) {
+	key, err := wire.ParseToken(strings.TrimPrefix(subject, "cp.ingest."))
+	if err != nil {
+		if toks := strings.Split(subject, "."); len(toks) > 2 {
+			key.Namespace, _ = wire.DecodeID(toks[2]) // for the refusal, when it can be read
+		}
+		return key, "", fmt.Errorf("%w: subject %q is not cp.ingest.<namespace>.<session>.<agent> with encoded ids (docs/protocol.md §2): %v", errBadRequest, subject, err)
+	}
+	if saveID == "" {
+		return key, "", fmt.Errorf("%w: header %s: missing; every save needs an id of its own (1 to %d bytes of UTF-8), which names its result subject and makes retries safe", errBadRequest, wire.HdrSaveID, wire.MaxIDBytes)
+	}
+	if err := wire.ValidateID(saveID); err != nil {
+		return key, "", fmt.Errorf("%w: header %s: %v", errBadRequest, wire.HdrSaveID, err)
+	}
+	return key, saveID, nil
+}
+
+// refuseUnattributed answers a save that names no usable session or save id. Its result goes to
+// wire.UnattributedResultSubject: the subject's namespace token as published and the stream
+// sequence from the PubAck, both of which the publisher knows.
+func (in *ingester) refuseUnattributed(msg jetstream.Msg, seq uint64, ns string, cause error, start time.Time) {
+	nsToken := "_" // never used: a subject matching cp.ingest.> has a third token
+	if toks := strings.Split(msg.Subject(), "."); len(toks) > 2 {
+		nsToken = toks[2]
+	}
+	res := wire.SaveResult{Key: wire.Key{Namespace: ns}, Seq: seq, Error: toWireError(cause)}
+	ctx, cancel := opContext(in.ctx)
+	defer cancel()
+	if err := in.publishResultOn(ctx, wire.UnattributedResultSubject(nsToken, seq), res); err != nil {
+		in.log.Warn("ingest: publishing a refusal failed, will retry", "subject", msg.Subject(), "seq", seq, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if err := msg.DoubleAck(ctx); err != nil {
+		in.log.Warn("ingest: ack failed", "subject", msg.Subject(), "seq", seq, "err", err)
+	}
+	in.observe(res, start)
+}
+
+// prior returns the outcome of a save id that an earlier delivery of the same save already stored.
+// JetStream drops duplicate publishes for two minutes; this keeps a replayed save from becoming a
+// new version for as long as results are kept. A result on CP_RESULTS is only a hint of which
+// version to look at: anyone able to publish on a result subject could have written it, so the
+// duplicate is decided by the version record in storage, which only daemons write.
+func (in *ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wire.Version, error) {
 	m, err := in.st.read.last(ctx, in.st.results, wire.ResultSubject(key.Namespace, saveID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return wire.SaveResult{}, 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return wire.SaveResult{}, 0, err
+		return nil, err
 	}
 	var res wire.SaveResult
 	if json.Unmarshal(m.Data, &res) != nil || !res.OK || res.Version == nil || res.Key != key {
-		return wire.SaveResult{}, 0, nil
+		return nil, nil
 	}
-	res.Duplicate = true
-	return res, 0, nil
+	v, err := snapshot.GetVersion(ctx, in.store, key, res.Version.Version, nil)
+	if errors.Is(err, snapshot.ErrNotFound) {
+		return nil, nil // pruned since, or never there: settle the save as if new
+	}
+	if err != nil {
+		return nil, err
+	}
+	if v.SaveID != saveID {
+		in.log.Warn("ingest: a stored result names a version this save did not make; ignoring it",
+			"session", key, "save", saveID, "version", v.Version)
+		return nil, nil
+	}
+	return &v, nil
 }
 
 // settle decides the outcome of one save. A returned error is transient (storage); refusals are
@@ -301,6 +347,10 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 		cr = &chunkReader{ctx: ctx, in: in, subj: wire.ChunkSubject(key.Namespace, saveID), n: n}
 		if err := cr.fetch(); err != nil {
 			if errors.Is(err, errBadRequest) {
+				// A retry of a save already settled finds its chunks removed: it is the duplicate.
+				if v, perr := in.prior(ctx, key, saveID); perr != nil || v != nil {
+					return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v}, 0, perr
+				}
 				return refuse(err)
 			}
 			return wire.SaveResult{}, 0, err
@@ -338,6 +388,12 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 		}
 		return wire.SaveResult{}, 0, err
 	}
+	// What the daemon read, hashed, goes back in the result: the writer compares it with what it
+	// sent (end-to-end integrity of the transfer; a forged result cannot know it).
+	received := wire.Hash(payload)
+	if v, err := in.prior(ctx, key, saveID); err != nil || v != nil {
+		return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Received: received}, chunks, err
+	}
 	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes}
 	saved, err := snapshot.Save(ctx, in.store, req)
 	var ce *snapshot.ConflictError
@@ -345,7 +401,9 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 	switch {
 	case errors.As(err, &ce), errors.As(err, &ve), errors.Is(err, snapshot.ErrBadRequest), errors.Is(err, snapshot.ErrCorrupt),
 		errors.Is(err, snapshot.ErrLeased), errors.Is(err, snapshot.ErrFenced), errors.Is(err, snapshot.ErrMoved), errors.Is(err, snapshot.ErrHashMismatch):
-		return refuse(err)
+		res, _, _ := refuse(err)
+		res.Received = received
+		return res, 0, nil
 	case err != nil:
 		return wire.SaveResult{}, 0, err
 	}
@@ -353,7 +411,7 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 		in.compactor.due(key)
 	}
 	in.compactor.touched(key)
-	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &saved.Head.Version}, chunks, nil
+	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &saved.Head.Version, Received: received}, chunks, nil
 }
 
 // importHeaders reads the headers of a save that copies a version from elsewhere.
@@ -425,13 +483,17 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 }
 
 func (in *ingester) publishResult(ctx context.Context, res wire.SaveResult) error {
+	return in.publishResultOn(ctx, wire.ResultSubject(res.Key.Namespace, res.SaveID), res)
+}
+
+func (in *ingester) publishResultOn(ctx context.Context, subject string, res wire.SaveResult) error {
 	data, err := json.Marshal(res)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := opContext(ctx)
 	defer cancel()
-	_, err = in.js.Publish(ctx, wire.ResultSubject(res.Key.Namespace, res.SaveID), data)
+	_, err = in.js.Publish(ctx, subject, data)
 	return err
 }
 

@@ -35,6 +35,14 @@ func ResultSubject(namespace, saveID string) string {
 	return resultPfx + EncodeID(namespace) + "." + EncodeID(saveID)
 }
 
+// UnattributedResultSubject is where the refusal of a save goes when it names no usable session or
+// save id (a malformed ingest subject, a missing or invalid Cp-Save-Id): the third token of the
+// subject it was published on, as published, and its CP_INGEST stream sequence from the PubAck.
+// Save ids are single tokens, so this five-token subject is never a save's own result subject.
+func UnattributedResultSubject(namespaceToken string, seq uint64) string {
+	return resultPfx + namespaceToken + ".seq." + strconv.FormatUint(seq, 10)
+}
+
 // APISubject is the request subject of one service operation in a namespace.
 func APISubject(namespace, op string) string { return apiPfx + EncodeID(namespace) + "." + op }
 
@@ -336,6 +344,14 @@ type SaveResult struct {
 	Duplicate bool     `json:"duplicate,omitempty"` // the save id was already stored; Version is that version
 	Version   *Version `json:"version,omitempty"`
 	Error     *Error   `json:"error,omitempty"`
+	// Received is Hash of the save's body as the daemon read it (after zstd decoding and joining
+	// its chunks): the writer compares it with the hash of what it sent. Set whenever the body was
+	// read; absent on refusals decided from the headers alone, and on a duplicate whose chunks are
+	// gone.
+	Received string `json:"received,omitempty"`
+	// Seq is the CP_INGEST stream sequence of a save that could not be attributed (see
+	// UnattributedResultSubject).
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Error codes: the stable, machine-readable part of every refusal.

@@ -1,0 +1,223 @@
+package transfer_test
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// Issue 10, item 5: the daemon decides nothing from data a client could have written, answers
+// every save JetStream acknowledged on a subject the publisher can derive, and the SDK believes a
+// result only if it is the outcome of what it sent.
+
+// rawSave publishes a save as any NATS client could, and returns its CP_INGEST stream sequence.
+func rawSave(t *testing.T, js jetstream.JetStream, subject string, hdr nats.Header, body string) uint64 {
+	t.Helper()
+	m := nats.NewMsg(subject)
+	for k, v := range hdr {
+		m.Header[k] = v
+	}
+	m.Data = []byte(body)
+	ack, err := js.PublishMsg(ctxT(t), m)
+	require.NoError(t, err)
+	return ack.Sequence
+}
+
+// awaitStoredResult reads the stored result on subject, waiting for the daemon to publish one.
+func awaitStoredResult(t *testing.T, js jetstream.JetStream, subject string) wire.SaveResult {
+	t.Helper()
+	return awaitStoredResultAfter(t, js, subject, 0)
+}
+
+// awaitStoredResultAfter is awaitStoredResult for a result stored after stream sequence after.
+func awaitStoredResultAfter(t *testing.T, js jetstream.JetStream, subject string, after uint64) wire.SaveResult {
+	t.Helper()
+	ctx := ctxT(t)
+	results, err := js.Stream(ctx, wire.StreamResults)
+	require.NoError(t, err)
+	var res wire.SaveResult
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := results.GetLastMsgForSubject(ctx, subject)
+		if !noErr(c, err) {
+			return
+		}
+		if m.Sequence <= after {
+			c.Errorf("only the result at sequence %d so far", m.Sequence)
+			return
+		}
+		noErr(c, json.Unmarshal(m.Data, &res))
+	}, 10*time.Second, 20*time.Millisecond, "no result on %s", subject)
+	return res
+}
+
+func TestResults_ForgedResultIsNotBelieved(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	key := wire.Key{Session: "victim"}.WithDefaults()
+
+	// A hostile client publishes "ok, version 42" for a save id before the real save is made.
+	forged, _ := json.Marshal(wire.SaveResult{SaveID: "turn-7", Key: key, OK: true,
+		Version: &wire.Version{Key: key, Version: 42, SaveID: "turn-7"}})
+	ack, err := js.Publish(ctx, wire.ResultSubject(key.Namespace, "turn-7"), forged)
+	require.NoError(t, err)
+
+	conv := `[{"role":"user","content":"the real save"}]`
+	rawSave(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"turn-7"}}, conv)
+	res := awaitStoredResultAfter(t, js, wire.ResultSubject(key.Namespace, "turn-7"), ack.Sequence)
+	require.Nil(t, res.Error)
+	require.False(t, res.Duplicate, "the forged result decided nothing")
+	require.Equal(t, uint64(1), res.Version.Version)
+	require.Equal(t, wire.Hash([]byte(conv)), res.Received)
+
+	got, v, err := env.Client.Restore(ctx, checkpoint.Key{Session: "victim"}, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), v.Version)
+	require.Equal(t, conv, string(got), "the save was stored")
+
+	// The same save id again is the duplicate of what storage says it made.
+	rawSave(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"turn-7"}}, conv)
+	require.Eventually(t, func() bool {
+		return awaitStoredResult(t, js, wire.ResultSubject(key.Namespace, "turn-7")).Duplicate
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+func TestResults_EverySaveIsAnsweredWhereThePublisherLooks(t *testing.T) {
+	env := testenv.Start(t)
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	key := wire.Key{Session: "s"}.WithDefaults()
+	body := `[{"role":"user","content":"hi"}]`
+
+	cases := []struct {
+		name    string
+		subject string
+		hdr     nats.Header
+		nsToken string
+		want    string // in the refusal's message
+	}{
+		{"no save id", wire.IngestSubject(key), nil, "default", "Cp-Save-Id: missing"},
+		{"save id not UTF-8", wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"\xff\xfe"}}, "default", "not valid UTF-8"},
+		{"save id too long", wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {strings.Repeat("x", wire.MaxIDBytes+1)}}, "default", "the limit is"},
+		{"subject without session", "cp.ingest.team", nats.Header{wire.HdrSaveID: {"a"}}, "team", "is not cp.ingest.<namespace>.<session>.<agent>"},
+		{"subject with bad escapes", "cp.ingest.=zz.s.main", nats.Header{wire.HdrSaveID: {"a"}}, "=zz", "is not cp.ingest"},
+		{"subject with too many tokens", "cp.ingest.default.s.main.extra", nats.Header{wire.HdrSaveID: {"a"}}, "default", "is not cp.ingest"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			seq := rawSave(t, js, tc.subject, tc.hdr, body)
+			res := awaitStoredResult(t, js, wire.UnattributedResultSubject(tc.nsToken, seq))
+			require.NotNil(t, res.Error, "refused")
+			require.Equal(t, wire.CodeBadRequest, res.Error.Code)
+			require.Contains(t, res.Error.Message, tc.want)
+			require.Equal(t, seq, res.Seq)
+		})
+	}
+	// None of them became a version, and the queue is empty: each was answered once and removed.
+	_, err = env.Client.Get(ctxT(t), checkpoint.Key{Session: "s"}, 0)
+	require.ErrorIs(t, err, checkpoint.ErrNotFound)
+	ingest, err := js.Stream(ctxT(t), wire.StreamIngest)
+	require.NoError(t, err)
+	info, err := ingest.Info(ctxT(t))
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs)
+}
+
+// The daemon used to name a save without an id "seq-<stream sequence>"; a client whose own id was
+// that string then had its save dropped as a duplicate of a stranger's.
+func TestResults_ClientIDsNeverCollideWithTheDaemons(t *testing.T) {
+	env := testenv.Start(t)
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	key := wire.Key{Session: "s"}.WithDefaults()
+	seq := rawSave(t, js, wire.IngestSubject(key), nil, `[{"role":"user","content":"anonymous"}]`)
+	ingest, err := js.Stream(ctxT(t), wire.StreamIngest)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // settled, whatever the outcome
+		info, err := ingest.Info(ctxT(t))
+		return err == nil && info.State.Msgs == 0
+	}, 10*time.Second, 10*time.Millisecond)
+
+	for _, id := range []string{"seq-" + itoa(seq), "seq." + itoa(seq)} {
+		conv := `[{"role":"user","content":"mine: ` + id + `"}]`
+		rawSave(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {id}}, conv)
+		res := awaitStoredResult(t, js, wire.ResultSubject("default", id))
+		require.Nil(t, res.Error, id)
+		require.False(t, res.Duplicate, id)
+		got, _, err := env.Client.Restore(ctxT(t), checkpoint.Key{Session: "s"}, res.Version.Version)
+		require.NoError(t, err)
+		require.Equal(t, conv, string(got))
+	}
+}
+
+// The SDK never reports success for a result that is not the outcome of what it sent. No daemon
+// runs here: the only results are the forger's, so a version they name cannot be confirmed
+// (unavailable) and a result for another save is corrupt. checkpoint's TestCheckResult covers the
+// confirmation with a daemon.
+func TestResults_SDKChecksWhatTheDaemonRead(t *testing.T) {
+	env := testenv.Start(t)
+	env.StopDaemon()
+	ctx := ctxT(t)
+	key := wire.Key{Session: "checked"}.WithDefaults()
+	conv := []byte(`[{"role":"user","content":"hello"}]`)
+
+	nc := env.Conn()
+	forge := func(t *testing.T, res func(saveID string) wire.SaveResult) {
+		sub, err := nc.Subscribe("cp.ingest.>", func(m *nats.Msg) {
+			id := m.Header.Get(wire.HdrSaveID)
+			data, _ := json.Marshal(res(id))
+			_ = nc.Publish(wire.ResultSubject(key.Namespace, id), data)
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		require.NoError(t, nc.Flush())
+	}
+	version := &wire.Version{Key: key, Version: 1, Hash: wire.Hash(conv)}
+	cases := []struct {
+		name string
+		res  func(saveID string) wire.SaveResult
+		want error
+	}{
+		{"other bytes", func(id string) wire.SaveResult {
+			return wire.SaveResult{SaveID: id, Key: key, OK: true, Version: version, Received: wire.Hash([]byte("[]"))}
+		}, checkpoint.ErrUnavailable},
+		{"says nothing of what was read", func(id string) wire.SaveResult {
+			return wire.SaveResult{SaveID: id, Key: key, OK: true, Version: version}
+		}, checkpoint.ErrUnavailable},
+		{"another save", func(id string) wire.SaveResult {
+			return wire.SaveResult{SaveID: id + "x", Key: key, OK: true, Version: version, Received: wire.Hash(conv)}
+		}, checkpoint.ErrCorrupt},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			forge(t, tc.res)
+			c, err := checkpoint.Connect(env.URL(), nil, checkpoint.WithTimeout(2*time.Second))
+			require.NoError(t, err)
+			defer c.Close()
+			_, err = c.Save(ctx, checkpoint.Key{Session: "checked"}, conv)
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+func noErr(c *assert.CollectT, err error) bool {
+	if err != nil {
+		c.Errorf("%v", err)
+		return false
+	}
+	return true
+}
