@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 )
@@ -42,6 +43,11 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9333", "address of the HTTP server for /metrics and /healthz (empty: off)")
 	fs.IntVar(&c.Daemon.Replicas, "replicas", c.Daemon.Replicas, "JetStream replicas of the streams and buckets checkpointd creates (0: 3 when --nats-url is a cluster, else 1)")
 	fs.Int64Var(&c.Daemon.MaxCheckpointBytes, "max-checkpoint-bytes", c.Daemon.MaxCheckpointBytes, "largest conversation accepted, in bytes")
+	fs.Func("image-paths", "what a save does with an image part naming a local file (absolute path or file: URL): refuse (default), redact (keep only the extension) or allow", func(s string) error {
+		p, err := codec.ParseImagePaths(s)
+		c.Daemon.ImagePaths = p
+		return err
+	})
 	fs.DurationVar(&c.Daemon.ResultTTL, "result-ttl", c.Daemon.ResultTTL, "how long the outcome of each save stays readable")
 	fs.DurationVar(&c.Daemon.RequestTimeout, "request-timeout", c.Daemon.RequestTimeout, "longest a read request may take, including waiting for queued saves")
 	fs.IntVar(&c.Daemon.Retention.Default.KeepLast, "retention-keep-last", 0, "keep at least the newest N versions of every session (0: no count limit)")

@@ -25,7 +25,8 @@ type Stats struct {
 
 // Limits bound what Parse accepts.
 type Limits struct {
-	MaxBytes int64 // largest payload accepted; 0 means no limit
+	MaxBytes   int64      // largest payload accepted; 0 means no limit
+	ImagePaths ImagePaths // what to do with images that name local files (default: keep them)
 }
 
 // Parse validates payload, a JSON array of messages, and returns it in canonical form. The result
@@ -68,7 +69,7 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	return applyImagePaths(c, lim)
 }
 
 // compact returns the canonical form of payload, or where it is not valid JSON.

@@ -11,19 +11,21 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 )
 
 // Config is what the daemon needs beyond a NATS connection.
 type Config struct {
-	Replicas           int           // JetStream replicas for every stream and bucket; 0: 3 in a cluster, else 1
-	MaxCheckpointBytes int64         // largest conversation accepted (canonical JSON bytes)
-	ResultTTL          time.Duration // how long save outcomes stay readable on CP_RESULTS
-	RequestTimeout     time.Duration // upper bound on one service request, including waiting for ingest
-	Lanes              int           // sessions settled in parallel by this instance
-	CacheBytes         int64         // read cache size
-	CompactIdle        time.Duration // merge a session whole once it has had no save for this long (0: never)
-	SegmentGrace       time.Duration // how long a merged-away segment stays readable (must exceed RequestTimeout)
+	Replicas           int              // JetStream replicas for every stream and bucket; 0: 3 in a cluster, else 1
+	MaxCheckpointBytes int64            // largest conversation accepted (canonical JSON bytes)
+	ImagePaths         codec.ImagePaths // what a save does with images naming local files (refuse, redact, allow)
+	ResultTTL          time.Duration    // how long save outcomes stay readable on CP_RESULTS
+	RequestTimeout     time.Duration    // upper bound on one service request, including waiting for ingest
+	Lanes              int              // sessions settled in parallel by this instance
+	CacheBytes         int64            // read cache size
+	CompactIdle        time.Duration    // merge a session whole once it has had no save for this long (0: never)
+	SegmentGrace       time.Duration    // how long a merged-away segment stays readable (must exceed RequestTimeout)
 	Retention          RetentionPolicy
 	RetentionInterval  time.Duration // how often the retention policy is applied (0: only on request)
 	Version            string        // reported by the service (semver)
@@ -36,6 +38,7 @@ func DefaultConfig() Config {
 	return Config{
 		Replicas:           0,
 		MaxCheckpointBytes: 256 << 20,
+		ImagePaths:         codec.ImagePathsRefuse,
 		ResultTTL:          24 * time.Hour,
 		RequestTimeout:     15 * time.Second, // above ackWait: a read can outwait a dead daemon's claim
 		Lanes:              8,
@@ -112,7 +115,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.compactor = newCompactor(store, cfg.Logger, cfg.Metrics, cfg.CompactIdle)
-	d.in = &ingester{js: js, st: st, store: store, maxBytes: cfg.MaxCheckpointBytes, log: cfg.Logger,
+	d.in = &ingester{js: js, st: st, store: store, maxBytes: cfg.MaxCheckpointBytes, imagePaths: cfg.ImagePaths, log: cfg.Logger,
 		m: cfg.Metrics, now: time.Now, compactor: d.compactor}
 	if err := d.in.start(ctx, cfg.Lanes); err != nil {
 		d.compactor.stop()

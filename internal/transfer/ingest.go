@@ -32,9 +32,11 @@ type ingester struct {
 	st       *streams
 	store    snapshot.Store
 	maxBytes int64
-	log      *slog.Logger
-	m        *metrics.Metrics
-	now      func() time.Time
+	// imagePaths is the policy for images that name local files (codec.ImagePaths).
+	imagePaths codec.ImagePaths
+	log        *slog.Logger
+	m          *metrics.Metrics
+	now        func() time.Time
 	// compactor merges the segments of sessions this daemon saved to.
 	compactor *compactor
 
@@ -394,7 +396,7 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 	if v, err := in.prior(ctx, key, saveID); err != nil || v != nil {
 		return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Received: received}, chunks, err
 	}
-	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes}
+	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths}
 	saved, err := snapshot.Save(ctx, in.store, req)
 	var ce *snapshot.ConflictError
 	var ve *codec.ValidationError
