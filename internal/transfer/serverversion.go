@@ -86,7 +86,7 @@ func (v serverVersion) String() string { return fmt.Sprintf("%d.%d.%d", v.major,
 // ServerVersionError is checkpointd's refusal of a NATS server too old (or unreadable) for it.
 type ServerVersionError struct {
 	Server  string // which server: "the connected server n1 in cluster \"c1\"", "the server answering for stream X"
-	Found   string // the version as the server reported it; "" if it reported none
+	Found   string // the version as the server reported it; "" if a stream's metadata named none
 	Minimum string
 	Why     string
 	Err     error // set when Found could not be read as a version
@@ -98,8 +98,8 @@ func (e *ServerVersionError) Error() string {
 		return fmt.Sprintf("nats-server (%s): %v, so checkpointd cannot tell whether it is %s or newer, "+
 			"which it needs: %s", e.Server, e.Err, e.Minimum, e.Why)
 	case e.Found == "":
-		return fmt.Sprintf("nats-server (%s) does not report its version, as every release from 2.11.0 on does, "+
-			"so it is older than %s, the oldest checkpointd runs against: %s; upgrade the server(s) to %s or newer",
+		return fmt.Sprintf("nats-server (%s) does not report its version in the stream's metadata, as every release "+
+			"from 2.11.0 on does, so it is older than %s, the oldest checkpointd runs against: %s; upgrade the server(s) to %s or newer",
 			e.Server, e.Minimum, e.Why, e.Minimum)
 	}
 	return fmt.Sprintf("nats-server %s (%s) is older than %s, the oldest checkpointd runs against: %s; "+
@@ -145,7 +145,11 @@ func checkReplicatedStreams(infos ...*jetstream.StreamInfo) error {
 			continue
 		}
 		server := "the server answering for stream " + info.Config.Name
-		if err := checkServerVersion(server, info.Config.Metadata["_nats.ver"], true); err != nil {
+		version := info.Config.Metadata["_nats.ver"]
+		if version == "" {
+			return &ServerVersionError{Server: server, Minimum: minClusteredServer.String(), Why: whyClusteredMinimum}
+		}
+		if err := checkServerVersion(server, version, true); err != nil {
 			return err
 		}
 	}
