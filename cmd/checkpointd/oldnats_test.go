@@ -193,7 +193,9 @@ func TestOldNATS_SingleServerWorks(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		var logs syncBuffer
-		go func() { done <- run(ctx, []string{"--nats-url", url, "--http-listen", "", "--log-format", "json"}, &logs) }()
+		go func() {
+			done <- run(ctx, []string{"--nats-url", url, "--http-listen", "", "--log-format", "json"}, &logs)
+		}()
 		require.Eventually(t, func() bool {
 			select {
 			case err := <-done:
