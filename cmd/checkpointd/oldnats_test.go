@@ -67,19 +67,33 @@ func (o oldNATS) olderThan(major, minor int) bool {
 // client URLs once JetStream answers (with a meta leader elected, in a cluster).
 func startOldNATS(t *testing.T, o oldNATS, n int) []string {
 	t.Helper()
-	clients, routes := make([]string, n), make([]string, n)
-	for i := range n {
-		clients[i], routes[i] = freeAddr(t), freeAddr(t)
+	clients := make([]string, n)
+	for i := range clients {
+		clients[i] = freeAddr(t)
 	}
-	for i := range n {
+	urls := startOldServers(t, o, clients, n > 1)
+	waitJetStream(t, urls[0])
+	return urls
+}
+
+// startOldServers runs a nats-server process listening on each of clients, routed together into a
+// cluster named "old" if clustered, and returns their URLs without waiting for JetStream.
+func startOldServers(t *testing.T, o oldNATS, clients []string, clustered bool) []string {
+	t.Helper()
+	routes := make([]string, len(clients))
+	for i := range routes {
+		routes[i] = freeAddr(t)
+	}
+	var urls []string
+	for i := range clients {
 		dir := t.TempDir()
 		conf := fmt.Sprintf("server_name: old%d\nlisten: %q\njetstream { store_dir: %q }\n", i+1, clients[i], filepath.Join(dir, "js"))
-		if n > 1 {
-			var urls []string
+		if clustered {
+			var rs []string
 			for _, r := range routes {
-				urls = append(urls, fmt.Sprintf("%q", "nats-route://"+r))
+				rs = append(rs, fmt.Sprintf("%q", "nats-route://"+r))
 			}
-			conf += fmt.Sprintf("cluster { name: old, listen: %q, routes: [%s] }\n", routes[i], strings.Join(urls, ", "))
+			conf += fmt.Sprintf("cluster { name: old, listen: %q, routes: [%s] }\n", routes[i], strings.Join(rs, ", "))
 		}
 		path := filepath.Join(dir, "nats.conf")
 		require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
@@ -94,12 +108,9 @@ func startOldNATS(t *testing.T, o oldNATS, n int) []string {
 				t.Logf("nats-server old%d:\n%s", i+1, logs.String())
 			}
 		})
+		urls = append(urls, "nats://"+clients[i])
 	}
-	for i := range clients {
-		clients[i] = "nats://" + clients[i]
-	}
-	waitJetStream(t, clients[0])
-	return clients
+	return urls
 }
 
 // waitJetStream waits until JetStream answers an account info request at url.
@@ -177,6 +188,33 @@ func TestOldNATS_ClusterIsRefused(t *testing.T) {
 		require.ErrorContains(t, err, "is older than 2.11.0")
 		require.False(t, d.Ready(), "/healthz reports the daemon unhealthy")
 		require.Contains(t, logs.String(), "checkpointd must not run against")
+	})
+
+	t.Run("checkpointd exits", func(t *testing.T) {
+		// The second URL has no server yet, so checkpointd connects to the first (embedded, current);
+		// once that is gone, NATS reconnects it to an old clustered server started on the second.
+		ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+		require.NoError(t, err)
+		defer ns.Shutdown()
+		later := freeAddr(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		var logs syncBuffer
+		done := make(chan error, 1)
+		go func() {
+			done <- run(ctx, []string{"--nats-url", ns.ClientURL() + ",nats://" + later, "--http-listen", ""}, &logs)
+		}()
+		require.Eventually(t, func() bool { return strings.Contains(logs.String(), "checkpointd ready") }, 30*time.Second, 20*time.Millisecond)
+		ns.Shutdown()
+		startOldServers(t, o, []string{later}, true)
+		select {
+		case err = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("checkpointd still runs after NATS reconnected it to an old cluster; logs:\n%s", logs.String())
+		}
+		var refused *transfer.ServerVersionError
+		require.ErrorAs(t, err, &refused, "logs:\n%s", logs.String())
+		require.ErrorContains(t, err, "nats-server "+o.version+" (the connected server old1")
 	})
 }
 
