@@ -72,6 +72,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 			return fmt.Errorf("data dir: %w", err)
 		}
+		// Before the server touches the store: one JetStream store, one server (datadir_lock.go).
+		var lock *dataDirLock
+		if lock, err = lockDataDir(cfg.DataDir); err != nil {
+			return err
+		}
+		defer lock.release() // deferred first, so released after the server below has shut down
 		ns, err = transfer.StartServer(transfer.ServerConfig{DataDir: cfg.DataDir, Listen: cfg.NATSListen})
 		if err != nil {
 			return err
@@ -114,7 +120,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("checkpointd ready", "nats", nc.ConnectedUrlRedacted(), "replicas", d.Replicas())
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case refused := <-d.ServerRefused():
+		return stopRefused(d, hs, refused)
+	}
 	log.Info("shutting down: finishing in-flight saves", "timeout", cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -127,4 +137,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("checkpointd stopped")
 	return err
+}
+
+// stopRefused stops a daemon that NATS reconnected to a server too old for it (a cluster of mixed
+// versions) at once, leaving in-flight saves unfinished: nothing more is committed where two saves
+// could both be acknowledged as one version, and what was not settled stays queued for a daemon on
+// a safe server. The refusal becomes run's error, so checkpointd exits non-zero.
+func stopRefused(d *transfer.Daemon, hs *http.Server, refused error) error {
+	if hs != nil {
+		_ = hs.Close()
+	}
+	now, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = d.Close(now)
+	return refused
 }

@@ -6,9 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,10 +54,7 @@ func TestCheckpointd_ProcessServesAndShutsDownCleanly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "checkpointd")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
+	bin := daemonBinary(t)
 
 	dataDir := t.TempDir()
 	natsAddr, httpAddr := freeAddr(t), freeAddr(t)

@@ -81,12 +81,16 @@ type Daemon struct {
 	pruner    *pruner
 	Store     *Store
 	ready     atomic.Bool
+	guard     *serverGuard // refuses NATS servers too old for safe saves (serverversion.go)
 }
 
 // Open sets up streams and buckets (idempotently), then starts ingesting and serving.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := checkConnectedServer(nc); err != nil {
+		return nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -108,6 +112,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkOpenedStreams(st, store); err != nil {
+		return nil, err
+	}
 	d := &Daemon{cfg: cfg, Store: store}
 	d.svc = &service{nc: nc, st: st, store: store, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
 		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, inflight: make(chan struct{}, 256), policy: cfg.Retention}
@@ -125,6 +132,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	d.pruner = &pruner{store: store, policy: cfg.Retention, interval: cfg.RetentionInterval, log: cfg.Logger}
 	d.pruner.start()
 	d.ready.Store(true)
+	d.guard = watchServer(nc, cfg.Logger, func() { d.ready.Store(false) })
 	return d, nil
 }
 
@@ -180,6 +188,7 @@ func (d *Daemon) Ready() bool { return d.ready.Load() }
 // ends first, unfinished saves stay queued for the next daemon: nothing acknowledged is lost.
 func (d *Daemon) Close(ctx context.Context) error {
 	d.ready.Store(false)
+	d.guard.stop()
 	err := d.svc.stop(ctx)
 	d.pruner.stop()
 	d.in.shutdown(ctx)

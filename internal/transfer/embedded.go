@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -74,10 +75,57 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
+	startErr := &startupErrors{}
+	s.SetLogger(startErr, false, false)
 	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if err := waitReady(s, startErr, 10*time.Second); err != nil {
 		s.Shutdown()
-		return nil, fmt.Errorf("embedded nats-server on %s did not become ready", cfg.Listen)
+		return nil, fmt.Errorf("embedded nats-server on %s (data in %s): %w", cfg.Listen, cfg.DataDir, err)
 	}
 	return s, nil
 }
+
+// waitReady waits until s accepts connections, or returns at once the reason it cannot: the
+// server gives up on a port already in use, or a store it cannot write, without ever saying
+// so to ReadyForConnections, which would only time out.
+func waitReady(s *server.Server, startErr *startupErrors, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := startErr.first(); err != nil {
+			return err
+		}
+		if s.ReadyForConnections(50 * time.Millisecond) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %s", timeout)
+		}
+	}
+}
+
+// startupErrors is the embedded server's logger: it keeps the first fatal error the server
+// reports (it stops after one) and drops everything else, as NoLog would.
+type startupErrors struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (l *startupErrors) first() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *startupErrors) Fatalf(format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = fmt.Errorf(format, v...)
+	}
+}
+
+func (*startupErrors) Noticef(string, ...any) {}
+func (*startupErrors) Warnf(string, ...any)   {}
+func (*startupErrors) Errorf(string, ...any)  {}
+func (*startupErrors) Debugf(string, ...any)  {}
+func (*startupErrors) Tracef(string, ...any)  {}
