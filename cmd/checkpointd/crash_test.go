@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -76,7 +77,7 @@ func TestCrashHarness_SIGKILLLosesNothing(t *testing.T) {
 	writers.Wait()
 	t.Logf("kill delays after each start: %s", strings.Join(schedule, " "))
 	if h.failed() {
-		t.Fatalf("writers failed: %v\ndaemon logs:\n%s", h.errs(), p.logTail())
+		t.Fatalf("writers failed: %v\ningest queue: %s\ndaemon logs:\n%s", h.errs(), ingestQueue(p.url()), p.logTail())
 	}
 
 	writerRetries := h.retried.Load()
@@ -413,6 +414,43 @@ func (h *crashHarness) verify(p *daemonProc) int {
 		}
 	}
 	return verified
+}
+
+// ingestQueue describes the saves still queued and the ingest consumer's state, for a failure's
+// report.
+func ingestQueue(url string) string {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err.Error()
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, wire.StreamIngest)
+	if err != nil {
+		return err.Error()
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d saves queued (seq %d..%d)", info.State.Msgs, info.State.FirstSeq, info.State.LastSeq)
+	if cons, err := s.Consumer(ctx, "checkpointd"); err == nil {
+		ci := cons.CachedInfo()
+		fmt.Fprintf(&b, "; consumer: %d ack pending, %d redelivered, %d waiting pulls, delivered %d, ack floor %d",
+			ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream)
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq < info.State.FirstSeq+20; seq++ {
+		if m, err := s.GetMsg(ctx, seq); err == nil {
+			fmt.Fprintf(&b, "\n  seq %d %s save %s, %d bytes, at %s", seq, m.Subject, m.Header.Get(wire.HdrSaveID), len(m.Data), m.Time.Format(time.StampMilli))
+		}
+	}
+	return b.String()
 }
 
 func stopped(stop chan struct{}) bool {

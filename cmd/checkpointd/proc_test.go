@@ -59,7 +59,7 @@ func (p *daemonProc) url() string { return "nats://" + p.natsAddr }
 func (p *daemonProc) start() {
 	p.tb.Helper()
 	args := append([]string{"--data-dir", p.dataDir, "--nats-listen", p.natsAddr, "--http-listen", p.httpAddr,
-		"--log-level", "warn"}, p.extra...)
+		"--log-level", "info"}, p.extra...)
 	p.cmd = exec.Command(p.bin, args...)
 	p.logs = &bytes.Buffer{}
 	p.cmd.Stderr = &lockedWriter{w: p.logs}
