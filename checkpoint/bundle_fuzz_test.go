@@ -28,7 +28,7 @@ func FuzzBundleImport(f *testing.F) {
 	good := seedBundles(f)
 	for _, b := range good {
 		f.Add(b)
-		f.Add(b[:len(b)/2])                                               // truncated
+		f.Add(b[:len(b)/2])                                              // truncated
 		f.Add(append(bytes.Clone(b[:len(b)-8]), 0, 1, 2, 3, 4, 5, 6, 7)) // a bad checksum
 	}
 	f.Add([]byte{})
