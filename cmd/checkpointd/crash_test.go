@@ -478,7 +478,7 @@ func indented(msgs []json.RawMessage) []byte {
 	return []byte(b.String())
 }
 
-func envInt(t *testing.T, name string, def int) int {
+func envInt(t testing.TB, name string, def int) int {
 	s := os.Getenv(name)
 	if s == "" {
 		return def
