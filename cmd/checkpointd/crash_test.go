@@ -447,7 +447,19 @@ func ingestQueue(url string) string {
 	}
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq < info.State.FirstSeq+20; seq++ {
 		if m, err := s.GetMsg(ctx, seq); err == nil {
-			fmt.Fprintf(&b, "\n  seq %d %s save %s, %d bytes, at %s", seq, m.Subject, m.Header.Get(wire.HdrSaveID), len(m.Data), m.Time.Format(time.StampMilli))
+			// A save whose result exists was settled: still queued, it holds up every read of its
+			// session for good.
+			settled := "no result yet"
+			if ns, _, ok := strings.Cut(strings.TrimPrefix(m.Subject, "cp.ingest."), "."); ok {
+				if rs, err := js.Stream(ctx, wire.StreamResults); err == nil {
+					if nsID, err := wire.DecodeID(ns); err == nil {
+						if r, err := rs.GetLastMsgForSubject(ctx, wire.ResultSubject(nsID, m.Header.Get(wire.HdrSaveID))); err == nil {
+							settled = "settled: " + string(r.Data[:min(len(r.Data), 160)])
+						}
+					}
+				}
+			}
+			fmt.Fprintf(&b, "\n  seq %d %s save %s, %d bytes, at %s; %s", seq, m.Subject, m.Header.Get(wire.HdrSaveID), len(m.Data), m.Time.Format(time.StampMilli), settled)
 		}
 	}
 	return b.String()
