@@ -18,7 +18,7 @@ import (
 // BenchmarkLoad_Agents runs hundreds of simulated agents against one checkpointd process on
 // loopback for a bounded time. Each agent works through a real transcript: per turn it appends two
 // messages (every tenth turn it saves the whole array instead), restores its head every third turn,
-// and every 25th turn sends a stale append on purpose, which must be refused as a conflict. It
+// and every seventh turn sends a stale append on purpose, which must be refused as a conflict. It
 // reports throughput, p50/p99 latencies, errors by kind (any error other than the intended
 // conflicts and busy fails the benchmark) and the daemon's peak RSS (VmHWM, Linux).
 //
@@ -149,7 +149,7 @@ func runAgent(c *checkpoint.Client, a int, msgs []json.RawMessage, deadline time
 				n -= 2
 				continue
 			}
-			if turn%25 == 0 && head > 1 {
+			if turn%7 == 0 && head > 1 {
 				_, err := c.Append(ctx, key, head-1, joinMessages(msgs[n-2:n]))
 				switch {
 				case errors.Is(err, checkpoint.ErrConflict):
