@@ -230,8 +230,13 @@ func ReadBundle(r io.Reader, each func(rec Version, conv []byte) error) (BundleS
 		if hdr.Size < 0 || hdr.Size > maxBundleEntry {
 			return sum, bad("entry %q: size %d", hdr.Name, hdr.Size)
 		}
-		data := make([]byte, hdr.Size)
-		if _, err := io.ReadFull(tr, data); err != nil {
+		// The size is the file's word: read what is there, growing as it comes, so a few bytes
+		// declaring 2 GiB cost a few bytes.
+		data, err := io.ReadAll(io.LimitReader(tr, hdr.Size))
+		if err == nil && int64(len(data)) < hdr.Size {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
 			return sum, bad("entry %q: %v (truncated or corrupt)", hdr.Name, err)
 		}
 		switch {
