@@ -24,7 +24,7 @@ func TestImagePaths_RefusedByDefault(t *testing.T) {
 	js, err := jetstream.New(env.Conn())
 	require.NoError(t, err)
 	key := wire.Key{Session: "screens"}.WithDefaults()
-	rawSave(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"img-1"}}, withLocalImage)
+	publishRaw(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"img-1"}}, withLocalImage)
 	res := awaitStoredResult(t, js, wire.ResultSubject(key.Namespace, "img-1"))
 	require.NotNil(t, res.Error)
 	require.Equal(t, wire.CodeInvalid, res.Error.Code)

@@ -21,8 +21,8 @@ import (
 // every save JetStream acknowledged on a subject the publisher can derive, and the SDK believes a
 // result only if it is the outcome of what it sent.
 
-// rawSave publishes a save as any NATS client could, and returns its CP_INGEST stream sequence.
-func rawSave(t *testing.T, js jetstream.JetStream, subject string, hdr nats.Header, body string) uint64 {
+// publishRaw publishes a save as any NATS client could, and returns its CP_INGEST stream sequence.
+func publishRaw(t *testing.T, js jetstream.JetStream, subject string, hdr nats.Header, body string) uint64 {
 	t.Helper()
 	m := nats.NewMsg(subject)
 	for k, v := range hdr {
@@ -75,7 +75,7 @@ func TestResults_ForgedResultIsNotBelieved(t *testing.T) {
 	require.NoError(t, err)
 
 	conv := `[{"role":"user","content":"the real save"}]`
-	rawSave(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"turn-7"}}, conv)
+	publishRaw(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"turn-7"}}, conv)
 	res := awaitStoredResultAfter(t, js, wire.ResultSubject(key.Namespace, "turn-7"), ack.Sequence)
 	require.Nil(t, res.Error)
 	require.False(t, res.Duplicate, "the forged result decided nothing")
@@ -88,7 +88,7 @@ func TestResults_ForgedResultIsNotBelieved(t *testing.T) {
 	require.Equal(t, conv, string(got), "the save was stored")
 
 	// The same save id again is the duplicate of what storage says it made.
-	rawSave(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"turn-7"}}, conv)
+	publishRaw(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"turn-7"}}, conv)
 	require.Eventually(t, func() bool {
 		return awaitStoredResult(t, js, wire.ResultSubject(key.Namespace, "turn-7")).Duplicate
 	}, 10*time.Second, 20*time.Millisecond)
@@ -117,7 +117,7 @@ func TestResults_EverySaveIsAnsweredWhereThePublisherLooks(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			seq := rawSave(t, js, tc.subject, tc.hdr, body)
+			seq := publishRaw(t, js, tc.subject, tc.hdr, body)
 			res := awaitStoredResult(t, js, wire.UnattributedResultSubject(tc.nsToken, seq))
 			require.NotNil(t, res.Error, "refused")
 			require.Equal(t, wire.CodeBadRequest, res.Error.Code)
@@ -142,7 +142,7 @@ func TestResults_ClientIDsNeverCollideWithTheDaemons(t *testing.T) {
 	js, err := jetstream.New(env.Conn())
 	require.NoError(t, err)
 	key := wire.Key{Session: "s"}.WithDefaults()
-	seq := rawSave(t, js, wire.IngestSubject(key), nil, `[{"role":"user","content":"anonymous"}]`)
+	seq := publishRaw(t, js, wire.IngestSubject(key), nil, `[{"role":"user","content":"anonymous"}]`)
 	ingest, err := js.Stream(ctxT(t), wire.StreamIngest)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { // settled, whatever the outcome
@@ -152,7 +152,7 @@ func TestResults_ClientIDsNeverCollideWithTheDaemons(t *testing.T) {
 
 	for _, id := range []string{"seq-" + itoa(seq), "seq." + itoa(seq)} {
 		conv := `[{"role":"user","content":"mine: ` + id + `"}]`
-		rawSave(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {id}}, conv)
+		publishRaw(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {id}}, conv)
 		res := awaitStoredResult(t, js, wire.ResultSubject("default", id))
 		require.Nil(t, res.Error, id)
 		require.False(t, res.Duplicate, id)
