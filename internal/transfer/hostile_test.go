@@ -190,11 +190,12 @@ func hostileRows(h *hostile) []hostileRow {
 			want: outcome{code: wire.CodeConflict, head: ptr(aHead)}},
 
 		// Broken today (issue 10); each row states the correct outcome.
-		{name: "save/invalid save id is answered", skip: "issue 10 item 5", save: &rawSave{headers: hdr(wire.HdrSaveID, "\xff\xfe"), body: good, anyResult: true}, want: refused(wire.CodeBadRequest)},
-		{name: "save/oversize save id is answered", skip: "issue 10 item 5", save: &rawSave{headers: hdr(wire.HdrSaveID, strings.Repeat("s", 300)), body: good, anyResult: true}, want: refused(wire.CodeBadRequest)},
-		{name: "save/malformed subject is answered", skip: "issue 10 item 5", save: &rawSave{subject: "cp.ingest.default.two-tokens", body: good, anyResult: true}, want: refused(wire.CodeBadRequest)},
-		{name: "save/undecodable subject token is answered", skip: "issue 10 item 5", save: &rawSave{subject: "cp.ingest.default.=zz.main", body: good, anyResult: true}, want: refused(wire.CodeBadRequest)},
-		{name: "save/forged result does not answer the real save", skip: "issue 10 item 5",
+		{name: "save/missing save id is answered", save: &rawSave{noID: true, body: good}, want: refused(wire.CodeBadRequest)},
+		{name: "save/invalid save id is answered", save: &rawSave{headers: hdr(wire.HdrSaveID, "\xff\xfe"), body: good, anyResult: true}, want: refused(wire.CodeBadRequest)},
+		{name: "save/oversize save id is answered", save: &rawSave{headers: hdr(wire.HdrSaveID, strings.Repeat("s", 300)), body: good, anyResult: true}, want: refused(wire.CodeBadRequest)},
+		{name: "save/malformed subject is answered", save: &rawSave{subject: "cp.ingest.default.two-tokens", body: good, anyResult: true}, want: refused(wire.CodeBadRequest)},
+		{name: "save/undecodable subject token is answered", save: &rawSave{subject: "cp.ingest.default.=zz.main", body: good, anyResult: true}, want: refused(wire.CodeBadRequest)},
+		{name: "save/forged result does not answer the real save",
 			setup: func(t *testing.T, h *hostile, id string) {
 				forged := wire.SaveResult{SaveID: id, Key: h.key("forged-target"), OK: true, Duplicate: true,
 					Version: &wire.Version{Format: wire.VersionFormat, Key: h.key("forged-target"), Version: 42, Hash: wire.Hash(good)}}
