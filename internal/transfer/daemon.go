@@ -131,6 +131,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	}
 	d.pruner = &pruner{store: store, policy: cfg.Retention, interval: cfg.RetentionInterval, log: cfg.Logger}
 	d.pruner.start()
+	go d.svc.purgeAcknowledged() // what a crash of the server may have left in the queue
 	d.ready.Store(true)
 	d.guard = watchServer(nc, cfg.Logger, func() { d.ready.Store(false) })
 	return d, nil

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,7 @@ type service struct {
 	semver   string
 	svc      micro.Service
 	inflight chan struct{} // bounds concurrent handlers
+	purging  sync.Mutex    // held while acknowledged saves are purged from the queue
 	policy   RetentionPolicy
 }
 
@@ -173,14 +175,21 @@ func (s *service) awaitIngest(ctx context.Context, subject string) error {
 		return fmt.Errorf("%w: checking the ingest queue: %v", errUnavailable, err)
 	}
 	wait := time.Millisecond
+	from := uint64(1)
 	for upTo > 0 {
 		// Settled saves leave the work queue, so the oldest one left says how far ingest got.
-		first, err := s.st.read.next(ctx, s.st.ingest, 1, subject)
+		first, err := s.st.read.next(ctx, s.st.ingest, from, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && first.Sequence > upTo {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("%w: checking the ingest queue: %v", errUnavailable, err)
+		}
+		if floor, err := s.st.ackFloor(ctx); err == nil && first.Sequence <= floor {
+			// Acknowledged, yet still queued: a crash lost its removal (reconcile.go).
+			from = floor + 1
+			go s.purgeAcknowledged()
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -190,6 +199,22 @@ func (s *service) awaitIngest(ctx context.Context, subject string) error {
 		wait = min(2*wait, 50*time.Millisecond)
 	}
 	return nil
+}
+
+// purgeAcknowledged removes the saves a crash left in the queue after they were acknowledged, once
+// at a time.
+func (s *service) purgeAcknowledged() {
+	if !s.purging.TryLock() {
+		return
+	}
+	defer s.purging.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if n, err := s.st.purgeAcknowledged(ctx); err != nil {
+		s.log.Warn("ingest: could not remove acknowledged saves left in the queue", "err", err)
+	} else if n > 0 {
+		s.log.Warn("ingest: removed acknowledged saves a crash left in the queue", "saves", n)
+	}
 }
 
 // queuedUpTo returns the stream sequence of the last save queued on subject (0: none).

@@ -22,7 +22,8 @@ const dedupWindow = 2 * time.Minute
 
 type streams struct {
 	ingest, chunks, results jetstream.Stream
-	read                    reader // from the leader when the streams are replicated (leaderget.go)
+	read                    reader     // from the leader when the streams are replicated (leaderget.go)
+	floor                   floorCache // the ingest consumer's ack floor (reconcile.go)
 }
 
 // ensureStreams creates or updates the three streams of the protocol (docs/protocol.md):
