@@ -37,7 +37,8 @@ type Config struct {
 	// StallAfter: the daemon reports itself unhealthy when the oldest queued save is older than
 	// this and no save was settled meanwhile (health.go).
 	StallAfter time.Duration
-	// HealthInterval is how often the daemon checks its ingest consumer and queue (0: 5 s).
+	// HealthInterval is how often the daemon checks its ingest consumer and queue, and how soon it
+	// recreates a lost consumer (0: 2 s).
 	HealthInterval time.Duration
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -131,6 +132,28 @@ func natsEvents(t testing.TB, reg *prometheus.Registry, event string) float64 {
 	return 0
 }
 
+// requests reads the daemon's count of requests of op with result.
+func requests(t testing.TB, reg *prometheus.Registry, op, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "checkpointd_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["op"] == op && labels["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
 // TestDaemon_ReadFloodStaysConnected: 64 workers looping over list, admin list and history of a
 // deployment with thousands of sessions must neither crash the daemon nor cost it its NATS
 // connection: every request is answered (ok, or busy with a retry hint), and an SDK restore made
@@ -140,7 +163,9 @@ func TestDaemon_ReadFloodStaysConnected(t *testing.T) {
 	sessions := envInt("CHECKPOINTD_FLOOD_SESSIONS", 6000)
 	duration := time.Duration(envInt("CHECKPOINTD_FLOOD_SECONDS", 4)) * time.Second
 	const workers = 64
-	env := testenv.Start(t)
+	// A read budget of four of the largest replies: the flood's scans fill it, so the restore's
+	// reads must wait their turn (the SDK retries busy) rather than pass untouched.
+	env := testenv.Start(t, func(c *transfer.Config) { c.ReadBytes = 4 << 20 })
 	ctx := ctxT(t)
 
 	conv, err := os.ReadFile(filepath.Join("..", "..", "testdata", "corpus", "openhands_gui_todo_app.json"))
@@ -193,8 +218,9 @@ func TestDaemon_ReadFloodStaysConnected(t *testing.T) {
 	wg.Wait()
 
 	disconnects := env.NC.Stats().Reconnects
-	t.Logf("flood of %d workers for %s over %d sessions: %d requests:%s; daemon reconnects %d; restore took %s (err %v)",
-		workers, duration, sessions, sent.Load(), tally, disconnects, restoreTook.Round(time.Millisecond), err)
+	t.Logf("flood of %d workers for %s over %d sessions: %d requests:%s; daemon reconnects %d; restore took %s (err %v); daemon refused %v reads and %v gets busy",
+		workers, duration, sessions, sent.Load(), tally, disconnects, restoreTook.Round(time.Millisecond), err,
+		requests(t, env.Registry, wire.OpRead, wire.CodeBusy), requests(t, env.Registry, wire.OpGet, wire.CodeBusy))
 	require.NoError(t, err, "restore during the flood")
 	requireSameConversation(t, conv, got)
 	require.Zero(t, disconnects, "the daemon's NATS connection was cut")

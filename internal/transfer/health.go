@@ -76,6 +76,7 @@ type healthMonitor struct {
 
 	settled  uint64    // saves ever removed from the queue, at the last check
 	progress time.Time // when settled last moved (or the monitor started)
+	lost     bool      // the consume stopped: recreate the consumer at the next tick
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -84,7 +85,7 @@ type healthMonitor struct {
 func newHealthMonitor(in *ingester, st *streams, cfg Config) *healthMonitor {
 	interval := cfg.HealthInterval
 	if interval == 0 {
-		interval = 5 * time.Second
+		interval = 2 * time.Second
 	}
 	return &healthMonitor{in: in, st: st, log: cfg.Logger, interval: interval, stallAfter: cfg.StallAfter,
 		progress: time.Now(), done: make(chan struct{})}
@@ -124,7 +125,7 @@ func (h *healthMonitor) run() {
 	defer t.Stop()
 	for {
 		var stopped <-chan struct{}
-		if cc := h.in.consuming(); cc != nil {
+		if cc := h.in.consuming(); cc != nil && !h.lost {
 			stopped = cc.Closed()
 		}
 		select {
@@ -132,47 +133,50 @@ func (h *healthMonitor) run() {
 			return
 		case <-stopped:
 			// The consume ended without a shutdown: its consumer was deleted (or the connection
-			// closed for good, and then recreating fails until it is back).
-			if !h.recreate("it stopped delivering saves") {
-				h.pause()
-			}
+			// closed for good, and recreating fails until it is back). Recreating waits for the
+			// next tick, so that something deleting it over and over does not make a busy loop.
+			h.lost = true
+			h.setConsumerErr(fmt.Errorf("ingest consumer %s stopped delivering saves (deleted?); recreating it", ingestConsumer))
+			h.log.Error("ingest: consumer lost, recreating it", "consumer", ingestConsumer)
 		case <-t.C:
-			h.check()
+			if h.lost {
+				h.lost = !h.recreate()
+			} else {
+				h.checkConsumer()
+			}
+			h.checkQueue()
 		}
 	}
 }
 
-// pause waits one interval (after a failed recreation), or until the monitor stops.
-func (h *healthMonitor) pause() {
-	select {
-	case <-h.done:
-	case <-time.After(h.interval):
-	}
-}
-
-// check looks at the ingest consumer and the queue.
-func (h *healthMonitor) check() {
+// checkConsumer stops the consume if its consumer is gone (deleted while no pull was waiting, so
+// the consume was not told): the loop then recreates it.
+func (h *healthMonitor) checkConsumer() {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	_, err := h.st.ingest.Consumer(ctx, ingestConsumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		if cc := h.in.consuming(); cc != nil {
-			cc.Stop() // the loop sees it closed and recreates the consumer
+			cc.Stop()
 		}
-		h.setConsumerErr(errors.New("ingest consumer " + ingestConsumer + " is missing (deleted?); recreating it"))
-		return
 	}
+}
+
+// checkQueue reads the ingest queue's state for stalled.
+func (h *healthMonitor) checkQueue() {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
 	info, err := h.st.ingest.Info(ctx)
 	if err != nil {
 		return // the connection's state says more; a lost reply is no verdict on ingest
 	}
-	h.checkQueue(info.State, time.Now())
+	h.stalled(info.State, time.Now())
 }
 
-// checkQueue flags a stall: the oldest queued save is older than stallAfter and no save left the
+// stalled flags a stall: the oldest queued save is older than stallAfter and no save left the
 // queue for as long. Settled saves leave the work queue, so the stream's last sequence minus the
 // messages still in it counts every save settled so far, by any daemon.
-func (h *healthMonitor) checkQueue(st jetstream.StreamState, now time.Time) {
+func (h *healthMonitor) stalled(st jetstream.StreamState, now time.Time) {
 	settled := st.LastSeq - st.Msgs
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -191,13 +195,12 @@ func (h *healthMonitor) checkQueue(st jetstream.StreamState, now time.Time) {
 	h.stallErr = nil
 }
 
-// recreate stops what is left of the consume and starts it again, recreating the durable consumer.
-func (h *healthMonitor) recreate(why string) bool {
-	h.setConsumerErr(fmt.Errorf("ingest consumer %s: %s; recreating it", ingestConsumer, why))
-	h.log.Error("ingest: consumer lost, recreating it", "consumer", ingestConsumer, "why", why)
+// recreate starts consuming again, recreating the durable consumer.
+func (h *healthMonitor) recreate() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := h.in.consume(ctx); err != nil {
+		h.setConsumerErr(fmt.Errorf("ingest consumer %s is gone and recreating it failed (will retry): %w", ingestConsumer, err))
 		h.log.Error("ingest: recreating the consumer failed, will retry", "err", err)
 		return false
 	}
