@@ -208,6 +208,19 @@ func TestDaemon_ReadFloodStaysConnected(t *testing.T) {
 		}()
 	}
 
+	// What /healthz would have said, every 20 ms of the flood.
+	var unhealthy atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for floodCtx.Err() == nil {
+			if !env.Daemon.Ready() || !env.NC.IsConnected() {
+				unhealthy.Add(1)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
 	// A user's restore in the middle of the flood: slower, but it succeeds.
 	time.Sleep(duration / 4)
 	restoreStart := time.Now()
@@ -218,13 +231,14 @@ func TestDaemon_ReadFloodStaysConnected(t *testing.T) {
 	wg.Wait()
 
 	disconnects := env.NC.Stats().Reconnects
-	t.Logf("flood of %d workers for %s over %d sessions: %d requests:%s; daemon reconnects %d; restore took %s (err %v); daemon refused %v reads and %v gets busy",
-		workers, duration, sessions, sent.Load(), tally, disconnects, restoreTook.Round(time.Millisecond), err,
+	t.Logf("flood of %d workers for %s over %d sessions: %d requests:%s; daemon reconnects %d; unhealthy samples %d; restore took %s (err %v); daemon refused %v reads and %v gets busy",
+		workers, duration, sessions, sent.Load(), tally, disconnects, unhealthy.Load(), restoreTook.Round(time.Millisecond), err,
 		requests(t, env.Registry, wire.OpRead, wire.CodeBusy), requests(t, env.Registry, wire.OpGet, wire.CodeBusy))
 	require.NoError(t, err, "restore during the flood")
 	requireSameConversation(t, conv, got)
 	require.Zero(t, disconnects, "the daemon's NATS connection was cut")
 	require.True(t, env.NC.IsConnected())
+	require.Zero(t, unhealthy.Load(), "health never failed during the flood")
 	require.Zero(t, natsEvents(t, env.Registry, "disconnect"), "disconnects counted")
 	require.Zero(t, natsEvents(t, env.Registry, "slow_consumer"), "slow consumer events counted")
 	tally.mu.Lock()
