@@ -93,3 +93,25 @@ func TestDaemon_HealthFollowsTheIngestConsumer(t *testing.T) {
 }
 
 func errorContains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
+
+// The embedded server logs nothing of the daemon's connection; the daemon does, and counts it.
+func TestDaemon_CountsItsConnectionsEvents(t *testing.T) {
+	env := testenv.Start(t)
+	require.Zero(t, natsEvents(t, env.Registry, "disconnect"))
+	cz, err := env.Server.Connz(nil)
+	require.NoError(t, err)
+	kicked := false
+	for _, c := range cz.Conns {
+		if c.Name == "checkpointd-test" { // the daemon's connection (testenv names it)
+			require.NoError(t, env.Server.DisconnectClientByID(c.Cid))
+			kicked = true
+		}
+	}
+	require.True(t, kicked)
+	require.Eventually(t, func() bool {
+		return natsEvents(t, env.Registry, "disconnect") == 1 && natsEvents(t, env.Registry, "reconnect") == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Daemon.Health() == nil }, 10*time.Second, 20*time.Millisecond)
+	_, err = env.Client.Save(ctxT(t), checkpoint.Key{Session: "after-reconnect"}, []byte(`[]`))
+	require.NoError(t, err)
+}
