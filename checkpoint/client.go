@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -193,7 +194,9 @@ func (c *Client) call(ctx context.Context, subject string, req, out any) error {
 	return nil
 }
 
-// request sends one service request and turns error replies into *Error.
+// request sends one service request and turns error replies into *Error. A busy daemon is asked
+// again after the wait it hints at (with jitter, growing when it stays busy), for as long as ctx
+// allows; then the busy error is returned, saying how long it was tried.
 func (c *Client) request(ctx context.Context, subject string, req any) (*nats.Msg, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -201,6 +204,40 @@ func (c *Client) request(ctx context.Context, subject string, req any) (*nats.Ms
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		msg, err := c.requestOnce(ctx, subject, data)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != wire.CodeBusy {
+			return msg, err
+		}
+		wait := busyWait(e.RetryAfter, attempt)
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			e.Message = fmt.Sprintf("%s (gave up after %d attempts in %s)", e.Message, attempt, time.Since(start).Round(time.Millisecond))
+			return nil, e
+		}
+		select {
+		case <-ctx.Done():
+			e.Message = fmt.Sprintf("%s (gave up after %d attempts in %s)", e.Message, attempt, time.Since(start).Round(time.Millisecond))
+			return nil, e
+		case <-time.After(wait):
+		}
+	}
+}
+
+// busyWait is how long to wait before the attempt after a busy reply: the daemon's hint (100 ms
+// without one), doubled for each busy reply in a row up to 16 times and at most 5 s, with jitter of
+// ±50% so that clients refused together do not come back together.
+func busyWait(hint time.Duration, attempt int) time.Duration {
+	if hint <= 0 {
+		hint = 100 * time.Millisecond
+	}
+	base := min(hint<<min(attempt-1, 4), 5*time.Second)
+	return base/2 + rand.N(base)
+}
+
+// requestOnce sends the request once.
+func (c *Client) requestOnce(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):

@@ -105,7 +105,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ready := func() bool { return d.Ready() && nc.IsConnected() }
 
 	var hs *http.Server
 	if cfg.HTTPListen != "" {
@@ -114,7 +113,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			_ = d.Close(context.Background())
 			return fmt.Errorf("--http-listen: %w", err)
 		}
-		hs = &http.Server{Handler: metrics.Handler(reg, ready), ReadHeaderTimeout: 10 * time.Second}
+		hs = &http.Server{Handler: metrics.Handler(reg, d.Health), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		log.Info("serving /metrics and /healthz", "addr", "http://"+ln.Addr().String())
 	}

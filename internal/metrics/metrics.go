@@ -4,6 +4,7 @@ package metrics
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -28,6 +29,12 @@ type Metrics struct {
 	Compactions *prometheus.CounterVec
 	// CompactedBytes counts the stored bytes of segments written by merges.
 	CompactedBytes prometheus.Counter
+	// NATSEvents counts events of the daemon's own NATS connection: disconnect, reconnect,
+	// slow_consumer, error (another asynchronous error) and closed.
+	NATSEvents *prometheus.CounterVec
+	// ReadBytesInUse is the bytes of replies being built and read loads in flight, against the
+	// read budget (admission.go in internal/transfer).
+	ReadBytesInUse prometheus.Gauge
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, on reg.
@@ -67,20 +74,32 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "compacted_bytes_total",
 			Help: "Stored bytes of the segments written by background merges.",
 		}),
+		NATSEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "nats_events_total",
+			Help: "Events of the daemon's NATS connection: disconnect, reconnect, slow_consumer, error, closed.",
+		}, []string{"event"}),
+		ReadBytesInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "read_bytes_in_use",
+			Help: "Bytes of replies being built and of read loads in flight, against the read budget.",
+		}),
 	}
-	reg.MustRegister(m.Compactions, m.CompactedBytes, m.Saves, m.SaveSeconds, m.RawBytes, m.StoredBytes, m.Requests, m.RequestSeconds,
+	for _, e := range []string{"disconnect", "reconnect", "slow_consumer", "error", "closed"} {
+		m.NATSEvents.WithLabelValues(e) // present at 0, so that alerts see the series from the start
+	}
+	reg.MustRegister(m.NATSEvents, m.ReadBytesInUse, m.Compactions, m.CompactedBytes, m.Saves, m.SaveSeconds, m.RawBytes, m.StoredBytes, m.Requests, m.RequestSeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// Handler serves /metrics from gatherer and /healthz, which answers 200 while ready() is true and
-// 503 otherwise.
-func Handler(gatherer prometheus.Gatherer, ready func() bool) http.Handler {
+// Handler serves /metrics from gatherer and /healthz, which answers 200 "ok" while health() returns
+// nil, and otherwise 503 with the reason, e.g. "unhealthy: NATS connection is down".
+func Handler(gatherer prometheus.Gatherer, health func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		if err := health(); err != nil {
+			// One line per reason: the body is for the operator who looks after a failed probe.
+			http.Error(w, "unhealthy: "+strings.ReplaceAll(err.Error(), "\n", "\nunhealthy: "), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))

@@ -1,11 +1,12 @@
 package metrics
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,8 +17,10 @@ import (
 func TestHandler_HealthFollowsReadiness(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := New(reg)
-	var ready atomic.Bool
-	srv := httptest.NewServer(Handler(reg, ready.Load))
+	var mu sync.Mutex
+	problem := errors.New("not started\ningest consumer deleted")
+	health := func() error { mu.Lock(); defer mu.Unlock(); return problem }
+	srv := httptest.NewServer(Handler(reg, health))
 	defer srv.Close()
 
 	get := func(path string) (int, string) {
@@ -28,10 +31,13 @@ func TestHandler_HealthFollowsReadiness(t *testing.T) {
 		require.NoError(t, err)
 		return resp.StatusCode, string(b)
 	}
-	code, _ := get("/healthz")
-	require.Equal(t, http.StatusServiceUnavailable, code)
-	ready.Store(true)
 	code, body := get("/healthz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "unhealthy: not started\nunhealthy: ingest consumer deleted\n", body, "the body says why")
+	mu.Lock()
+	problem = nil
+	mu.Unlock()
+	code, body = get("/healthz")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "ok\n", body)
 
@@ -44,7 +50,7 @@ checkpointd_saves_total{result="invalid"} 1
 checkpointd_saves_total{result="ok"} 3
 `)))
 	_, body = get("/metrics")
-	for _, name := range []string{"checkpointd_saves_total", "checkpointd_compacted_bytes_total", "go_goroutines", "process_resident_memory_bytes"} {
+	for _, name := range []string{"checkpointd_saves_total", "checkpointd_compacted_bytes_total", "checkpointd_nats_events_total{event=\"disconnect\"} 0", "go_goroutines", "process_resident_memory_bytes"} {
 		require.Contains(t, body, name)
 	}
 	code, _ = get("/nope")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,16 @@ type Config struct {
 	Version            string        // reported by the service (semver)
 	Logger             *slog.Logger
 	Metrics            *metrics.Metrics
+
+	// ReadBytes bounds the bytes of replies being built and of conversations being loaded for
+	// reads; beyond it requests are refused busy (admission.go).
+	ReadBytes int64
+	// StallAfter: the daemon reports itself unhealthy when the oldest queued save is older than
+	// this and no save was settled meanwhile (health.go).
+	StallAfter time.Duration
+	// HealthInterval is how often the daemon checks its ingest consumer and queue, and how soon it
+	// recreates a lost consumer (0: 2 s).
+	HealthInterval time.Duration
 }
 
 // DefaultConfig returns the configuration checkpointd runs with when no flag says otherwise.
@@ -43,6 +54,8 @@ func DefaultConfig() Config {
 		RequestTimeout:     15 * time.Second, // above ackWait: a read can outwait a dead daemon's claim
 		Lanes:              8,
 		CacheBytes:         64 << 20,
+		ReadBytes:          128 << 20,
+		StallAfter:         time.Minute,
 		CompactIdle:        2 * time.Second,
 		RetentionInterval:  time.Hour,
 		SegmentGrace:       time.Minute,
@@ -63,6 +76,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("request timeout: must be positive")
 	case c.Lanes < 1:
 		return fmt.Errorf("lanes: must be at least 1")
+	case c.ReadBytes < 1<<20:
+		return fmt.Errorf("read bytes: %d is below 1 MiB", c.ReadBytes)
+	case c.StallAfter < time.Second:
+		return fmt.Errorf("stall after: %s is below one second", c.StallAfter)
+	case c.HealthInterval < 0:
+		return fmt.Errorf("health interval: must not be negative")
 	case c.Retention.Default.KeepLast < 0 || c.Retention.Default.MaxAge < 0:
 		return fmt.Errorf("retention: limits must not be negative")
 	case c.Logger == nil || c.Metrics == nil:
@@ -82,6 +101,8 @@ type Daemon struct {
 	Store     *Store
 	ready     atomic.Bool
 	guard     *serverGuard // refuses NATS servers too old for safe saves (serverversion.go)
+	nc        *nats.Conn
+	health    *healthMonitor
 }
 
 // Open sets up streams and buckets (idempotently), then starts ingesting and serving.
@@ -115,9 +136,11 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := checkOpenedStreams(st, store); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, Store: store}
+	d := &Daemon{cfg: cfg, Store: store, nc: nc}
+	watchConn(nc, cfg.Logger, cfg.Metrics)
 	d.svc = &service{nc: nc, st: st, store: store, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
-		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, inflight: make(chan struct{}, 256), policy: cfg.Retention}
+		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, policy: cfg.Retention,
+		adm: newAdmission(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse), heads: newHeadIndex(store.headStream, cfg.Logger)}
 	if err := d.svc.start(); err != nil {
 		return nil, err
 	}
@@ -132,6 +155,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	d.pruner = &pruner{store: store, policy: cfg.Retention, interval: cfg.RetentionInterval, log: cfg.Logger}
 	d.pruner.start()
 	go d.svc.purgeAcknowledged() // what a crash of the server may have left in the queue
+	d.health = newHealthMonitor(d.in, st, cfg)
+	d.health.start()
 	d.ready.Store(true)
 	d.guard = watchServer(nc, cfg.Logger, func() { d.ready.Store(false) })
 	return d, nil
@@ -182,14 +207,33 @@ func autoReplicas(nc *nats.Conn) int {
 // Replicas is the JetStream replica count the daemon's streams and buckets were created with.
 func (d *Daemon) Replicas() int { return d.cfg.Replicas }
 
-// Ready reports whether the daemon is ingesting and serving.
-func (d *Daemon) Ready() bool { return d.ready.Load() }
+// Ready reports whether the daemon is healthy (see Health).
+func (d *Daemon) Ready() bool { return d.Health() == nil }
+
+// Health returns nil while the daemon is serving and saves are being processed, and otherwise why
+// not, one reason a line: it is shutting down, its NATS connection is down, its ingest consumer is
+// gone (it is being recreated), or the oldest queued save has waited longer than StallAfter while
+// none was settled.
+func (d *Daemon) Health() error {
+	var errs []error
+	if !d.ready.Load() {
+		errs = append(errs, errors.New("not serving (starting or shutting down)"))
+	}
+	if st := d.nc.Status(); st != nats.CONNECTED {
+		errs = append(errs, fmt.Errorf("NATS connection is %s", strings.ToLower(st.String())))
+	}
+	if d.health != nil {
+		errs = append(errs, d.health.problems()...)
+	}
+	return errors.Join(errs...)
+}
 
 // Close stops serving new requests, then finishes the saves already taken off the queue. When ctx
 // ends first, unfinished saves stay queued for the next daemon: nothing acknowledged is lost.
 func (d *Daemon) Close(ctx context.Context) error {
 	d.ready.Store(false)
 	d.guard.stop()
+	d.health.stop()
 	err := d.svc.stop(ctx)
 	d.pruner.stop()
 	d.in.shutdown(ctx)

@@ -40,11 +40,14 @@ type ingester struct {
 	// compactor merges the segments of sessions this daemon saved to.
 	compactor *compactor
 
-	cc    jetstream.ConsumeContext
 	lanes []chan jetstream.Msg
 	wg    sync.WaitGroup
 	ctx   context.Context // cancelled only when shutdown must stop waiting on storage
 	stop  context.CancelFunc
+
+	mu       sync.Mutex
+	cc       jetstream.ConsumeContext // replaced when the consumer is recreated (health.go)
+	stopping bool                     // shutdown began: no new consume
 }
 
 // ackWait is how soon a save taken by a daemon that died is offered to another. Reads of the session
@@ -56,17 +59,6 @@ const ackWait = 10 * time.Second
 const maxAttempts = 20
 
 func (in *ingester) start(ctx context.Context, lanes int) error {
-	cons, err := in.st.ingest.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       ingestConsumer,
-		Description:   "checkpointd instances share this consumer",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       ackWait,
-		MaxAckPending: 1024,
-		FilterSubject: "cp.ingest.>",
-	})
-	if err != nil {
-		return fmt.Errorf("ingest consumer: %w", err)
-	}
 	in.ctx, in.stop = context.WithCancel(context.Background())
 	// Saves of one session always go to the same lane, so they are settled in the order they were
 	// published; different sessions proceed in parallel.
@@ -81,7 +73,31 @@ func (in *ingester) start(ctx context.Context, lanes int) error {
 			}
 		}(in.lanes[i])
 	}
-	in.cc, err = cons.Consume(func(msg jetstream.Msg) {
+	if err := in.consume(ctx); err != nil {
+		for _, c := range in.lanes {
+			close(c)
+		}
+		in.wg.Wait()
+		return err
+	}
+	return nil
+}
+
+// consume creates the durable consumer if it is missing and starts taking saves from it. The
+// health monitor runs it again when the consumer stops delivering (deleted by an operator, say).
+func (in *ingester) consume(ctx context.Context) error {
+	cons, err := in.st.ingest.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       ingestConsumer,
+		Description:   "checkpointd instances share this consumer",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxAckPending: 1024,
+		FilterSubject: "cp.ingest.>",
+	})
+	if err != nil {
+		return fmt.Errorf("ingest consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		h := fnv.New32a()
 		_, _ = h.Write([]byte(msg.Subject()))
 		in.lanes[h.Sum32()%uint32(len(in.lanes))] <- msg
@@ -95,22 +111,43 @@ func (in *ingester) start(ctx context.Context, lanes int) error {
 	if err != nil {
 		return fmt.Errorf("ingest consume: %w", err)
 	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.stopping {
+		cc.Stop()
+		return errors.New("ingest: shutting down")
+	}
+	in.cc = cc
 	return nil
+}
+
+// consuming returns the current consume, nil once shutdown began.
+func (in *ingester) consuming() jetstream.ConsumeContext {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.stopping {
+		return nil
+	}
+	return in.cc
 }
 
 // shutdown stops taking new saves and finishes the ones already taken. If ctx ends first, the
 // saves still in flight are abandoned unacknowledged and are redelivered to the next daemon.
 func (in *ingester) shutdown(ctx context.Context) {
-	if in.cc == nil {
+	in.mu.Lock()
+	in.stopping = true
+	cc := in.cc
+	in.mu.Unlock()
+	if cc == nil {
 		return
 	}
-	in.cc.Drain()
+	cc.Drain()
 	select {
-	case <-in.cc.Closed():
+	case <-cc.Closed():
 	case <-ctx.Done():
 		in.stop() // unblock workers waiting on storage, so the consume callback can return
-		in.cc.Stop()
-		<-in.cc.Closed()
+		cc.Stop()
+		<-cc.Closed()
 	}
 	// The callback has returned for good: no more sends on the lanes.
 	for _, c := range in.lanes {

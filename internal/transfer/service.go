@@ -27,18 +27,20 @@ import (
 // service answers the read side of the protocol as a nats.go micro service, so `nats micro ls`,
 // `$SRV.PING|INFO|STATS` and per-endpoint statistics come for free.
 type service struct {
-	nc       *nats.Conn
-	st       *streams
-	store    snapshot.Store
-	cache    *byteCache
-	log      *slog.Logger
-	m        *metrics.Metrics
-	timeout  time.Duration
-	semver   string
-	svc      micro.Service
-	inflight chan struct{} // bounds concurrent handlers
-	purging  sync.Mutex    // held while acknowledged saves are purged from the queue
-	policy   RetentionPolicy
+	nc      *nats.Conn
+	st      *streams
+	store   snapshot.Store
+	cache   *byteCache
+	log     *slog.Logger
+	m       *metrics.Metrics
+	timeout time.Duration
+	semver  string
+	svc     micro.Service
+	policy  RetentionPolicy
+	purging sync.Mutex // held while acknowledged saves are purged from the queue (reconcile.go)
+
+	adm   *admission // bounds the requests in progress, never by waiting (admission.go)
+	heads *headIndex // every session's head, for listings (headindex.go)
 }
 
 type reply struct {
@@ -49,6 +51,11 @@ type reply struct {
 type opHandler func(ctx context.Context, ns string, body []byte) (reply, error)
 
 func (s *service) start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.heads.start(ctx); err != nil {
+		return err
+	}
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        wire.ServiceName,
 		Version:     s.semver,
@@ -57,26 +64,29 @@ func (s *service) start() error {
 		Metadata:    map[string]string{"protocol": wire.ProtocolVersion},
 	})
 	if err != nil {
+		s.heads.stop()
 		return fmt.Errorf("service: %w", err)
 	}
 	s.svc = svc
+	// Scans cost more the more is stored; they get slots of their own (admission.go).
 	ops := []struct {
 		name    string
 		subject string
+		class   opClass
 		h       opHandler
 	}{
-		{wire.OpList, "cp.api.*." + wire.OpList, s.list},
-		{wire.OpHistory, "cp.api.*." + wire.OpHistory, s.history},
-		{wire.OpGet, "cp.api.*." + wire.OpGet, s.get},
-		{wire.OpRead, "cp.api.*." + wire.OpRead, s.read},
-		{wire.OpPrune, "cp.api.*." + wire.OpPrune, s.prune},
-		{wire.OpLease, "cp.api.*." + wire.OpLease, s.lease},
-		{wire.OpSeal, "cp.api.*." + wire.OpSeal, s.seal},
-		{wire.OpDelete, "cp.api.*." + wire.OpDelete, s.remove},
-		{"admin-list", wire.AdminListSubject, s.list},
+		{wire.OpList, "cp.api.*." + wire.OpList, classScan, s.list},
+		{wire.OpHistory, "cp.api.*." + wire.OpHistory, classScan, s.history},
+		{wire.OpGet, "cp.api.*." + wire.OpGet, classPoint, s.get},
+		{wire.OpRead, "cp.api.*." + wire.OpRead, classPoint, s.read},
+		{wire.OpPrune, "cp.api.*." + wire.OpPrune, classScan, s.prune},
+		{wire.OpLease, "cp.api.*." + wire.OpLease, classPoint, s.lease},
+		{wire.OpSeal, "cp.api.*." + wire.OpSeal, classPoint, s.seal},
+		{wire.OpDelete, "cp.api.*." + wire.OpDelete, classPoint, s.remove},
+		{"admin-list", wire.AdminListSubject, classScan, s.list},
 	}
 	for _, op := range ops {
-		if err := svc.AddEndpoint(op.name, s.wrap(op.name, op.h), micro.WithEndpointSubject(op.subject)); err != nil {
+		if err := svc.AddEndpoint(op.name, s.wrap(op.name, op.class, op.h), micro.WithEndpointSubject(op.subject)); err != nil {
 			return fmt.Errorf("service endpoint %s: %w", op.name, err)
 		}
 	}
@@ -89,25 +99,33 @@ func (s *service) stop(ctx context.Context) error {
 		return nil
 	}
 	err := s.svc.Stop()
-	for i := 0; i < cap(s.inflight); i++ {
-		select {
-		case s.inflight <- struct{}{}:
-		case <-ctx.Done():
-			return err
-		}
+	s.adm.close()
+	s.heads.stop()
+	if derr := s.adm.drained(ctx); derr != nil && err == nil {
+		err = derr
 	}
 	return err
 }
 
-// wrap runs a handler on its own goroutine (a slow read must not hold up the endpoint), decodes the
-// namespace from the subject and turns errors into typed error replies.
-func (s *service) wrap(op string, h opHandler) micro.Handler {
+// wrap admits a request (or refuses it busy at once: this runs on the endpoint's delivery goroutine,
+// which must never wait) and runs its handler on a goroutine of its own, decoding the namespace from
+// the subject and turning errors into typed error replies. A scan reserves the bytes of the largest
+// reply it can build.
+func (s *service) wrap(op string, class opClass, h opHandler) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
-		s.inflight <- struct{}{}
+		start := time.Now()
+		reserve := int64(0)
+		if class == classScan {
+			reserve = s.maxReply()
+		}
+		t, err := s.adm.admit(class, reserve)
+		if err != nil {
+			s.respond(op, req, reply{}, err, start)
+			return
+		}
 		go func() {
-			defer func() { <-s.inflight }()
-			start := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+			defer func() { t.done(time.Since(start)) }()
+			ctx, cancel := context.WithTimeout(withTicket(context.Background(), t), s.timeout)
 			defer cancel()
 			ns := wire.DefaultNamespace
 			var err error
@@ -120,24 +138,27 @@ func (s *service) wrap(op string, h opHandler) micro.Handler {
 			if err == nil {
 				r, err = h(ctx, ns, req.Data())
 			}
-			result := "ok"
-			if err != nil {
-				we := toWireError(err)
-				result = we.Code
-				if we.Code == wire.CodeInternal {
-					s.log.Error("request failed", "op", op, "subject", req.Subject(), "err", err)
-				}
-				body, _ := json.Marshal(we)
-				_ = req.Error(wire.StatusCode(we.Code), we.Message, body)
-			} else {
-				if err := req.Respond(r.data, micro.WithHeaders(r.hdr)); err != nil {
-					s.log.Error("reply failed", "op", op, "subject", req.Subject(), "bytes", len(r.data), "err", err)
-				}
-			}
-			s.m.Requests.WithLabelValues(op, result).Inc()
-			s.m.RequestSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
+			s.respond(op, req, r, err, start)
 		}()
 	})
+}
+
+// respond sends the reply, or the typed error, and counts the request.
+func (s *service) respond(op string, req micro.Request, r reply, err error, start time.Time) {
+	result := "ok"
+	if err != nil {
+		we := toWireError(err)
+		result = we.Code
+		if we.Code == wire.CodeInternal {
+			s.log.Error("request failed", "op", op, "subject", req.Subject(), "err", err)
+		}
+		body, _ := json.Marshal(we)
+		_ = req.Error(wire.StatusCode(we.Code), we.Message, body)
+	} else if err := req.Respond(r.data, micro.WithHeaders(r.hdr)); err != nil {
+		s.log.Error("reply failed", "op", op, "subject", req.Subject(), "bytes", len(r.data), "err", err)
+	}
+	s.m.Requests.WithLabelValues(op, result).Inc()
+	s.m.RequestSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
 }
 
 func decodeRequest(body []byte, v any) error {
@@ -239,10 +260,16 @@ func (s *service) queuedUpTo(ctx context.Context, subject string) (uint64, error
 	return info.State.LastSeq, nil
 }
 
+// list pages the heads of a namespace's sessions (every namespace's, on the admin subject) from the
+// daemon's heads index, once the saves queued before the request are settled and the index holds
+// their heads.
 func (s *service) list(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.ListRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
+	}
+	if req.Offset < 0 {
+		return reply{}, fmt.Errorf("%w: negative offset", errBadRequest)
 	}
 	subject := "cp.ingest.>"
 	if ns != "" {
@@ -251,24 +278,10 @@ func (s *service) list(ctx context.Context, ns string, body []byte) (reply, erro
 	if err := s.awaitIngest(ctx, subject); err != nil {
 		return reply{}, err
 	}
-	all, err := s.store.Heads(ctx, ns)
-	if err != nil {
+	if err := s.heads.caughtUp(ctx); err != nil {
 		return reply{}, err
 	}
-	heads := make([]wire.SessionHead, 0, len(all))
-	for _, h := range all {
-		if h.Exists() && (req.Session == "" || h.Key.Session == req.Session) {
-			heads = append(heads, wire.SessionHead{Version: h.Version, Lease: h.Lease, Moved: h.Moved})
-		}
-	}
-	slices.SortFunc(heads, func(a, b wire.SessionHead) int {
-		return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), cmp.Compare(a.Key.Session, b.Key.Session), cmp.Compare(a.Key.Agent, b.Key.Agent))
-	})
-	if req.Offset < 0 {
-		return reply{}, fmt.Errorf("%w: negative offset", errBadRequest)
-	}
-	heads = heads[min(req.Offset, len(heads)):]
-	return page("sessions", heads, s.maxReply()) // a wire.ListReply
+	return s.heads.page(ns, req.Session, req.Offset, s.maxReply())
 }
 
 // page encodes {"<field>": [items...], "more": true} with as many items as fit in max bytes (at least
@@ -354,7 +367,7 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 		if err != nil {
 			return reply{}, err
 		}
-		return s.piece(data, hash, key, req.Offset)
+		return s.piece(ctx, data, hash, key, req.Offset)
 	}
 	if req.Version == 0 {
 		return reply{}, fmt.Errorf("%w: read needs an exact version (ask %s for the head first)", errBadRequest, wire.OpGet)
@@ -377,17 +390,21 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	if err != nil {
 		return reply{}, err
 	}
-	return s.piece(data, hash, key, req.Offset)
+	return s.piece(ctx, data, hash, key, req.Offset)
 }
 
 // piece is the reply to a read: the bytes of data (cached under key) from offset on, as many as fit
-// in one message. The cache holds a read's bytes until its last piece.
-func (s *service) piece(data []byte, hash, key string, offset int64) (reply, error) {
+// in one message. The cache holds a read's bytes until its last piece. The reply's bytes count
+// against the read budget until it is sent.
+func (s *service) piece(ctx context.Context, data []byte, hash, key string, offset int64) (reply, error) {
 	total := int64(len(data))
 	if offset < 0 || offset > total {
 		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, offset, total)
 	}
 	end := min(offset+s.maxReply(), total)
+	if err := ticketOf(ctx).take(end - offset); err != nil {
+		return reply{}, err
+	}
 	if end < total {
 		s.cache.Hold(key, data, hash, offset == 0) // the next pieces cost no assembly
 	} else if offset > 0 {
@@ -430,6 +447,9 @@ func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) (
 	}
 	// The agents' conversations are read only when the merged view is not cached: not once per piece.
 	data, err := s.cache.GetOrLoad(cacheKey, func() ([]byte, error) {
+		if err := takeLoad(ctx, 2, versions...); err != nil { // the agents' conversations, then their merge
+			return nil, err
+		}
 		convs := make([]snapshot.AgentConversation, 0, len(versions))
 		for i, v := range versions {
 			full, err := snapshot.Read(ctx, s.store, v, s.cache)
@@ -494,12 +514,18 @@ func (s *service) viewOf(ctx context.Context, v wire.Version, view snapshot.View
 	if view.IsFull() {
 		key := "conv/" + ns + "/" + v.Hash
 		full, err := s.cache.GetOrLoad(key, func() ([]byte, error) {
+			if err := takeLoad(ctx, 1, v); err != nil {
+				return nil, err
+			}
 			return snapshot.Read(ctx, s.store, v, s.cache)
 		})
 		return full, v.Hash, key, err
 	}
 	key := fmt.Sprintf("view/%s/%s/%s/%d", ns, v.Hash, view.Kind, view.MaxMessages)
 	data, err := s.cache.GetOrLoad(key, func() ([]byte, error) {
+		if err := takeLoad(ctx, 2, v); err != nil { // the conversation, then the view cut from it
+			return nil, err
+		}
 		full, err := snapshot.Read(ctx, s.store, v, s.cache)
 		if err != nil {
 			return nil, err
@@ -510,6 +536,16 @@ func (s *service) viewOf(ctx context.Context, v wire.Version, view snapshot.View
 		return nil, "", "", err
 	}
 	return data, s.cache.Hash(key, data), key, nil
+}
+
+// takeLoad reserves, against the read budget, the bytes of loading versions' conversations (times
+// copies: a merge or a view is built beside what it is cut from) for the rest of the request.
+func takeLoad(ctx context.Context, copies int64, versions ...wire.Version) error {
+	var n int64
+	for _, v := range versions {
+		n += v.RawBytes
+	}
+	return ticketOf(ctx).take(copies * n)
 }
 
 // maxReply leaves room for headers under the server's max_payload.

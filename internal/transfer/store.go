@@ -203,13 +203,14 @@ func (s *Store) SwapHead(ctx context.Context, h snapshot.Head, rev uint64) error
 	return err
 }
 
-// Heads implements snapshot.Store.
+// Heads implements snapshot.Store. It reads every head of the namespace: for retention and
+// housekeeping; listings page the service's heads index instead (headindex.go).
 func (s *Store) Heads(ctx context.Context, namespace string) ([]snapshot.Head, error) {
 	filter := ">"
 	if namespace != "" {
 		filter = wire.EncodeID(namespace) + ".>"
 	}
-	return watchAll[snapshot.Head](ctx, s.heads, filter)
+	return scanAll[snapshot.Head](ctx, s.headStream, wire.BucketHeads, filter)
 }
 
 // PutVersion implements snapshot.Store.
@@ -229,7 +230,7 @@ func (s *Store) Version(ctx context.Context, key wire.Key, n uint64) (wire.Versi
 
 // Versions implements snapshot.Store.
 func (s *Store) Versions(ctx context.Context, key wire.Key) ([]wire.Version, error) {
-	vs, err := watchAll[wire.Version](ctx, s.versions, key.Token()+".*")
+	vs, err := scanAll[wire.Version](ctx, s.verStream, wire.BucketVersion, key.Token()+".*")
 	slices.SortFunc(vs, func(a, b wire.Version) int { return cmp.Compare(a.Version, b.Version) })
 	return vs, err
 }
@@ -345,27 +346,19 @@ func (s *Store) abandon(key wire.Key, ref snapshot.SegmentRef) {
 
 // SegmentIDs implements snapshot.Store, from the keys' metadata only (no segment is read).
 func (s *Store) SegmentIDs(ctx context.Context, key wire.Key) (map[string]time.Time, error) {
-	w, err := s.segments.Watch(ctx, key.Token()+".*.*", jetstream.MetaOnly(), jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
 	out := map[string]time.Time{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e := <-w.Updates():
-			if e == nil {
-				return out, nil
-			}
-			toks := strings.Split(e.Key(), ".")
-			id := toks[len(toks)-2]
-			if t, ok := out[id]; !ok || e.Created().Before(t) {
-				out[id] = e.Created()
-			}
+	err := scanLast(ctx, s.segStream, "$KV."+wire.BucketSegment+"."+key.Token()+".*.*", true, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
+		if deleted(m) {
+			return nil
 		}
-	}
+		toks := strings.Split(m.Subject(), ".")
+		id := toks[len(toks)-2]
+		if t, ok := out[id]; !ok || meta.Timestamp.Before(t) {
+			out[id] = meta.Timestamp
+		}
+		return nil
+	})
+	return out, err
 }
 
 // OpenSegment implements snapshot.Store.
@@ -550,28 +543,24 @@ func (s *Store) ValueEntries(ctx context.Context, ns string) ([]snapshot.ValueEn
 	if ns != "" {
 		filter = wire.EncodeID(ns) + ".*"
 	}
-	w, err := s.values.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	var entries []snapshot.ValueEntry
+	var revs []uint64
+	pfx := "$KV." + wire.BucketValues + "."
+	err := scanLast(ctx, s.valStream, pfx+filter, false, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
+		if deleted(m) {
+			return nil
+		}
+		var e snapshot.ValueEntry
+		if err := decode(m.Data(), &e); err != nil {
+			return fmt.Errorf("key %s: %w", strings.TrimPrefix(m.Subject(), pfx), err)
+		}
+		entries, revs = append(entries, e), append(revs, meta.Sequence.Stream)
+		return nil
+	})
 	if err != nil {
 		return nil, nil, err
 	}
-	defer w.Stop()
-	var entries []snapshot.ValueEntry
-	var revs []uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case kve := <-w.Updates():
-			if kve == nil {
-				return entries, revs, nil
-			}
-			var e snapshot.ValueEntry
-			if err := decode(kve.Value(), &e); err != nil {
-				return nil, nil, fmt.Errorf("key %s: %w", kve.Key(), err)
-			}
-			entries, revs = append(entries, e), append(revs, kve.Revision())
-		}
-	}
+	return entries, revs, nil
 }
 
 func isWrongLastSequence(err error) bool {
@@ -614,29 +603,87 @@ func (s *Store) value(ctx context.Context, kv jetstream.KeyValue, stream jetstre
 	return nil, err
 }
 
-// watchAll returns the current value of every key matching filter.
-func watchAll[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T, error) {
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+// scanAll returns the current value of every key of bucket (whose stream is stream) matching
+// filter, deleted keys left out.
+func scanAll[T any](ctx context.Context, stream jetstream.Stream, bucket, filter string) ([]T, error) {
+	var out []T
+	pfx := "$KV." + bucket + "."
+	err := scanLast(ctx, stream, pfx+filter, false, func(m jetstream.Msg, _ *jetstream.MsgMetadata) error {
+		if deleted(m) {
+			return nil
+		}
+		var v T
+		if err := decode(m.Data(), &v); err != nil {
+			return fmt.Errorf("key %s: %w", strings.TrimPrefix(m.Subject(), pfx), err)
+		}
+		out = append(out, v)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer w.Stop()
-	var out []T
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e := <-w.Updates():
-			if e == nil { // the initial values are all delivered
-				return out, nil
+	return out, nil
+}
+
+// deleted reports a KV delete or purge marker.
+func deleted(m jetstream.Msg) bool {
+	op := m.Headers().Get("KV-Operation")
+	return op == "DEL" || op == "PURGE"
+}
+
+// scanLast calls fn with the last message of every subject of stream that matches filter (only
+// their headers if headersOnly), as a KV watch would deliver its initial values, but pulled in
+// batches through one ephemeral consumer. Not a KV watch: a watch is nats.go's push-based ordered
+// consumer, which under a read flood crashed the daemon in resetOrderedConsumer (issue 10), and a
+// watch abandoned midway (the caller's deadline) left its delivery goroutine blocked for good on
+// its full updates channel.
+func scanLast(ctx context.Context, stream jetstream.Stream, filter string, headersOnly bool, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
+	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		FilterSubject:     filter,
+		AckPolicy:         jetstream.AckNonePolicy,
+		HeadersOnly:       headersOnly,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: time.Minute, // the server removes it if this daemon dies midway
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		go func() { // nobody waits for the clean-up
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			defer cancel()
+			_ = stream.DeleteConsumer(ctx, cons.CachedInfo().Name)
+		}()
+	}()
+	for pending := cons.CachedInfo().NumPending; pending > 0; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		batch, err := cons.FetchNoWait(int(min(pending, 256)))
+		if err != nil {
+			return err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			meta, err := m.Metadata()
+			if err != nil {
+				return err
 			}
-			var v T
-			if err := decode(e.Value(), &v); err != nil {
-				return nil, fmt.Errorf("key %s: %w", e.Key(), err)
+			got, pending = got+1, meta.NumPending
+			if err := fn(m, meta); err != nil {
+				return err
 			}
-			out = append(out, v)
+		}
+		if err := batch.Error(); err != nil {
+			return err
+		}
+		if got == 0 { // what was pending was removed meanwhile
+			return nil
 		}
 	}
+	return nil
 }
 
 func decode(data []byte, v any) error {
