@@ -199,7 +199,7 @@ func exitCode(err error) int {
 	case errors.Is(err, checkpoint.ErrInvalid), errors.Is(err, checkpoint.ErrTooLarge),
 		errors.Is(err, checkpoint.ErrUnknownFormat), errors.Is(err, checkpoint.ErrBadRequest):
 		return exitInvalid
-	case errors.Is(err, checkpoint.ErrUnavailable):
+	case errors.Is(err, checkpoint.ErrUnavailable), errors.Is(err, checkpoint.ErrBusy):
 		return exitUnavailable
 	case errors.Is(err, checkpoint.ErrCorrupt), errors.Is(err, checkpoint.ErrBadBundle):
 		return exitCorrupt

@@ -86,9 +86,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("embedded NATS server with JetStream started", "url", ns.ClientURL(), "data_dir", cfg.DataDir)
 		nc, err = nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name("checkpointd"))
 	} else {
-		opts := []nats.Option{nats.Name("checkpointd"), nats.MaxReconnects(-1),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
-			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) })}
+		// Connection events are logged and counted by the daemon (transfer.watchConn).
+		opts := []nats.Option{nats.Name("checkpointd"), nats.MaxReconnects(-1)}
 		if cfg.NATSCreds != "" {
 			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
 		}
