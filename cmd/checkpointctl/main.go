@@ -39,7 +39,7 @@ const exitCodesHelp = `Exit codes:
   4  conflict: --expect-version is not the session's head, another owner holds the session's
      lease, the lease epoch was fenced off, or the session moved to another deployment
   5  refused input: the conversation is invalid, too large, or of an unknown format
-  6  unavailable: NATS unreachable, no checkpointd answering, or timed out
+  6  unavailable: NATS unreachable, no checkpointd answering, busy, or timed out (retry later)
   7  corrupt: restored bytes do not match the hash recorded at save time, or a bundle is
      corrupt, truncated or of an unknown version
 `
