@@ -73,6 +73,10 @@ type Head struct {
 	Lease *wire.Lease `json:"lease,omitempty"`
 	// Moved is set once the session was migrated away: it refuses writes.
 	Moved *wire.Moved `json:"moved,omitempty"`
+	// Recent names the save ids of the versions before this one, newest last (recent.go): a save
+	// delivered again after later versions were committed is recognised by what the commit itself
+	// recorded.
+	Recent []string `json:"recent,omitempty"`
 }
 
 // Exists reports whether the session has a version; a head may hold only a lease.

@@ -102,6 +102,11 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		if found && req.SaveID != "" && head.SaveID == req.SaveID {
 			return Saved{Head: head, Duplicate: true}, nil
 		}
+		if v, ok, err := savedRecently(ctx, st, head, req.SaveID); err != nil || ok {
+			dup := head
+			dup.Version = v
+			return Saved{Head: dup, Duplicate: true}, err
+		}
 		// Only a migration brings a moved session back; an import of a bundle does not.
 		comingBack := req.Import != nil && req.Import.Origin.Via == wire.ReasonMigrate
 		if req.Import != nil && req.Import.Version <= head.Version.Version {
@@ -490,6 +495,7 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 	if reason == "" {
 		reason = wire.ReasonTurn
 	}
+	next.Recent = remember(head)
 	next.Version = wire.Version{
 		Format: wire.VersionFormat, Key: req.Key, Version: head.Version.Version + 1, Parent: head.Version.Version,
 		Hash: hs.hash(), SaveID: req.SaveID, Writer: req.Writer, Reason: reason, Created: req.Now.UTC(),

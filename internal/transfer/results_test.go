@@ -221,3 +221,46 @@ func noErr(c *assert.CollectT, err error) bool {
 	}
 	return true
 }
+
+// A save delivered again after later versions were committed, whose result a crashed server lost,
+// is still the duplicate of the version it made: the crash harness saw it stored a second time
+// (seed 20261: "w0-whole-12.16" became versions 17 and 32).
+func TestResults_RedeliveryAfterLaterVersionsIsADuplicate(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	key := wire.Key{Session: "redelivered"}.WithDefaults()
+	conv := func(n int) string {
+		s := `[`
+		for i := 1; i <= n; i++ {
+			if i > 1 {
+				s += ","
+			}
+			s += `{"role":"user","content":"turn ` + strconv.Itoa(i) + `"}`
+		}
+		return s + `]`
+	}
+	save := func(id string, n int) {
+		publishRaw(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {id}, wire.HdrMsgID: {id + "/" + strconv.Itoa(n)}}, conv(n))
+		res := awaitStoredResult(t, js, wire.ResultSubject(key.Namespace, id))
+		require.Nil(t, res.Error)
+	}
+	save("turn-1", 1)
+	for n := 2; n <= 20; n++ {
+		save("turn-"+strconv.Itoa(n), n)
+	}
+	results, err := js.Stream(ctx, wire.StreamResults)
+	require.NoError(t, err)
+	require.NoError(t, results.Purge(ctx, jetstream.WithPurgeSubject(wire.ResultSubject(key.Namespace, "turn-1"))), "the crash lost the result")
+
+	// Delivered again: as when the writer retried while no daemon ran, under another message id.
+	publishRaw(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"turn-1"}, wire.HdrMsgID: {"retry"}}, conv(1))
+	res := awaitStoredResult(t, js, wire.ResultSubject(key.Namespace, "turn-1"))
+	require.Nil(t, res.Error)
+	require.True(t, res.Duplicate)
+	require.Equal(t, uint64(1), res.Version.Version)
+	v, err := env.Client.Get(ctx, checkpoint.Key{Session: "redelivered"}, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(20), v.Version, "no version was added")
+}
