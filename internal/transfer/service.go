@@ -138,14 +138,16 @@ func (s *service) wrap(op string, h opHandler) micro.Handler {
 	})
 }
 
-func decodeRequest(body []byte, v any) error {
+// decodeRequest decodes a request body into v and checks the ranges of its integers (every wire
+// request type has a Validate method), so no handler sees a number that could wrap.
+func decodeRequest(body []byte, v interface{ Validate() error }) error {
 	if len(body) == 0 {
 		return nil
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("%w: request body: %v", errBadRequest, err)
 	}
-	return nil
+	return v.Validate()
 }
 
 func sessionKey(ns string, r wire.SessionRequest) (wire.Key, error) {
