@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -247,4 +249,41 @@ func TestBounds_RequestIntegersOutOfRange(t *testing.T) {
 	// The largest values in range are served.
 	require.Nil(t, rawRequest(t, nc, wire.OpHistory, `{`+s+`,"after":`+maxVersion+`}`))
 	require.Nil(t, rawRequest(t, nc, wire.OpPrune, `{`+s+`,"maxAgeSeconds":`+strconv.FormatInt(wire.MaxAgeSeconds, 10)+`,"dryRun":true}`))
+}
+
+// A head-only migration onto a destination that already has an older copy of the session copies
+// the versions after the destination's head, in order: an import continues a line, it never jumps
+// (before, the destination got the source's head with a gap under it).
+func TestBounds_HeadOnlyMigrateOntoAnOlderCopyContinuesTheLine(t *testing.T) {
+	src, dst := testenv.Start(t), testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "copied twice"}
+	conv := turn(nil, "src", 1)
+	_, err := src.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "v1.cpbundle")
+	f, err := os.Create(file)
+	require.NoError(t, err)
+	_, err = src.Client.Export(ctx, f, []checkpoint.Key{key}, checkpoint.ExportOptions{HeadOnly: true})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, n, err := dst.Client.ImportBundle(ctx, file, checkpoint.ImportOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	for i := 2; i <= 4; i++ {
+		conv = turn(conv, "src", i)
+		_, err = src.Client.Save(ctx, key, conv)
+		require.NoError(t, err)
+	}
+	p, err := src.Client.Migrate(ctx, dst.Client, key, checkpoint.MigrateOptions{HeadOnly: true, MovedTo: dst.URL()})
+	require.NoError(t, err)
+	require.Equal(t, 3, p.Versions)
+	h, err := dst.Client.History(ctx, key)
+	require.NoError(t, err)
+	var got []uint64
+	for _, v := range h {
+		got = append(got, v.Version)
+	}
+	require.Equal(t, []uint64{1, 2, 3, 4}, got)
 }
