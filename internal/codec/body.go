@@ -10,16 +10,16 @@ import (
 
 // Reading a body a client sent. Its size is the client's word until it has been read: a chunk count
 // times the first chunk, a zstd frame's declared content size, a tiny frame that decompresses to
-// gigabytes. So nothing is allocated ahead of the bytes actually read: the buffer starts small and
-// doubles as bytes arrive, every allocation is announced to the caller first (who may refuse it:
-// a daemon-wide budget), and the zstd decoder's window is capped.
+// gigabytes. So nothing is allocated ahead of the bytes actually read: a body is read into blocks
+// that start small and grow as bytes arrive, every allocation is announced to the caller first (who
+// may refuse it: a daemon-wide budget), and the zstd decoder's window is capped.
 
 // Growth is told of every buffer a body read allocates, before it is allocated.
 type Growth interface {
 	// Reserve is called before n more bytes are allocated; an error ends the read and is returned
 	// as it is.
 	Reserve(n int64) error
-	// Release is called with the size of a buffer the read outgrew and dropped.
+	// Release is called with the size of buffers the read no longer uses (blocks once joined).
 	Release(n int64)
 }
 
@@ -37,24 +37,58 @@ func ReadBody(r io.Reader, maxSize int64, g Growth) ([]byte, error) {
 }
 
 // DecompressBody decompresses the zstd frames r reads, refusing more than maxSize bytes of output
-// (ErrTooLarge) and frames that need a window above MaxBodyWindow (ErrMalformed). declared is the
-// first frame's declared content size (FrameContentSize, -1 if none): the buffer stops growing
-// there rather than overshoot, but is never sized from it ahead of what was decoded.
-func DecompressBody(r io.Reader, declared, maxSize int64, g Growth) ([]byte, error) {
+// (ErrTooLarge) and frames that need a window above MaxBodyWindow (ErrMalformed). head is the start
+// of the body as received so far (the message, or its first chunk): its frame header says the
+// window the decoder will keep, which is reserved with g before decoding (all of MaxBodyWindow when
+// head is too short to say), and the content size the frame declares, where blocks stop rather
+// than overshoot. Nothing is sized from a declared size ahead of what was decoded.
+func DecompressBody(r io.Reader, head []byte, maxSize int64, g Growth) ([]byte, error) {
+	window, declared := int64(MaxBodyWindow), int64(-1)
+	var h zstd.Header
+	if h.Decode(head) == nil {
+		window = bodyWindow(h)
+		if h.HasFCS {
+			declared = int64(h.FrameContentSize)
+		}
+	}
+	if err := g.Reserve(decoderBytes(window)); err != nil {
+		return nil, err
+	}
 	dec, err := getBodyDecoder()
 	if err != nil {
 		return nil, err
 	}
-	defer bodyDecoders.Put(dec)
 	if err := dec.Reset(r); err != nil {
 		return nil, payloadError(ErrMalformed, -1, "zstd: %v", err)
 	}
-	defer func() { _ = dec.Reset(nil) }() // let go of r
-	return readGrowing(dec, maxSize, declared, g)
+	out, err := readGrowing(dec, maxSize, declared, g)
+	_ = dec.Reset(nil) // let go of r
+	if window <= pooledWindow {
+		bodyDecoders.Put(dec)
+	} // else its history is dropped with it, not kept for the next small body
+	return out, err
 }
 
+// bodyWindow is the history a decoder keeps for a frame with header h (single-segment frames keep
+// their whole content), capped at what the decoder accepts.
+func bodyWindow(h zstd.Header) int64 {
+	w := h.WindowSize
+	if h.SingleSegment {
+		w = h.FrameContentSize
+	}
+	return int64(min(max(w, zstd.MinWindowSize), MaxBodyWindow))
+}
+
+// decoderBytes is what a body decoder holds for a window: the window, room for two blocks beyond it
+// and the block decoder's buffers (klauspost/compress/zstd).
+func decoderBytes(window int64) int64 { return window + 512<<10 }
+
+// pooledWindow is the largest window of a decoder kept for reuse: the small bodies of most saves.
+// A decoder that kept a larger one goes with its history.
+const pooledWindow = 1 << 20
+
 // bodyDecoders are the decoders of client bodies, kept apart from those of stored blobs: their
-// window is capped at MaxBodyWindow, so each holds at most that much history between uses.
+// window is capped at MaxBodyWindow.
 var bodyDecoders sync.Pool
 
 func getBodyDecoder() (*zstd.Decoder, error) {
@@ -69,49 +103,86 @@ func getBodyDecoder() (*zstd.Decoder, error) {
 	return dec, nil
 }
 
-// readGrowing reads r to its end into a buffer that starts at minBodyBuffer and doubles when full,
-// never past maxSize+1 nor (when known, >= 0) past declared: a body the size it said it was fits
-// its last buffer exactly. Each new buffer is reserved with g before it is made, and the one it
-// replaces released.
+// readGrowing reads r to its end into blocks that start at minBodyBuffer and double up to
+// maxBodyBlock, each reserved with g before it is made; nothing read is ever copied to a larger
+// buffer while more may come, so a body refused for its size has cost at most maxSize+1 bytes plus
+// one block. A body of more than one block is joined at the end into one buffer of its exact size
+// (reserved too), and the blocks released. declared, when known (>= 0), is the size the sender
+// announced: a block stops there rather than overshoot, so an honest body needs no block beyond it.
 func readGrowing(r io.Reader, maxSize, declared int64, g Growth) ([]byte, error) {
 	r = io.LimitReader(r, maxSize+1) // a bomb costs at most maxSize+1 bytes
-	var buf []byte
+	var blocks [][]byte
+	var total, reserved int64
 	var probe [1]byte
 	for {
-		if len(buf) == cap(buf) {
-			// Full: is there more? Read one byte rather than grow a buffer that was exactly right.
+		var cur []byte
+		if len(blocks) > 0 {
+			cur = blocks[len(blocks)-1]
+		}
+		if len(cur) == cap(cur) {
+			// Full: is there more? Read one byte rather than make a block that stays empty.
 			n, err := io.ReadFull(r, probe[:])
 			if n == 0 {
-				return buf, bodyEnd(err)
+				if err = bodyEnd(err); err != nil {
+					return nil, err
+				}
+				return join(blocks, total, reserved, g)
 			}
-			grown := nextBuffer(int64(len(buf)), declared, maxSize)
-			if err := g.Reserve(grown); err != nil {
+			size := nextBlock(int64(cap(cur)), total, declared, maxSize)
+			if err := g.Reserve(size); err != nil {
 				return nil, err
 			}
-			next := make([]byte, len(buf), grown)
-			copy(next, buf)
-			g.Release(int64(cap(buf)))
-			buf = append(next, probe[0])
+			reserved += size
+			cur = append(make([]byte, 0, size), probe[0])
+			blocks = append(blocks, cur)
+			total++
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if int64(len(buf)) > maxSize {
+		n, err := r.Read(cur[len(cur):cap(cur)])
+		blocks[len(blocks)-1] = cur[:len(cur)+n]
+		total += int64(n)
+		if total > maxSize {
 			return nil, payloadError(ErrTooLarge, -1, "more than %d bytes", maxSize)
 		}
 		if err != nil {
-			return buf, bodyEnd(err)
+			if err = bodyEnd(err); err != nil {
+				return nil, err
+			}
+			return join(blocks, total, reserved, g)
 		}
 	}
 }
 
-// nextBuffer is the capacity after have bytes: twice as much (at least minBodyBuffer), but not past
-// the declared size when that is still ahead, and never past maxSize+1.
-func nextBuffer(have, declared, maxSize int64) int64 {
-	n := max(2*have, minBodyBuffer)
-	if declared > have {
-		n = min(n, declared)
+// maxBodyBlock is the largest block a body is read into.
+const maxBodyBlock = 4 << 20
+
+// nextBlock is the size of the block after one of last bytes, with total bytes read: twice the
+// last (at least minBodyBuffer, at most maxBodyBlock), but not past the declared size while that
+// is still ahead, nor past maxSize+1 in all.
+func nextBlock(last, total, declared, maxSize int64) int64 {
+	n := min(max(2*last, minBodyBuffer), maxBodyBlock)
+	if declared > total {
+		n = min(n, declared-total)
 	}
-	return max(min(n, maxSize+1), have+1)
+	return max(min(n, maxSize+1-total), 1)
+}
+
+// join returns the blocks as one buffer of total bytes: the block itself when there is one.
+func join(blocks [][]byte, total, reserved int64, g Growth) ([]byte, error) {
+	switch len(blocks) {
+	case 0:
+		return []byte{}, nil
+	case 1:
+		return blocks[0], nil
+	}
+	if err := g.Reserve(total); err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, total)
+	for _, b := range blocks {
+		out = append(out, b...)
+	}
+	g.Release(reserved)
+	return out, nil
 }
 
 // bodyEnd turns the error that ended a read into the read's outcome: nil at the end of the body.

@@ -380,16 +380,15 @@ func (in *ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, m
 		if hs.encoding == wire.EncodingIdentity {
 			return data, nil // nothing to copy
 		}
-		return decodeBody(bytes.NewReader(data), hs.encoding, codec.FrameContentSize(data), in.maxBytes, mem)
+		return decodeBody(bytes.NewReader(data), hs.encoding, data, in.maxBytes, mem)
 	}
 	subj := wire.ChunkSubject(hs.req.Key.Namespace, hs.req.SaveID)
 	cr := newChunkReader(hs.chunks, in.maxBytes, in.chunkPieces(ctx, subj, hs.chunks), mem)
-	// The first chunk's frame header says how large the body will be: it caps the buffer's growth,
-	// never sizes it.
+	// The first chunk's frame header says the decoder's window and the body's size (decodeBody).
 	if err := cr.fetch(); err != nil {
 		return nil, err
 	}
-	body, err := decodeBody(cr, hs.encoding, codec.FrameContentSize(cr.cur), in.maxBytes, mem)
+	body, err := decodeBody(cr, hs.encoding, cr.cur, in.maxBytes, mem)
 	if cr.err != nil {
 		err = cr.err // what went wrong is the chunks (or the budget), not the decoding
 	}
@@ -397,10 +396,11 @@ func (in *ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, m
 }
 
 // decodeBody reads a body to its end, decompressing it if enc is zstd, refusing more than maxBytes
-// of output. It knows nothing of NATS (FuzzChunkAssembly runs it on pieces in memory).
-func decodeBody(r io.Reader, enc string, declared, maxBytes int64, mem codec.Growth) ([]byte, error) {
+// of output. head is the start of the body as received (codec.DecompressBody reads the frame header
+// in it). It knows nothing of NATS (FuzzChunkAssembly runs it on pieces in memory).
+func decodeBody(r io.Reader, enc string, head []byte, maxBytes int64, mem codec.Growth) ([]byte, error) {
 	if enc == wire.EncodingZstd {
-		return codec.DecompressBody(r, declared, maxBytes, mem)
+		return codec.DecompressBody(r, head, maxBytes, mem)
 	}
 	return codec.ReadBody(r, maxBytes, mem)
 }

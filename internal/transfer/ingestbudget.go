@@ -73,10 +73,10 @@ func (r *reservation) Reserve(n int64) error {
 			return nil
 		}
 		freed, used := b.freed, b.used
-		b.mu.Unlock()
 		if r.deadline.IsZero() {
 			r.deadline = time.Now().Add(b.wait)
 		}
+		b.mu.Unlock()
 		wait := time.Until(r.deadline)
 		if wait <= 0 {
 			return busySave(used, b.limit, n)
