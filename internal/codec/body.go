@@ -104,11 +104,12 @@ func getBodyDecoder() (*zstd.Decoder, error) {
 }
 
 // readGrowing reads r to its end into blocks that start at minBodyBuffer and double up to
-// maxBodyBlock, each reserved with g before it is made; nothing read is ever copied to a larger
-// buffer while more may come, so a body refused for its size has cost at most maxSize+1 bytes plus
-// one block. A body of more than one block is joined at the end into one buffer of its exact size
-// (reserved too), and the blocks released. declared, when known (>= 0), is the size the sender
-// announced: a block stops there rather than overshoot, so an honest body needs no block beyond it.
+// maxBodyBlock, each reserved with g before it is made: a body refused for its size has cost at
+// most maxSize+1 bytes plus one block. A body of more than one block is joined at the end into one
+// buffer of its exact size (reserved too), and the blocks released. declared, when known (>= 0), is
+// the size the sender announced: once half of it has been read, the blocks move into one buffer of
+// that size and the rest is read straight into it (no join: 1.5 times the body at the move, not
+// twice); a block never goes past it. A declared size is never believed beyond twice what was read.
 func readGrowing(r io.Reader, maxSize, declared int64, g Growth) ([]byte, error) {
 	r = io.LimitReader(r, maxSize+1) // a bomb costs at most maxSize+1 bytes
 	var blocks [][]byte
@@ -128,13 +129,27 @@ func readGrowing(r io.Reader, maxSize, declared int64, g Growth) ([]byte, error)
 				}
 				return join(blocks, total, reserved, g)
 			}
-			size := nextBlock(int64(cap(cur)), total, declared, maxSize)
-			if err := g.Reserve(size); err != nil {
-				return nil, err
+			if declared > total && declared <= 2*total && declared <= maxSize && len(blocks) > 1 {
+				// Half of the declared size is here: its word is now worth one buffer of that
+				// size, at most twice what was read. Move into it, so the body needs no join.
+				whole, err := join(blocks, declared, reserved, g)
+				if err != nil {
+					return nil, err
+				}
+				blocks, reserved = [][]byte{whole}, declared
+				cur = whole
 			}
-			reserved += size
-			cur = append(make([]byte, 0, size), probe[0])
-			blocks = append(blocks, cur)
+			if len(cur) == cap(cur) {
+				size := nextBlock(int64(cap(cur)), total, declared, maxSize)
+				if err := g.Reserve(size); err != nil {
+					return nil, err
+				}
+				reserved += size
+				cur = make([]byte, 0, size)
+				blocks = append(blocks, cur)
+			}
+			cur = append(cur, probe[0])
+			blocks[len(blocks)-1] = cur
 			total++
 		}
 		n, err := r.Read(cur[len(cur):cap(cur)])
@@ -166,18 +181,19 @@ func nextBlock(last, total, declared, maxSize int64) int64 {
 	return max(min(n, maxSize+1-total), 1)
 }
 
-// join returns the blocks as one buffer of total bytes: the block itself when there is one.
-func join(blocks [][]byte, total, reserved int64, g Growth) ([]byte, error) {
-	switch len(blocks) {
-	case 0:
+// join returns the blocks as one buffer with room for size bytes (reserved with g, the blocks'
+// reserved bytes then released): the block itself when there is one and it is the size.
+func join(blocks [][]byte, size, reserved int64, g Growth) ([]byte, error) {
+	switch {
+	case len(blocks) == 0:
 		return []byte{}, nil
-	case 1:
+	case len(blocks) == 1 && int64(cap(blocks[0])) >= size:
 		return blocks[0], nil
 	}
-	if err := g.Reserve(total); err != nil {
+	if err := g.Reserve(size); err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, total)
+	out := make([]byte, 0, size)
 	for _, b := range blocks {
 		out = append(out, b...)
 	}

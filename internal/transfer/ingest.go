@@ -380,7 +380,9 @@ func (in *ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, m
 		if hs.encoding == wire.EncodingIdentity {
 			return data, nil // nothing to copy
 		}
-		return decodeBody(bytes.NewReader(data), hs.encoding, data, in.maxBytes, mem)
+		body, err := decodeBody(bytes.NewReader(data), hs.encoding, data, in.maxBytes, mem)
+		collectBlocks(body)
+		return body, err
 	}
 	subj := wire.ChunkSubject(hs.req.Key.Namespace, hs.req.SaveID)
 	cr := newChunkReader(hs.chunks, in.maxBytes, in.chunkPieces(ctx, subj, hs.chunks), mem)
@@ -392,7 +394,17 @@ func (in *ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, m
 	if cr.err != nil {
 		err = cr.err // what went wrong is the chunks (or the budget), not the decoding
 	}
+	collectBlocks(body)
 	return body, err
+}
+
+// collectBlocks runs the collector after a large body was read: the blocks it was read into are
+// garbage as large as the body, and the save is about to make a canonical copy of it; collected
+// now, they never coexist with that copy.
+func collectBlocks(body []byte) {
+	if len(body) >= largeBytes {
+		runtime.GC()
+	}
 }
 
 // decodeBody reads a body to its end, decompressing it if enc is zstd, refusing more than maxBytes
