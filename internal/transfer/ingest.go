@@ -326,6 +326,12 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 			return hs, fmt.Errorf("%w: header %s: %q is not a number", errBadRequest, wire.HdrFormat, s)
 		}
 		if err := codec.CheckFormatVersion(n); err != nil {
+			var ve *codec.ValidationError
+			if errors.As(err, &ve) { // say where the format came from
+				named := *ve
+				named.Detail = "header " + wire.HdrFormat + ": " + ve.Detail
+				err = &named
+			}
 			return hs, err
 		}
 	}
