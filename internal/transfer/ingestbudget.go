@@ -3,6 +3,7 @@ package transfer
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -122,6 +123,9 @@ func (r *reservation) end() {
 	b.mu.Unlock()
 	if r.large {
 		eager.end()
+		// What a large save read is garbage now, as large as the save: collect it before the next
+		// large save grows, or refused bombs would pile up until the collector comes round.
+		runtime.GC()
 	}
 }
 
