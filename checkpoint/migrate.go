@@ -51,7 +51,7 @@ func headerSafe(s string) string { return strings.NewReplacer("\r", " ", "\n", "
 
 // MigrateOptions control Migrate.
 type MigrateOptions struct {
-	HeadOnly bool   // copy only the head version (default: every version the source keeps)
+	HeadOnly bool   // copy only the head version (default: every version the source keeps); onto a destination that has the session, the versions after its head
 	Forget   bool   // delete the session at the source afterwards, instead of sealing it
 	Force    bool   // move it even while a process holds its lease at the source
 	MovedTo  string // what the sealed source says the session moved to (the destination's URL)
@@ -124,16 +124,18 @@ func (c *Client) copyMissing(ctx context.Context, to *Client, key Key, o Migrate
 		return 0, err
 	}
 	head := hist[len(hist)-1]
-	if o.HeadOnly {
-		hist = hist[len(hist)-1:]
-	}
 	have := uint64(0)
 	dst, err := to.Get(ctx, key, 0)
 	switch {
 	case errors.Is(err, ErrNotFound):
+		if o.HeadOnly {
+			hist = hist[len(hist)-1:]
+		}
 	case err != nil:
 		return 0, err
 	default:
+		// The destination has the session: it takes the versions after its head, in order (an
+		// import continues a session's line, never jumps), head-only or not.
 		have = dst.Version
 		if err := sameSession(ctx, c, to, key, min(dst.Version, head.Version)); err != nil {
 			return 0, err

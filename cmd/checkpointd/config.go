@@ -48,6 +48,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.Daemon.ImagePaths = p
 		return err
 	})
+	fs.Int64Var(&c.Daemon.IngestBudgetBytes, "ingest-memory", 0, "bytes the saves being settled may hold at once (received and decompressed; 0: as much as --max-checkpoint-bytes). Beyond it a save waits up to 2 s, then is refused busy; the save in progress the longest may always go on, so saves hold at most this plus --max-checkpoint-bytes")
 	fs.DurationVar(&c.Daemon.ResultTTL, "result-ttl", c.Daemon.ResultTTL, "how long the outcome of each save stays readable")
 	fs.DurationVar(&c.Daemon.RequestTimeout, "request-timeout", c.Daemon.RequestTimeout, "longest a read request may take, including waiting for queued saves")
 	fs.IntVar(&c.Daemon.Retention.Default.KeepLast, "retention-keep-last", 0, "keep at least the newest N versions of every session (0: no count limit)")
@@ -114,6 +115,9 @@ func (c config) validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("--log-format: %q is not text or json", c.LogFormat)
+	}
+	if b := c.Daemon.IngestBudgetBytes; b != 0 && b < 1<<20 {
+		return fmt.Errorf("--ingest-memory: %d bytes is below 1 MiB (0: as much as --max-checkpoint-bytes)", b)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return errors.New("--shutdown-timeout: must be positive")

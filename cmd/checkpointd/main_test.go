@@ -102,6 +102,8 @@ func TestRun_BadFlagsAreUsageErrors(t *testing.T) {
 		{"--replicas", "zero"},
 		{"--log-format", "yaml"},
 		{"--nats-creds", "x.creds"},
+		{"--ingest-memory", "1000"}, // below 1 MiB
+		{"--ingest-memory", "-1"},
 		{"extra-arg"},
 	} {
 		var stderr bytes.Buffer
@@ -119,6 +121,11 @@ func TestRun_EnvironmentSetsFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "json", cfg.LogFormat, "the environment sets a flag not on the command line")
 	require.Equal(t, 1, cfg.Daemon.Replicas, "the command line wins over the environment")
+
+	t.Setenv("CHECKPOINTD_INGEST_MEMORY", "67108864")
+	cfg, err = parseConfig(nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, int64(64<<20), cfg.Daemon.IngestBudgetBytes)
 
 	t.Setenv("CHECKPOINTD_MAX_CHECKPOINT_BYTES", "lots")
 	_, err = parseConfig(nil, io.Discard)

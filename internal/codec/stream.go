@@ -75,7 +75,8 @@ func AppendBlob(dst []byte, r io.Reader, maxSize int64) ([]byte, error) {
 }
 
 // DecompressZstdFrom decompresses the zstd frames read from r, refusing more than maxSize bytes;
-// sizeHint (if known) sizes the result at once.
+// sizeHint (if known) sizes the result at once. It trusts sizeHint: it is for stored blobs, whose
+// sizes this daemon wrote. A client's body goes through DecompressBody.
 func DecompressZstdFrom(r io.Reader, sizeHint, maxSize int64) ([]byte, error) {
 	dec, err := getDecoder()
 	if err != nil {
@@ -86,11 +87,6 @@ func DecompressZstdFrom(r io.Reader, sizeHint, maxSize int64) ([]byte, error) {
 		return nil, payloadError(ErrMalformed, -1, "zstd: %v", err)
 	}
 	return appendFrom(make([]byte, 0, min(max(sizeHint, 0), maxSize)+1), dec, maxSize)
-}
-
-// ReadLimited reads r to its end, refusing more than maxSize bytes; sizeHint sizes the result.
-func ReadLimited(r io.Reader, sizeHint, maxSize int64) ([]byte, error) {
-	return appendFrom(make([]byte, 0, min(max(sizeHint, 0), maxSize)+1), r, maxSize)
 }
 
 // FrameContentSize returns the decompressed size a zstd frame's header declares (-1 if it does not).

@@ -127,6 +127,9 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		if err := checkWrite(head, req.Key, req.Epoch, comingBack, req.Now); err != nil {
 			return Saved{}, err
 		}
+		if err := checkNumber(head, found, req.Import); err != nil {
+			return Saved{}, err
+		}
 		if req.Expected != nil && *req.Expected != head.Version.Version {
 			// A save retried after its outcome was lost finds the head moved on by its own
 			// version and later ones: that is a duplicate, not a conflict.
@@ -214,6 +217,28 @@ func importedBefore(ctx context.Context, st Store, head Head, imp Import) (Saved
 	dup := head
 	dup.Version = v
 	return Saved{Head: dup, Duplicate: true}, nil
+}
+
+// ErrVersionLimit refuses a save onto a session whose head is version wire.MaxVersion: numbers never
+// wrap, so the session takes no more versions (fork it to go on).
+var ErrVersionLimit = fmt.Errorf("%w: no version number left", ErrBadRequest)
+
+// checkNumber refuses a save whose version number would leave 1..wire.MaxVersion, and an import that
+// does not continue the session's own line: on a session with versions, an import is the head's
+// next version (a jump would leave numbers nobody can read, and let a writer push another's session
+// to the last number); only an empty session may start anywhere, as a copy of a source whose oldest
+// versions were pruned does. Imports of versions the session already has were settled before this.
+func checkNumber(head Head, found bool, imp *Import) error {
+	switch {
+	case imp != nil && (imp.Version < 1 || imp.Version > wire.MaxVersion):
+		return fmt.Errorf("%w: import of version %d: versions are 1..%d", ErrBadRequest, imp.Version, wire.MaxVersion)
+	case imp != nil && found && imp.Version != head.Version.Version+1:
+		return &ConflictError{Key: head.Key, Expected: imp.Version - 1, Head: head.Version.Version,
+			Detail: fmt.Sprintf("cannot import version %d: the head is version %d, and an import continues a session at its next version (%d)", imp.Version, head.Version.Version, head.Version.Version+1)}
+	case imp == nil && head.Version.Version >= wire.MaxVersion:
+		return fmt.Errorf("%w: session %s is at version %d, the largest there is", ErrVersionLimit, head.Key, head.Version.Version)
+	}
+	return nil
 }
 
 // asImported gives the version its original number, time and origin, once its hash is checked.

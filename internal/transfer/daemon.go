@@ -20,6 +20,7 @@ import (
 type Config struct {
 	Replicas           int              // JetStream replicas for every stream and bucket; 0: 3 in a cluster, else 1
 	MaxCheckpointBytes int64            // largest conversation accepted (canonical JSON bytes)
+	IngestBudgetBytes  int64            // bytes the saves being settled may hold at once (ingestbudget.go); 0: MaxCheckpointBytes
 	ImagePaths         codec.ImagePaths // what a save does with images naming local files (refuse, redact, allow)
 	ResultTTL          time.Duration    // how long save outcomes stay readable on CP_RESULTS
 	RequestTimeout     time.Duration    // upper bound on one service request, including waiting for ingest
@@ -63,6 +64,14 @@ func DefaultConfig() Config {
 	}
 }
 
+// ingestBudget is IngestBudgetBytes, its default applied.
+func (c Config) ingestBudget() int64 {
+	if c.IngestBudgetBytes == 0 {
+		return c.MaxCheckpointBytes
+	}
+	return c.IngestBudgetBytes
+}
+
 // Validate reports the first unusable setting, naming it.
 func (c Config) Validate() error {
 	switch {
@@ -70,6 +79,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("replicas: %d is outside 0..5 (0: automatic)", c.Replicas)
 	case c.MaxCheckpointBytes < 1024:
 		return fmt.Errorf("max checkpoint bytes: %d is below 1024", c.MaxCheckpointBytes)
+	case c.IngestBudgetBytes != 0 && c.IngestBudgetBytes < 1<<20:
+		return fmt.Errorf("ingest budget: %d bytes is below 1 MiB (0: as much as the max checkpoint bytes)", c.IngestBudgetBytes)
 	case c.ResultTTL < time.Minute:
 		return fmt.Errorf("result ttl: %s is below one minute", c.ResultTTL)
 	case c.RequestTimeout <= 0:
@@ -146,7 +157,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	}
 	d.compactor = newCompactor(store, cfg.Logger, cfg.Metrics, cfg.CompactIdle)
 	d.in = &ingester{js: js, st: st, store: store, maxBytes: cfg.MaxCheckpointBytes, imagePaths: cfg.ImagePaths, log: cfg.Logger,
-		m: cfg.Metrics, now: time.Now, compactor: d.compactor}
+		m: cfg.Metrics, now: time.Now, compactor: d.compactor, budget: newIngestBudget(cfg.ingestBudget())}
 	if err := d.in.start(ctx, cfg.Lanes); err != nil {
 		d.compactor.stop()
 		_ = d.svc.stop(ctx)

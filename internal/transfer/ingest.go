@@ -39,6 +39,8 @@ type ingester struct {
 	now        func() time.Time
 	// compactor merges the segments of sessions this daemon saved to.
 	compactor *compactor
+	// budget bounds the bytes of the saves being settled (ingestbudget.go).
+	budget *ingestBudget
 
 	lanes []chan jetstream.Msg
 	wg    sync.WaitGroup
@@ -218,10 +220,6 @@ func (in *ingester) handle(msg jetstream.Msg) {
 	}
 }
 
-// maxRatio bounds how much larger than its compressed size a body's buffer is sized up front; a
-// body that really is larger still decodes (the buffer grows), within the size limit.
-const maxRatio = 32
-
 // largeSaveChunks is the chunk count from which a save counts as large (about 16 MiB compressed).
 const largeSaveChunks = 16
 
@@ -319,110 +317,22 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 	refuse := func(err error) (wire.SaveResult, int, error) {
 		return wire.SaveResult{Error: toWireError(err)}, 0, nil
 	}
-	h := msg.Headers()
-	req := snapshot.SaveRequest{Key: key, SaveID: saveID, Writer: h.Get(wire.HdrWriter), Reason: h.Get(wire.HdrReason), Now: in.now()}
-	if req.Reason != "" && !wire.ValidReason(req.Reason) {
-		return refuse(fmt.Errorf("%w: header %s: unknown reason %q (want turn, pause, migrate, import, manual or fork)", errBadRequest, wire.HdrReason, req.Reason))
+	hs, err := parseSaveHeaders(msg.Headers(), key, saveID, in.now(), in.maxBytes)
+	if err != nil {
+		return refuse(err)
 	}
-	if s := h.Get(wire.HdrExpectedVersion); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return refuse(fmt.Errorf("%w: header %s: %q is not a version number", errBadRequest, wire.HdrExpectedVersion, s))
-		}
-		req.Expected = &n
-	}
-	if s := h.Get(wire.HdrBaseVersion); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return refuse(fmt.Errorf("%w: header %s: %q is not a version number", errBadRequest, wire.HdrBaseVersion, s))
-		}
-		req.Base = &n
-	}
-	if s := h.Get(wire.HdrForkOf); s != "" {
-		ref, err := wire.ParseForkRef(s)
-		if err != nil {
-			return refuse(fmt.Errorf("%w: header %s: %v", errBadRequest, wire.HdrForkOf, err))
-		}
-		req.ForkOf = &ref
-	}
-	if s := h.Get(wire.HdrEpoch); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil || n == 0 {
-			return refuse(fmt.Errorf("%w: header %s: %q is not a lease epoch", errBadRequest, wire.HdrEpoch, s))
-		}
-		req.Epoch = n
-	}
-	if s := h.Get(wire.HdrImportVersion); s != "" {
-		imp, err := importHeaders(h, req.Now)
-		if err != nil {
-			return refuse(err)
-		}
-		req.Import = imp
-	}
-	if s := h.Get(wire.HdrFormat); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return refuse(fmt.Errorf("%w: header %s: %q is not a number", errBadRequest, wire.HdrFormat, s))
-		}
-		if err := codec.CheckFormatVersion(n); err != nil {
-			return refuse(err)
-		}
-	}
-	enc := h.Get(wire.HdrEncoding)
-	if enc != "" && enc != wire.EncodingIdentity && enc != wire.EncodingZstd {
-		return refuse(fmt.Errorf("%w: header %s: unknown encoding %q (want identity or zstd)", errBadRequest, wire.HdrEncoding, enc))
-	}
-	var body io.Reader = bytes.NewReader(msg.Data())
-	sizeHint := int64(len(msg.Data()))
-	var cr *chunkReader
-	chunks := 0
-	if s := h.Get(wire.HdrChunks); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			return refuse(fmt.Errorf("%w: header %s: %q is not a positive count", errBadRequest, wire.HdrChunks, s))
-		}
-		// The pieces are read one at a time as they are decoded: a large save is never held
-		// both compressed and whole.
-		cr = &chunkReader{ctx: ctx, in: in, subj: wire.ChunkSubject(key.Namespace, saveID), n: n}
-		if err := cr.fetch(); err != nil {
-			if errors.Is(err, errBadRequest) {
-				// A retry of a save already settled finds its chunks removed: it is the duplicate.
+	mem := in.budget.begin(ctx) // every buffer of the body is reserved before it is made
+	defer mem.end()
+	payload, err := in.readBody(ctx, hs, msg.Data(), mem)
+	if err != nil {
+		if isRefusal(err) {
+			// A retry of a chunked save already settled finds its chunks removed: it is the
+			// duplicate of what it made.
+			if hs.chunks > 0 {
 				if v, perr := in.prior(ctx, key, saveID); perr != nil || v != nil {
 					return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v}, 0, perr
 				}
-				return refuse(err)
 			}
-			return wire.SaveResult{}, 0, err
-		}
-		body, sizeHint, chunks = cr, int64(len(cr.cur))*int64(n), n
-	}
-	if enc == wire.EncodingZstd {
-		// The frame's declared size is the client's word: believe it only up to a ratio no real
-		// conversation exceeds, so a tiny hostile frame cannot make us allocate the limit.
-		declared := codec.FrameContentSize(msg.Data())
-		if cr != nil {
-			declared = codec.FrameContentSize(cr.cur)
-		}
-		sizeHint = min(declared, maxRatio*sizeHint)
-	}
-	if sizeHint >= largeBytes {
-		eager.begin() // see eagergc.go
-		defer eager.end()
-	}
-	var payload []byte
-	var err error
-	if enc == wire.EncodingZstd {
-		payload, err = codec.DecompressZstdFrom(body, sizeHint, in.maxBytes)
-	} else if cr != nil {
-		payload, err = codec.ReadLimited(body, sizeHint, in.maxBytes)
-	} else {
-		payload = msg.Data() // one message, as sent: nothing to copy
-	}
-	if cr != nil && cr.err != nil {
-		err = cr.err // what went wrong is the chunks, not the decoding
-	}
-	if err != nil {
-		if errors.Is(err, errBadRequest) || errors.Is(err, codec.ErrTooLarge) || errors.Is(err, codec.ErrMalformed) {
 			return refuse(err)
 		}
 		return wire.SaveResult{}, 0, err
@@ -431,8 +341,9 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 	// sent (end-to-end integrity of the transfer; a forged result cannot know it).
 	received := wire.Hash(payload)
 	if v, err := in.prior(ctx, key, saveID); err != nil || v != nil {
-		return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Received: received}, chunks, err
+		return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Received: received}, hs.chunks, err
 	}
+	req := hs.req
 	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths}
 	saved, err := snapshot.Save(ctx, in.store, req)
 	var ce *snapshot.ConflictError
@@ -450,14 +361,103 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 		in.compactor.due(key)
 	}
 	in.compactor.touched(key)
-	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &saved.Head.Version, Received: received}, chunks, nil
+	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &saved.Head.Version, Received: received}, hs.chunks, nil
+}
+
+// isRefusal tells a body that cannot be read as sent (a refusal, part of the result) from storage
+// trouble (retried).
+func isRefusal(err error) bool {
+	var we *wire.Error // busy, or a header out of range
+	return errors.As(err, &we) || errors.Is(err, errBadRequest) || errors.Is(err, codec.ErrTooLarge) || errors.Is(err, codec.ErrMalformed)
+}
+
+// saveHeaders is what the headers of a save say, checked.
+type saveHeaders struct {
+	req      snapshot.SaveRequest // all but Payload and Limits
+	encoding string               // wire.EncodingIdentity or wire.EncodingZstd
+	chunks   int                  // the body is in this many chunks; 0: in the message
+}
+
+// parseSaveHeaders reads the headers of a save. It does no I/O, so it is fuzzed on its own
+// (FuzzIngestHeaders). Every integer is range-checked: versions and epochs within wire.MaxVersion,
+// a chunk count within maxBytes (a chunk holds at least one byte). Every error is a bad_request
+// naming the header, or unknown_format for a Cp-Format this daemon does not know.
+func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time, maxBytes int64) (saveHeaders, error) {
+	hs := saveHeaders{encoding: wire.EncodingIdentity,
+		req: snapshot.SaveRequest{Key: key, SaveID: saveID, Writer: h.Get(wire.HdrWriter), Reason: h.Get(wire.HdrReason), Now: now}}
+	if r := hs.req.Reason; r != "" && !wire.ValidReason(r) {
+		return hs, fmt.Errorf("%w: header %s: unknown reason %q (want turn, pause, migrate, import, manual or fork)", errBadRequest, wire.HdrReason, r)
+	}
+	version := func(name string, lo uint64) (*uint64, error) {
+		s := h.Get(name)
+		if s == "" {
+			return nil, nil
+		}
+		n, err := wire.ParseHeaderUint(name, s, lo, wire.MaxVersion)
+		return &n, err
+	}
+	var err error
+	if hs.req.Expected, err = version(wire.HdrExpectedVersion, 0); err != nil {
+		return hs, err
+	}
+	if hs.req.Base, err = version(wire.HdrBaseVersion, 0); err != nil {
+		return hs, err
+	}
+	if epoch, err := version(wire.HdrEpoch, 1); err != nil {
+		return hs, err
+	} else if epoch != nil {
+		hs.req.Epoch = *epoch
+	}
+	if s := h.Get(wire.HdrForkOf); s != "" {
+		ref, err := wire.ParseForkRef(s)
+		if err != nil {
+			return hs, fmt.Errorf("%w: header %s: %v", errBadRequest, wire.HdrForkOf, err)
+		}
+		hs.req.ForkOf = &ref
+	}
+	if h.Get(wire.HdrImportVersion) != "" {
+		if hs.req.Import, err = importHeaders(h, now); err != nil {
+			return hs, err
+		}
+	}
+	if s := h.Get(wire.HdrFormat); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return hs, fmt.Errorf("%w: header %s: %q is not a number", errBadRequest, wire.HdrFormat, s)
+		}
+		if err := codec.CheckFormatVersion(n); err != nil {
+			var ve *codec.ValidationError
+			if errors.As(err, &ve) { // say where the format came from
+				named := *ve
+				named.Detail = "header " + wire.HdrFormat + ": " + ve.Detail
+				err = &named
+			}
+			return hs, err
+		}
+	}
+	switch enc := h.Get(wire.HdrEncoding); enc {
+	case "", wire.EncodingIdentity:
+	case wire.EncodingZstd:
+		hs.encoding = enc
+	default:
+		return hs, fmt.Errorf("%w: header %s: unknown encoding %q (want identity or zstd)", errBadRequest, wire.HdrEncoding, enc)
+	}
+	if s := h.Get(wire.HdrChunks); s != "" {
+		// More chunks than the size limit has bytes cannot be a real save, whatever their size.
+		n, err := wire.ParseHeaderUint(wire.HdrChunks, s, 1, uint64(maxBytes))
+		if err != nil {
+			return hs, err
+		}
+		hs.chunks = int(n)
+	}
+	return hs, nil
 }
 
 // importHeaders reads the headers of a save that copies a version from elsewhere.
 func importHeaders(h nats.Header, now time.Time) (*snapshot.Import, error) {
-	n, err := strconv.ParseUint(h.Get(wire.HdrImportVersion), 10, 64)
-	if err != nil || n == 0 {
-		return nil, fmt.Errorf("%w: header %s: %q is not a version number", errBadRequest, wire.HdrImportVersion, h.Get(wire.HdrImportVersion))
+	n, err := wire.ParseHeaderUint(wire.HdrImportVersion, h.Get(wire.HdrImportVersion), 1, wire.MaxVersion)
+	if err != nil {
+		return nil, err
 	}
 	created, err := time.Parse(time.RFC3339Nano, h.Get(wire.HdrImportCreated))
 	if err != nil {
@@ -475,31 +475,114 @@ func importHeaders(h nats.Header, now time.Time) (*snapshot.Import, error) {
 		Origin: wire.Origin{Via: via, Source: h.Get(wire.HdrImportSource), At: now.UTC()}}, nil
 }
 
-// chunkReader reads the n pieces of a large save from CP_CHUNKS, in order, one at a time.
+// readBody returns the body of a save, decoded: the message's own bytes as sent, or its chunks read
+// one at a time and concatenated (a large save is never held both compressed and whole), then
+// decompressed if zstd. Every buffer is reserved with mem first.
+func (in *ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, mem *reservation) ([]byte, error) {
+	if hs.chunks == 0 {
+		if err := mem.Reserve(int64(len(data))); err != nil { // received: counted while the save lasts
+			return nil, err
+		}
+		if hs.encoding == wire.EncodingIdentity {
+			return data, nil // nothing to copy
+		}
+		body, err := decodeBody(bytes.NewReader(data), hs.encoding, data, in.maxBytes, mem)
+		collectBlocks(body)
+		return body, err
+	}
+	subj := wire.ChunkSubject(hs.req.Key.Namespace, hs.req.SaveID)
+	cr := newChunkReader(hs.chunks, in.maxBytes, in.chunkPieces(ctx, subj, hs.chunks), mem)
+	// The first chunk's frame header says the decoder's window and the body's size (decodeBody).
+	if err := cr.fetch(); err != nil {
+		return nil, err
+	}
+	body, err := decodeBody(cr, hs.encoding, cr.cur, in.maxBytes, mem)
+	if cr.err != nil {
+		err = cr.err // what went wrong is the chunks (or the budget), not the decoding
+	}
+	collectBlocks(body)
+	return body, err
+}
+
+// collectBlocks runs the collector after a large body was read: the blocks it was read into are
+// garbage as large as the body, and the save is about to make a canonical copy of it; collected
+// now, they never coexist with that copy.
+func collectBlocks(body []byte) {
+	if len(body) >= largeBytes {
+		runtime.GC()
+	}
+}
+
+// decodeBody reads a body to its end, decompressing it if enc is zstd, refusing more than maxBytes
+// of output. head is the start of the body as received (codec.DecompressBody reads the frame header
+// in it). It knows nothing of NATS (FuzzChunkAssembly runs it on pieces in memory).
+func decodeBody(r io.Reader, enc string, head []byte, maxBytes int64, mem codec.Growth) ([]byte, error) {
+	if enc == wire.EncodingZstd {
+		return codec.DecompressBody(r, head, maxBytes, mem)
+	}
+	return codec.ReadBody(r, maxBytes, mem)
+}
+
+// chunkPieces returns a function that reads piece i of the chunks of a save from CP_CHUNKS, the
+// pieces in stream order. A piece missing or out of order refuses the save (bad_request); storage
+// trouble is returned as it is, to be retried.
+func (in *ingester) chunkPieces(ctx context.Context, subj string, n int) func(i int) ([]byte, error) {
+	seq := uint64(1)
+	return func(i int) ([]byte, error) {
+		m, err := in.st.read.next(ctx, in.st.chunks, seq, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, fmt.Errorf("%w: chunk %d of %d missing on %s (publish every chunk, and wait for its ack, before the save)", errBadRequest, i, n, subj)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if got := m.Header.Get(wire.HdrChunk); got != strconv.Itoa(i) {
+			return nil, fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", errBadRequest, i, n, subj, wire.HdrChunk, got)
+		}
+		seq = m.Sequence + 1
+		return m.Data, nil
+	}
+}
+
+// chunkReader reads the n pieces of a large save in order, one at a time: only the current piece is
+// held (and reserved), and a missing piece is found when its turn comes, so a chunk count costs
+// nothing until its chunks are there. Together the pieces may hold at most maxIn bytes.
 type chunkReader struct {
-	ctx  context.Context
-	in   *ingester
-	subj string
-	n    int
-	i    int    // pieces fetched
-	seq  uint64 // where to look for the next one
-	cur  []byte // the unread rest of the current piece
-	err  error  // the first failure, kept so the caller can tell it from a decoding error
+	n     int
+	piece func(i int) ([]byte, error)
+	mem   codec.Growth
+	maxIn int64
+	i     int    // pieces fetched
+	in    int64  // their bytes
+	cur   []byte // the unread rest of the current piece
+	held  int64  // the current piece's bytes, reserved
+	err   error  // the first failure, kept so the caller can tell it from a decoding error
+}
+
+// newChunkReader reads n pieces from piece, whose bytes decode to at most maxBytes: compressed, that
+// is at most maxBytes plus zstd's framing (under 0.01% for incompressible data), so pieces holding
+// more than maxBytes plus 1/64 and 64 KiB are refused too_large, however they would decode.
+func newChunkReader(n int, maxBytes int64, piece func(i int) ([]byte, error), mem codec.Growth) *chunkReader {
+	return &chunkReader{n: n, piece: piece, mem: mem, maxIn: maxBytes + maxBytes/64 + 64<<10}
 }
 
 // fetch reads the next piece into cur.
 func (c *chunkReader) fetch() error {
-	m, err := c.in.st.read.next(c.ctx, c.in.st.chunks, max(c.seq, 1), c.subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		err = fmt.Errorf("%w: chunk %d of %d missing on %s (publish every chunk, and wait for its ack, before the save)", errBadRequest, c.i, c.n, c.subj)
-	} else if err == nil && m.Header.Get(wire.HdrChunk) != strconv.Itoa(c.i) {
-		err = fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", errBadRequest, c.i, c.n, c.subj, wire.HdrChunk, m.Header.Get(wire.HdrChunk))
+	data, err := c.piece(c.i)
+	if err == nil && c.in+int64(len(data)) > c.maxIn {
+		err = &codec.ValidationError{Err: codec.ErrTooLarge, Index: -1, Offset: -1,
+			Detail: fmt.Sprintf("the chunks of the body hold more than %d bytes", c.maxIn)}
+	}
+	if err == nil {
+		err = c.mem.Reserve(int64(len(data)))
 	}
 	if err != nil {
 		c.err = err
 		return err
 	}
-	c.cur, c.seq = m.Data, m.Sequence+1
+	c.mem.Release(c.held)
+	c.cur, c.held = data, int64(len(data))
+	c.in += int64(len(data))
 	c.i++
 	return nil
 }

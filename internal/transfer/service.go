@@ -161,14 +161,16 @@ func (s *service) respond(op string, req micro.Request, r reply, err error, star
 	s.m.RequestSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
 }
 
-func decodeRequest(body []byte, v any) error {
+// decodeRequest decodes a request body into v and checks the ranges of its integers (every wire
+// request type has a Validate method), so no handler sees a number that could wrap.
+func decodeRequest(body []byte, v interface{ Validate() error }) error {
 	if len(body) == 0 {
 		return nil
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("%w: request body: %v", errBadRequest, err)
 	}
-	return nil
+	return v.Validate()
 }
 
 func sessionKey(ns string, r wire.SessionRequest) (wire.Key, error) {

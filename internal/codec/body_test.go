@@ -1,0 +1,127 @@
+package codec
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/stretchr/testify/require"
+)
+
+// ledger is a Growth that records what a read reserved: what it holds, and the most it held.
+type ledger struct {
+	held, peak, total int64
+	limit             int64 // refuse beyond this many held (0: never)
+}
+
+var errLedger = errors.New("over the ledger's limit")
+
+func (l *ledger) Reserve(n int64) error {
+	if l.limit > 0 && l.held+n > l.limit {
+		return errLedger
+	}
+	l.held += n
+	l.total += n
+	l.peak = max(l.peak, l.held)
+	return nil
+}
+
+func (l *ledger) Release(n int64) { l.held -= n }
+
+// oneByteReader hands out a byte per read, as a slow chunked body might.
+type oneByteReader struct{ r io.Reader }
+
+func (o oneByteReader) Read(p []byte) (int, error) { return o.r.Read(p[:min(len(p), 1)]) }
+
+func TestReadBody_GrowsWithTheBytesRead(t *testing.T) {
+	for _, n := range []int{0, 1, minBodyBuffer - 1, minBodyBuffer, minBodyBuffer + 1, 100_000, 3 << 20, 9<<20 + 7} {
+		raw := make([]byte, n)
+		_, _ = rand.Read(raw)
+		var l ledger
+		got, err := ReadBody(bytes.NewReader(raw), 16<<20, &l)
+		require.NoError(t, err, n)
+		require.True(t, bytes.Equal(raw, got), n)
+		blocks := min(2*n, n+maxBodyBlock) + minBodyBuffer // the last block is at most twice the rest, and at most maxBodyBlock
+		require.LessOrEqual(t, l.peak, int64(n+blocks), "%d bytes: blocks and their join, nothing more", n)
+		require.Equal(t, int64(cap(got)), l.held, "%d bytes: what is held is the result", n)
+	}
+	raw := bytes.Repeat([]byte("x"), 5000)
+	got, err := ReadBody(oneByteReader{bytes.NewReader(raw)}, 5000, &ledger{})
+	require.NoError(t, err)
+	require.Equal(t, raw, got)
+	_, err = ReadBody(bytes.NewReader(raw), 4999, &ledger{})
+	require.ErrorIs(t, err, ErrTooLarge)
+}
+
+// A decompression bomb costs at most the limit, one block and the decoder's window, whatever it
+// declares; a frame's declared size is believed only once half of it is there.
+func TestDecompressBody_BoundedByWhatIsDecoded(t *testing.T) {
+	const limit = 8 << 20
+	bomb := CompressZstd(make([]byte, 64<<20))
+	var l ledger
+	_, err := DecompressBody(bytes.NewReader(bomb), bomb, limit, &l)
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.LessOrEqual(t, l.total, int64(limit+maxBodyBlock+decoderBytes(MaxBodyWindow)), "everything it ever reserved")
+
+	// An honest body: its declared size lets it skip the join.
+	raw := make([]byte, 20<<20)
+	_, _ = rand.Read(raw[:1<<20])
+	z := CompressZstd(raw)
+	l = ledger{}
+	got, err := DecompressBody(bytes.NewReader(z), z[:64], 32<<20, &l)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(raw, got))
+	require.LessOrEqual(t, l.peak, int64(len(raw))*3/2+maxBodyBlock+decoderBytes(MaxBodyWindow))
+
+	// A frame whose header declares the limit but holds 2 KiB: nothing sized from its word.
+	liar := declaring(t, CompressZstd(bytes.Repeat([]byte("x"), 2048)), limit)
+	var h zstd.Header
+	require.NoError(t, h.Decode(liar))
+	require.Equal(t, uint64(limit), h.FrameContentSize)
+	l = ledger{}
+	_, err = DecompressBody(bytes.NewReader(liar), liar, limit, &l)
+	require.ErrorIs(t, err, ErrMalformed)
+	require.Less(t, l.total, int64(1<<20)+decoderBytes(MaxBodyWindow))
+}
+
+func TestDecompressBody_RefusesLargeWindowsAndHonoursTheGrowth(t *testing.T) {
+	// zstd --long: a 128 MiB window, which no body decoder keeps.
+	var long bytes.Buffer
+	enc, err := zstd.NewWriter(&long, zstd.WithWindowSize(128<<20), zstd.WithEncoderConcurrency(1))
+	require.NoError(t, err)
+	_, _ = enc.Write(bytes.Repeat([]byte("abc"), 1<<20))
+	require.NoError(t, enc.Close())
+	_, err = DecompressBody(bytes.NewReader(long.Bytes()), nil, 256<<20, &ledger{})
+	require.ErrorIs(t, err, ErrMalformed)
+	require.Contains(t, err.Error(), "window")
+
+	// The caller's refusal ends the read and is returned as it is.
+	z := CompressZstd(make([]byte, 4<<20))
+	_, err = DecompressBody(bytes.NewReader(z), z, 8<<20, &ledger{limit: 10 << 20})
+	require.ErrorIs(t, err, errLedger)
+	_, err = ReadBody(bytes.NewReader(make([]byte, 1<<20)), 8<<20, &ledger{limit: 64 << 10})
+	require.ErrorIs(t, err, errLedger)
+
+	// Concatenated frames decode to the concatenation, garbage after them is malformed.
+	two := append(CompressZstd([]byte("[1,")), CompressZstd([]byte("2]"))...)
+	got, err := DecompressBody(bytes.NewReader(two), two, 5, &ledger{})
+	require.NoError(t, err)
+	require.Equal(t, "[1,2]", string(got))
+	_, err = DecompressBody(bytes.NewReader(append(two, "junk"...)), two, 100, &ledger{})
+	require.ErrorIs(t, err, ErrMalformed)
+}
+
+// declaring returns the single-segment frame z with its header's content size replaced by size
+// (a 4-byte field): a frame that lies about what it holds.
+func declaring(t *testing.T, z []byte, size uint32) []byte {
+	var h zstd.Header
+	require.NoError(t, h.Decode(z))
+	require.True(t, h.SingleSegment)
+	fhd := z[4]&^0xC0 | 2<<6 // Frame_Content_Size_Flag 2: four bytes
+	out := append([]byte{}, z[:4]...)
+	out = append(out, fhd, byte(size), byte(size>>8), byte(size>>16), byte(size>>24))
+	return append(out, z[h.HeaderSize:]...)
+}
