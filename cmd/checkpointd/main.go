@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return usageError{err}
 	}
 	log := newLogger(cfg, stderr)
+	cfg.Security.logState(log, cfg)
 
 	var ns *server.Server
 	var nc *nats.Conn
@@ -78,7 +79,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		defer lock.release() // deferred first, so released after the server below has shut down
-		ns, err = transfer.StartServer(transfer.ServerConfig{DataDir: cfg.DataDir, Listen: cfg.NATSListen})
+		ns, err = transfer.StartServer(transfer.ServerConfig{DataDir: cfg.DataDir, Listen: cfg.NATSListen,
+			TLS: cfg.Security.ServerTLS, Encryption: cfg.Security.encryption})
 		if err != nil {
 			return err
 		}
@@ -92,6 +94,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if cfg.NATSCreds != "" {
 			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
 		}
+		opts = append(opts, cfg.Security.natsOptions()...)
 		nc, err = nats.Connect(cfg.NATSURL, opts...)
 	}
 	if err != nil {

@@ -20,6 +20,7 @@ type Config struct {
 	Replicas           int              // JetStream replicas for every stream and bucket; 0: 3 in a cluster, else 1
 	MaxCheckpointBytes int64            // largest conversation accepted (canonical JSON bytes)
 	ImagePaths         codec.ImagePaths // what a save does with images naming local files (refuse, redact, allow)
+	NamespaceKeys      *NamespaceKeys   // encrypts stored conversation bytes per namespace (nil: off); namespacekeys.go
 	ResultTTL          time.Duration    // how long save outcomes stay readable on CP_RESULTS
 	RequestTimeout     time.Duration    // upper bound on one service request, including waiting for ingest
 	Lanes              int              // sessions settled in parallel by this instance
@@ -106,7 +107,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 			return err
 		}
 		store, err = OpenStore(ctx, js, StoreConfig{Replicas: cfg.Replicas, ChunkSize: int(min(nc.MaxPayload()-16*1024, 1<<20)),
-			SegmentGrace: cfg.SegmentGrace})
+			SegmentGrace: cfg.SegmentGrace, Keys: cfg.NamespaceKeys})
 		return err
 	})
 	if err != nil {
