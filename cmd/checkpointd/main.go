@@ -86,7 +86,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		log.Info("embedded NATS server with JetStream started", "url", ns.ClientURL(), "data_dir", cfg.DataDir)
-		nc, err = nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name("checkpointd"))
+		nc, err = nats.Connect(transfer.InProcessURL(ns), nats.InProcessServer(ns), nats.Name("checkpointd"))
 	} else {
 		opts := []nats.Option{nats.Name("checkpointd"), nats.MaxReconnects(-1),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),

@@ -3,6 +3,7 @@ package transfer
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -45,4 +46,11 @@ func applyServerTLS(opts *server.Options, t ServerTLS) error {
 	opts.TLSVerify = t.ClientCAFile != ""
 	opts.TLSTimeout = 2 // seconds, nats-server's default for a handshake
 	return nil
+}
+
+// InProcessURL is the URL to give nats.Connect with nats.InProcessServer(s). It is never tls://
+// (s.ClientURL() is, when TLS is on): that scheme makes nats.go insist on a TLS handshake, which
+// the in-process connection neither needs nor gets.
+func InProcessURL(s *server.Server) string {
+	return strings.Replace(s.ClientURL(), "tls://", "nats://", 1)
 }
