@@ -141,3 +141,27 @@ func TestRun_WrongStoreKeyFails(t *testing.T) {
 		require.NotContains(t, err.Error()+logs.String(), "store key")
 	}
 }
+
+// Against --nats-url, checkpointd uses the TLS it is given: a server that requires mutual TLS is
+// reached with --nats-tls-ca, --nats-tls-cert and --nats-tls-key, and refused without the client
+// certificate.
+func TestRun_NATSURLWithMutualTLS(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0",
+		TLS: transfer.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CA}})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	url := "nats://" + s.Addr().String()
+
+	err = run(context.Background(), []string{"--nats-url", url, "--http-listen", "", "--nats-tls-ca", pki.CA}, &syncBuffer{})
+	require.ErrorContains(t, err, "connecting to NATS", "no client certificate")
+
+	startRun(t, "--nats-url", url, "--http-listen", "", "--nats-tls-ca", pki.CA, "--nats-tls-cert", pki.ClientCert, "--nats-tls-key", pki.ClientKey)
+	c, err := checkpoint.Connect(url, []nats.Option{nats.RootCAs(pki.CA), nats.ClientCert(pki.ClientCert, pki.ClientKey)})
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = c.Save(ctx, checkpoint.Key{Session: "external"}, []byte(`[{"role":"user","content":"hi"}]`))
+	require.NoError(t, err)
+}
