@@ -50,13 +50,10 @@ func ReadEncryptionKeyFile(path string) (string, error) {
 // storeStreams lists the streams found in a JetStream store directory (dataDir/jetstream), as
 // "account > stream", split by whether nats-server encrypted their description (a meta.key file
 // beside it).
-func storeStreams(dataDir string) (encrypted, plain []string, err error) {
+func storeStreams(dataDir string) (encrypted, plain []string) {
 	accounts, err := os.ReadDir(filepath.Join(dataDir, server.JetStreamStoreDir))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, nil
-	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil // missing: a new store; unreadable: the server's own start says why
 	}
 	for _, acc := range accounts {
 		streams, err := os.ReadDir(filepath.Join(dataDir, server.JetStreamStoreDir, acc.Name(), "streams"))
@@ -76,7 +73,7 @@ func storeStreams(dataDir string) (encrypted, plain []string, err error) {
 			}
 		}
 	}
-	return encrypted, plain, nil
+	return encrypted, plain
 }
 
 func exists(path string) bool {
@@ -88,10 +85,7 @@ func exists(path string) bool {
 // encrypted store without a key, a plain store with one. It returns the streams the server must
 // recover, for checkRecovered.
 func checkStoreKey(dataDir string, enc StoreEncryption) ([]string, error) {
-	encrypted, plain, err := storeStreams(dataDir)
-	if err != nil {
-		return nil, fmt.Errorf("data dir %s: %w", dataDir, err)
-	}
+	encrypted, plain := storeStreams(dataDir)
 	switch {
 	case enc.Key == "" && len(encrypted) > 0:
 		return nil, fmt.Errorf("data dir %s: %w (%d encrypted streams, e.g. %s); start with the key it was created with",
