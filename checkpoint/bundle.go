@@ -94,6 +94,10 @@ type ExportOptions struct {
 	Source   string // recorded in the bundle's header: where it came from
 	// Progress, when set, is called after each version written.
 	Progress func(key Key, version uint64, bytes int64)
+	// RedactImagePaths replaces every image member naming a local file (an absolute path or a
+	// file: URL) by a marker keeping only its extension, as checkpointd --image-paths redact does;
+	// the bundle's records then carry the redacted conversations' hashes (redact.go).
+	RedactImagePaths bool
 }
 
 // Export writes the sessions of keys, with every version they keep (or their heads), to w as a
@@ -136,6 +140,11 @@ func (c *Client) Export(ctx context.Context, w io.Writer, keys []Key, o ExportOp
 			conv, _, err := c.Restore(ctx, key, v.Version)
 			if err != nil {
 				return sum, fmt.Errorf("session %s: version %d: %w", key, v.Version, err)
+			}
+			if o.RedactImagePaths {
+				if conv, v, err = redactImagePaths(conv, v); err != nil {
+					return sum, err
+				}
 			}
 			base, msgs := uint64(0), conv
 			if tail, ok := appended(prev, conv); ok {

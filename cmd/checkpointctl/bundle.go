@@ -24,6 +24,7 @@ func runExport(ctx context.Context, a *App, args []string) error {
 	prog.register(fs)
 	file := fs.String("file", "", "the bundle file to write (required; - for stdout)")
 	headOnly := fs.Bool("head-only", false, "only each session's head version")
+	redact := fs.Bool("redact-image-paths", false, "replace image members naming local files (absolute paths, file: URLs) by a marker keeping only the extension; the bundle's hashes are then those of the redacted versions")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -57,7 +58,7 @@ func runExport(ctx context.Context, a *App, args []string) error {
 	bar := newProgress(a, prog, "export", len(keys))
 	sessions, versions, bytes := 0, 0, int64(0)
 	var last checkpoint.Key
-	sum, err := c.Export(ctx, w, keys, checkpoint.ExportOptions{HeadOnly: *headOnly, Source: a.Server,
+	sum, err := c.Export(ctx, w, keys, checkpoint.ExportOptions{HeadOnly: *headOnly, Source: a.Server, RedactImagePaths: *redact,
 		Progress: func(key checkpoint.Key, _ uint64, n int64) {
 			if key != last {
 				sessions, last = sessions+1, key

@@ -50,6 +50,7 @@ type App struct {
 	Stdout, Stderr io.Writer
 	Server         string
 	Creds          string
+	TLS            tlsFlags // --tls-ca, --tls-cert, --tls-key (tls.go)
 	Timeout        time.Duration
 	// StdoutIsTerminal adds a final newline to raw output meant for a person.
 	StdoutIsTerminal bool
@@ -95,6 +96,7 @@ func (a *App) Run(ctx context.Context, args []string) error {
 	fs.StringVar(&a.Server, "server", defaultServer(), "NATS URL of the checkpointd deployment (env CHECKPOINTCTL_SERVER or NATS_URL)")
 	fs.StringVar(&a.Creds, "creds", "", "NATS credentials file")
 	fs.DurationVar(&a.Timeout, "timeout", 30*time.Second, "how long to wait for checkpointd")
+	a.TLS.register(fs)
 	fs.Usage = func() { a.usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return usageErr(err)
@@ -152,6 +154,11 @@ func (a *App) connect() (*checkpoint.Client, error) {
 	if a.Creds != "" {
 		opts = append(opts, nats.UserCredentials(a.Creds))
 	}
+	tlsOpts, err := a.TLS.options()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, tlsOpts...)
 	return checkpoint.Connect(a.Server, opts, checkpoint.WithTimeout(a.Timeout))
 }
 

@@ -28,6 +28,8 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 	from := fs.String("from", "", "NATS URL of the source deployment (default: --server)")
 	to := fs.String("to", "", "NATS URL of the destination deployment (required)")
 	toCreds := fs.String("to-creds", "", "NATS credentials file for the destination (default: --creds)")
+	var toTLS tlsFlags
+	toTLS.registerDestination(fs)
 	headOnly := fs.Bool("head-only", false, "copy only each session's head version")
 	forget := fs.Bool("forget-source", false, "delete the sessions at the source instead of marking them moved")
 	force := fs.Bool("force", false, "move sessions even while a process holds their lease at the source")
@@ -57,6 +59,7 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 	if *toCreds != "" {
 		dstApp.Creds = *toCreds
 	}
+	dstApp.TLS = toTLS.or(a.TLS)
 	dst, err := dstApp.connect()
 	if err != nil {
 		return fmt.Errorf("destination: %w", err)

@@ -26,6 +26,7 @@ type config struct {
 	LogFormat       string
 	ShutdownTimeout time.Duration
 	Daemon          transfer.Config
+	Security        securityConfig // TLS and encryption at rest (security.go)
 }
 
 // envPrefix: every flag may also be set as CHECKPOINTD_<FLAG>, e.g. --data-dir as CHECKPOINTD_DATA_DIR.
@@ -68,6 +69,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before in-flight saves are left to the next start")
+	c.Security.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: checkpointd [flags]\n\n"+
 			"Stores versioned checkpoints of agent conversations on NATS JetStream.\n"+
@@ -84,7 +86,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if err := applyEnv(fs, os.LookupEnv); err != nil {
 		return c, err
 	}
-	return c, c.validate()
+	if err := c.validate(); err != nil {
+		return c, err
+	}
+	return c, c.Security.load(&c)
 }
 
 // applyEnv sets every flag not given on the command line from its environment variable, if any.
@@ -109,6 +114,9 @@ func (c config) validate() error {
 	}
 	if c.NATSCreds != "" && c.NATSURL == "" {
 		return errors.New("--nats-creds: only meaningful with --nats-url")
+	}
+	if err := c.Security.validate(c.NATSURL == ""); err != nil {
+		return err
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err

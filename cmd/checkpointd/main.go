@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return usageError{err}
 	}
 	log := newLogger(cfg, stderr)
+	cfg.Security.logState(log, cfg)
 
 	var ns *server.Server
 	var nc *nats.Conn
@@ -78,19 +79,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		defer lock.release() // deferred first, so released after the server below has shut down
-		ns, err = transfer.StartServer(transfer.ServerConfig{DataDir: cfg.DataDir, Listen: cfg.NATSListen})
+		ns, err = transfer.StartServer(transfer.ServerConfig{DataDir: cfg.DataDir, Listen: cfg.NATSListen,
+			TLS: cfg.Security.ServerTLS, Encryption: cfg.Security.encryption})
 		if err != nil {
 			return err
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		log.Info("embedded NATS server with JetStream started", "url", ns.ClientURL(), "data_dir", cfg.DataDir)
-		nc, err = nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name("checkpointd"))
+		nc, err = nats.Connect(transfer.InProcessURL(ns), nats.InProcessServer(ns), nats.Name("checkpointd"))
 	} else {
 		// Connection events are logged and counted by the daemon (transfer.watchConn).
 		opts := []nats.Option{nats.Name("checkpointd"), nats.MaxReconnects(-1)}
 		if cfg.NATSCreds != "" {
 			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
 		}
+		opts = append(opts, cfg.Security.natsOptions()...)
 		nc, err = nats.Connect(cfg.NATSURL, opts...)
 	}
 	if err != nil {

@@ -22,6 +22,7 @@ type Config struct {
 	MaxCheckpointBytes int64            // largest conversation accepted (canonical JSON bytes)
 	IngestBudgetBytes  int64            // bytes the saves being settled may hold at once (ingestbudget.go); 0: MaxCheckpointBytes
 	ImagePaths         codec.ImagePaths // what a save does with images naming local files (refuse, redact, allow)
+	NamespaceKeys      *NamespaceKeys   // encrypts stored conversation bytes per namespace (nil: off); namespacekeys.go
 	ResultTTL          time.Duration    // how long save outcomes stay readable on CP_RESULTS
 	RequestTimeout     time.Duration    // upper bound on one service request, including waiting for ingest
 	Lanes              int              // sessions settled in parallel by this instance
@@ -138,7 +139,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 			return err
 		}
 		store, err = OpenStore(ctx, js, StoreConfig{Replicas: cfg.Replicas, ChunkSize: int(min(nc.MaxPayload()-16*1024, 1<<20)),
-			SegmentGrace: cfg.SegmentGrace})
+			SegmentGrace: cfg.SegmentGrace, Keys: cfg.NamespaceKeys})
 		return err
 	})
 	if err != nil {

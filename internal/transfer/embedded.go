@@ -24,6 +24,9 @@ type ServerConfig struct {
 	ClusterName   string
 	ClusterListen string
 	Routes        []string
+	// TLS of the client port (tls.go) and encryption of the store (jetstreamkey.go); zero: off.
+	TLS        ServerTLS
+	Encryption StoreEncryption
 }
 
 // StartServer starts an embedded nats-server with JetStream on cfg.DataDir and waits until it
@@ -70,6 +73,15 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 			}
 			opts.Routes = append(opts.Routes, u)
 		}
+	}
+	if err := applyServerTLS(opts, cfg.TLS); err != nil {
+		return nil, err
+	}
+	if cfg.Encryption.Key != "" {
+		return startEncrypted(opts, cfg)
+	}
+	if _, err := checkStoreKey(cfg.DataDir, cfg.Encryption); err != nil {
+		return nil, err
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

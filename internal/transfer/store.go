@@ -40,6 +40,9 @@ type Store struct {
 	chunkSize                                  int
 	pieces                                     sync.Pool // buffers of chunkSize for PutSegmentFrom
 
+	// keys seals the pieces of segments (namespacekeys.go); nil: they are stored as they are.
+	keys *NamespaceKeys
+
 	// Deleting a segment waits for grace: a reader that read the layout naming it just before a
 	// merge replaced it still finds it.
 	grace   time.Duration
@@ -57,6 +60,9 @@ type StoreConfig struct {
 	// SegmentGrace delays the deletion of segments nothing refers to any more; it must exceed the
 	// longest read (0: delete at once).
 	SegmentGrace time.Duration
+	// Keys, when set, encrypts what is written to cp_segments (--namespace-keys); each piece then
+	// grows by EnvelopeOverhead, which ChunkSize must leave room for.
+	Keys *NamespaceKeys
 }
 
 // OpenStore creates the buckets if they are missing and returns a Store over them.
@@ -65,8 +71,14 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 		return nil, errors.New("store: chunk size must be positive")
 	}
 	s := &Store{chunkSize: cfg.ChunkSize, grace: cfg.SegmentGrace, pending: map[string]*time.Timer{},
-		read: reader{nc: js.Conn(), leader: cfg.Replicas > 1}}
-	s.pieces.New = func() any { b := make([]byte, cfg.ChunkSize); return &b }
+		read: reader{nc: js.Conn(), leader: cfg.Replicas > 1}, keys: cfg.Keys}
+	if cfg.Keys != nil {
+		if s.chunkSize <= EnvelopeOverhead {
+			return nil, errors.New("store: chunk size leaves no room for the encryption envelope")
+		}
+		s.chunkSize -= EnvelopeOverhead
+	}
+	s.pieces.New = func() any { b := make([]byte, s.chunkSize); return &b }
 	for _, b := range []struct {
 		kv   *jetstream.KeyValue
 		name string
@@ -275,7 +287,8 @@ func (s *Store) PutSegment(ctx context.Context, key wire.Key, ref snapshot.Segme
 	for off := 0; off < len(blob) || ref.Chunks == 0; off += s.chunkSize {
 		end := min(off+s.chunkSize, len(blob))
 		pctx, cancel := opContext(ctx)
-		_, err := s.segments.Put(pctx, segmentKey(key, ref.ID, ref.Chunks), blob[off:end])
+		k := segmentKey(key, ref.ID, ref.Chunks)
+		_, err := s.segments.Put(pctx, k, s.sealPiece(key.Namespace, k, blob[off:end]))
 		cancel()
 		if err != nil {
 			return snapshot.SegmentRef{}, fmt.Errorf("segment %s: piece %d: %w", ref.ID, ref.Chunks, err)
@@ -288,10 +301,15 @@ func (s *Store) PutSegment(ctx context.Context, key wire.Key, ref snapshot.Segme
 // GetSegment implements snapshot.Store.
 func (s *Store) GetSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef) ([]byte, error) {
 	out := make([]byte, 0, ref.StoredBytes)
+	var sealed bool
 	for i := 0; i < ref.Chunks; i++ {
 		pctx, cancel := opContext(ctx)
-		data, err := s.value(pctx, s.segments, s.segStream, wire.BucketSegment, segmentKey(key, ref.ID, i))
+		k := segmentKey(key, ref.ID, i)
+		data, err := s.value(pctx, s.segments, s.segStream, wire.BucketSegment, k)
 		cancel()
+		if err == nil {
+			data, err = s.openPiece(key.Namespace, k, i, data, &sealed)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("segment %s: piece %d of %d: %w", ref.ID, i, ref.Chunks, err)
 		}
@@ -314,7 +332,8 @@ func (s *Store) PutSegmentFrom(ctx context.Context, key wire.Key, ref snapshot.S
 		n, err := io.ReadFull(r, buf)
 		if n > 0 || ref.Chunks == 0 && (err == io.EOF || err == io.ErrUnexpectedEOF) {
 			pctx, cancel := opContext(ctx)
-			_, perr := s.segments.Put(pctx, segmentKey(key, ref.ID, ref.Chunks), buf[:n])
+			k := segmentKey(key, ref.ID, ref.Chunks)
+			_, perr := s.segments.Put(pctx, k, s.sealPiece(key.Namespace, k, buf[:n]))
 			cancel()
 			if perr != nil {
 				s.abandon(key, ref)
@@ -374,6 +393,7 @@ type pieceReader struct {
 	ref snapshot.SegmentRef
 	i   int
 	cur []byte
+	enc bool // whether the segment's pieces are encrypted: piece 0 says (Store.openPiece)
 }
 
 func (p *pieceReader) Read(b []byte) (int, error) {
@@ -382,8 +402,12 @@ func (p *pieceReader) Read(b []byte) (int, error) {
 			return 0, io.EOF
 		}
 		pctx, cancel := opContext(p.ctx)
-		data, err := p.s.value(pctx, p.s.segments, p.s.segStream, wire.BucketSegment, segmentKey(p.key, p.ref.ID, p.i))
+		k := segmentKey(p.key, p.ref.ID, p.i)
+		data, err := p.s.value(pctx, p.s.segments, p.s.segStream, wire.BucketSegment, k)
 		cancel()
+		if err == nil {
+			data, err = p.s.openPiece(p.key.Namespace, k, p.i, data, &p.enc)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("segment %s: piece %d of %d: %w", p.ref.ID, p.i, p.ref.Chunks, err)
 		}
