@@ -216,6 +216,11 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 // acknowledged, and the next attempt reaches the newly elected leader.
 const publishAttempt = 2 * time.Second
 
+// noStreamRetries is how many times a publish nobody answers is retried on a single server before
+// it counts as "no stream": there it cannot be an election. In a cluster it is retried until ctx
+// ends, since the stream's leader may be dead and its successor not elected yet (seconds).
+const noStreamRetries = 4
+
 // publish sends msg until JetStream acknowledges it or ctx ends. Every attempt carries the same
 // message id, so an attempt that was stored but not acknowledged is not stored twice.
 func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) error {
@@ -231,7 +236,7 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) error {
 			return publishError(err)
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 			// Unanswered: a leader being elected. Try again.
-		case errors.Is(err, jetstream.ErrNoStreamResponse) && noStream < 4:
+		case errors.Is(err, jetstream.ErrNoStreamResponse) && (noStream < noStreamRetries || c.nc.ConnectedClusterName() != ""):
 			// No stream answers: an election, or no checkpointd ever ran here. Give it a
 			// moment, then say so.
 			noStream++
@@ -246,39 +251,67 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) error {
 	}
 }
 
-// publishChunks sends body in pieces of at most size bytes and waits until each is durable.
+// publishChunks sends body in pieces of at most size bytes and waits until each is durable. The
+// pieces go out together; if any is not acknowledged (a leader lost), they are sent again one at a
+// time, in order, from the first unacknowledged one: the daemon reads them in stream order, and
+// their message ids make the ones already stored count once.
 func (c *Client) publishChunks(ctx context.Context, ns, saveID string, body []byte, size int) (int, error) {
 	subject := wire.ChunkSubject(ns, saveID)
-	var futures []jetstream.PubAckFuture
+	var msgs []*nats.Msg
 	for i := 0; i*size < len(body); i++ {
 		m := nats.NewMsg(subject)
 		m.Header.Set(wire.HdrChunk, strconv.Itoa(i))
 		m.Data = body[i*size : min((i+1)*size, len(body))]
-		f, err := c.js.PublishMsgAsync(m, jetstream.WithMsgID(saveID+"."+strconv.Itoa(i)))
+		msgs = append(msgs, m)
+	}
+	id := func(i int) string { return saveID + "." + strconv.Itoa(i) }
+	var futures []jetstream.PubAckFuture
+	for i, m := range msgs {
+		f, err := c.js.PublishMsgAsync(m, jetstream.WithMsgID(id(i)))
 		if err != nil {
-			return 0, publishError(err)
+			break // the rest are sent one at a time below
 		}
 		futures = append(futures, f)
 	}
+	acked := 0 // pieces 0..acked-1 are durable
 	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return 0, publishError(err)
-		case <-ctx.Done():
-			return 0, unavailable("publishing chunks of save %s: %v", saveID, ctx.Err())
+		if !awaitFuture(ctx, f) {
+			break
+		}
+		acked++
+	}
+	for i := acked; i < len(msgs); i++ {
+		if err := c.publish(ctx, msgs[i], id(i)); err != nil {
+			return 0, err
 		}
 	}
-	return len(futures), nil
+	return len(msgs), nil
 }
 
-// awaitResult waits for the daemon's outcome of the save. The outcome is also kept on CP_RESULTS, so
-// one published before we listened (a duplicate save) is found there.
+// awaitFuture reports whether an asynchronous publish was acknowledged within publishAttempt.
+func awaitFuture(ctx context.Context, f jetstream.PubAckFuture) bool {
+	t := time.NewTimer(publishAttempt)
+	defer t.Stop()
+	select {
+	case <-f.Ok():
+		return true
+	case <-f.Err():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// awaitResult waits for the daemon's outcome of the save, on the subscription and, when it is slow
+// to come, by asking CP_RESULTS for the save id's stored outcome (lookupResult): one published
+// before we listened (a duplicate save) or while this connection was moving to another server
+// (the one it was on died) is found there. No single wait is long: a request sent to a node that
+// has just died is never answered, and only the next one reaches a node that lives.
 func (c *Client) awaitResult(ctx context.Context, sub *nats.Subscription, subject string) (Version, error) {
-	var results jetstream.Stream
+	wait := 250 * time.Millisecond
 	for {
-		wait, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
-		m, err := sub.NextMsgWithContext(wait)
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		m, err := sub.NextMsgWithContext(wctx)
 		cancel()
 		if err == nil {
 			return decodeResult(m.Data)
@@ -287,15 +320,28 @@ func (c *Client) awaitResult(ctx context.Context, sub *nats.Subscription, subjec
 			return Version{}, unavailable("the save was published and is durable, but its outcome did not arrive in time; "+
 				"restore the session to see it, or save again with the same save id (%s)", subject)
 		}
-		if results == nil {
-			if results, err = c.js.Stream(ctx, wire.StreamResults); err != nil {
-				continue
-			}
+		if data, ok := c.lookupResult(ctx, subject); ok {
+			return decodeResult(data)
 		}
-		if raw, err := results.GetLastMsgForSubject(ctx, subject); err == nil {
-			return decodeResult(raw.Data)
-		}
+		wait = min(2*wait, time.Second)
 	}
+}
+
+// lookupAttempt bounds one request for a stored outcome.
+const lookupAttempt = time.Second
+
+// lookupResult gets the outcome stored on subject with a direct get (docs/protocol.md §4.3), which
+// any replica of CP_RESULTS answers: it needs neither the stream's leader (which may be dead and
+// not yet replaced) nor a stream info request (which goes unanswered meanwhile). ok is false when
+// there is none yet, or no answer within lookupAttempt.
+func (c *Client) lookupResult(ctx context.Context, subject string) (data []byte, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, lookupAttempt)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+wire.StreamResults+"."+subject, nil)
+	if err != nil || m.Header.Get("Status") != "" || m.Header.Get("Nats-Subject") != subject {
+		return nil, false // no replica answered, or it has no such message (404) yet
+	}
+	return m.Data, true
 }
 
 func decodeResult(data []byte) (Version, error) {

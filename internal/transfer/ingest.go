@@ -174,9 +174,7 @@ func (in *ingester) handle(msg jetstream.Msg) {
 			in.log.Warn("ingest: could not remove settled chunks; they expire with the stream's max age", "subject", subj, "err", err)
 		}
 	}
-	actx, acancel := opContext(ctx)
-	defer acancel()
-	if err := msg.DoubleAck(actx); err != nil {
+	if err := in.ack(ctx, msg); err != nil {
 		// The outcome is stored; a redelivery finds the save id at the head and changes nothing.
 		in.log.Warn("ingest: ack failed", "session", key, "save", saveID, "err", err)
 	}
@@ -424,15 +422,58 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// resultAttempt bounds one publish of a result, and resultRetryWait is the pause between attempts.
+// A publish to the leader of CP_RESULTS that just died is never answered, and until a successor is
+// elected (seconds after a crash) nobody answers at all; retrying here, at once, puts the outcome
+// on the stream moments after the election. (Going through a redelivery instead would wait out a
+// delay and then read the same dead leader again.)
+const (
+	resultAttempt   = time.Second
+	resultRetryWait = 100 * time.Millisecond
+)
+
+// publishResult stores res on CP_RESULTS, retrying until it is stored or ctx ends. Every attempt
+// also reaches a client listening on the result's subject, stored or not.
 func (in *ingester) publishResult(ctx context.Context, res wire.SaveResult) error {
 	data, err := json.Marshal(res)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := opContext(ctx)
-	defer cancel()
-	_, err = in.js.Publish(ctx, wire.ResultSubject(res.Key.Namespace, res.SaveID), data)
-	return err
+	subject := wire.ResultSubject(res.Key.Namespace, res.SaveID)
+	for {
+		actx, cancel := context.WithTimeout(ctx, resultAttempt)
+		_, err = in.js.Publish(actx, subject, data)
+		cancel()
+		if err == nil || !retry(ctx, resultRetryWait) {
+			return err
+		}
+	}
+}
+
+// retry waits d and reports whether ctx still allows another attempt.
+func retry(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// ack acknowledges a settled save, retrying until JetStream confirms it or ctx ends: an ack sent
+// to a consumer leader that just died is lost, and the save would be delivered again after ackWait
+// and settled a second time (as a duplicate).
+func (in *ingester) ack(ctx context.Context, msg jetstream.Msg) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, resultAttempt)
+		err := msg.DoubleAck(actx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) || !retry(ctx, resultRetryWait) {
+			return err
+		}
+	}
 }
 
 func (in *ingester) observe(res wire.SaveResult, start time.Time) {
