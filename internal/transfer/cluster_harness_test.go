@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"sort"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -71,6 +73,7 @@ func TestCluster_Harness(t *testing.T) {
 
 // attempt is one call that saves, as a writer saw it.
 type attempt struct {
+	key        checkpoint.Key
 	start, end time.Time
 	err        error
 }
@@ -106,8 +109,12 @@ func (h *harness) stoppedAt() time.Time { return time.Unix(0, h.stopped.Load()) 
 // runHarness runs the cluster, the writers and the kills of cfg, and returns what happened.
 func runHarness(t testing.TB, cfg harnessConfig) *harness {
 	h := &harness{t: t, cl: testenv.StartCrashCluster(t, 3), cfg: cfg, refused: map[string]int{}}
-	h.cl.StartDaemon()
-	h.cl.StartDaemon()
+	var tweak []func(*transfer.Config) // CHECKPOINTD_TEST_LOG=1 shows the daemons' logs
+	if os.Getenv("CHECKPOINTD_TEST_LOG") != "" {
+		tweak = append(tweak, func(c *transfer.Config) { c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)) })
+	}
+	h.cl.StartDaemon(tweak...)
+	h.cl.StartDaemon(tweak...)
 	h.cl.WaitForReplicas()
 
 	for i := range 2 {
@@ -166,8 +173,8 @@ func (h *harness) kill(target string) {
 	h.mu.Lock()
 	h.rounds = append(h.rounds, r)
 	h.mu.Unlock()
-	t.Logf("killed %v: all re-elected after %s, first save acknowledged after %s", r,
-		r.elected.Sub(r.killed).Round(time.Millisecond), r.firstAck.Sub(r.killed).Round(time.Millisecond))
+	t.Logf("killed %v at %s: all re-elected after %s, first save acknowledged after %s", r,
+		r.killed.Format("15:04:05.000"), r.elected.Sub(r.killed).Round(time.Millisecond), r.firstAck.Sub(r.killed).Round(time.Millisecond))
 }
 
 // leaderOf names the node leading target (see killTargets), waiting up to timeout for one.
@@ -230,7 +237,7 @@ func (h *harness) save(key checkpoint.Key, conv []byte, do func(context.Context)
 	end := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.attempts = append(h.attempts, attempt{start, end, err})
+	h.attempts = append(h.attempts, attempt{key, start, end, err})
 	switch {
 	case err == nil:
 		h.acks = append(h.acks, acked{key, v.Version, v.Hash, conv})
@@ -475,6 +482,11 @@ func (h *harness) report(t testing.TB) {
 	}
 	t.Logf("%d kills; %d saves acknowledged in %d sessions; %d attempts refused (intended: %v); %d unwanted",
 		len(h.rounds), len(h.acks), len(h.sessions()), failed, h.refused, len(h.unwanted))
+	slow := slices.Clone(h.attempts)
+	sort.Slice(slow, func(i, j int) bool { return slow[i].end.Sub(slow[i].start) > slow[j].end.Sub(slow[j].start) })
+	for _, a := range slow[:min(5, len(slow))] {
+		t.Logf("slow save: %s took %s, from %s, err %v", a.key.Session, a.end.Sub(a.start).Round(time.Millisecond), a.start.Format("15:04:05.000"), a.err)
+	}
 	for _, s := range h.figures() {
 		t.Logf("%-16s kills %d  kill→elected p50 %5dms max %5dms  kill→first ack p50 %5dms max %5dms  elected→first ack max %5dms  longest save in flight %5dms",
 			s.target, s.kills, s.elected.p50(), s.elected.max(), s.recovery.p50(), s.recovery.max(), s.afterElection.max(), s.longest.max())
