@@ -206,7 +206,7 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 		body = nil
 	}
 	msg.Data = body
-	if err := c.publish(ctx, msg, o.saveID); err != nil {
+	if _, err := c.publish(ctx, msg, o.saveID); err != nil {
 		return Version{}, err
 	}
 	return c.awaitResult(ctx, sub, resultSubject)
@@ -221,19 +221,20 @@ const publishAttempt = 2 * time.Second
 // ends, since the stream's leader may be dead and its successor not elected yet (seconds).
 const noStreamRetries = 4
 
-// publish sends msg until JetStream acknowledges it or ctx ends. Every attempt carries the same
-// message id, so an attempt that was stored but not acknowledged is not stored twice.
-func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) error {
+// publish sends msg until JetStream acknowledges it or ctx ends, and returns its stream sequence.
+// Every attempt carries the same message id, so an attempt that was stored but not acknowledged is
+// not stored twice (the acknowledgement of a repeat names the first one's sequence).
+func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) (uint64, error) {
 	noStream := 0
 	for {
 		actx, cancel := context.WithTimeout(ctx, publishAttempt)
-		_, err := c.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
+		ack, err := c.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
 		cancel()
 		switch {
 		case err == nil:
-			return nil
+			return ack.Sequence, nil
 		case ctx.Err() != nil:
-			return publishError(err)
+			return 0, publishError(err)
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 			// Unanswered: a leader being elected. Try again.
 		case errors.Is(err, jetstream.ErrNoStreamResponse) && (noStream < noStreamRetries || c.nc.ConnectedClusterName() != ""):
@@ -242,19 +243,20 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) error {
 			noStream++
 			select {
 			case <-ctx.Done():
-				return publishError(err)
+				return 0, publishError(err)
 			case <-time.After(250 * time.Millisecond):
 			}
 		default:
-			return publishError(err)
+			return 0, publishError(err)
 		}
 	}
 }
 
 // publishChunks sends body in pieces of at most size bytes and waits until each is durable. The
-// pieces go out together; if any is not acknowledged (a leader lost), they are sent again one at a
-// time, in order, from the first unacknowledged one: the daemon reads them in stream order, and
-// their message ids make the ones already stored count once.
+// daemon reads the pieces in stream order, so they must be stored in order. They go out together,
+// each tried once; from the first one not acknowledged (a leader lost), they are sent again one at
+// a time, in order, and their message ids make the ones already stored count once. The stream
+// sequences in the acknowledgements prove the order.
 func (c *Client) publishChunks(ctx context.Context, ns, saveID string, body []byte, size int) (int, error) {
 	subject := wire.ChunkSubject(ns, saveID)
 	var msgs []*nats.Msg
@@ -267,39 +269,50 @@ func (c *Client) publishChunks(ctx context.Context, ns, saveID string, body []by
 	id := func(i int) string { return saveID + "." + strconv.Itoa(i) }
 	var futures []jetstream.PubAckFuture
 	for i, m := range msgs {
-		f, err := c.js.PublishMsgAsync(m, jetstream.WithMsgID(id(i)))
+		// No retry inside nats.go: a piece retried there could be stored after the next one.
+		f, err := c.js.PublishMsgAsync(m, jetstream.WithMsgID(id(i)), jetstream.WithRetryAttempts(0))
 		if err != nil {
 			break // the rest are sent one at a time below
 		}
 		futures = append(futures, f)
 	}
-	acked := 0 // pieces 0..acked-1 are durable
+	var seqs []uint64
 	for _, f := range futures {
-		if !awaitFuture(ctx, f) {
+		ack, ok := awaitFuture(ctx, f)
+		if !ok {
 			break
 		}
-		acked++
+		seqs = append(seqs, ack.Sequence)
 	}
-	for i := acked; i < len(msgs); i++ {
-		if err := c.publish(ctx, msgs[i], id(i)); err != nil {
+	for i := len(seqs); i < len(msgs); i++ {
+		seq, err := c.publish(ctx, msgs[i], id(i))
+		if err != nil {
 			return 0, err
+		}
+		seqs = append(seqs, seq)
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] <= seqs[i-1] {
+			return 0, unavailable("the pieces of save %s were stored out of order while a stream leader changed "+
+				"(piece %d at sequence %d, piece %d at %d); save again under a new save id", saveID, i-1, seqs[i-1], i, seqs[i])
 		}
 	}
 	return len(msgs), nil
 }
 
-// awaitFuture reports whether an asynchronous publish was acknowledged within publishAttempt.
-func awaitFuture(ctx context.Context, f jetstream.PubAckFuture) bool {
+// awaitFuture returns the acknowledgement of an asynchronous publish, if it came within
+// publishAttempt.
+func awaitFuture(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, bool) {
 	t := time.NewTimer(publishAttempt)
 	defer t.Stop()
 	select {
-	case <-f.Ok():
-		return true
+	case ack := <-f.Ok():
+		return ack, true
 	case <-f.Err():
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	return false
+	return nil, false
 }
 
 // awaitResult waits for the daemon's outcome of the save, on the subscription and, when it is slow

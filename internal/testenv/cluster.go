@@ -177,6 +177,22 @@ func (c *Cluster) MetaLeader(timeout time.Duration) string {
 	return c.leader(timeout, query{Meta: true})
 }
 
+// StepDown asks the leader of stream (of its consumer, if consumer is not "") to hand its
+// leadership to another replica, and waits until one has it (up to timeout). A test uses it to put
+// leaders where it wants them before a kill.
+func (c *Cluster) StepDown(stream, consumer string, timeout time.Duration) {
+	c.t.Helper()
+	nc := c.Conn()
+	defer nc.Close()
+	subject := "$JS.API.STREAM.LEADER.STEPDOWN." + stream
+	if consumer != "" {
+		subject = "$JS.API.CONSUMER.LEADER.STEPDOWN." + stream + "." + consumer
+	}
+	reply, err := nc.Request(subject, nil, timeout)
+	require.NoError(c.t, err, "stepping down the leader of %s %s", stream, consumer)
+	require.NotContains(c.t, string(reply.Data), `"error"`, "stepping down the leader of %s %s", stream, consumer)
+}
+
 // LiveNodes names the nodes that run.
 func (c *Cluster) LiveNodes() []string {
 	var names []string

@@ -156,9 +156,16 @@ func (h *harness) writer(run func(*checkpoint.Client)) {
 func (h *harness) kill(target string) {
 	t := h.t
 	node := h.leaderOf(target, 10*time.Second)
-	if node == "" {
-		t.Logf("round %s: no leader found; skipped", target)
-		return
+	if target != "any" {
+		for try := 0; ; try++ {
+			require.NotEmpty(t, node, "no leader of %s", target)
+			h.isolate(node, target)
+			if now := h.leaderOf(target, 10*time.Second); now == node || try == 3 {
+				break
+			} else {
+				node = now // it moved meanwhile: isolate where it is now
+			}
+		}
 	}
 	r := round{target: target, node: node, led: h.ledBy(node)}
 	r.killed = time.Now()
@@ -189,6 +196,26 @@ func (h *harness) leaderOf(target string, timeout time.Duration) string {
 		return live[int(time.Now().UnixNano()%int64(len(live)))]
 	}
 	return h.cl.StreamLeader(target, timeout)
+}
+
+// isolate moves every leadership but target's off node, so that killing it shows what losing
+// target's leader alone costs. (The meta leader stays: stepping it down needs the system account.)
+func (h *harness) isolate(node, target string) {
+	for _, other := range killTargets {
+		if other == target || other == "any" || other == "meta" {
+			continue
+		}
+		for try := 0; h.leaderOf(other, 10*time.Second) == node; try++ {
+			require.Less(h.t, try, 10, "%s keeps its leader on %s", other, node)
+			if other == "consumer" {
+				h.cl.StepDown(wire.StreamIngest, "checkpointd", 5*time.Second)
+			} else {
+				h.cl.StepDown(other, "", 5*time.Second)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // saves settle on the new leaders
 }
 
 // ledBy lists what node leads now (killTargets but "any").
