@@ -51,6 +51,7 @@ type harnessConfig struct {
 	dwell   time.Duration // saving on after the first save acknowledged after a kill, before the restart
 	pause   time.Duration // each writer's pause between saves (an agent's turn)
 	rotate  int           // versions per session before a writer starts a new one (bounds restore cost)
+	bench   *testing.B    // if set, targets[0] is killed once per b.Loop iteration instead
 }
 
 func TestCluster_Harness(t *testing.T) {
@@ -132,8 +133,14 @@ func runHarness(t testing.TB, cfg harnessConfig) *harness {
 	h.writer(func(c *checkpoint.Client) { h.largeWriter(c) })
 
 	time.Sleep(time.Second) // saves under way before the first kill
-	for _, target := range cfg.targets {
-		h.kill(target)
+	if cfg.bench != nil {
+		for cfg.bench.Loop() {
+			h.kill(cfg.targets[0])
+		}
+	} else {
+		for _, target := range cfg.targets {
+			h.kill(target)
+		}
 	}
 	h.stopped.Store(time.Now().UnixNano())
 	h.stop.Store(true)
@@ -586,4 +593,27 @@ func (h *harness) figures() []*targetFigures {
 // String names a round for logs.
 func (r round) String() string {
 	return fmt.Sprintf("%s on %s (led %s)", r.target, r.node, strings.Join(r.led, ","))
+}
+
+// BenchmarkCluster_CrashFailover measures, for each kind of leader, how long saves stall when the
+// node leading it (and nothing else) is killed with SIGKILL under the harness's workload: from the
+// kill to the election of a successor, from the kill to the first acknowledged save started after
+// it, and the longest save in flight meanwhile. b.N kills per target (-benchtime Nx), on a fresh
+// cluster per target.
+//
+//	go test -run XXX -bench Cluster_CrashFailover -benchtime 3x ./internal/transfer/
+func BenchmarkCluster_CrashFailover(b *testing.B) {
+	for _, target := range killTargets {
+		b.Run(target, func(b *testing.B) {
+			h := runHarness(b, harnessConfig{targets: []string{target}, dwell: time.Second, pause: 20 * time.Millisecond, rotate: 100, bench: b})
+			require.Empty(b, h.unwanted)
+			f := h.figures()[0]
+			b.ReportMetric(float64(f.elected.p50()), "ms-elected-p50")
+			b.ReportMetric(float64(f.recovery.p50()), "ms-first-ack-p50")
+			b.ReportMetric(float64(f.recovery.max()), "ms-first-ack-max")
+			b.ReportMetric(float64(f.afterElection.max()), "ms-after-election-max")
+			b.ReportMetric(float64(f.longest.max()), "ms-longest-save")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }
