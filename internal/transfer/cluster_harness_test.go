@@ -35,7 +35,8 @@ import (
 // SDK's default deadline fails the test: the outcome must be found within seconds of the election,
 // whichever stream lost its leader.
 //
-// The short run is part of the suite; CHECKPOINTD_HARNESS_LONG=1 kills every target three times.
+// The short run is part of the suite; CHECKPOINTD_HARNESS_LONG=1 kills every target three times;
+// CHECKPOINTD_HARNESS_TARGETS=consumer,CP_RESULTS,... chooses the kills.
 
 // killTargets are the things whose leader a round kills: the streams, the KV buckets' streams, the
 // ingest consumer, the meta leader, and (any) a node that may lead nothing.
@@ -66,6 +67,9 @@ func TestCluster_Harness(t *testing.T) {
 			cfg.targets = append(cfg.targets, killTargets...)
 		}
 		cfg.dwell, cfg.pause, cfg.rotate = 2*time.Second, 20*time.Millisecond, 100
+	}
+	if only := os.Getenv("CHECKPOINTD_HARNESS_TARGETS"); only != "" { // e.g. consumer,consumer,CP_RESULTS
+		cfg.targets = strings.Split(only, ",")
 	}
 	h := runHarness(t, cfg)
 	h.report(t)
