@@ -299,13 +299,15 @@ func (h *harness) save(key checkpoint.Key, conv []byte, do func(context.Context)
 	return v, err, false
 }
 
-// read retries a read (a restore, a lease) through an election; reads are not what is measured.
-func read[T any](h *harness, do func(context.Context) (T, error)) (T, error) {
+// read retries a read (a restore, a lease) that was unavailable (an election, a loaded machine's
+// storage timeouts) for up to three minutes: reads are not what is measured.
+func read[T any](do func(context.Context) (T, error)) (T, error) {
+	give := time.Now().Add(3 * time.Minute)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), saveTimeout)
 		v, err := do(ctx)
 		cancel()
-		if err == nil || !errors.Is(err, checkpoint.ErrUnavailable) {
+		if err == nil || !errors.Is(err, checkpoint.ErrUnavailable) || time.Now().After(give) {
 			return v, err
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -392,7 +394,7 @@ func (h *harness) casWriter(c *checkpoint.Client, key checkpoint.Key, name strin
 func (h *harness) leaseWriter(c *checkpoint.Client, key checkpoint.Key, name string) {
 	for n := 0; !h.stop.Load(); {
 		var conv []byte
-		lease, err := read(h, func(ctx context.Context) (*checkpoint.Lease, error) {
+		lease, err := read(func(ctx context.Context) (*checkpoint.Lease, error) {
 			var l *checkpoint.Lease
 			var err error
 			conv, _, l, err = c.Resume(ctx, key, checkpoint.WithForce(), checkpoint.WithOwner(name), checkpoint.WithoutRenewal())
@@ -459,10 +461,8 @@ func (h *harness) verify(t *testing.T) {
 	for _, a := range h.acks {
 		byKey[a.key] = append(byKey[a.key], a)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	for key, acks := range byKey {
-		hist, err := c.History(ctx, key)
+		hist, err := read(func(ctx context.Context) ([]checkpoint.Version, error) { return c.History(ctx, key) })
 		require.NoError(t, err, key.Session)
 		hashes := map[uint64]string{}
 		for i, v := range hist {
@@ -485,7 +485,13 @@ func (h *harness) verify(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for a := range work {
-				got, v, err := c.Restore(ctx, a.key, a.version)
+				var got []byte
+				v, err := read(func(ctx context.Context) (checkpoint.Version, error) {
+					var v checkpoint.Version
+					var err error
+					got, v, err = c.Restore(ctx, a.key, a.version)
+					return v, err
+				})
 				if !assertNoError(t, err, "%s version %d", a.key.Session, a.version) {
 					continue
 				}
