@@ -211,7 +211,7 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 		body = nil
 	}
 	msg.Data = body
-	if err := c.publish(ctx, msg, o.saveID); err != nil {
+	if _, err := c.publish(ctx, msg, o.saveID); err != nil {
 		return Version{}, err
 	}
 	data, err := c.awaitResult(ctx, sub, resultSubject)
@@ -225,69 +225,116 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 // acknowledged, and the next attempt reaches the newly elected leader.
 const publishAttempt = 2 * time.Second
 
-// publish sends msg until JetStream acknowledges it or ctx ends. Every attempt carries the same
-// message id, so an attempt that was stored but not acknowledged is not stored twice.
-func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) error {
+// noStreamRetries is how many times a publish nobody answers is retried on a single server before
+// it counts as "no stream": there it cannot be an election. In a cluster it is retried until ctx
+// ends, since the stream's leader may be dead and its successor not elected yet (seconds).
+const noStreamRetries = 4
+
+// publish sends msg until JetStream acknowledges it or ctx ends, and returns its stream sequence.
+// Every attempt carries the same message id, so an attempt that was stored but not acknowledged is
+// not stored twice (the acknowledgement of a repeat names the first one's sequence).
+func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) (uint64, error) {
 	noStream := 0
 	for {
 		actx, cancel := context.WithTimeout(ctx, publishAttempt)
-		_, err := c.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
+		ack, err := c.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
 		cancel()
 		switch {
 		case err == nil:
-			return nil
+			return ack.Sequence, nil
 		case ctx.Err() != nil:
-			return publishError(err)
+			return 0, publishError(err)
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 			// Unanswered: a leader being elected. Try again.
-		case errors.Is(err, jetstream.ErrNoStreamResponse) && noStream < 4:
+		case errors.Is(err, jetstream.ErrNoStreamResponse) && (noStream < noStreamRetries || c.nc.ConnectedClusterName() != ""):
 			// No stream answers: an election, or no checkpointd ever ran here. Give it a
 			// moment, then say so.
 			noStream++
 			select {
 			case <-ctx.Done():
-				return publishError(err)
+				return 0, publishError(err)
 			case <-time.After(250 * time.Millisecond):
 			}
 		default:
-			return publishError(err)
+			return 0, publishError(err)
 		}
 	}
 }
 
-// publishChunks sends body in pieces of at most size bytes and waits until each is durable.
+// publishChunks sends body in pieces of at most size bytes and waits until each is durable. The
+// daemon reads the pieces in stream order, so they must be stored in order. They go out together,
+// each tried once; from the first one not acknowledged (a leader lost), they are sent again one at
+// a time, in order, and their message ids make the ones already stored count once. The stream
+// sequences in the acknowledgements prove the order.
 func (c *Client) publishChunks(ctx context.Context, ns, saveID string, body []byte, size int) (int, error) {
 	subject := wire.ChunkSubject(ns, saveID)
-	var futures []jetstream.PubAckFuture
+	var msgs []*nats.Msg
 	for i := 0; i*size < len(body); i++ {
 		m := nats.NewMsg(subject)
 		m.Header.Set(wire.HdrChunk, strconv.Itoa(i))
 		m.Data = body[i*size : min((i+1)*size, len(body))]
-		f, err := c.js.PublishMsgAsync(m, jetstream.WithMsgID(saveID+"."+strconv.Itoa(i)))
+		msgs = append(msgs, m)
+	}
+	id := func(i int) string { return saveID + "." + strconv.Itoa(i) }
+	var futures []jetstream.PubAckFuture
+	for i, m := range msgs {
+		// No retry inside nats.go: a piece retried there could be stored after the next one.
+		f, err := c.js.PublishMsgAsync(m, jetstream.WithMsgID(id(i)), jetstream.WithRetryAttempts(0))
 		if err != nil {
-			return 0, publishError(err)
+			break // the rest are sent one at a time below
 		}
 		futures = append(futures, f)
 	}
+	var seqs []uint64
 	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return 0, publishError(err)
-		case <-ctx.Done():
-			return 0, unavailable("publishing chunks of save %s: %v", saveID, ctx.Err())
+		ack, ok := awaitFuture(ctx, f)
+		if !ok {
+			break
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	for i := len(seqs); i < len(msgs); i++ {
+		seq, err := c.publish(ctx, msgs[i], id(i))
+		if err != nil {
+			return 0, err
+		}
+		seqs = append(seqs, seq)
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] <= seqs[i-1] {
+			return 0, unavailable("the pieces of save %s were stored out of order while a stream leader changed "+
+				"(piece %d at sequence %d, piece %d at %d); save again under a new save id", saveID, i-1, seqs[i-1], i, seqs[i])
 		}
 	}
-	return len(futures), nil
+	return len(msgs), nil
 }
 
-// awaitResult waits for the daemon's outcome of the save and returns its body. The outcome is also
-// kept on CP_RESULTS, so one published before we listened (a duplicate save) is found there.
+// awaitFuture returns the acknowledgement of an asynchronous publish, if it came within
+// publishAttempt.
+func awaitFuture(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, bool) {
+	t := time.NewTimer(publishAttempt)
+	defer t.Stop()
+	select {
+	case ack := <-f.Ok():
+		return ack, true
+	case <-f.Err():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil, false
+}
+
+// awaitResult waits for the daemon's outcome of the save and returns its body: on the subscription
+// and, when it is slow to come, by asking CP_RESULTS for the save id's stored outcome
+// (lookupResult): one published before we listened (a duplicate save) or while this connection was
+// moving to another server (the one it was on died) is found there. No single wait is long: a
+// request sent to a node that has just died is never answered, and only the next one reaches a
+// node that lives. checkResult decides whether to believe it.
 func (c *Client) awaitResult(ctx context.Context, sub *nats.Subscription, subject string) ([]byte, error) {
-	var results jetstream.Stream
+	wait := 250 * time.Millisecond
 	for {
-		wait, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
-		m, err := sub.NextMsgWithContext(wait)
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		m, err := sub.NextMsgWithContext(wctx)
 		cancel()
 		if err == nil {
 			return m.Data, nil
@@ -296,15 +343,28 @@ func (c *Client) awaitResult(ctx context.Context, sub *nats.Subscription, subjec
 			return nil, unavailable("the save was published and is durable, but its outcome did not arrive in time; "+
 				"restore the session to see it, or save again with the same save id (%s)", subject)
 		}
-		if results == nil {
-			if results, err = c.js.Stream(ctx, wire.StreamResults); err != nil {
-				continue
-			}
+		if data, ok := c.lookupResult(ctx, subject); ok {
+			return data, nil
 		}
-		if raw, err := results.GetLastMsgForSubject(ctx, subject); err == nil {
-			return raw.Data, nil
-		}
+		wait = min(2*wait, time.Second)
 	}
+}
+
+// lookupAttempt bounds one request for a stored outcome.
+const lookupAttempt = time.Second
+
+// lookupResult gets the outcome stored on subject with a direct get (docs/protocol.md §4.3), which
+// any replica of CP_RESULTS answers: it needs neither the stream's leader (which may be dead and
+// not yet replaced) nor a stream info request (which goes unanswered meanwhile, and which a tenant
+// may not make). ok is false when there is none yet, or no answer within lookupAttempt.
+func (c *Client) lookupResult(ctx context.Context, subject string) (data []byte, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, lookupAttempt)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+wire.StreamResults+"."+subject, nil)
+	if err != nil || m.Header.Get("Status") != "" || m.Header.Get("Nats-Subject") != subject {
+		return nil, false // no replica answered, or it has no such message (404) yet
+	}
+	return m.Data, true
 }
 
 // checkResult decodes the outcome of a save and checks that it is the outcome of this save. The

@@ -64,7 +64,11 @@ func Compact(ctx context.Context, st Store, key wire.Key, full bool) (Compacted,
 		err = st.SwapHead(ctx, next, rev)
 	}
 	if err != nil {
-		discard(ctx, st, key, []SegmentRef{m.ref})
+		// Only a swap known not to have happened leaves the new segment unreferenced; one whose
+		// answer was lost (a leader died) may have happened, and the sweep removes it otherwise.
+		if errors.Is(err, ErrRevisionMismatch) || errors.Is(err, ErrTooSlow) {
+			discard(ctx, st, key, []SegmentRef{m.ref})
+		}
 		return Compacted{}, err
 	}
 	res := Compacted{Merged: len(m.run), WroteBytes: m.wrote}

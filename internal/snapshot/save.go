@@ -163,11 +163,14 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 			return Saved{}, err
 		}
 		if err := st.SwapHead(ctx, next, rev); err != nil {
-			// Nothing refers to what this attempt wrote: remove it, then look at the new head.
-			discard(ctx, st, req.Key, c.wrote)
 			if errors.Is(err, ErrRevisionMismatch) {
+				// Nothing refers to what this attempt wrote: remove it, then look at the new head.
+				discard(ctx, st, req.Key, c.wrote)
 				continue // another writer committed first
 			}
+			// Any other failure may be a swap that was applied and whose answer was lost (a leader
+			// died): the head may refer to what was written, so it stays; unreferenced, the sweep
+			// removes it.
 			return Saved{}, err
 		}
 		// The version is committed. Should indexing fail, the next save repairs it and reads of the

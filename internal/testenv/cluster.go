@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,27 +21,51 @@ import (
 	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
-// Cluster is a real JetStream cluster of embedded nats-servers, each with its own directory and
-// random ports, routed to one another.
+// Cluster is a real JetStream cluster of nats-servers, each with its own directory and random
+// ports, routed to one another: embedded in the test process (StartCluster) or each in a process of
+// its own (StartCrashCluster, crash.go).
 type Cluster struct {
-	t     testing.TB
-	Nodes []*Node
+	t      testing.TB
+	Nodes  []*Node
+	routes []string // every node's route URL, for restarting one
+	crash  bool     // nodes are child processes, and Kill is SIGKILL
 }
 
 // Node is one server of a Cluster.
 type Node struct {
 	Name, Dir, Listen, ClusterListen string
-	Server                           *server.Server // nil while killed
+	Server                           *server.Server // an embedded node; nil while killed
+
+	proc    *exec.Cmd      // a crash cluster's node; nil while killed
+	stdin   io.WriteCloser // closing it ends the node, should the test not
+	control string         // host:port where the node answers queries (crash.go)
 }
 
-// StartCluster starts n servers and waits until JetStream has a leader. Everything stops when the
-// test ends. Ports are picked free, but another process may take one before a server binds it:
-// then the whole cluster starts again on new ports (up to three times).
+// Alive reports whether the node runs (it was not killed, or was restarted since).
+func (n *Node) Alive() bool { return n.Server != nil || n.proc != nil }
+
+// StartCluster starts n embedded servers and waits until JetStream has a leader. Everything stops
+// when the test ends. Kill shuts a node down gracefully: its leaders hand over first.
 func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return startCluster(t, n, false)
+}
+
+// StartCrashCluster starts n servers as child processes (see crash.go) and waits until JetStream
+// has a leader; Kill is SIGKILL, and the cluster must notice the death by itself, as it would a
+// crash. The package's TestMain must call RunNodeIfChild.
+func StartCrashCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return startCluster(t, n, true)
+}
+
+// startCluster starts the nodes. Ports are picked free, but another process may take one before a
+// server binds it: then the whole cluster starts again on new ports (up to three times).
+func startCluster(t testing.TB, n int, crash bool) *Cluster {
 	t.Helper()
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		c := &Cluster{t: t}
+		c := &Cluster{t: t, crash: crash}
 		if err = c.startNodes(n); err == nil {
 			t.Cleanup(func() {
 				for _, node := range c.Nodes {
@@ -67,6 +92,7 @@ func (c *Cluster) startNodes(n int) error {
 		c.Nodes = append(c.Nodes, node)
 		routes = append(routes, "nats-route://"+node.ClusterListen)
 	}
+	c.routes = routes
 	errs := make(chan error, n)
 	for _, node := range c.Nodes {
 		go func() { errs <- c.start(node, routes) }()
@@ -81,6 +107,9 @@ func (c *Cluster) startNodes(n int) error {
 }
 
 func (c *Cluster) start(node *Node, routes []string) error {
+	if c.crash {
+		return c.startProcess(node, routes)
+	}
 	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: node.Dir, Listen: node.Listen, Name: node.Name,
 		ClusterName: "cp-test", ClusterListen: node.ClusterListen, Routes: routes})
 	node.Server = s
@@ -107,13 +136,88 @@ func (c *Cluster) Node(name string) *Node {
 	return nil
 }
 
-// Kill shuts one server down at once, as losing its machine would.
+// Kill stops one server: in a crash cluster at once (SIGKILL), otherwise with a graceful shutdown.
 func (c *Cluster) Kill(name string) {
 	node := c.Node(name)
+	if node.proc != nil {
+		killProcess(node)
+	}
 	if node.Server != nil {
 		node.Server.Shutdown()
 		node.Server.WaitForShutdown()
 		node.Server = nil
+	}
+}
+
+// Restart starts a killed node again on its own directory and ports, as a machine coming back
+// would: it rejoins the cluster and catches its replicas up. A port another process took meanwhile
+// fails the test.
+func (c *Cluster) Restart(name string) {
+	c.t.Helper()
+	node := c.Node(name)
+	if node.Alive() {
+		return
+	}
+	require.NoError(c.t, c.start(node, c.routes), "restarting %s", name)
+}
+
+// StreamLeader returns the name of the node leading stream (a KV bucket's stream is KV_<bucket>),
+// waiting up to timeout for one to be elected; "" if none was.
+func (c *Cluster) StreamLeader(stream string, timeout time.Duration) string {
+	return c.leader(timeout, query{StreamLeader: stream})
+}
+
+// ConsumerLeader returns the name of the node leading consumer of stream, as StreamLeader does.
+func (c *Cluster) ConsumerLeader(stream, consumer string, timeout time.Duration) string {
+	return c.leader(timeout, query{ConsumerStream: stream, Consumer: consumer})
+}
+
+// MetaLeader returns the name of the node leading the JetStream meta group, as StreamLeader does.
+func (c *Cluster) MetaLeader(timeout time.Duration) string {
+	return c.leader(timeout, query{Meta: true})
+}
+
+// StepDown asks the leader of stream (of its consumer, if consumer is not "") to hand its
+// leadership to another replica, and waits until one has it (up to timeout). A test uses it to put
+// leaders where it wants them before a kill.
+func (c *Cluster) StepDown(stream, consumer string, timeout time.Duration) {
+	c.t.Helper()
+	nc := c.Conn()
+	defer nc.Close()
+	subject := "$JS.API.STREAM.LEADER.STEPDOWN." + stream
+	if consumer != "" {
+		subject = "$JS.API.CONSUMER.LEADER.STEPDOWN." + stream + "." + consumer
+	}
+	reply, err := nc.Request(subject, nil, timeout)
+	require.NoError(c.t, err, "stepping down the leader of %s %s", stream, consumer)
+	require.NotContains(c.t, string(reply.Data), `"error"`, "stepping down the leader of %s %s", stream, consumer)
+}
+
+// LiveNodes names the nodes that run.
+func (c *Cluster) LiveNodes() []string {
+	var names []string
+	for _, node := range c.Nodes {
+		if node.Alive() {
+			names = append(names, node.Name)
+		}
+	}
+	return names
+}
+
+// leader asks each live server whether it leads, until one does or timeout passes. The servers'
+// own view is used rather than a stream info request, which goes unanswered while there is no leader.
+func (c *Cluster) leader(timeout time.Duration, q query) string {
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, node := range c.Nodes {
+			if c.ask(node, q) {
+				return node.Name
+			}
+		}
+		if time.Now().After(deadline) {
+			return ""
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -132,37 +236,85 @@ func (c *Cluster) WaitForJetStream() {
 		}
 		// Every live node must be a current peer, or R3 placement fails.
 		for _, node := range c.Nodes {
-			if node.Server == nil {
-				continue
-			}
-			info, err := node.Server.Jsz(nil)
-			if err != nil || info.Meta == nil || info.Meta.Leader == "" {
+			if node.Alive() && !c.ask(node, query{MetaLive: c.live()}) {
 				return false
-			}
-			if info.Meta.Leader == node.Name {
-				live := 0
-				for _, p := range info.Meta.Replicas {
-					if p.Current && !p.Offline {
-						live++
-					}
-				}
-				if live < c.live()-1 {
-					return false
-				}
 			}
 		}
 		return true
 	}, 30*time.Second, 100*time.Millisecond, "JetStream cluster never elected a leader")
 }
 
+// WaitForReplicas waits until every stream and durable consumer has a leader and every other node as a
+// current replica: a node restarted after a kill has caught up, and the cluster can lose another.
+func (c *Cluster) WaitForReplicas() {
+	c.t.Helper()
+	nc := c.Conn()
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(c.t, err)
+	require.Eventually(c.t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return c.allCurrent(ctx, js)
+	}, 60*time.Second, 100*time.Millisecond, "streams never had every replica current")
+}
+
+// allCurrent reports whether every stream and consumer has a leader and len(Nodes)-1 current followers.
+func (c *Cluster) allCurrent(ctx context.Context, js jetstream.JetStream) bool {
+	current := func(ci *jetstream.ClusterInfo) bool {
+		if ci == nil || ci.Leader == "" || len(ci.Replicas) != len(c.Nodes)-1 {
+			return false
+		}
+		for _, p := range ci.Replicas {
+			if !p.Current || p.Offline {
+				return false
+			}
+		}
+		return true
+	}
+	streams := js.ListStreams(ctx)
+	n := 0
+	for info := range streams.Info() {
+		n++
+		if !current(info.Cluster) {
+			return false
+		}
+		s, err := js.Stream(ctx, info.Config.Name)
+		if err != nil {
+			return false
+		}
+		consumers := s.ListConsumers(ctx)
+		for ci := range consumers.Info() {
+			if ci.Config.Durable != "" && !current(ci.Cluster) { // ephemeral ones (watchers) are R1
+				return false
+			}
+		}
+		if consumers.Err() != nil {
+			return false
+		}
+	}
+	return streams.Err() == nil && n > 0
+}
+
 func (c *Cluster) live() int {
 	n := 0
 	for _, node := range c.Nodes {
-		if node.Server != nil {
+		if node.Alive() {
 			n++
 		}
 	}
 	return n
+}
+
+// ask evaluates q on node; a node that is down answers false.
+func (c *Cluster) ask(node *Node, q query) bool {
+	switch {
+	case node.Server != nil:
+		return q.answer(node.Server)
+	case node.proc != nil:
+		return askProcess(node, q)
+	}
+	return false
 }
 
 // Conn connects to the cluster (any node, reconnecting to the others).

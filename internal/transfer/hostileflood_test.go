@@ -114,14 +114,14 @@ func TestBounds_SavesBeyondTheBudgetAreBusyThenGoThrough(t *testing.T) {
 	res = saveRaw(t, nc, key.WithDefaults(), "busy-2", nil, conv)
 	require.True(t, res.OK, "%+v", res.Error)
 
-	big := largeConversation(4 << 20)
+	big := bigConversation(4 << 20)
 	v, err := env.Client.Save(ctx, checkpoint.Key{Session: "larger than the budget"}, big)
 	require.NoError(t, err)
 	require.Greater(t, v.RawBytes, int64(1<<20))
 }
 
-// largeConversation returns a conversation of about n bytes that compresses little (base64 of
+// bigConversation returns a conversation of about n bytes that compresses little (base64 of
 // random bytes).
-func largeConversation(n int) []byte {
+func bigConversation(n int) []byte {
 	return []byte(`[` + imageMessage("big", randomBytes(n*3/4)) + `]`)
 }

@@ -107,6 +107,9 @@ func (in *ingester) consume(ctx context.Context) error {
 		// Short pulls: after a consumer leader change (a node lost) the next pull finds the new
 		// leader within seconds, instead of waiting out a missed 30 s request.
 		jetstream.PullExpiry(5*time.Second),
+		// ...and a consumer leader that died is noticed after two missed heartbeats (2 s), not the
+		// default's 5 s, so the pulls go to its successor soon after the election.
+		jetstream.PullHeartbeat(time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			in.log.Warn("ingest: consumer", "err", err)
 		}))
@@ -206,9 +209,7 @@ func (in *ingester) handle(msg jetstream.Msg) {
 			in.log.Warn("ingest: could not remove settled chunks; they expire with the stream's max age", "subject", subj, "err", err)
 		}
 	}
-	actx, acancel := opContext(ctx)
-	defer acancel()
-	if err := msg.DoubleAck(actx); err != nil {
+	if err := in.ack(ctx, msg); err != nil {
 		// The outcome is stored; a redelivery finds the save id at the head and changes nothing.
 		in.log.Warn("ingest: ack failed", "session", key, "save", saveID, "err", err)
 	}
@@ -273,7 +274,7 @@ func (in *ingester) refuseUnattributed(msg jetstream.Msg, seq uint64, ns string,
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	if err := msg.DoubleAck(ctx); err != nil {
+	if err := in.ack(ctx, msg); err != nil {
 		in.log.Warn("ingest: ack failed", "subject", msg.Subject(), "seq", seq, "err", err)
 	}
 	in.observe(res, start)
@@ -604,6 +605,18 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// resultAttempt bounds one publish of a result, and resultRetryWait is the pause between attempts.
+// A publish to the leader of CP_RESULTS that just died is never answered, and until a successor is
+// elected (seconds after a crash) nobody answers at all; retrying here, at once, puts the outcome
+// on the stream moments after the election. (Going through a redelivery instead would wait out a
+// delay and then read the same dead leader again.)
+const (
+	resultAttempt   = time.Second
+	resultRetryWait = 100 * time.Millisecond
+)
+
+// publishResult stores res on CP_RESULTS, retrying until it is stored or ctx ends. Every attempt
+// also reaches a client listening on the result's subject, stored or not.
 func (in *ingester) publishResult(ctx context.Context, res wire.SaveResult) error {
 	return in.publishResultOn(ctx, wire.ResultSubject(res.Key.Namespace, res.SaveID), res)
 }
@@ -613,10 +626,40 @@ func (in *ingester) publishResultOn(ctx context.Context, subject string, res wir
 	if err != nil {
 		return err
 	}
-	ctx, cancel := opContext(ctx)
-	defer cancel()
-	_, err = in.js.Publish(ctx, subject, data)
-	return err
+	for {
+		actx, cancel := context.WithTimeout(ctx, resultAttempt)
+		_, err = in.js.Publish(actx, subject, data)
+		cancel()
+		if err == nil || !retry(ctx, resultRetryWait) {
+			return err
+		}
+	}
+}
+
+// retry waits d and reports whether ctx still allows another attempt.
+func retry(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// ack acknowledges a settled save, retrying until JetStream confirms it or ctx ends: an ack sent
+// to a consumer leader that just died is lost, and the save would be delivered again after ackWait
+// and settled a second time (as a duplicate).
+func (in *ingester) ack(ctx context.Context, msg jetstream.Msg) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, resultAttempt)
+		err := msg.DoubleAck(actx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) || !retry(ctx, resultRetryWait) {
+			return err
+		}
+	}
 }
 
 func (in *ingester) observe(res wire.SaveResult, start time.Time) {

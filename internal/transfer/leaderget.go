@@ -70,6 +70,9 @@ func (r reader) apiGet(ctx context.Context, s jetstream.Stream, req map[string]a
 		if resp.Error.Code == 404 {
 			return nil, jetstream.ErrMsgNotFound
 		}
+		if resp.Error.Code == 503 { // no leader yet (an election): the client may retry
+			return nil, fmt.Errorf("stream %s: message get: %s (%d): %w", s.CachedInfo().Config.Name, resp.Error.Description, resp.Error.ErrCode, errUnavailable)
+		}
 		return nil, fmt.Errorf("stream %s: message get: %s (%d)", s.CachedInfo().Config.Name, resp.Error.Description, resp.Error.ErrCode)
 	}
 	if resp.Message == nil {
