@@ -18,8 +18,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,7 +82,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 func Connect(url string, natsOpts []nats.Option, opts ...Option) (*Client, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("checkpoint client")}, natsOpts...)...)
 	if err != nil {
-		return nil, unavailable("connecting to %s: %v", url, err)
+		return nil, unavailable("connecting to %s: %v", redactURLs(url), err)
 	}
 	c, err := New(nc, opts...)
 	if err != nil {
@@ -89,6 +91,21 @@ func Connect(url string, natsOpts []nats.Option, opts ...Option) (*Client, error
 	}
 	c.ownConn = true
 	return c, nil
+}
+
+// redactURLs hides the password (or token) of every URL in a comma-separated list (nats://user:password@host),
+// for error messages.
+func redactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := neturl.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			if _, ok := u.User.Password(); !ok {
+				u.User = neturl.User("xxxxx") // nats://TOKEN@host: the user part is the secret
+			}
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // Close closes the connection if Connect opened it.
@@ -204,7 +221,8 @@ func (c *Client) request(ctx context.Context, subject string, req any) (*nats.Ms
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, unavailable("no checkpointd is answering on %s (is the daemon running?)", subject)
+		return nil, unavailable("no checkpointd is answering on %s (is the daemon running? If it runs with --tenants, "+
+			"a login reaches only its own namespace)", subject)
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, unavailable("no reply from checkpointd on %s in time", subject)
 	case err != nil:

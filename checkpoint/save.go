@@ -284,7 +284,6 @@ func (c *Client) publishChunks(ctx context.Context, ns, saveID string, body []by
 // awaitResult waits for the daemon's outcome of the save and returns its body. The outcome is also
 // kept on CP_RESULTS, so one published before we listened (a duplicate save) is found there.
 func (c *Client) awaitResult(ctx context.Context, sub *nats.Subscription, subject string) ([]byte, error) {
-	var results jetstream.Stream
 	for {
 		wait, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
 		m, err := sub.NextMsgWithContext(wait)
@@ -296,15 +295,23 @@ func (c *Client) awaitResult(ctx context.Context, sub *nats.Subscription, subjec
 			return nil, unavailable("the save was published and is durable, but its outcome did not arrive in time; "+
 				"restore the session to see it, or save again with the same save id (%s)", subject)
 		}
-		if results == nil {
-			if results, err = c.js.Stream(ctx, wire.StreamResults); err != nil {
-				continue
-			}
-		}
-		if raw, err := results.GetLastMsgForSubject(ctx, subject); err == nil {
-			return raw.Data, nil
+		if data, ok := c.storedResult(ctx, subject); ok {
+			return data, nil
 		}
 	}
+}
+
+// storedResult gets the last result kept on subject with a JetStream direct get by subject: one
+// plain request, which a tenant's NATS account imports for its own namespace only. (Not stream
+// info, which would list other namespaces' save ids and is not imported.)
+func (c *Client) storedResult(ctx context.Context, subject string) ([]byte, bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(ctx, wire.ResultDirectGetPrefix+subject, nil)
+	if err != nil || m.Header.Get("Status") != "" { // 404: not stored (yet)
+		return nil, false
+	}
+	return m.Data, true
 }
 
 // checkResult decodes the outcome of a save and checks that it is the outcome of this save. The
@@ -351,7 +358,8 @@ func (c *Client) checkResult(ctx context.Context, data []byte, key Key, saveID, 
 
 func publishError(err error) error {
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		return unavailable("no JetStream stream accepted the save (has checkpointd ever started on this server?): %v", err)
+		return unavailable("no JetStream stream accepted the save (has checkpointd ever started on this server? If it runs with "+
+			"--tenants, a login saves only to its own namespace): %v", err)
 	}
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return &Error{Code: wire.CodeTooLarge, Message: err.Error(), Index: -1, Offset: -1}
