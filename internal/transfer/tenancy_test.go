@@ -292,32 +292,50 @@ func TestTenancy_OtherNamespacesAreUnreachable(t *testing.T) {
 	alice := e.Client(asAlice())
 	otherBob := checkpoint.Key{Namespace: "bob", Session: "new"}
 	ops := map[string]func(ctx context.Context) error{
-		"list":     func(ctx context.Context) error { _, err := alice.List(ctx, "bob"); return err },
-		"list -A":  func(ctx context.Context) error { _, err := alice.ListAll(ctx); return err },
-		"history":  func(ctx context.Context) error { _, err := alice.History(ctx, bobKey); return err },
-		"get":      func(ctx context.Context) error { _, err := alice.Get(ctx, bobKey, 0); return err },
-		"read":     func(ctx context.Context) error { _, _, err := alice.Restore(ctx, bobKey, 1); return err },
-		"merged":   func(ctx context.Context) error { _, _, err := alice.RestoreMerged(ctx, "bob", bobKey.Session, false); return err },
+		"list":    func(ctx context.Context) error { _, err := alice.List(ctx, "bob"); return err },
+		"list -A": func(ctx context.Context) error { _, err := alice.ListAll(ctx); return err },
+		"history": func(ctx context.Context) error { _, err := alice.History(ctx, bobKey); return err },
+		"get":     func(ctx context.Context) error { _, err := alice.Get(ctx, bobKey, 0); return err },
+		"read":    func(ctx context.Context) error { _, _, err := alice.Restore(ctx, bobKey, 1); return err },
+		"merged": func(ctx context.Context) error {
+			_, _, err := alice.RestoreMerged(ctx, "bob", bobKey.Session, false)
+			return err
+		},
 		"save":     func(ctx context.Context) error { _, err := alice.Save(ctx, bobKey, tenancyConv("x", 4)); return err },
 		"new save": func(ctx context.Context) error { _, err := alice.Save(ctx, otherBob, tenancyConv("x", 1)); return err },
 		"chunked save": func(ctx context.Context) error {
 			_, err := alice.Save(ctx, otherBob, bigConv("x"))
 			return err
 		},
-		"append":       func(ctx context.Context) error { _, err := alice.Append(ctx, bobKey, 1, []byte(`[]`)); return err },
-		"lease":        func(ctx context.Context) error { _, err := alice.Acquire(ctx, bobKey, checkpoint.WithForce()); return err },
+		"append": func(ctx context.Context) error { _, err := alice.Append(ctx, bobKey, 1, []byte(`[]`)); return err },
+		"lease": func(ctx context.Context) error {
+			_, err := alice.Acquire(ctx, bobKey, checkpoint.WithForce())
+			return err
+		},
 		"lease status": func(ctx context.Context) error { _, err := alice.LeaseStatus(ctx, bobKey); return err },
 		"fork from":    func(ctx context.Context) error { _, err := alice.Fork(ctx, bobKey, 1, aliceKey); return err },
 		"fork into": func(ctx context.Context) error {
 			_, err := alice.Fork(ctx, aliceKey, 1, otherBob)
 			return err
 		},
-		"prune":   func(ctx context.Context) error { _, err := alice.Prune(ctx, "bob", checkpoint.PruneOptions{KeepLast: 1}); return err },
-		"delete":  func(ctx context.Context) error { _, err := alice.Delete(ctx, bobKey, nil); return err },
-		"seal":    func(ctx context.Context) error { _, err := alice.Seal(ctx, bobKey, 1, "nats://elsewhere"); return err },
-		"import":  func(ctx context.Context) error { _, _, err := alice.ImportBundle(ctx, bundle, checkpoint.ImportOptions{}); return err },
-		"export":  func(ctx context.Context) error { _, err := alice.Export(ctx, &bytes.Buffer{}, []checkpoint.Key{bobKey}, checkpoint.ExportOptions{}); return err },
-		"migrate": func(ctx context.Context) error { _, err := alice.Migrate(ctx, alice, bobKey, checkpoint.MigrateOptions{}); return err },
+		"prune": func(ctx context.Context) error {
+			_, err := alice.Prune(ctx, "bob", checkpoint.PruneOptions{KeepLast: 1})
+			return err
+		},
+		"delete": func(ctx context.Context) error { _, err := alice.Delete(ctx, bobKey, nil); return err },
+		"seal":   func(ctx context.Context) error { _, err := alice.Seal(ctx, bobKey, 1, "nats://elsewhere"); return err },
+		"import": func(ctx context.Context) error {
+			_, _, err := alice.ImportBundle(ctx, bundle, checkpoint.ImportOptions{})
+			return err
+		},
+		"export": func(ctx context.Context) error {
+			_, err := alice.Export(ctx, &bytes.Buffer{}, []checkpoint.Key{bobKey}, checkpoint.ExportOptions{})
+			return err
+		},
+		"migrate": func(ctx context.Context) error {
+			_, err := alice.Migrate(ctx, alice, bobKey, checkpoint.MigrateOptions{})
+			return err
+		},
 	}
 	// All at once: each waits for nobody to answer (a save retries for a few seconds, as it would
 	// through a leader election).
