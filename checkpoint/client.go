@@ -82,7 +82,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 func Connect(url string, natsOpts []nats.Option, opts ...Option) (*Client, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("checkpoint client")}, natsOpts...)...)
 	if err != nil {
-		return nil, unavailable("connecting to %s: %v", redactURLs(url), err)
+		return nil, unavailable("connecting to %s: %v", PublicURL(url), err)
 	}
 	c, err := New(nc, opts...)
 	if err != nil {
@@ -93,16 +93,16 @@ func Connect(url string, natsOpts []nats.Option, opts ...Option) (*Client, error
 	return c, nil
 }
 
-// redactURLs hides the password (or token) of every URL in a comma-separated list (nats://user:password@host),
-// for error messages.
-func redactURLs(urls string) string {
+// PublicURL is urls (one NATS URL, or a comma-separated list) without the credentials any of them
+// carries (nats://user:password@host, nats://token@host): for error messages, and for what is
+// recorded elsewhere (where a migrated session moved to, a bundle's source). Anything that does not
+// parse as a URL is returned as it is.
+func PublicURL(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
 		if u, err := neturl.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			if _, ok := u.User.Password(); !ok {
-				u.User = neturl.User("xxxxx") // nats://TOKEN@host: the user part is the secret
-			}
-			parts[i] = u.Redacted()
+			u.User = nil
+			parts[i] = u.String()
 		}
 	}
 	return strings.Join(parts, ",")

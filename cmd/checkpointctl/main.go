@@ -50,6 +50,7 @@ type App struct {
 	Stdout, Stderr io.Writer
 	Server         string
 	Creds          string
+	Nkey           string // file holding an nkey seed (SU...)
 	Timeout        time.Duration
 	// StdoutIsTerminal adds a final newline to raw output meant for a person.
 	StdoutIsTerminal bool
@@ -92,8 +93,9 @@ func main() {
 func (a *App) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("checkpointctl", flag.ContinueOnError)
 	fs.SetOutput(a.Stderr)
-	fs.StringVar(&a.Server, "server", defaultServer(), "NATS URL of the checkpointd deployment (env CHECKPOINTCTL_SERVER or NATS_URL)")
+	fs.StringVar(&a.Server, "server", defaultServer(), "NATS URL of the checkpointd deployment, e.g. nats://user:password@host:4222 (env CHECKPOINTCTL_SERVER or NATS_URL, which keep a password off the command line)")
 	fs.StringVar(&a.Creds, "creds", "", "NATS credentials file")
+	fs.StringVar(&a.Nkey, "nkey", "", "file holding the nkey seed to log in with (a --tenants entry's \"nkey\" is its public key)")
 	fs.DurationVar(&a.Timeout, "timeout", 30*time.Second, "how long to wait for checkpointd")
 	fs.Usage = func() { a.usage(fs) }
 	if err := fs.Parse(args); err != nil {
@@ -151,6 +153,13 @@ func (a *App) connect() (*checkpoint.Client, error) {
 	opts = append(opts, nats.Timeout(min(a.Timeout, 10*time.Second)))
 	if a.Creds != "" {
 		opts = append(opts, nats.UserCredentials(a.Creds))
+	}
+	if a.Nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(a.Nkey)
+		if err != nil {
+			return nil, usageErr(fmt.Errorf("--nkey %s: %w", a.Nkey, err))
+		}
+		opts = append(opts, o)
 	}
 	return checkpoint.Connect(a.Server, opts, checkpoint.WithTimeout(a.Timeout))
 }

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,8 +68,27 @@ type Tenants struct {
 // is taken as a bcrypt hash, as nats-server does (nats server passwd makes one).
 type Login struct {
 	User     string `json:"user,omitempty"`
-	Password string `json:"password,omitempty"`
+	Password Secret `json:"password,omitempty"`
 	Nkey     string `json:"nkey,omitempty"`
+}
+
+// Secret is a password. Printed, logged or encoded as JSON it shows as [redacted], so a mistake in
+// a log line cannot leak it; string(s) is the password.
+type Secret string
+
+const redacted = "[redacted]"
+
+func (Secret) String() string               { return redacted }
+func (Secret) GoString() string             { return `"` + redacted + `"` }
+func (Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
+func (s Secret) LogValue() slog.Value       { return slog.StringValue(redacted) }
+
+// String names the login without its password, so that printing or logging one leaks nothing.
+func (l Login) String() string {
+	if l.Nkey != "" {
+		return "nkey " + l.Nkey
+	}
+	return "user " + l.User
 }
 
 // Tenant is a login confined to one namespace.
@@ -76,6 +96,9 @@ type Tenant struct {
 	Namespace string `json:"namespace"`
 	Login
 }
+
+// String is the tenant without its password.
+func (t Tenant) String() string { return fmt.Sprintf("namespace %q, %s", t.Namespace, t.Login) }
 
 // TenantsFileError says what is wrong with a tenants file, and where. It never quotes a password.
 type TenantsFileError struct {
@@ -293,7 +316,7 @@ func writeImporter(b *strings.Builder, account string, logins []Login, grants []
 		if l.Nkey != "" {
 			fmt.Fprintf(b, "      {nkey: %s}\n", confString(l.Nkey))
 		} else {
-			fmt.Fprintf(b, "      {user: %s, password: %s}\n", confString(l.User), confString(l.Password))
+			fmt.Fprintf(b, "      {user: %s, password: %s}\n", confString(l.User), confString(string(l.Password)))
 		}
 	}
 	b.WriteString("    ]\n    imports: [\n")
@@ -360,10 +383,10 @@ func applyTenants(opts *server.Options, t *Tenants, daemonPassword string) error
 func (t *Tenants) redact(s string, extra ...string) string {
 	pws := extra
 	for _, a := range t.Admins {
-		pws = append(pws, a.Password)
+		pws = append(pws, string(a.Password))
 	}
 	for _, tn := range t.Tenants {
-		pws = append(pws, tn.Password)
+		pws = append(pws, string(tn.Password))
 	}
 	for _, p := range pws {
 		if p != "" {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -759,13 +760,26 @@ func TestTenants_Parse(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
+// Printed or logged by mistake, a tenants file shows no password.
+func TestTenants_PrintShowsNoPassword(t *testing.T) {
+	f := newTenancyFixture(t)
+	var logs bytes.Buffer
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("t", "tenants", f.tenants, "one", f.tenants.Tenants[0], "admin", f.tenants.Admins[0])
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("t", "tenants", f.tenants)
+	out := fmt.Sprintf("%v %+v %#v %s", f.tenants, f.tenants, f.tenants.Tenants, f.tenants.Admins) + logs.String()
+	require.Contains(t, out, "alice-ci")
+	for _, pw := range []string{"ops-secret-PW1", "alice-secret-PW2", "alice-ci-secret-PW3"} {
+		require.NotContains(t, out, pw)
+	}
+}
+
 // Passwords and namespaces may hold anything (quotes, braces, $, newlines, any byte); the printed
 // configuration carries them exactly, and logins with them work.
 func TestTenants_ConfigQuotesAnything(t *testing.T) {
 	weird := []string{`pa"ss`, `back\slash`, "new\nline\ttab", "$VAR", "{braces} [x] #c //c", "ünï €", "'single'", "\x01\x7f"}
 	tn := &transfer.Tenants{}
 	for i, pw := range weird {
-		tn.Tenants = append(tn.Tenants, transfer.Tenant{Namespace: "ns " + pw + strconv.Itoa(i), Login: transfer.Login{User: "u" + strconv.Itoa(i) + `"x`, Password: pw}})
+		tn.Tenants = append(tn.Tenants, transfer.Tenant{Namespace: "ns " + pw + strconv.Itoa(i), Login: transfer.Login{User: "u" + strconv.Itoa(i) + `"x`, Password: transfer.Secret(pw)}})
 	}
 	e := testenv.StartTenancy(t, tn, 0)
 	for i, pw := range weird {
