@@ -256,18 +256,29 @@ func TestTenancy_TenantUsesItsNamespace(t *testing.T) {
 	bundle := filepath.Join(t.TempDir(), "alice.cpbundle")
 	out, err := os.Create(bundle)
 	require.NoError(t, err)
-	_, err = alice.Export(ctx, out, []checkpoint.Key{aliceKey, big}, checkpoint.ExportOptions{})
+	_, err = alice.Export(ctx, out, []checkpoint.Key{aliceKey, big}, checkpoint.ExportOptions{Source: "nats://alice:alice-secret-PW2@" + e.Cfg.Listen})
 	require.NoError(t, err)
 	require.NoError(t, out.Close())
 	e2 := testenv.StartTenancy(t, f.tenants, 64<<10)
-	_, n, err := e2.Client(asAliceCI()).ImportBundle(ctx, bundle, checkpoint.ImportOptions{})
+	sum, n, err := e2.Client(asAliceCI()).ImportBundle(ctx, bundle, checkpoint.ImportOptions{})
 	require.NoError(t, err)
 	require.Positive(t, n)
+	require.Equal(t, "nats://"+e.Cfg.Listen, sum.Source, "a bundle never carries a password")
 	moved := checkpoint.Key{Namespace: "alice", Session: "moving"}
 	_, err = alice.Save(ctx, moved, tenancyConv("moving", 2))
 	require.NoError(t, err)
-	_, err = alice.Migrate(ctx, e2.Client(asAlice()), moved, checkpoint.MigrateOptions{MovedTo: e2.URL()})
+	withPassword := "nats://alice:alice-secret-PW2@" + e2.Cfg.Listen
+	_, err = alice.Migrate(ctx, e2.Client(asAlice()), moved, checkpoint.MigrateOptions{MovedTo: withPassword})
 	require.NoError(t, err)
+	heads, err = alice.List(ctx, "alice")
+	require.NoError(t, err)
+	var movedTo string
+	for _, h := range heads {
+		if h.Key == moved.WithDefaults() && h.Moved != nil {
+			movedTo = h.Moved.To
+		}
+	}
+	require.Equal(t, e2.URL(), movedTo, "the source records where it went, without the password")
 	head, err := alice.Get(ctx, moved, 0)
 	require.NoError(t, err)
 	_, err = alice.Save(ctx, moved, tenancyConv("moving", 3))
