@@ -32,9 +32,9 @@ import (
 // bob's session and every stream of the daemon's account must be exactly as before.
 
 type tenancyFixture struct {
-	tenants *transfer.Tenants
-	bobKey  nkeys.KeyPair
-	admKey  nkeys.KeyPair
+	tenants   *transfer.Tenants
+	tenBobKey nkeys.KeyPair
+	admKey    nkeys.KeyPair
 }
 
 func newTenancyFixture(t *testing.T) tenancyFixture {
@@ -47,7 +47,7 @@ func newTenancyFixture(t *testing.T) tenancyFixture {
 	require.NoError(t, err)
 	admPub, err := adm.PublicKey()
 	require.NoError(t, err)
-	return tenancyFixture{bobKey: bob, admKey: adm, tenants: &transfer.Tenants{
+	return tenancyFixture{tenBobKey: bob, admKey: adm, tenants: &transfer.Tenants{
 		Admins: []transfer.Login{{User: "ops", Password: "ops-secret-PW1"}, {Nkey: admPub}},
 		Tenants: []transfer.Tenant{
 			{Namespace: "alice", Login: transfer.Login{User: "alice", Password: "alice-secret-PW2"}},
@@ -66,7 +66,7 @@ func nkeyLogin(t *testing.T, kp nkeys.KeyPair) nats.Option {
 	return nats.Nkey(pub, kp.Sign)
 }
 
-func (f tenancyFixture) asBob(t *testing.T) nats.Option { return nkeyLogin(t, f.bobKey) }
+func (f tenancyFixture) asBob(t *testing.T) nats.Option { return nkeyLogin(t, f.tenBobKey) }
 
 // tenancyConv is a small conversation carrying marker, so a test can look for it in what a
 // hostile tenant received.
@@ -83,8 +83,8 @@ func tenancyConv(marker string, n int) []byte {
 	return []byte(b.String())
 }
 
-// bigConv is a conversation whose zstd form does not fit in one 64 KiB message: a chunked save.
-func bigConv(marker string) []byte {
+// tenBigConv is a conversation whose zstd form does not fit in one 64 KiB message: a chunked save.
+func tenBigConv(marker string) []byte {
 	rnd := make([]byte, 150<<10)
 	for i := range rnd {
 		rnd[i] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[(i*7919+i*i*31)%62]
@@ -92,20 +92,20 @@ func bigConv(marker string) []byte {
 	return []byte(`[{"role":"user","content":[{"type":"text","text":"` + marker + " " + string(rnd) + `"}],"timestamp":1}]`)
 }
 
-func tctx(t *testing.T) context.Context {
+func tenCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// daemonState is every stream of the daemon's account (messages and sequences) and the ingest
+// tenDaemonState is every stream of the daemon's account (messages and sequences) and the ingest
 // consumers: what a purge, a deletion or a stray write would change. The daemons of these tests do
 // not compact (CompactIdle 0), so nothing changes it but clients.
-func daemonState(t *testing.T, nc *nats.Conn) map[string]string {
+func tenDaemonState(t *testing.T, nc *nats.Conn) map[string]string {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	ctx := tctx(t)
+	ctx := tenCtx(t)
 	out := map[string]string{}
 	names := js.StreamNames(ctx)
 	for name := range names.Name() {
@@ -127,11 +127,11 @@ func daemonState(t *testing.T, nc *nats.Conn) map[string]string {
 	return out
 }
 
-// sessionState is what bob (or anyone) can see of a session: every version record and the head's
+// tenSessionState is what bob (or anyone) can see of a session: every version record and the head's
 // conversation.
-func sessionState(t *testing.T, c *checkpoint.Client, key checkpoint.Key) string {
+func tenSessionState(t *testing.T, c *checkpoint.Client, key checkpoint.Key) string {
 	t.Helper()
-	ctx := tctx(t)
+	ctx := tenCtx(t)
 	hist, err := c.History(ctx, key)
 	require.NoError(t, err)
 	conv, _, err := c.Restore(ctx, key, 0)
@@ -141,7 +141,7 @@ func sessionState(t *testing.T, c *checkpoint.Client, key checkpoint.Key) string
 	return string(rec) + "\n" + wire.Hash(conv)
 }
 
-// startTenancy runs the fixture's deployment with a 64 KiB max_payload, so that bigConv is saved in
+// startTenancy runs the fixture's deployment with a 64 KiB max_payload, so that tenBigConv is saved in
 // chunks, and stores one session for alice and one for bob.
 func startTenancy(t *testing.T) (tenancyFixture, *testenv.Tenancy) {
 	t.Helper()
@@ -152,16 +152,16 @@ func startTenancy(t *testing.T) (tenancyFixture, *testenv.Tenancy) {
 }
 
 var (
-	aliceKey = checkpoint.Key{Namespace: "alice", Session: "diary", Agent: "main"}
-	bobKey   = checkpoint.Key{Namespace: "bob", Session: "private", Agent: "main"}
+	tenAliceKey = checkpoint.Key{Namespace: "alice", Session: "diary", Agent: "main"}
+	tenBobKey   = checkpoint.Key{Namespace: "bob", Session: "private", Agent: "main"}
 )
 
 func seedTenancy(t *testing.T, f tenancyFixture, e *testenv.Tenancy) {
 	t.Helper()
-	ctx := tctx(t)
-	_, err := e.Client(asAlice()).Save(ctx, aliceKey, tenancyConv("alice-marker", 2))
+	ctx := tenCtx(t)
+	_, err := e.Client(asAlice()).Save(ctx, tenAliceKey, tenancyConv("alice-marker", 2))
 	require.NoError(t, err)
-	_, err = e.Client(f.asBob(t)).Save(ctx, bobKey, tenancyConv("bob-secret-marker", 3))
+	_, err = e.Client(f.asBob(t)).Save(ctx, tenBobKey, tenancyConv("bob-secret-marker", 3))
 	require.NoError(t, err)
 }
 
@@ -193,12 +193,12 @@ func TestTenancy_LoginsAreRequired(t *testing.T) {
 // Everything a tenant does in its own namespace works through the SDK, chunked saves included.
 func TestTenancy_TenantUsesItsNamespace(t *testing.T) {
 	f, e := startTenancy(t)
-	ctx := tctx(t)
+	ctx := tenCtx(t)
 	alice := e.Client(asAlice())
 	ci := e.Client(asAliceCI()) // a second login of the same namespace sees the same sessions
 
 	big := checkpoint.Key{Namespace: "alice", Session: "big"}
-	v, err := alice.Save(ctx, big, bigConv("big-alice"))
+	v, err := alice.Save(ctx, big, tenBigConv("big-alice"))
 	require.NoError(t, err, "chunked save")
 	conv, _, err := ci.Restore(ctx, big, v.Version)
 	require.NoError(t, err)
@@ -206,48 +206,48 @@ func TestTenancy_TenantUsesItsNamespace(t *testing.T) {
 
 	// The save's result missed (a retry whose publish JetStream drops as a duplicate): the SDK
 	// finds it stored on CP_RESULTS with a direct get, the only results call a tenant has.
-	again, err := alice.Save(ctx, aliceKey, tenancyConv("alice-marker", 3), checkpoint.WithSaveID("retry-1"))
+	again, err := alice.Save(ctx, tenAliceKey, tenancyConv("alice-marker", 3), checkpoint.WithSaveID("retry-1"))
 	require.NoError(t, err)
 	other := e.Client(asAlice()) // remembers nothing: sends it whole again
-	dup, err := other.Save(ctx, aliceKey, tenancyConv("alice-marker", 3), checkpoint.WithSaveID("retry-1"))
+	dup, err := other.Save(ctx, tenAliceKey, tenancyConv("alice-marker", 3), checkpoint.WithSaveID("retry-1"))
 	require.NoError(t, err, "a retried save finds its stored result")
 	require.Equal(t, again.Version, dup.Version)
 
 	heads, err := ci.List(ctx, "alice")
 	require.NoError(t, err)
 	require.Len(t, heads, 2)
-	hist, err := alice.History(ctx, aliceKey)
+	hist, err := alice.History(ctx, tenAliceKey)
 	require.NoError(t, err)
 	require.Len(t, hist, 2)
-	_, err = alice.Get(ctx, aliceKey, 1)
+	_, err = alice.Get(ctx, tenAliceKey, 1)
 	require.NoError(t, err)
 
 	// Merged view of two agents.
-	planner := aliceKey
+	planner := tenAliceKey
 	planner.Agent = "planner"
 	_, err = alice.Save(ctx, planner, tenancyConv("planner", 1))
 	require.NoError(t, err)
-	merged, versions, err := alice.RestoreMerged(ctx, "alice", aliceKey.Session, true)
+	merged, versions, err := alice.RestoreMerged(ctx, "alice", tenAliceKey.Session, true)
 	require.NoError(t, err)
 	require.Len(t, versions, 2)
 	require.Contains(t, string(merged), "[planner]")
 
 	// Lease, pause and resume.
-	l, err := alice.Acquire(ctx, aliceKey, checkpoint.WithOwner("worker-1"), checkpoint.WithoutRenewal())
+	l, err := alice.Acquire(ctx, tenAliceKey, checkpoint.WithOwner("worker-1"), checkpoint.WithoutRenewal())
 	require.NoError(t, err)
 	_, err = l.Pause(ctx, tenancyConv("alice-marker", 4))
 	require.NoError(t, err)
-	_, _, l2, err := ci.Resume(ctx, aliceKey, checkpoint.WithOwner("worker-2"), checkpoint.WithoutRenewal())
+	_, _, l2, err := ci.Resume(ctx, tenAliceKey, checkpoint.WithOwner("worker-2"), checkpoint.WithoutRenewal())
 	require.NoError(t, err)
 	require.NoError(t, l2.Release(ctx))
-	_, err = alice.LeaseStatus(ctx, aliceKey)
+	_, err = alice.LeaseStatus(ctx, tenAliceKey)
 	require.NoError(t, err)
 
 	// Fork, prune, delete, seal.
 	fork := checkpoint.Key{Namespace: "alice", Session: "fork"}
-	_, err = alice.Fork(ctx, aliceKey, 1, fork)
+	_, err = alice.Fork(ctx, tenAliceKey, 1, fork)
 	require.NoError(t, err)
-	_, err = alice.Prune(ctx, "alice", checkpoint.PruneOptions{Session: aliceKey.Session, KeepLast: 1})
+	_, err = alice.Prune(ctx, "alice", checkpoint.PruneOptions{Session: tenAliceKey.Session, KeepLast: 1})
 	require.NoError(t, err)
 	_, err = alice.Delete(ctx, fork, nil)
 	require.NoError(t, err)
@@ -256,7 +256,7 @@ func TestTenancy_TenantUsesItsNamespace(t *testing.T) {
 	bundle := filepath.Join(t.TempDir(), "alice.cpbundle")
 	out, err := os.Create(bundle)
 	require.NoError(t, err)
-	_, err = alice.Export(ctx, out, []checkpoint.Key{aliceKey, big}, checkpoint.ExportOptions{Source: "nats://alice:alice-secret-PW2@" + e.Cfg.Listen})
+	_, err = alice.Export(ctx, out, []checkpoint.Key{tenAliceKey, big}, checkpoint.ExportOptions{Source: "nats://alice:alice-secret-PW2@" + e.Cfg.Listen})
 	require.NoError(t, err)
 	require.NoError(t, out.Close())
 	e2 := testenv.StartTenancy(t, f.tenants, 64<<10)
@@ -296,56 +296,59 @@ func TestTenancy_OtherNamespacesAreUnreachable(t *testing.T) {
 	bundle := filepath.Join(t.TempDir(), "bob.cpbundle")
 	out, err := os.Create(bundle)
 	require.NoError(t, err)
-	_, err = bobC.Export(tctx(t), out, []checkpoint.Key{bobKey}, checkpoint.ExportOptions{})
+	_, err = bobC.Export(tenCtx(t), out, []checkpoint.Key{tenBobKey}, checkpoint.ExportOptions{})
 	require.NoError(t, err)
 	require.NoError(t, out.Close())
-	before, stateBefore := sessionState(t, bobC, bobKey), daemonState(t, e.DaemonConn())
+	before, stateBefore := tenSessionState(t, bobC, tenBobKey), tenDaemonState(t, e.DaemonConn())
 
 	alice := e.Client(asAlice())
 	otherBob := checkpoint.Key{Namespace: "bob", Session: "new"}
 	ops := map[string]func(ctx context.Context) error{
 		"list":    func(ctx context.Context) error { _, err := alice.List(ctx, "bob"); return err },
 		"list -A": func(ctx context.Context) error { _, err := alice.ListAll(ctx); return err },
-		"history": func(ctx context.Context) error { _, err := alice.History(ctx, bobKey); return err },
-		"get":     func(ctx context.Context) error { _, err := alice.Get(ctx, bobKey, 0); return err },
-		"read":    func(ctx context.Context) error { _, _, err := alice.Restore(ctx, bobKey, 1); return err },
+		"history": func(ctx context.Context) error { _, err := alice.History(ctx, tenBobKey); return err },
+		"get":     func(ctx context.Context) error { _, err := alice.Get(ctx, tenBobKey, 0); return err },
+		"read":    func(ctx context.Context) error { _, _, err := alice.Restore(ctx, tenBobKey, 1); return err },
 		"merged": func(ctx context.Context) error {
-			_, _, err := alice.RestoreMerged(ctx, "bob", bobKey.Session, false)
+			_, _, err := alice.RestoreMerged(ctx, "bob", tenBobKey.Session, false)
 			return err
 		},
-		"save":     func(ctx context.Context) error { _, err := alice.Save(ctx, bobKey, tenancyConv("x", 4)); return err },
+		"save":     func(ctx context.Context) error { _, err := alice.Save(ctx, tenBobKey, tenancyConv("x", 4)); return err },
 		"new save": func(ctx context.Context) error { _, err := alice.Save(ctx, otherBob, tenancyConv("x", 1)); return err },
 		"chunked save": func(ctx context.Context) error {
-			_, err := alice.Save(ctx, otherBob, bigConv("x"))
+			_, err := alice.Save(ctx, otherBob, tenBigConv("x"))
 			return err
 		},
-		"append": func(ctx context.Context) error { _, err := alice.Append(ctx, bobKey, 1, []byte(`[]`)); return err },
+		"append": func(ctx context.Context) error { _, err := alice.Append(ctx, tenBobKey, 1, []byte(`[]`)); return err },
 		"lease": func(ctx context.Context) error {
-			_, err := alice.Acquire(ctx, bobKey, checkpoint.WithForce())
+			_, err := alice.Acquire(ctx, tenBobKey, checkpoint.WithForce())
 			return err
 		},
-		"lease status": func(ctx context.Context) error { _, err := alice.LeaseStatus(ctx, bobKey); return err },
-		"fork from":    func(ctx context.Context) error { _, err := alice.Fork(ctx, bobKey, 1, aliceKey); return err },
+		"lease status": func(ctx context.Context) error { _, err := alice.LeaseStatus(ctx, tenBobKey); return err },
+		"fork from":    func(ctx context.Context) error { _, err := alice.Fork(ctx, tenBobKey, 1, tenAliceKey); return err },
 		"fork into": func(ctx context.Context) error {
-			_, err := alice.Fork(ctx, aliceKey, 1, otherBob)
+			_, err := alice.Fork(ctx, tenAliceKey, 1, otherBob)
 			return err
 		},
 		"prune": func(ctx context.Context) error {
 			_, err := alice.Prune(ctx, "bob", checkpoint.PruneOptions{KeepLast: 1})
 			return err
 		},
-		"delete": func(ctx context.Context) error { _, err := alice.Delete(ctx, bobKey, nil); return err },
-		"seal":   func(ctx context.Context) error { _, err := alice.Seal(ctx, bobKey, 1, "nats://elsewhere"); return err },
+		"delete": func(ctx context.Context) error { _, err := alice.Delete(ctx, tenBobKey, nil); return err },
+		"seal": func(ctx context.Context) error {
+			_, err := alice.Seal(ctx, tenBobKey, 1, "nats://elsewhere")
+			return err
+		},
 		"import": func(ctx context.Context) error {
 			_, _, err := alice.ImportBundle(ctx, bundle, checkpoint.ImportOptions{})
 			return err
 		},
 		"export": func(ctx context.Context) error {
-			_, err := alice.Export(ctx, &bytes.Buffer{}, []checkpoint.Key{bobKey}, checkpoint.ExportOptions{})
+			_, err := alice.Export(ctx, &bytes.Buffer{}, []checkpoint.Key{tenBobKey}, checkpoint.ExportOptions{})
 			return err
 		},
 		"migrate": func(ctx context.Context) error {
-			_, err := alice.Migrate(ctx, alice, bobKey, checkpoint.MigrateOptions{})
+			_, err := alice.Migrate(ctx, alice, tenBobKey, checkpoint.MigrateOptions{})
 			return err
 		},
 	}
@@ -371,9 +374,9 @@ func TestTenancy_OtherNamespacesAreUnreachable(t *testing.T) {
 			require.True(t, errors.Is(err, checkpoint.ErrUnavailable) || errors.Is(err, checkpoint.ErrNotFound), "%v", err)
 		})
 	}
-	require.Equal(t, before, sessionState(t, bobC, bobKey))
-	require.Equal(t, stateBefore, daemonState(t, e.DaemonConn()))
-	_, err = bobC.Get(tctx(t), otherBob, 0)
+	require.Equal(t, before, tenSessionState(t, bobC, tenBobKey))
+	require.Equal(t, stateBefore, tenDaemonState(t, e.DaemonConn()))
+	_, err = bobC.Get(tenCtx(t), otherBob, 0)
 	require.ErrorIs(t, err, checkpoint.ErrNotFound)
 }
 
@@ -383,13 +386,13 @@ func deputyAttacks(t *testing.T, alice *nats.Conn) {
 	t.Helper()
 	conv := tenancyConv("alice-marker", 2)
 	// The reply is alice's conversation; aimed at bob's ingest subject it would be saved as bob's.
-	read, _ := json.Marshal(wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: aliceKey.Session}, Version: 1})
+	read, _ := json.Marshal(wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: tenAliceKey.Session}, Version: 1})
 	// A read past the end has an empty body: aimed at the JetStream API it would purge all or
 	// delete the ingest consumer.
-	empty, _ := json.Marshal(wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: aliceKey.Session}, Version: 1,
+	empty, _ := json.Marshal(wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: tenAliceKey.Session}, Version: 1,
 		Offset: int64(len(conv))})
 	for _, a := range []struct{ reply, body string }{
-		{wire.IngestSubject(bobKey), string(read)},
+		{wire.IngestSubject(tenBobKey), string(read)},
 		{"cp.ingest.bob.stolen.main", string(read)},
 		{"$JS.API.STREAM.PURGE.KV_" + wire.BucketHeads, string(empty)},
 		{"$JS.API.STREAM.PURGE." + wire.StreamIngest, string(empty)},
@@ -413,25 +416,25 @@ func TestTenancy_ConfusedDeputy(t *testing.T) {
 	t.Run("with tenants the daemon answers only the requester", func(t *testing.T) {
 		f, e := startTenancy(t)
 		bobC := e.Client(f.asBob(t))
-		before, stateBefore := sessionState(t, bobC, bobKey), daemonState(t, e.DaemonConn())
+		before, stateBefore := tenSessionState(t, bobC, tenBobKey), tenDaemonState(t, e.DaemonConn())
 		alice, err := e.Conn(asAlice())
 		require.NoError(t, err)
 		deputyAttacks(t, alice)
 		time.Sleep(200 * time.Millisecond) // anything the daemon stored would be settled by now
-		require.Equal(t, before, sessionState(t, bobC, bobKey))
-		require.Equal(t, stateBefore, daemonState(t, e.DaemonConn()))
-		_, err = bobC.Get(tctx(t), checkpoint.Key{Namespace: "bob", Session: "stolen"}, 0)
+		require.Equal(t, before, tenSessionState(t, bobC, tenBobKey))
+		require.Equal(t, stateBefore, tenDaemonState(t, e.DaemonConn()))
+		_, err = bobC.Get(tenCtx(t), checkpoint.Key{Namespace: "bob", Session: "stolen"}, 0)
 		require.ErrorIs(t, err, checkpoint.ErrNotFound)
 	})
 	// The control: the same attacks on an open server (no --tenants) do the harm the issue
 	// describes, so the test above would notice if tenancy stopped preventing it.
 	t.Run("without tenants the attack is real", func(t *testing.T) {
 		e := testenv.Start(t, func(c *transfer.Config) { c.CompactIdle = 0 })
-		ctx := tctx(t)
+		ctx := tenCtx(t)
 		conv := tenancyConv("alice-marker", 2)
-		_, err := e.Client.Save(ctx, aliceKey, conv)
+		_, err := e.Client.Save(ctx, tenAliceKey, conv)
 		require.NoError(t, err)
-		_, err = e.Client.Save(ctx, bobKey, tenancyConv("bob-secret-marker", 3))
+		_, err = e.Client.Save(ctx, tenBobKey, tenancyConv("bob-secret-marker", 3))
 		require.NoError(t, err)
 		nc := e.Conn()
 		// The daemon publishes alice's conversation on bob's ingest subject: a save bob never made
@@ -447,7 +450,7 @@ func TestTenancy_ConfusedDeputy(t *testing.T) {
 		require.NoError(t, nc.PublishRequest(wire.APISubject("alice", wire.OpRead), "$JS.API.STREAM.PURGE.KV_"+wire.BucketHeads,
 			[]byte(`{"session":"diary","version":1,"offset":`+strconv.Itoa(len(conv))+`}`)))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			_, err := e.Client.Get(ctx, bobKey, 0)
+			_, err := e.Client.Get(ctx, tenBobKey, 0)
 			assert.ErrorIs(c, err, checkpoint.ErrNotFound)
 		}, 10*time.Second, 50*time.Millisecond, "bob's head was purged")
 	})
@@ -469,18 +472,18 @@ func TestTenancy_NoEavesdropping(t *testing.T) {
 
 	// bob works: whole and chunked saves, restores, a lease; his results travel meanwhile.
 	bobC := e.Client(f.asBob(t))
-	ctx := tctx(t)
-	_, err = bobC.Save(ctx, bobKey, tenancyConv("bob-secret-marker", 4))
+	ctx := tenCtx(t)
+	_, err = bobC.Save(ctx, tenBobKey, tenancyConv("bob-secret-marker", 4))
 	require.NoError(t, err)
 	big := checkpoint.Key{Namespace: "bob", Session: "big"}
-	_, err = bobC.Save(ctx, big, bigConv("bob-secret-marker"))
+	_, err = bobC.Save(ctx, big, tenBigConv("bob-secret-marker"))
 	require.NoError(t, err)
 	_, _, err = bobC.Restore(ctx, big, 0)
 	require.NoError(t, err)
-	_, _, err = bobC.Restore(ctx, bobKey, 0)
+	_, _, err = bobC.Restore(ctx, tenBobKey, 0)
 	require.NoError(t, err)
 	// alice's own save shows that her subscriptions work.
-	_, err = e.Client(asAlice()).Save(ctx, aliceKey, tenancyConv("alice-marker", 3))
+	_, err = e.Client(asAlice()).Save(ctx, tenAliceKey, tenancyConv("alice-marker", 3))
 	require.NoError(t, err)
 	require.NoError(t, alice.Flush())
 	time.Sleep(100 * time.Millisecond)
@@ -507,9 +510,9 @@ func TestTenancy_NoJetStreamAPI(t *testing.T) {
 	require.NoError(t, err)
 	bobC := e.Client(f.asBob(t))
 	bobSaveID := "bob-save-1"
-	_, err = bobC.Save(tctx(t), bobKey, tenancyConv("bob-secret-marker", 4), checkpoint.WithSaveID(bobSaveID))
+	_, err = bobC.Save(tenCtx(t), tenBobKey, tenancyConv("bob-secret-marker", 4), checkpoint.WithSaveID(bobSaveID))
 	require.NoError(t, err)
-	before, stateBefore := sessionState(t, bobC, bobKey), daemonState(t, e.DaemonConn())
+	before, stateBefore := tenSessionState(t, bobC, tenBobKey), tenDaemonState(t, e.DaemonConn())
 
 	noResponders := []string{
 		"$JS.API.INFO",
@@ -526,10 +529,10 @@ func TestTenancy_NoJetStreamAPI(t *testing.T) {
 		"$JS.API.CONSUMER.CREATE." + wire.StreamResults,
 		"$JS.API.CONSUMER.LIST." + wire.StreamIngest,
 		"$JS.API.DIRECT.GET.KV_" + wire.BucketHeads,
-		"$JS.API.DIRECT.GET.KV_" + wire.BucketHeads + ".$KV." + wire.BucketHeads + "." + bobKey.Token(),
+		"$JS.API.DIRECT.GET.KV_" + wire.BucketHeads + ".$KV." + wire.BucketHeads + "." + tenBobKey.Token(),
 		"$JS.API.DIRECT.GET." + wire.StreamResults,
 		wire.ResultDirectGetPrefix + wire.ResultSubject("bob", bobSaveID),
-		"$KV." + wire.BucketHeads + "." + bobKey.Token(),
+		"$KV." + wire.BucketHeads + "." + tenBobKey.Token(),
 		"$SRV.PING", "$SRV.INFO", "$SRV.STATS." + wire.ServiceName,
 		wire.AdminListSubject,
 	}
@@ -568,8 +571,8 @@ func TestTenancy_NoJetStreamAPI(t *testing.T) {
 		require.NoError(t, err)
 		for _, h := range []nats.Header{{"Nats-Rollup": {"all"}}, {"Nats-Rollup": {"sub"}}, {"Nats-TTL": {"1s"}},
 			{"Nats-Schedule": {"@at 2000-01-01T00:00:00Z"}}, {"Nats-Batch-Id": {"b"}, "Nats-Batch-Sequence": {"1"}}} {
-			m := &nats.Msg{Subject: wire.IngestSubject(aliceKey), Header: h, Data: []byte("[]")}
-			_, err := js.PublishMsg(tctx(t), m)
+			m := &nats.Msg{Subject: wire.IngestSubject(tenAliceKey), Header: h, Data: []byte("[]")}
+			_, err := js.PublishMsg(tenCtx(t), m)
 			require.Error(t, err, "%v", h)
 		}
 	})
@@ -588,8 +591,8 @@ func TestTenancy_NoJetStreamAPI(t *testing.T) {
 		require.ErrorIs(t, err, nats.ErrTimeout)
 	})
 
-	require.Equal(t, before, sessionState(t, bobC, bobKey))
-	require.Equal(t, stateBefore, daemonState(t, e.DaemonConn()))
+	require.Equal(t, before, tenSessionState(t, bobC, tenBobKey))
+	require.Equal(t, stateBefore, tenDaemonState(t, e.DaemonConn()))
 }
 
 // requireNoJetStream sends a request on subj that, were the account's JetStream API the daemon's,
@@ -616,7 +619,7 @@ func requireNoJetStream(t *testing.T, nc *nats.Conn, subj string) {
 // Admins reach every namespace through the daemon, and nothing more.
 func TestTenancy_AdminsReachEveryNamespace(t *testing.T) {
 	f, e := startTenancy(t)
-	ctx := tctx(t)
+	ctx := tenCtx(t)
 	for name, login := range map[string]nats.Option{"password": asOps(), "nkey": nkeyLogin(t, f.admKey)} {
 		t.Run(name, func(t *testing.T) {
 			ops := e.Client(login)
@@ -627,7 +630,7 @@ func TestTenancy_AdminsReachEveryNamespace(t *testing.T) {
 				keys = append(keys, s.Key.Namespace+"/"+s.Key.Session)
 			}
 			require.Subset(t, keys, []string{"alice/diary", "bob/private"})
-			conv, _, err := ops.Restore(ctx, bobKey, 0)
+			conv, _, err := ops.Restore(ctx, tenBobKey, 0)
 			require.NoError(t, err)
 			require.Contains(t, string(conv), "bob-secret-marker")
 			_, err = ops.Prune(ctx, "bob", checkpoint.PruneOptions{KeepLast: 5, DryRun: true})
@@ -643,8 +646,8 @@ func TestTenancy_AdminsReachEveryNamespace(t *testing.T) {
 // gone are closed; the daemon and its streams carry on.
 func TestTenancy_Reload(t *testing.T) {
 	f, e := startTenancy(t)
-	ctx := tctx(t)
-	stateBefore := daemonState(t, e.DaemonConn())
+	ctx := tenCtx(t)
+	stateBefore := tenDaemonState(t, e.DaemonConn())
 	_, err := e.Conn(nats.UserInfo("carol", "carol-secret-PW4"))
 	require.ErrorIs(t, err, nats.ErrAuthorization)
 	ci, err := e.Conn(asAliceCI())
@@ -677,11 +680,11 @@ func TestTenancy_Reload(t *testing.T) {
 	}
 	_, err = e.Conn(asAliceCI())
 	require.ErrorIs(t, err, nats.ErrAuthorization)
-	_, _, err = e.Client(asAlice()).Restore(ctx, aliceKey, 0)
+	_, _, err = e.Client(asAlice()).Restore(ctx, tenAliceKey, 0)
 	require.NoError(t, err, "the logins that stayed keep working")
-	_, _, err = e.Client(f.asBob(t)).Restore(ctx, bobKey, 0)
+	_, _, err = e.Client(f.asBob(t)).Restore(ctx, tenBobKey, 0)
 	require.NoError(t, err)
-	after := daemonState(t, e.DaemonConn())
+	after := tenDaemonState(t, e.DaemonConn())
 	for _, s := range []string{wire.StreamIngest, "consumers of " + wire.StreamIngest, "KV_" + wire.BucketHeads} {
 		require.NotEmpty(t, after[s])
 	}
@@ -706,7 +709,7 @@ func TestTenancy_PrintedConfigIsolatesAnExternalServer(t *testing.T) {
 	_, err = e.Conn()
 	require.ErrorIs(t, err, nats.ErrAuthorization, "anonymous")
 	bobC := e.Client(f.asBob(t))
-	before, stateBefore := sessionState(t, bobC, bobKey), daemonState(t, e.DaemonConn())
+	before, stateBefore := tenSessionState(t, bobC, tenBobKey), tenDaemonState(t, e.DaemonConn())
 	alice, err := e.Conn(asAlice())
 	require.NoError(t, err)
 	deputyAttacks(t, alice)
@@ -715,14 +718,14 @@ func TestTenancy_PrintedConfigIsolatesAnExternalServer(t *testing.T) {
 		requireNoJetStream(t, alice, subj)
 	}
 	aliceC := e.Client(asAlice())
-	_, err = aliceC.Save(tctx(t), bobKey, tenancyConv("x", 1))
+	_, err = aliceC.Save(tenCtx(t), tenBobKey, tenancyConv("x", 1))
 	require.ErrorIs(t, err, checkpoint.ErrUnavailable)
 	time.Sleep(200 * time.Millisecond)
-	require.Equal(t, before, sessionState(t, bobC, bobKey))
-	require.Equal(t, stateBefore, daemonState(t, e.DaemonConn()))
-	_, err = aliceC.Save(tctx(t), checkpoint.Key{Namespace: "alice", Session: "big"}, bigConv("x"))
+	require.Equal(t, before, tenSessionState(t, bobC, tenBobKey))
+	require.Equal(t, stateBefore, tenDaemonState(t, e.DaemonConn()))
+	_, err = aliceC.Save(tenCtx(t), checkpoint.Key{Namespace: "alice", Session: "big"}, tenBigConv("x"))
 	require.NoError(t, err, "chunked save through the imports")
-	all, err := e.Client(asOps()).ListAll(tctx(t))
+	all, err := e.Client(asOps()).ListAll(tenCtx(t))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(all), 3)
 }
@@ -795,7 +798,7 @@ func TestTenants_ConfigQuotesAnything(t *testing.T) {
 	e := testenv.StartTenancy(t, tn, 0)
 	for i, pw := range weird {
 		c := e.Client(nats.UserInfo("u"+strconv.Itoa(i)+`"x`, pw))
-		_, err := c.Save(tctx(t), checkpoint.Key{Namespace: tn.Tenants[i].Namespace, Session: "s"}, tenancyConv("w", 1))
+		_, err := c.Save(tenCtx(t), checkpoint.Key{Namespace: tn.Tenants[i].Namespace, Session: "s"}, tenancyConv("w", 1))
 		require.NoError(t, err, "password %q", pw)
 		_, err = e.Conn(nats.UserInfo("u"+strconv.Itoa(i)+`"x`, pw+"x"))
 		require.ErrorIs(t, err, nats.ErrAuthorization)
@@ -806,7 +809,7 @@ func TestTenants_ConfigQuotesAnything(t *testing.T) {
 // refuses rather than come up empty.
 func TestStartServer_RefusesAStoreOfTheOtherAccount(t *testing.T) {
 	e := testenv.Start(t)
-	_, err := e.Client.Save(tctx(t), aliceKey, tenancyConv("a", 1))
+	_, err := e.Client.Save(tenCtx(t), tenAliceKey, tenancyConv("a", 1))
 	require.NoError(t, err)
 	e.Stop()
 	f := newTenancyFixture(t)
@@ -822,7 +825,7 @@ func TestStartServer_RefusesAStoreOfTheOtherAccount(t *testing.T) {
 	require.NoError(t, err)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	_, err = js.CreateStream(tctx(t), jetstream.StreamConfig{Name: wire.StreamIngest, Subjects: []string{"cp.ingest.>"}})
+	_, err = js.CreateStream(tenCtx(t), jetstream.StreamConfig{Name: wire.StreamIngest, Subjects: []string{"cp.ingest.>"}})
 	require.NoError(t, err)
 	nc.Close()
 	s.Shutdown()
