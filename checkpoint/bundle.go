@@ -108,6 +108,7 @@ func (c *Client) Export(ctx context.Context, w io.Writer, keys []Key, o ExportOp
 		return BundleSummary{}, err
 	}
 	tw := tar.NewWriter(zw)
+	o.Source = PublicURL(o.Source) // a bundle travels: never with a password in it
 	sum := BundleSummary{Created: time.Now().UTC(), Source: o.Source}
 	man := bundleManifest{Format: BundleFormat, Version: BundleVersion}
 	put := func(name string, data []byte) error {

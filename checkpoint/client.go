@@ -19,8 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	neturl "net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,7 +83,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 func Connect(url string, natsOpts []nats.Option, opts ...Option) (*Client, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("checkpoint client")}, natsOpts...)...)
 	if err != nil {
-		return nil, unavailable("connecting to %s: %v", url, err)
+		return nil, unavailable("connecting to %s: %v", PublicURL(url), err)
 	}
 	c, err := New(nc, opts...)
 	if err != nil {
@@ -90,6 +92,21 @@ func Connect(url string, natsOpts []nats.Option, opts ...Option) (*Client, error
 	}
 	c.ownConn = true
 	return c, nil
+}
+
+// PublicURL is urls (one NATS URL, or a comma-separated list) without the credentials any of them
+// carries (nats://user:password@host, nats://token@host): for error messages, and for what is
+// recorded elsewhere (where a migrated session moved to, a bundle's source). Anything that does not
+// parse as a URL is returned as it is.
+func PublicURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := neturl.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			u.User = nil
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // Close closes the connection if Connect opened it.
@@ -241,7 +258,8 @@ func (c *Client) requestOnce(ctx context.Context, subject string, data []byte) (
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, unavailable("no checkpointd is answering on %s (is the daemon running?)", subject)
+		return nil, unavailable("no checkpointd is answering on %s (is the daemon running? If it runs with --tenants, "+
+			"a login reaches only its own namespace)", subject)
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, unavailable("no reply from checkpointd on %s in time", subject)
 	case err != nil:

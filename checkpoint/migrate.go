@@ -10,7 +10,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
-// Seal marks key's session moved to movedTo, provided its head is still version expected. From
+// Seal marks key's session moved to movedTo (recorded without any credentials it carries), provided its head is still version expected. From
 // then on it refuses writes with ErrMoved; its versions stay readable. Migrate calls it last.
 func (c *Client) Seal(ctx context.Context, key Key, expected uint64, movedTo string) (Version, error) {
 	key, err := checkKey(key)
@@ -18,7 +18,7 @@ func (c *Client) Seal(ctx context.Context, key Key, expected uint64, movedTo str
 		return Version{}, err
 	}
 	var v Version
-	req := wire.SealRequest{SessionRequest: sessionRequest(key), Expected: expected, MovedTo: movedTo}
+	req := wire.SealRequest{SessionRequest: sessionRequest(key), Expected: expected, MovedTo: PublicURL(movedTo)}
 	return v, c.call(ctx, wire.APISubject(key.Namespace, wire.OpSeal), req, &v)
 }
 
@@ -54,7 +54,7 @@ type MigrateOptions struct {
 	HeadOnly bool   // copy only the head version (default: every version the source keeps); onto a destination that has the session, the versions after its head
 	Forget   bool   // delete the session at the source afterwards, instead of sealing it
 	Force    bool   // move it even while a process holds its lease at the source
-	MovedTo  string // what the sealed source says the session moved to (the destination's URL)
+	MovedTo  string // what the sealed source says the session moved to (the destination's URL, recorded without credentials)
 	// Progress, when set, is called after each version copied.
 	Progress func(MigrateProgress)
 }
@@ -79,6 +79,7 @@ func (c *Client) Migrate(ctx context.Context, to *Client, key Key, o MigrateOpti
 		return MigrateProgress{}, err
 	}
 	p := MigrateProgress{Key: key}
+	o.MovedTo = PublicURL(o.MovedTo) // what Seal records: never a password
 	agents, err := c.list(ctx, wire.APISubject(key.Namespace, wire.OpList), key.Session)
 	if err != nil {
 		return p, err

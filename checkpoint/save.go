@@ -360,7 +360,7 @@ const lookupAttempt = time.Second
 func (c *Client) lookupResult(ctx context.Context, subject string) (data []byte, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, lookupAttempt)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+wire.StreamResults+"."+subject, nil)
+	m, err := c.nc.RequestWithContext(ctx, wire.ResultDirectGetPrefix+subject, nil)
 	if err != nil || m.Header.Get("Status") != "" || m.Header.Get("Nats-Subject") != subject {
 		return nil, false // no replica answered, or it has no such message (404) yet
 	}
@@ -411,7 +411,8 @@ func (c *Client) checkResult(ctx context.Context, data []byte, key Key, saveID, 
 
 func publishError(err error) error {
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		return unavailable("no JetStream stream accepted the save (has checkpointd ever started on this server?): %v", err)
+		return unavailable("no JetStream stream accepted the save (has checkpointd ever started on this server? If it runs with "+
+			"--tenants, a login saves only to its own namespace): %v", err)
 	}
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return &Error{Code: wire.CodeTooLarge, Message: err.Error(), Index: -1, Offset: -1}

@@ -51,6 +51,7 @@ type App struct {
 	Server         string
 	Creds          string
 	TLS            tlsFlags // --tls-ca, --tls-cert, --tls-key (tls.go)
+	Nkey           string   // file holding an nkey seed (SU...)
 	Timeout        time.Duration
 	// StdoutIsTerminal adds a final newline to raw output meant for a person.
 	StdoutIsTerminal bool
@@ -93,8 +94,9 @@ func main() {
 func (a *App) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("checkpointctl", flag.ContinueOnError)
 	fs.SetOutput(a.Stderr)
-	fs.StringVar(&a.Server, "server", defaultServer(), "NATS URL of the checkpointd deployment (env CHECKPOINTCTL_SERVER or NATS_URL)")
+	fs.StringVar(&a.Server, "server", defaultServer(), "NATS URL of the checkpointd deployment, e.g. nats://user:password@host:4222 (env CHECKPOINTCTL_SERVER or NATS_URL, which keep a password off the command line)")
 	fs.StringVar(&a.Creds, "creds", "", "NATS credentials file")
+	fs.StringVar(&a.Nkey, "nkey", "", "file holding the nkey seed to log in with (a --tenants entry's \"nkey\" is its public key)")
 	fs.DurationVar(&a.Timeout, "timeout", 30*time.Second, "how long to wait for checkpointd")
 	a.TLS.register(fs)
 	fs.Usage = func() { a.usage(fs) }
@@ -159,6 +161,13 @@ func (a *App) connect() (*checkpoint.Client, error) {
 		return nil, err
 	}
 	opts = append(opts, tlsOpts...)
+	if a.Nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(a.Nkey)
+		if err != nil {
+			return nil, usageErr(fmt.Errorf("--nkey %s: %w", a.Nkey, err))
+		}
+		opts = append(opts, o)
+	}
 	return checkpoint.Connect(a.Server, opts, checkpoint.WithTimeout(a.Timeout))
 }
 

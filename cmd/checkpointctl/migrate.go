@@ -30,6 +30,7 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 	toCreds := fs.String("to-creds", "", "NATS credentials file for the destination (default: --creds)")
 	var toTLS tlsFlags
 	toTLS.registerDestination(fs)
+	toNkey := fs.String("to-nkey", "", "nkey seed file for the destination (default: --nkey)")
 	headOnly := fs.Bool("head-only", false, "copy only each session's head version")
 	forget := fs.Bool("forget-source", false, "delete the sessions at the source instead of marking them moved")
 	force := fs.Bool("force", false, "move sessions even while a process holds their lease at the source")
@@ -56,8 +57,8 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 	defer src.Close()
 	dstApp := *a
 	dstApp.Server = *to
-	if *toCreds != "" {
-		dstApp.Creds = *toCreds
+	if *toCreds != "" || *toNkey != "" { // the source's login does not carry over to another deployment's
+		dstApp.Creds, dstApp.Nkey = *toCreds, *toNkey
 	}
 	dstApp.TLS = toTLS.or(a.TLS)
 	dst, err := dstApp.connect()
@@ -71,7 +72,7 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 	}
 	if len(pos) == 0 {
 		// --all, -A: sessions that already moved elsewhere are not this source's to move.
-		keys, err = notMovedElsewhere(ctx, src, keys, *to, a, sel.allNamespaces, k.namespace)
+		keys, err = notMovedElsewhere(ctx, src, keys, checkpoint.PublicURL(*to), a, sel.allNamespaces, k.namespace)
 		if err != nil {
 			return err
 		}
@@ -97,7 +98,7 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 		return fmt.Errorf("%w (%d of %d sessions moved; run again to resume)", err, moved, len(keys))
 	}
 	_, err = fmt.Fprintf(a.Stdout, "migrated %d session(s) to %s: %d version(s) copied (%s), %d already there\n",
-		len(keys), *to, total.Versions, size(total.Bytes), total.Skipped)
+		len(keys), checkpoint.PublicURL(*to), total.Versions, size(total.Bytes), total.Skipped)
 	return err
 }
 

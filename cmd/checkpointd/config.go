@@ -21,6 +21,8 @@ type config struct {
 	NATSListen      string
 	NATSURL         string
 	NATSCreds       string
+	Tenants         string // --tenants FILE: logins and namespaces of the embedded server (tenants.go)
+	PrintNATSConfig bool
 	HTTPListen      string
 	LogLevel        string
 	LogFormat       string
@@ -41,6 +43,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.NATSListen, "nats-listen", "127.0.0.1:4222", "address the embedded NATS server listens on for clients")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "use this NATS server or cluster (comma-separated URLs) instead of the embedded one")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
+	fs.StringVar(&c.Tenants, "tenants", "", "JSON file of logins: each tenant reaches only its namespace, admins every namespace; anonymous clients are refused (re-read on SIGHUP; see docs/security.md)")
+	fs.BoolVar(&c.PrintNATSConfig, "print-nats-config", false, "print the NATS accounts that isolate the --tenants for an external nats-server, and exit")
 	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9333", "address of the HTTP server for /metrics and /healthz (empty: off)")
 	fs.IntVar(&c.Daemon.Replicas, "replicas", c.Daemon.Replicas, "JetStream replicas of the streams and buckets checkpointd creates (0: 3 when --nats-url is a cluster, else 1)")
 	fs.Int64Var(&c.Daemon.MaxCheckpointBytes, "max-checkpoint-bytes", c.Daemon.MaxCheckpointBytes, "largest conversation accepted, in bytes")
@@ -117,6 +121,13 @@ func (c config) validate() error {
 	}
 	if err := c.Security.validate(c.NATSURL == ""); err != nil {
 		return err
+	}
+	if c.PrintNATSConfig && c.Tenants == "" {
+		return errors.New("--print-nats-config: needs --tenants FILE")
+	}
+	if c.Tenants != "" && c.NATSURL != "" && !c.PrintNATSConfig {
+		return errors.New("--tenants: configures the embedded NATS server; with --nats-url, configure the cluster " +
+			"with the accounts `checkpointd --print-nats-config --tenants FILE` prints")
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err

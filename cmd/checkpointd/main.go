@@ -64,6 +64,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return usageError{err}
 	}
+	if cfg.PrintNATSConfig {
+		return printNATSConfig(cfg.Tenants, os.Stdout)
+	}
 	log := newLogger(cfg, stderr)
 	cfg.Security.logState(log, cfg)
 
@@ -79,14 +82,20 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		defer lock.release() // deferred first, so released after the server below has shut down
-		ns, err = transfer.StartServer(transfer.ServerConfig{DataDir: cfg.DataDir, Listen: cfg.NATSListen,
-			TLS: cfg.Security.ServerTLS, Encryption: cfg.Security.encryption})
+		srv := transfer.ServerConfig{DataDir: cfg.DataDir, Listen: cfg.NATSListen,
+			TLS: cfg.Security.ServerTLS, Encryption: cfg.Security.encryption}
+		login, err := withTenants(&srv, cfg, log) // tenants.go
+		if err != nil {
+			return err
+		}
+		ns, err = transfer.StartServer(srv)
 		if err != nil {
 			return err
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		log.Info("embedded NATS server with JetStream started", "url", ns.ClientURL(), "data_dir", cfg.DataDir)
-		nc, err = nats.Connect(transfer.InProcessURL(ns), nats.InProcessServer(ns), nats.Name("checkpointd"))
+		reloadOnSIGHUP(ctx, ns, srv, cfg.Tenants, log)
+		nc, err = nats.Connect(transfer.InProcessURL(ns), append(login, nats.InProcessServer(ns), nats.Name("checkpointd"))...)
 	} else {
 		// Connection events are logged and counted by the daemon (transfer.watchConn).
 		opts := []nats.Option{nats.Name("checkpointd"), nats.MaxReconnects(-1)}

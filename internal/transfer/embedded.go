@@ -27,11 +27,45 @@ type ServerConfig struct {
 	// TLS of the client port (tls.go) and encryption of the store (jetstreamkey.go); zero: off.
 	TLS        ServerTLS
 	Encryption StoreEncryption
+	// Tenants, when set, requires every client to log in and confines each tenant to its own
+	// namespace (accounts.go); the daemon logs in as DaemonUser with DaemonPassword. Nil: open.
+	Tenants        *Tenants
+	DaemonPassword string
 }
 
 // StartServer starts an embedded nats-server with JetStream on cfg.DataDir and waits until it
 // accepts connections.
 func StartServer(cfg ServerConfig) (*server.Server, error) {
+	opts, err := serverOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkStoreAccount(cfg.DataDir, cfg.Tenants != nil); err != nil {
+		return nil, err
+	}
+	if cfg.Encryption.Key != "" {
+		return startEncrypted(opts, cfg) // jetstreamkey.go
+	}
+	if _, err := checkStoreKey(cfg.DataDir, cfg.Encryption); err != nil {
+		return nil, err
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	startErr := &startupErrors{}
+	s.SetLogger(startErr, false, false)
+	s.Start()
+	if err := waitReady(s, startErr, 10*time.Second); err != nil {
+		s.Shutdown()
+		return nil, fmt.Errorf("embedded nats-server on %s (data in %s): %w", cfg.Listen, cfg.DataDir, err)
+	}
+	return s, nil
+}
+
+// serverOptions builds the embedded server's options from cfg; a reload (ReloadServer) builds
+// them again from a changed cfg.
+func serverOptions(cfg ServerConfig) (*server.Options, error) {
 	host, portStr, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("nats listen address %q: %w", cfg.Listen, err)
@@ -77,24 +111,12 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	if err := applyServerTLS(opts, cfg.TLS); err != nil {
 		return nil, err
 	}
-	if cfg.Encryption.Key != "" {
-		return startEncrypted(opts, cfg)
+	if cfg.Tenants != nil {
+		if err := applyTenants(opts, cfg.Tenants, cfg.DaemonPassword); err != nil {
+			return nil, err
+		}
 	}
-	if _, err := checkStoreKey(cfg.DataDir, cfg.Encryption); err != nil {
-		return nil, err
-	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("embedded nats-server: %w", err)
-	}
-	startErr := &startupErrors{}
-	s.SetLogger(startErr, false, false)
-	s.Start()
-	if err := waitReady(s, startErr, 10*time.Second); err != nil {
-		s.Shutdown()
-		return nil, fmt.Errorf("embedded nats-server on %s (data in %s): %w", cfg.Listen, cfg.DataDir, err)
-	}
-	return s, nil
+	return opts, nil
 }
 
 // waitReady waits until s accepts connections, or returns at once the reason it cannot: the

@@ -35,6 +35,10 @@ func ResultSubject(namespace, saveID string) string {
 	return resultPfx + EncodeID(namespace) + "." + EncodeID(saveID)
 }
 
+// ResultDirectGetPrefix, followed by a result subject, is the JetStream direct get of the last
+// result stored on that subject (docs/protocol.md §4.3): a plain request, no stream info needed.
+const ResultDirectGetPrefix = "$JS.API.DIRECT.GET." + StreamResults + "."
+
 // UnattributedResultSubject is where the refusal of a save goes when it names no usable session or
 // save id (a malformed ingest subject, a missing or invalid Cp-Save-Id): the third token of the
 // subject it was published on, as published, and its CP_INGEST stream sequence from the PubAck.
