@@ -201,9 +201,14 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 			msg.Header.Set(wire.HdrForkOf, v.ForkOf.String())
 		}
 	}
+	// The JetStream message id makes the attempts of this call count once. It is the save id and a
+	// random part: JetStream drops repeats of a message id across every namespace, so an id another
+	// tenant could guess (a save id like "turn-8") would let that tenant get this save dropped. A
+	// repeat of the save id in another call is recognised by the daemon instead.
+	msgID := o.saveID + "/" + nuid.Next()
 	body := codec.CompressZstd(conversation)
 	if limit := int(c.nc.MaxPayload()) - 16*1024; len(body) > limit {
-		n, err := c.publishChunks(ctx, key.Namespace, o.saveID, body, limit)
+		n, err := c.publishChunks(ctx, key.Namespace, o.saveID, msgID, body, limit)
 		if err != nil {
 			return Version{}, err
 		}
@@ -211,7 +216,7 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 		body = nil
 	}
 	msg.Data = body
-	if _, err := c.publish(ctx, msg, o.saveID); err != nil {
+	if _, err := c.publish(ctx, msg, msgID); err != nil {
 		return Version{}, err
 	}
 	data, err := c.awaitResult(ctx, sub, resultSubject)
@@ -266,7 +271,7 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) (uint64,
 // each tried once; from the first one not acknowledged (a leader lost), they are sent again one at
 // a time, in order, and their message ids make the ones already stored count once. The stream
 // sequences in the acknowledgements prove the order.
-func (c *Client) publishChunks(ctx context.Context, ns, saveID string, body []byte, size int) (int, error) {
+func (c *Client) publishChunks(ctx context.Context, ns, saveID, msgID string, body []byte, size int) (int, error) {
 	subject := wire.ChunkSubject(ns, saveID)
 	var msgs []*nats.Msg
 	for i := 0; i*size < len(body); i++ {
@@ -275,7 +280,7 @@ func (c *Client) publishChunks(ctx context.Context, ns, saveID string, body []by
 		m.Data = body[i*size : min((i+1)*size, len(body))]
 		msgs = append(msgs, m)
 	}
-	id := func(i int) string { return saveID + "." + strconv.Itoa(i) }
+	id := func(i int) string { return msgID + "." + strconv.Itoa(i) }
 	var futures []jetstream.PubAckFuture
 	for i, m := range msgs {
 		// No retry inside nats.go: a piece retried there could be stored after the next one.

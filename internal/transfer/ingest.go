@@ -530,18 +530,25 @@ func decodeBody(r io.Reader, enc string, head []byte, maxBytes int64, mem codec.
 func (in *ingester) chunkPieces(ctx context.Context, subj string, n int) func(i int) ([]byte, error) {
 	seq := uint64(1)
 	return func(i int) ([]byte, error) {
-		m, err := in.st.read.next(ctx, in.st.chunks, seq, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, fmt.Errorf("%w: chunk %d of %d missing on %s (publish every chunk, and wait for its ack, before the save)", errBadRequest, i, n, subj)
+		for {
+			m, err := in.st.read.next(ctx, in.st.chunks, seq, subj)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return nil, fmt.Errorf("%w: chunk %d of %d missing on %s (publish every chunk, and wait for its ack, before the save)", errBadRequest, i, n, subj)
+			}
+			if err != nil {
+				return nil, err
+			}
+			seq = m.Sequence + 1
+			got := m.Header.Get(wire.HdrChunk)
+			if got == strconv.Itoa(i) {
+				return m.Data, nil
+			}
+			// A piece sent again (a retry that resent the pieces from the first) repeats one
+			// already read: skip it. Anything else is out of order.
+			if k, err := strconv.Atoi(got); err != nil || k < 0 || k >= i {
+				return nil, fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", errBadRequest, i, n, subj, wire.HdrChunk, got)
+			}
 		}
-		if err != nil {
-			return nil, err
-		}
-		if got := m.Header.Get(wire.HdrChunk); got != strconv.Itoa(i) {
-			return nil, fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", errBadRequest, i, n, subj, wire.HdrChunk, got)
-		}
-		seq = m.Sequence + 1
-		return m.Data, nil
 	}
 }
 

@@ -264,3 +264,29 @@ func TestResults_RedeliveryAfterLaterVersionsIsADuplicate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(20), v.Version, "no version was added")
 }
+
+// Pieces of a chunked save sent again (a retry that resent them from the first, under new message
+// ids) are read once each, in order.
+func TestChunks_RepeatedPiecesAreReadOnce(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	key := wire.Key{Session: "pieces"}.WithDefaults()
+	conv := `[{"role":"user","content":"one piece, then another, then the last"}]`
+	pieces := []string{conv[:20], conv[20:40], conv[40:]}
+	for _, i := range []int{0, 1, 0, 1, 2, 2} {
+		c := nats.NewMsg(wire.ChunkSubject(key.Namespace, "resent"))
+		c.Header.Set(wire.HdrChunk, strconv.Itoa(i))
+		c.Data = []byte(pieces[i])
+		_, err := js.PublishMsg(ctx, c)
+		require.NoError(t, err)
+	}
+	publishRaw(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"resent"}, wire.HdrChunks: {"3"}}, "")
+	res := awaitStoredResult(t, js, wire.ResultSubject(key.Namespace, "resent"))
+	require.Nil(t, res.Error)
+	require.Equal(t, wire.Hash([]byte(conv)), res.Received)
+	got, _, err := env.Client.Restore(ctx, checkpoint.Key{Session: "pieces"}, 0)
+	require.NoError(t, err)
+	require.Equal(t, conv, string(got))
+}

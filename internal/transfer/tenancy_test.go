@@ -834,3 +834,41 @@ func TestStartServer_RefusesAStoreOfTheOtherAccount(t *testing.T) {
 	require.ErrorAs(t, err, &me)
 	require.Contains(t, err.Error(), "stored with --tenants")
 }
+
+// JetStream drops repeats of a message id across every namespace of a stream. A tenant that
+// publishes, in its own namespace, saves and chunks carrying the message ids another tenant's save
+// would use (guessable when save ids are, like "turn-8") must not get that save dropped: the SDK's
+// message ids have a random part, and the daemon recognises repeats of a save id itself.
+func TestTenancy_GuessedMessageIDsDropNothing(t *testing.T) {
+	f, e := startTenancy(t)
+	ctx := tenCtx(t)
+	alice, err := e.Conn(asAlice())
+	require.NoError(t, err)
+	js, err := jetstream.New(alice)
+	require.NoError(t, err)
+	aliceKey := wire.Key{Namespace: "alice", Session: "squat", Agent: "main"}
+	for _, id := range []string{"turn-8", "turn-9"} {
+		m := nats.NewMsg(wire.IngestSubject(aliceKey))
+		m.Header.Set(wire.HdrSaveID, id)
+		m.Data = []byte(`[{"role":"user","content":"squatting"}]`)
+		_, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+		require.NoError(t, err)
+		for i := 0; i < 4; i++ { // the chunk ids the SDK used to send: <save id>.<i>
+			c := nats.NewMsg(wire.ChunkSubject("alice", id))
+			c.Header.Set(wire.HdrChunk, strconv.Itoa(i))
+			c.Data = []byte("x")
+			_, err := js.PublishMsg(ctx, c, jetstream.WithMsgID(id+"."+strconv.Itoa(i)))
+			require.NoError(t, err)
+		}
+	}
+	bob := e.Client(f.asBob(t))
+	v, err := bob.Save(ctx, tenBobKey, tenancyConv("bob-secret-marker", 4), checkpoint.WithSaveID("turn-8"))
+	require.NoError(t, err, "bob's save is not dropped as a repeat of alice's message")
+	require.Equal(t, uint64(2), v.Version)
+	v, err = bob.Save(ctx, tenBobKey, tenBigConv("bob-secret-marker"), checkpoint.WithSaveID("turn-9"))
+	require.NoError(t, err, "nor are the chunks of his large save")
+	require.Equal(t, uint64(3), v.Version)
+	got, _, err := bob.Restore(ctx, tenBobKey, 3)
+	require.NoError(t, err)
+	require.Equal(t, string(tenBigConv("bob-secret-marker")), string(got))
+}
