@@ -121,7 +121,9 @@ func runImport(ctx context.Context, a *App, args []string) error {
 			return inputError{err}
 		}
 		path = tmp.Name()
-	} else if _, err := os.Stat(path); err != nil {
+	} else if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return usageErr(err) // a mistyped path: the command line is wrong, not the input
+	} else if err != nil {
 		return inputError{err}
 	}
 	c, err := a.connect()
