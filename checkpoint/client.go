@@ -83,7 +83,9 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 func Connect(url string, natsOpts []nats.Option, opts ...Option) (*Client, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("checkpoint client")}, natsOpts...)...)
 	if err != nil {
-		return nil, unavailable("connecting to %s: %v", PublicURL(url), err)
+		e := unavailable("connecting to %s: %v", PublicURL(url), err).(*Error)
+		e.Cause = err
+		return nil, e
 	}
 	c, err := New(nc, opts...)
 	if err != nil {

@@ -184,7 +184,7 @@ func commandNames() []string {
 // connect opens a client with the global settings.
 func (a *App) connect() (*checkpoint.Client, error) {
 	var opts []nats.Option
-	opts = append(opts, nats.Timeout(min(a.Timeout, 10*time.Second)))
+	opts = append(opts, nats.Timeout(min(a.Timeout, dialTimeout)))
 	if a.Creds != "" {
 		opts = append(opts, nats.UserCredentials(a.Creds))
 	}
@@ -200,7 +200,11 @@ func (a *App) connect() (*checkpoint.Client, error) {
 		}
 		opts = append(opts, o)
 	}
-	return checkpoint.Connect(a.Server, opts, checkpoint.WithTimeout(a.Timeout))
+	c, err := checkpoint.Connect(a.Server, opts, checkpoint.WithTimeout(a.Timeout))
+	if err != nil {
+		return nil, unreachableHint(a.Server, err)
+	}
+	return c, nil
 }
 
 func defaultServer() string {
