@@ -54,14 +54,18 @@ func runImport(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	defer c.Close()
-	bar := newProgress(a, prog, "import", 0)
-	versions, bytes := 0, int64(0)
+	bar := newProgress(a, prog, "import", unknownTotal)
+	sessions, versions, bytes := 0, 0, int64(0)
+	var last checkpoint.Key
 	sum, n, err := c.ImportBundle(ctx, path, checkpoint.ImportOptions{DryRun: *dryRun,
-		Progress: func(_ checkpoint.Key, _ uint64, b int64) {
+		Progress: func(key checkpoint.Key, _ uint64, b int64) {
+			if key != last { // a bundle holds sessions one after another
+				sessions, last = sessions+1, key
+			}
 			versions, bytes = versions+1, bytes+b
-			bar.update(0, versions, bytes)
+			bar.update(sessions, versions, bytes)
 		}})
-	bar.done()
+	bar.finish(sessions, versions, bytes)
 	if err != nil {
 		return err
 	}
