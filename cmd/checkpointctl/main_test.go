@@ -237,7 +237,7 @@ func TestCheckpointctl_ViewsDiffFork(t *testing.T) {
 	_, _, code = ctl(t, "", srv, "fork", "s", "s2")
 	require.Equal(t, exitConflict, code)
 	_, _, code = ctl(t, "", srv, "restore", "s", "--view", "everything")
-	require.Equal(t, exitInvalid, code)
+	require.Equal(t, exitUsage, code, "an unknown view is a usage mistake (issue 14 item 5)")
 }
 
 func TestCheckpointctl_MergedView(t *testing.T) {
