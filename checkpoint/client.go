@@ -1,11 +1,13 @@
 // Package checkpoint is the Go client of checkpointd: agent processes use it to save their
 // conversation after each turn and to restore it, on this host or another.
 //
-//	c, err := checkpoint.Connect("nats://127.0.0.1:4222")
+//	c, err := checkpoint.Connect("nats://127.0.0.1:4222", nil) // nil: no extra nats.Options
 //	...
 //	key := checkpoint.Key{Session: "support-ticket-42"}
-//	v, err := c.Save(ctx, key, conversationJSON)            // durable when it returns
-//	conv, v, err := c.Restore(ctx, key, 0)                   // 0: the head
+//	v, err := c.Save(ctx, key, conversationJSON)               // durable when it returns
+//	conv, v, err := c.Restore(ctx, key, 0)                      // 0: the head
+//
+// (The package's Example, compiled and run against a real daemon by go test.)
 //
 // A conversation is the JSON array of role-tagged messages agent runtimes already keep; it comes back
 // exactly as saved, every field and digit (only insignificant whitespace is dropped).
@@ -83,7 +85,9 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 func Connect(url string, natsOpts []nats.Option, opts ...Option) (*Client, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("checkpoint client")}, natsOpts...)...)
 	if err != nil {
-		return nil, unavailable("connecting to %s: %v", PublicURL(url), err)
+		e := unavailable("connecting to %s: %v", PublicURL(url), err).(*Error)
+		e.Cause = err
+		return nil, e
 	}
 	c, err := New(nc, opts...)
 	if err != nil {

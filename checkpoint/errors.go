@@ -63,9 +63,15 @@ type Error struct {
 	MovedTo string // for moved: where the session went
 	// RetryAfter is, for busy, how long the daemon asked the client to wait before trying again.
 	RetryAfter time.Duration
+	// Cause is the underlying error where there is one (Connect: the NATS client's, such as
+	// nats.ErrNoServers or a timeout), for errors.Is and errors.As.
+	Cause error
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// Unwrap returns the underlying cause, if any.
+func (e *Error) Unwrap() error { return e.Cause }
 
 // Is matches the sentinel of e's code.
 func (e *Error) Is(target error) bool {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,8 +18,8 @@ import (
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, usageErr(err)
+		if err := parseQuietly(fs, args); err != nil {
+			return nil, err
 		}
 		rest := fs.Args()
 		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
@@ -30,6 +31,30 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+}
+
+// parseQuietly parses like fs.Parse, but a mistake prints no usage: the error (printed once, by
+// main) ends with a hint to the command's help, instead of 30 to 60 lines of flags burying it.
+// --help still prints the full usage.
+func parseQuietly(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	}
+	help := "checkpointctl --help"
+	if fs.Name() != "checkpointctl" {
+		help = "checkpointctl " + fs.Name() + " --help"
+	}
+	return usageErr(fmt.Errorf("%w (usage: %s)", err, help))
 }
 
 // keyFlags are the flags naming a session's namespace and agent.

@@ -77,6 +77,9 @@ var commands = map[string]command{
 	"migrate": {"move sessions to another deployment, verified, resumable; the source then refuses writes", runMigrate},
 	"export":  {"write sessions to a portable bundle file", runExport},
 	"import":  {"import a bundle file, verified whole before anything is written", runImport},
+	"version": {"print checkpointctl's version, commit, Go, protocol and storage format versions", runVersion},
+	// "help" is answered in Run (it lists this map, which cannot refer to itself); listed here for usage.
+	"help": {"show the usage of checkpointctl or of one command: help [command]", nil},
 }
 
 func main() {
@@ -100,14 +103,17 @@ func (a *App) Run(ctx context.Context, args []string) error {
 	fs.DurationVar(&a.Timeout, "timeout", 30*time.Second, "how long to wait for checkpointd")
 	a.TLS.register(fs)
 	fs.Usage = func() { a.usage(fs) }
-	if err := fs.Parse(args); err != nil {
-		return usageErr(err)
+	if err := parseQuietly(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 {
 		a.usage(fs)
 		return usageErr(errors.New("no command given"))
 	}
 	name := fs.Arg(0)
+	if name == "help" {
+		return a.help(fs, fs.Args()[1:])
+	}
 	cmd, ok := commands[name]
 	if !ok {
 		return usageErr(fmt.Errorf("unknown command %q (want one of: %s)", name, strings.Join(commandNames(), ", ")))
@@ -115,19 +121,24 @@ func (a *App) Run(ctx context.Context, args []string) error {
 	return cmd.run(ctx, a, fs.Args()[1:])
 }
 
-func (a *App) usage(fs *flag.FlagSet) {
-	fmt.Fprint(a.Stderr, `checkpointctl: save, list, inspect, restore and move agent conversation checkpoints.
+func (a *App) usage(fs *flag.FlagSet) { a.usageTo(a.Stderr, fs) }
+
+func (a *App) usageTo(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `checkpointctl: save, list, inspect, restore and move agent conversation checkpoints.
 
 Usage: checkpointctl [global flags] <command> [arguments] [flags]
 
 Commands:
 `)
 	for _, name := range commandNames() {
-		fmt.Fprintf(a.Stderr, "  %-8s %s\n", name, commands[name].synopsis)
+		fmt.Fprintf(w, "  %-8s %s\n", name, commands[name].synopsis)
 	}
-	fmt.Fprint(a.Stderr, "\nGlobal flags:\n")
+	fmt.Fprint(w, "\nGlobal flags:\n")
+	saved := fs.Output()
+	fs.SetOutput(w)
 	fs.PrintDefaults()
-	fmt.Fprint(a.Stderr, `
+	fs.SetOutput(saved)
+	fmt.Fprint(w, `
 Run 'checkpointctl <command> --help' for a command's arguments and flags.
 Flags may follow the arguments: checkpointctl restore demo --version 3
 
@@ -138,6 +149,27 @@ Example (the daemon running: go run ./cmd/checkpointd):
   checkpointctl restore demo --version 1 > conversation.json
 
 `+exitCodesHelp)
+}
+
+// help prints the global usage, or a command's own (what "<command> --help" prints).
+func (a *App) help(fs *flag.FlagSet, args []string) error {
+	switch {
+	case len(args) == 0:
+		fs.SetOutput(a.Stdout)
+		a.usageTo(a.Stdout, fs)
+		return nil
+	case len(args) > 1:
+		return usageErr(fmt.Errorf("help takes at most one command, got %d arguments", len(args)))
+	}
+	cmd, ok := commands[args[0]]
+	if !ok || cmd.run == nil {
+		return usageErr(fmt.Errorf("unknown command %q (want one of: %s)", args[0], strings.Join(commandNames(), ", ")))
+	}
+	// A command prints its usage on --help; asked for, help goes to stdout (so it can be paged).
+	saved := a.Stderr
+	a.Stderr = a.Stdout
+	defer func() { a.Stderr = saved }()
+	return cmd.run(context.Background(), a, []string{"--help"})
 }
 
 func commandNames() []string {
@@ -152,7 +184,7 @@ func commandNames() []string {
 // connect opens a client with the global settings.
 func (a *App) connect() (*checkpoint.Client, error) {
 	var opts []nats.Option
-	opts = append(opts, nats.Timeout(min(a.Timeout, 10*time.Second)))
+	opts = append(opts, nats.Timeout(min(a.Timeout, dialTimeout)))
 	if a.Creds != "" {
 		opts = append(opts, nats.UserCredentials(a.Creds))
 	}
@@ -168,7 +200,11 @@ func (a *App) connect() (*checkpoint.Client, error) {
 		}
 		opts = append(opts, o)
 	}
-	return checkpoint.Connect(a.Server, opts, checkpoint.WithTimeout(a.Timeout))
+	c, err := checkpoint.Connect(a.Server, opts, checkpoint.WithTimeout(a.Timeout))
+	if err != nil {
+		return nil, unreachableHint(a.Server, err)
+	}
+	return c, nil
 }
 
 func defaultServer() string {

@@ -125,7 +125,7 @@ func TestCheckpointctl_ExitCodes(t *testing.T) {
 		{"stale expected version", []string{srv, "put", "s", corpusFile, "--expect-version", "0"}, exitConflict, []string{"head is version 1", "--expect-version 1"}},
 		{"invalid conversation", []string{srv, "put", "s", bad}, exitInvalid, []string{"message 1", "role", `"robot"`}},
 		{"empty file", []string{srv, "put", "s", empty}, exitInvalid, []string{"empty"}},
-		{"missing file", []string{srv, "put", "s", filepath.Join(dir, "nope.json")}, exitInvalid, []string{"no such file"}},
+		{"missing file", []string{srv, "put", "s", filepath.Join(dir, "nope.json")}, exitUsage, []string{"no such file"}},
 		{"unknown command", []string{srv, "frobnicate"}, exitUsage, []string{"unknown command", "restore"}},
 		{"missing argument", []string{srv, "restore"}, exitUsage, []string{"SESSION"}},
 		{"bad flag value", []string{srv, "restore", "s", "--version", "latest"}, exitUsage, []string{"version number"}},
@@ -237,7 +237,7 @@ func TestCheckpointctl_ViewsDiffFork(t *testing.T) {
 	_, _, code = ctl(t, "", srv, "fork", "s", "s2")
 	require.Equal(t, exitConflict, code)
 	_, _, code = ctl(t, "", srv, "restore", "s", "--view", "everything")
-	require.Equal(t, exitInvalid, code)
+	require.Equal(t, exitUsage, code, "an unknown view is a usage mistake (issue 14 item 5)")
 }
 
 func TestCheckpointctl_MergedView(t *testing.T) {

@@ -282,20 +282,37 @@ func newProgress(a *App, p progressFlag, label string, total int) *progress {
 	return &progress{w: a.Stderr, label: label, total: total, start: time.Now()}
 }
 
+// unknownTotal is the total of a progress whose count of sessions is not known beforehand (import:
+// the bundle says it only at its end): it shows counts and a rate, never a bar that would be full
+// (0/0) from the first frame.
+const unknownTotal = -1
+
 func (p *progress) update(done, versions int, bytes int64) {
-	if p.w == nil || time.Since(p.last) < 100*time.Millisecond && done < p.total {
+	final := p.total >= 0 && done >= p.total
+	if p.w == nil || time.Since(p.last) < 100*time.Millisecond && !final {
 		return
 	}
 	p.last = time.Now()
-	const width = 24
-	fill := width
-	if p.total > 0 {
-		fill = done * width / p.total
-	}
 	rate := float64(bytes) / max(time.Since(p.start).Seconds(), 1e-3)
-	p.line = fmt.Sprintf("%s [%s%s] %d/%d sessions  %d versions  %s  %s/s", p.label,
-		strings.Repeat("=", fill), strings.Repeat(" ", width-fill), done, p.total, versions, size(bytes), size(int64(rate)))
+	if p.total == unknownTotal {
+		p.line = fmt.Sprintf("%s %d sessions  %d versions  %s  %s/s", p.label, done, versions, size(bytes), size(int64(rate)))
+	} else {
+		const width = 24
+		fill := width
+		if p.total > 0 {
+			fill = done * width / p.total
+		}
+		p.line = fmt.Sprintf("%s [%s%s] %d/%d sessions  %d versions  %s  %s/s", p.label,
+			strings.Repeat("=", fill), strings.Repeat(" ", width-fill), done, p.total, versions, size(bytes), size(int64(rate)))
+	}
 	fmt.Fprint(p.w, "\r"+p.line)
+}
+
+// finish draws the last counts, whatever the time since the previous frame, and ends the line.
+func (p *progress) finish(done, versions int, bytes int64) {
+	p.last = time.Time{}
+	p.update(done, versions, bytes)
+	p.done()
 }
 
 func (p *progress) done() {

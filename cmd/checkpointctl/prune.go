@@ -27,6 +27,12 @@ func runPrune(ctx context.Context, a *App, args []string) error {
 	if len(pos) > 1 {
 		return usageErr(fmt.Errorf("prune takes at most one SESSION, got %d arguments", len(pos)))
 	}
+	if *keep < 0 {
+		return usageErr(fmt.Errorf("--keep-last %d: want 0 (no count limit) or more", *keep))
+	}
+	if *age < 0 {
+		return usageErr(fmt.Errorf("--max-age %s: want 0 (no age limit) or more", *age))
+	}
 	o := checkpoint.PruneOptions{KeepLast: *keep, MaxAge: *age, DryRun: *dry}
 	if len(pos) == 1 {
 		o.Session, o.Agent = pos[0], k.agent

@@ -91,6 +91,9 @@ func readInput(a *App, name string) ([]byte, error) {
 	} else {
 		data, err = os.ReadFile(name)
 	}
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, usageErr(err) // a mistyped path: the command line is wrong, not the input
+	}
 	if err != nil {
 		return nil, inputError{err}
 	}

@@ -28,6 +28,9 @@ func runRestore(ctx context.Context, a *App, args []string) error {
 	if err := wantArgs("restore", pos, 1, "SESSION"); err != nil {
 		return err
 	}
+	if err := checkRestoreFlags(*view, *maxMessages); err != nil {
+		return err
+	}
 	c, err := a.connect()
 	if err != nil {
 		return err
@@ -55,4 +58,17 @@ func runRestore(ctx context.Context, a *App, args []string) error {
 		_, err = a.Stdout.Write([]byte("\n"))
 	}
 	return err
+}
+
+// checkRestoreFlags refuses, as usage mistakes (exit 2) before connecting, what the daemon would
+// refuse or silently turn into an empty answer.
+func checkRestoreFlags(view string, maxMessages int) error {
+	if view != "full" && view != "request" { // the views of checkpoint.WithView
+		return usageErr(fmt.Errorf("--view %q: want full or request", view))
+	}
+	// Fewer than 2 rounds down to 0 messages (the window keeps whole user/assistant pairs).
+	if maxMessages != 0 && maxMessages < 2 {
+		return usageErr(fmt.Errorf("--max-messages %d: the minimum is 2 (0: every message)", maxMessages))
+	}
+	return nil
 }

@@ -23,6 +23,7 @@ type config struct {
 	NATSCreds       string
 	Tenants         string // --tenants FILE: logins and namespaces of the embedded server (tenants.go)
 	PrintNATSConfig bool
+	PrintVersion    bool // --version: print buildinfo and exit
 	HTTPListen      string
 	LogLevel        string
 	LogFormat       string
@@ -44,6 +45,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.NATSURL, "nats-url", "", "use this NATS server or cluster (comma-separated URLs) instead of the embedded one")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
 	fs.StringVar(&c.Tenants, "tenants", "", "JSON file of logins: each tenant reaches only its namespace, admins every namespace; anonymous clients are refused (re-read on SIGHUP; see docs/security.md)")
+	fs.BoolVar(&c.PrintVersion, "version", false, "print the version, commit, Go version, protocol and storage format versions, and exit")
 	fs.BoolVar(&c.PrintNATSConfig, "print-nats-config", false, "print the NATS accounts that isolate the --tenants for an external nats-server, and exit")
 	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9333", "address of the HTTP server for /metrics and /healthz (empty: off)")
 	fs.IntVar(&c.Daemon.Replicas, "replicas", c.Daemon.Replicas, "JetStream replicas of the streams and buckets checkpointd creates (0: 3 when --nats-url is a cluster, else 1)")

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/checkpointd/checkpointd/internal/buildinfo"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 )
@@ -63,6 +64,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		return usageError{err}
+	}
+	if cfg.PrintVersion {
+		_, err := fmt.Fprintln(os.Stdout, "checkpointd", buildinfo.Get())
+		return err
 	}
 	if cfg.PrintNATSConfig {
 		return printNATSConfig(cfg.Tenants, os.Stdout)

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/checkpointd/checkpointd/internal/buildinfo"
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
@@ -61,7 +62,8 @@ func (s *service) start() error {
 		Version:     s.semver,
 		Description: "Durable, versioned checkpoints of agent conversations",
 		QueueGroup:  wire.ServiceName,
-		Metadata:    map[string]string{"protocol": wire.ProtocolVersion},
+		// version, commit, Go, protocol and storage formats: what `nats micro info` shows an operator.
+		Metadata: buildinfo.Get().Metadata(),
 	})
 	if err != nil {
 		s.heads.stop()

@@ -159,7 +159,7 @@ type Version struct {
 type Origin struct {
 	Via    string    `json:"via"`
 	Source string    `json:"source,omitempty"`
-	At     time.Time `json:"at"`
+	At     time.Time `json:"at,omitzero"` // absent if unknown: never a zero time
 }
 
 // Lease is who may write a session. Epoch grows by one with every acquisition, and a save that
@@ -170,8 +170,8 @@ type Lease struct {
 	Key      Key       `json:"key"`
 	Epoch    uint64    `json:"epoch"`
 	Owner    string    `json:"owner,omitempty"`
-	Acquired time.Time `json:"acquired"`
-	Expires  time.Time `json:"expires"`
+	Acquired time.Time `json:"acquired,omitzero"` // absent (with expires) when never leased
+	Expires  time.Time `json:"expires,omitzero"`
 	Head     uint64    `json:"head"` // the session's head version when the reply was made (0: none yet)
 }
 
@@ -181,7 +181,7 @@ func (l Lease) Held(now time.Time) bool { return l.Owner != "" && now.Before(l.E
 // Moved marks a session migrated elsewhere: it refuses writes and points to its new home.
 type Moved struct {
 	To string    `json:"to"`
-	At time.Time `json:"at"`
+	At time.Time `json:"at,omitzero"`
 }
 
 // Lease operations.

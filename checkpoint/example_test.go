@@ -1,0 +1,175 @@
+package checkpoint_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/transfer"
+)
+
+// url is where the examples' checkpointd listens: a real embedded nats-server and daemon started
+// by TestMain on a random port and a temporary directory (in the README: nats://127.0.0.1:4222).
+var url string
+
+func TestMain(m *testing.M) {
+	stop, err := startDeployment()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting checkpointd for the examples:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// startDeployment runs what `go run ./cmd/checkpointd` runs, on a free port and a fresh directory.
+func startDeployment() (stop func(), err error) {
+	dir, err := os.MkdirTemp("", "checkpoint-examples-")
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	srv, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: listen})
+	if err != nil {
+		return nil, err
+	}
+	url = "nats://" + listen
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg := transfer.DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Metrics = metrics.New(prometheus.NewRegistry())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := transfer.Open(ctx, nc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Close(ctx)
+		nc.Close()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		os.RemoveAll(dir)
+	}, nil
+}
+
+// The package documentation's example: save after each turn, restore anywhere.
+func Example() {
+	ctx := context.Background()
+	c, err := checkpoint.Connect(url, nil) // e.g. "nats://127.0.0.1:4222"; nil: no extra nats.Options
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	key := checkpoint.Key{Session: "support-ticket-42"}
+	conversationJSON := []byte(`[{"role":"user","content":"My order has not arrived."}]`)
+	v, err := c.Save(ctx, key, conversationJSON) // durable when it returns
+	if err != nil {
+		log.Fatal(err)
+	}
+	conv, v, err := c.Restore(ctx, key, 0) // 0: the head
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("version", v.Version, string(conv))
+	// Output: version 1 [{"role":"user","content":"My order has not arrived."}]
+}
+
+// The README's SDK snippet: a save that expects the head it last saw, so that two writers never
+// interleave; the stale one is refused with ErrConflict.
+func ExampleExpectVersion() {
+	ctx := context.Background()
+	c, err := checkpoint.Connect(url, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	key := checkpoint.Key{Session: "tour"}
+	turn1 := []byte(`[{"role":"user","content":"hi"}]`)
+	turn2 := []byte(`[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"hello"}]}]`)
+	var prev uint64 // 0: the session must not exist yet
+	v, err := c.Save(ctx, key, turn1, checkpoint.ExpectVersion(prev))
+	if err != nil {
+		log.Fatal(err)
+	}
+	prev = v.Version
+	v, err = c.Save(ctx, key, turn2, checkpoint.ExpectVersion(prev))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("saved version", v.Version)
+
+	_, err = c.Save(ctx, key, turn1, checkpoint.ExpectVersion(prev)) // a writer that missed version 2
+	fmt.Println("stale writer refused:", errors.Is(err, checkpoint.ErrConflict))
+
+	conv, v, err := c.Restore(ctx, key, 0) // 0 = the head
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("head", v.Version, string(conv))
+	// Output:
+	// saved version 2
+	// stale writer refused: true
+	// head 2 [{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"hello"}]}]
+}
+
+// The README's "Moving a session": Resume leases a session and restores its head; saves carry the
+// lease's epoch; Pause saves a final checkpoint and releases the lease.
+func ExampleClient_Resume() {
+	ctx := context.Background()
+	c, err := checkpoint.Connect(url, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	key := checkpoint.Key{Session: "moving"}
+	if _, err := c.Save(ctx, key, []byte(`[{"role":"user","content":"start"}]`)); err != nil {
+		log.Fatal(err)
+	}
+
+	conv, v, lease, err := c.Resume(ctx, key) // acquire (renewed in the background) + restore the head
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("resumed version", v.Version, string(conv))
+	conv = []byte(`[{"role":"user","content":"start"},{"role":"assistant","content":[{"type":"text","text":"carrying on"}]}]`)
+	v, err = lease.Save(ctx, conv) // saves carry the epoch
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("saved version", v.Version)
+	v, err = lease.Pause(ctx, conv) // final checkpoint (reason "pause"), then release
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("paused at version", v.Version, "reason", v.Reason)
+	// Output:
+	// resumed version 1 [{"role":"user","content":"start"}]
+	// saved version 2
+	// paused at version 3 reason pause
+}
