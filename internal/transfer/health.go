@@ -22,6 +22,9 @@ func watchConn(nc *nats.Conn, log *slog.Logger, m *metrics.Metrics) {
 	count := func(event string) { m.NATSEvents.WithLabelValues(event).Inc() }
 	prevDisconnect, prevReconnect, prevErr, prevClosed := nc.DisconnectErrHandler(), nc.ReconnectHandler(), nc.ErrorHandler(), nc.ClosedHandler()
 	nc.SetDisconnectErrHandler(func(c *nats.Conn, err error) {
+		if err == nil && c.IsClosed() { // our own close or drain at shutdown: nothing was lost
+			return
+		}
 		count("disconnect")
 		log.Warn("NATS connection lost", "err", err, "url", c.ConnectedUrlRedacted())
 		if prevDisconnect != nil {
