@@ -1,0 +1,116 @@
+package transfer_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// TestDialects_SaveRestore: a save names its dialect; the version records it (native records
+// have no dialect field, as before); restore returns the bytes as saved; appends, forks and a
+// session's one dialect are honoured.
+func TestDialects_SaveRestore(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	chat, err := os.ReadFile("../../testdata/dialects/openai-chat.json")
+	require.NoError(t, err)
+	key := checkpoint.Key{Session: "chat"}
+
+	t.Run("refused as native", func(t *testing.T) {
+		_, err := env.Client.Save(ctx, key, chat)
+		require.ErrorIs(t, err, checkpoint.ErrInvalid)
+	})
+	t.Run("saved and restored byte for byte", func(t *testing.T) {
+		v, err := env.Client.Save(ctx, key, chat, checkpoint.WithDialect("openai-chat"))
+		require.NoError(t, err)
+		require.Equal(t, "openai-chat", v.Dialect)
+		require.Equal(t, 2, v.Counts.System)
+		require.Equal(t, 2, v.Counts.ToolCalls)
+		got, rv, err := env.Client.Restore(ctx, key, 0)
+		require.NoError(t, err)
+		require.JSONEq(t, string(chat), string(got))
+		require.Equal(t, compactJSON(t, chat), string(got), "every field and digit as saved")
+		require.Equal(t, "openai-chat", rv.Dialect)
+	})
+	t.Run("append validated in the session's dialect", func(t *testing.T) {
+		head, _, err := env.Client.Restore(ctx, key, 0)
+		require.NoError(t, err)
+		v, err := env.Client.Append(ctx, key, 1, []byte(`[{"role":"user","content":"Thanks"}]`), checkpoint.WithDialect("openai-chat"))
+		require.NoError(t, err)
+		require.Equal(t, "openai-chat", v.Dialect)
+		_, err = env.Client.Append(ctx, key, 2, []byte(`[{"role":"tool","content":"x"}]`), checkpoint.WithDialect("openai-chat"))
+		var ce *checkpoint.Error
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, len(messagesOf(t, head))+1, ce.Index, "the index is the conversation's")
+		require.Equal(t, "tool_call_id", ce.Field)
+	})
+	t.Run("a session keeps one dialect", func(t *testing.T) {
+		_, err := env.Client.Save(ctx, key, []byte(`[{"role":"user","content":"hi"}]`))
+		require.ErrorIs(t, err, checkpoint.ErrBadRequest)
+		require.Contains(t, err.Error(), "holds openai-chat conversations and this save is native")
+	})
+	t.Run("a fork keeps the dialect", func(t *testing.T) {
+		v, err := env.Client.Fork(ctx, key, 1, checkpoint.Key{Session: "chat-fork"})
+		require.NoError(t, err)
+		require.Equal(t, "openai-chat", v.Dialect)
+	})
+	t.Run("native records carry no dialect", func(t *testing.T) {
+		nk := checkpoint.Key{Session: "plain"}
+		_, err := env.Client.Save(ctx, nk, []byte(`[{"role":"user","content":"hi"}]`), checkpoint.WithDialect("native"))
+		require.NoError(t, err)
+		e, err := headsBucket(t, env).Get(ctx, nk.WithDefaults().Token())
+		require.NoError(t, err)
+		require.NotContains(t, string(e.Value()), `"dialect"`)
+	})
+}
+
+// TestDialects_UnknownDialectHeader: a raw save naming a dialect nobody knows is a bad_request
+// naming the header and the known dialects; nothing is stored.
+func TestDialects_UnknownDialectHeader(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "raw"}.WithDefaults()
+	js, err := jetstream.New(env.NC)
+	require.NoError(t, err)
+	sub, err := env.NC.SubscribeSync(wire.ResultSubject(wire.DefaultNamespace, "dia-1"))
+	require.NoError(t, err)
+	m := nats.NewMsg(wire.IngestSubject(key))
+	m.Header.Set(wire.HdrSaveID, "dia-1")
+	m.Header.Set(wire.HdrDialect, "gpt-4")
+	m.Data = []byte(`[{"role":"user","content":"hi"}]`)
+	_, err = js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+	res, err := sub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	var sr wire.SaveResult
+	require.NoError(t, json.Unmarshal(res.Data, &sr))
+	require.NotNil(t, sr.Error)
+	require.Equal(t, wire.CodeBadRequest, sr.Error.Code)
+	require.Contains(t, sr.Error.Message, `header Cp-Dialect: unknown dialect "gpt-4" (known: anthropic, native, openai-chat`)
+	_, _, err = env.Client.Restore(ctx, key, 0)
+	require.ErrorIs(t, err, checkpoint.ErrNotFound)
+}
+
+func compactJSON(t *testing.T, b []byte) string {
+	t.Helper()
+	var out bytes.Buffer
+	require.NoError(t, json.Compact(&out, b))
+	return out.String()
+}
+
+func messagesOf(t *testing.T, conv []byte) []json.RawMessage {
+	t.Helper()
+	var msgs []json.RawMessage
+	require.NoError(t, json.Unmarshal(conv, &msgs))
+	return msgs
+}
