@@ -28,9 +28,12 @@ type dialect struct {
 }
 
 var dialects = map[string]dialect{
-	DialectNative: {check: checkNative, images: nativeImages},
-	"openai-chat": {check: checkOpenAIChat, images: openAIChatImages},
-	"anthropic":   {check: checkAnthropic, images: anthropicImages},
+	DialectNative:      {check: checkNative, images: nativeImages},
+	"openai-chat":      {check: checkOpenAIChat, images: openAIChatImages},
+	"anthropic":        {check: checkAnthropic, images: anthropicImages},
+	"swift-agent":      {check: checkSwiftAgent, images: swiftImages},
+	"agentsquad":       {check: checkAgentSquad, images: noImagePaths},
+	"openai-responses": {check: checkOpenAIResponses, images: responsesImages},
 }
 
 // Dialects returns the names of the dialects this code knows, sorted.

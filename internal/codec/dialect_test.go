@@ -28,6 +28,9 @@ func TestDialects_FixturesRoundTripAndCount(t *testing.T) {
 		{"native-serde", "", Stats{Messages: 5, User: 2, Assistant: 2, ToolResult: 1, ToolCalls: 1}},
 		{"openai-chat", "openai-chat", Stats{Messages: 7, System: 2, User: 1, Assistant: 2, ToolResult: 2, ToolCalls: 2}},
 		{"anthropic", "anthropic", Stats{Messages: 6, System: 1, User: 2, Assistant: 2, ToolResult: 1, ToolCalls: 1}},
+		{"swift-agent", "swift-agent", Stats{Messages: 4, User: 1, Assistant: 2, ToolResult: 1, ToolCalls: 1}},
+		{"agentsquad", "agentsquad", Stats{Messages: 6, User: 2, Assistant: 3, ToolResult: 1, ToolCalls: 1}},
+		{"openai-responses", "openai-responses", Stats{Messages: 6, System: 1, User: 1, Assistant: 3, ToolResult: 1, ToolCalls: 1}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.fixture, func(t *testing.T) {
@@ -63,7 +66,7 @@ func TestParse_NativeAcceptsNullOptionals(t *testing.T) {
 func TestParse_UnknownDialect(t *testing.T) {
 	_, err := ParseLimited([]byte(`[]`), Limits{Dialect: "gpt"})
 	require.ErrorIs(t, err, ErrUnknownDialect)
-	require.Contains(t, err.Error(), `"gpt" (known: anthropic, native, openai-chat`)
+	require.Contains(t, err.Error(), `"gpt" (known: agentsquad, anthropic, native, openai-chat, openai-responses, swift-agent)`)
 	require.NoError(t, CheckDialect(""))
 	require.NoError(t, CheckDialect(DialectNative))
 }
@@ -142,6 +145,10 @@ func TestImagePaths_Dialects(t *testing.T) {
 			"content[0].image_url.url", `[{"role":"user","content":[{"type":"image_url","image_url":{"url":"redacted:local-file.png"}}]}]`},
 		{"anthropic", `[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"url","url":"/home/bob/shot.jpg"}}]}]}]`,
 			"content[0].content[0].source.url", `[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"url","url":"redacted:local-file.jpg"}}]}]}]`},
+		{"swift-agent", `[{"role":"user","content":[{"type":"toolResult","toolCallId":"c","content":[{"type":"image","fileURL":"file:///Users/alice/shot.png","mimeType":"image/png"}]}]}]`,
+			"content[0].content[0].fileURL", `[{"role":"user","content":[{"type":"toolResult","toolCallId":"c","content":[{"type":"image","fileURL":"redacted:local-file.png","mimeType":"image/png"}]}]}]`},
+		{"openai-responses", `[{"type":"function_call_output","call_id":"c","output":[{"type":"input_image","image_url":"C:\\Users\\bob\\a.gif"}]}]`,
+			"output[0].image_url", `[{"type":"function_call_output","call_id":"c","output":[{"type":"input_image","image_url":"redacted:local-file.gif"}]}]`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.dialect, func(t *testing.T) {
@@ -153,4 +160,58 @@ func TestImagePaths_Dialects(t *testing.T) {
 			require.Equal(t, tc.redacted, string(c.Encode()))
 		})
 	}
+}
+
+// TestParse_IssueExamples: the four histories the issue found refused are accepted in their
+// dialect, and kept byte for byte.
+func TestParse_IssueExamples(t *testing.T) {
+	for _, tc := range []struct{ dialect, payload string }{
+		{"swift-agent", `[{"role":"user","content":[{"type":"toolResult","toolCallId":"c1","content":[{"type":"text","text":"22°C"}],"isError":false}]}]`},
+		{"agentsquad", `[{"role":"assistant","content":[{"text":"hi"}],"timestamp":1700000001}]`},
+		{"", `[{"role":"assistant","content":[{"type":"text","text":"hi"}],"errorMessage":null}]`},
+		{"openai-chat", `[{"role":"system","content":"You are terse."},{"role":"user","content":"hi"}]`},
+	} {
+		c, err := ParseLimited([]byte(tc.payload), Limits{Dialect: tc.dialect})
+		require.NoError(t, err, tc.dialect)
+		require.Equal(t, tc.payload, string(c.Encode()))
+	}
+}
+
+func TestParse_SwiftAgentRefusals(t *testing.T) {
+	checkRefusals(t, "swift-agent", []refusal{
+		{"native role", `{"role":"toolResult","toolCallId":"c1","content":[]}`, ErrUnknownRole, "message 0: role:"},
+		{"content as a string", `{"role":"user","content":"hi"}`, ErrMalformed, "message 0: content:"},
+		{"toolResult in an assistant message", `{"role":"assistant","content":[{"type":"toolResult","toolCallId":"c","content":[]}]}`, ErrUnknownContentType, "message 0: content[0].type:"},
+		{"toolResult without toolCallId", `{"role":"user","content":[{"type":"toolResult","content":[]}]}`, ErrMalformed, "message 0: content[0].toolCallId:"},
+		{"toolResult isError not a boolean", `{"role":"user","content":[{"type":"toolResult","toolCallId":"c","content":[],"isError":"no"}]}`, ErrMalformed, "message 0: content[0].isError:"},
+		{"nested toolCall", `{"role":"user","content":[{"type":"toolResult","toolCallId":"c","content":[{"type":"toolCall"}]}]}`, ErrUnknownContentType, "message 0: content[0].content[0].type:"},
+		{"image without data or fileURL", `{"role":"user","content":[{"type":"image","mimeType":"image/png"}]}`, ErrMalformed, "message 0: content[0]:"},
+		{"toolCall arguments a number", `{"role":"assistant","content":[{"type":"toolCall","id":"c","name":"f","arguments":1}]}`, ErrMalformed, "message 0: content[0].arguments:"},
+	})
+}
+
+func TestParse_AgentSquadRefusals(t *testing.T) {
+	checkRefusals(t, "agentsquad", []refusal{
+		{"system role", `{"role":"system","content":[{"text":"x"}]}`, ErrUnknownRole, "message 0: role:"},
+		{"block with no known key", `{"role":"user","content":[{"type":"text","value":"x"}]}`, ErrUnknownContentType, "message 0: content[0]:"},
+		{"block with two keys", `{"role":"user","content":[{"text":"x","toolUse":{}}]}`, ErrMalformed, "message 0: content[0]:"},
+		{"text not a string", `{"role":"user","content":[{"text":7}]}`, ErrMalformed, "message 0: content[0].text:"},
+		{"toolUse input a string", `{"role":"assistant","content":[{"toolUse":{"toolUseId":"t","name":"n","input":"{}"}}]}`, ErrMalformed, "message 0: content[0].toolUse.input:"},
+		{"toolResult without content", `{"role":"user","content":[{"toolResult":{"toolUseId":"t"}}]}`, ErrMalformed, "message 0: content[0].toolResult.content:"},
+		{"timestamp a string", `{"role":"user","content":[{"text":"x"}],"timestamp":"now"}`, ErrMalformed, "message 0: timestamp:"},
+	})
+}
+
+func TestParse_OpenAIResponsesRefusals(t *testing.T) {
+	checkRefusals(t, "openai-responses", []refusal{
+		{"unknown item type", `{"type":"web_search_call","id":"ws_1"}`, ErrUnknownContentType, "message 0: type:"},
+		{"neither type nor role", `{"content":"x"}`, ErrMalformed, "message 0: type:"},
+		{"tool role", `{"role":"tool","content":"x"}`, ErrUnknownRole, "message 0: role:"},
+		{"output_text in a user message", `{"role":"user","content":[{"type":"output_text","text":"x"}]}`, ErrUnknownContentType, "message 0: content[0].type:"},
+		{"function_call without call_id", `{"type":"function_call","name":"f","arguments":"{}"}`, ErrMalformed, "message 0: call_id:"},
+		{"function_call arguments an object", `{"type":"function_call","call_id":"c","name":"f","arguments":{}}`, ErrMalformed, "message 0: arguments:"},
+		{"output missing", `{"type":"function_call_output","call_id":"c"}`, ErrMalformed, "message 0: output:"},
+		{"reasoning summary bad part", `{"type":"reasoning","summary":[{"type":"text","text":"x"}]}`, ErrUnknownContentType, "message 0: summary[0].type:"},
+		{"input_image with nothing", `{"role":"user","content":[{"type":"input_image","detail":"low"}]}`, ErrMalformed, "message 0: content[0]:"},
+	})
 }
