@@ -215,3 +215,14 @@ func TestParse_OpenAIResponsesRefusals(t *testing.T) {
 		{"input_image with nothing", `{"role":"user","content":[{"type":"input_image","detail":"low"}]}`, ErrMalformed, "message 0: content[0]:"},
 	})
 }
+
+// TestAnnotate_AgentSquadBlocks: the merged cross-agent view attributes an agentsquad message's
+// first text block (which has no "type") as "[agentId] …".
+func TestAnnotate_AgentSquadBlocks(t *testing.T) {
+	in := `{"role":"assistant","content":[{"toolUse":{"toolUseId":"t","name":"n","input":{"text":"no"}}},{"text":"Booked."}],"timestamp":1700000005000}`
+	want := `{"role":"assistant","content":[{"toolUse":{"toolUseId":"t","name":"n","input":{"text":"no"}}},{"text":"[booking] Booked."}],"timestamp":1700000005000,"agentId":"booking"}`
+	got := Annotate([]byte(in), "booking", true)
+	require.Equal(t, want, string(got))
+	_, err := ParseLimited([]byte("["+string(got)+"]"), Limits{Dialect: "agentsquad"})
+	require.NoError(t, err, "still an agentsquad message")
+}
