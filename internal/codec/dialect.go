@@ -34,6 +34,7 @@ var dialects = map[string]dialect{
 	"swift-agent":      {check: checkSwiftAgent, images: swiftImages},
 	"agentsquad":       {check: checkAgentSquad, images: noImagePaths},
 	"openai-responses": {check: checkOpenAIResponses, images: responsesImages},
+	"antigravity":      {check: checkAntigravity, images: noImagePaths},
 }
 
 // Dialects returns the names of the dialects this code knows, sorted.
@@ -113,7 +114,11 @@ func (c checker) member(o object, prefix, name string) (object, error) {
 // partType returns the "type" of part p, refusing it when it is not one of known (for a message
 // of role role, when role is set).
 func (c checker) partType(p object, field, role string, known ...string) (string, error) {
-	typ, err := c.requireString(p, field+".", "type", true)
+	prefix := field + "."
+	if field == "" { // the message's own type
+		prefix = ""
+	}
+	typ, err := c.requireString(p, prefix, "type", true)
 	if err != nil {
 		return "", err
 	}
@@ -124,7 +129,7 @@ func (c checker) partType(p object, field, role string, known ...string) (string
 	if role != "" {
 		in = " in a " + role + " message"
 	}
-	return "", c.fail(ErrUnknownContentType, field+".type", "%q (want %s%s)", typ, strings.Join(known, ", "), in)
+	return "", c.fail(ErrUnknownContentType, prefix+"type", "%q (want %s%s)", typ, strings.Join(known, ", "), in)
 }
 
 // strings checks that each of names is a string member of o (nonEmpty: not "").

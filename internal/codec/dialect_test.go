@@ -31,6 +31,7 @@ func TestDialects_FixturesRoundTripAndCount(t *testing.T) {
 		{"swift-agent", "swift-agent", Stats{Messages: 4, User: 1, Assistant: 2, ToolResult: 1, ToolCalls: 1}},
 		{"agentsquad", "agentsquad", Stats{Messages: 6, User: 2, Assistant: 3, ToolResult: 1, ToolCalls: 1}},
 		{"openai-responses", "openai-responses", Stats{Messages: 6, System: 1, User: 1, Assistant: 3, ToolResult: 1, ToolCalls: 1}},
+		{"antigravity", "antigravity", Stats{Messages: 6, System: 1, User: 1, Assistant: 2, Extension: 2, ToolCalls: 1}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.fixture, func(t *testing.T) {
@@ -66,7 +67,7 @@ func TestParse_NativeAcceptsNullOptionals(t *testing.T) {
 func TestParse_UnknownDialect(t *testing.T) {
 	_, err := ParseLimited([]byte(`[]`), Limits{Dialect: "gpt"})
 	require.ErrorIs(t, err, ErrUnknownDialect)
-	require.Contains(t, err.Error(), `"gpt" (known: agentsquad, anthropic, native, openai-chat, openai-responses, swift-agent)`)
+	require.Contains(t, err.Error(), `"gpt" (known: agentsquad, anthropic, antigravity, native, openai-chat, openai-responses, swift-agent)`)
 	require.NoError(t, CheckDialect(""))
 	require.NoError(t, CheckDialect(DialectNative))
 }
@@ -225,4 +226,16 @@ func TestAnnotate_AgentSquadBlocks(t *testing.T) {
 	require.Equal(t, want, string(got))
 	_, err := ParseLimited([]byte("["+string(got)+"]"), Limits{Dialect: "agentsquad"})
 	require.NoError(t, err, "still an agentsquad message")
+}
+
+func TestParse_AntigravityRefusals(t *testing.T) {
+	checkRefusals(t, "antigravity", []refusal{
+		{"a native message", `{"role":"user","content":"hi"}`, ErrMalformed, "message 0: id:"},
+		{"step_index negative", `{"id":"s","step_index":-1,"type":"Finish"}`, ErrMalformed, "message 0: step_index:"},
+		{"step_index a fraction", `{"id":"s","step_index":1.5,"type":"Finish"}`, ErrMalformed, "message 0: step_index:"},
+		{"unknown step type", `{"id":"s","step_index":0,"type":"Browse"}`, ErrUnknownContentType, "message 0: type:"},
+		{"content an object", `{"id":"s","step_index":0,"type":"TextResponse","content":{}}`, ErrMalformed, "message 0: content:"},
+		{"tool call without name", `{"id":"s","step_index":0,"type":"ToolCall","tool_calls":[{"id":"t"}]}`, ErrMalformed, "message 0: tool_calls[0].name:"},
+		{"negative token count", `{"id":"s","step_index":0,"type":"Finish","usage_metadata":{"total_token_count":-3}}`, ErrMalformed, "message 0: usage_metadata.total_token_count:"},
+	})
 }

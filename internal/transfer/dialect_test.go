@@ -96,7 +96,7 @@ func TestDialects_UnknownDialectHeader(t *testing.T) {
 	require.NoError(t, json.Unmarshal(res.Data, &sr))
 	require.NotNil(t, sr.Error)
 	require.Equal(t, wire.CodeBadRequest, sr.Error.Code)
-	require.Contains(t, sr.Error.Message, `header Cp-Dialect: unknown dialect "gpt-4" (known: agentsquad, anthropic, native, openai-chat, openai-responses, swift-agent)`)
+	require.Contains(t, sr.Error.Message, `header Cp-Dialect: unknown dialect "gpt-4" (known: agentsquad, anthropic, antigravity, native, openai-chat, openai-responses, swift-agent)`)
 	_, _, err = env.Client.Restore(ctx, key, 0)
 	require.ErrorIs(t, err, checkpoint.ErrNotFound)
 }
