@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -113,4 +114,42 @@ func messagesOf(t *testing.T, conv []byte) []json.RawMessage {
 	var msgs []json.RawMessage
 	require.NoError(t, json.Unmarshal(conv, &msgs))
 	return msgs
+}
+
+// TestDialects_MigrateAndBundleKeepTheDialect: a copy of a session (migrate, export/import) keeps
+// each version's dialect, so the copy validates and restores as the original.
+func TestDialects_MigrateAndBundleKeepTheDialect(t *testing.T) {
+	src, viaMigrate, viaBundle := testenv.Start(t), testenv.Start(t), testenv.Start(t)
+	ctx := ctxT(t)
+	conv, err := os.ReadFile("../../testdata/dialects/swift-agent.json")
+	require.NoError(t, err)
+	key := checkpoint.Key{Session: "swift"}
+	_, err = src.Client.Save(ctx, key, conv, checkpoint.WithDialect("swift-agent"))
+	require.NoError(t, err)
+	_, err = src.Client.Append(ctx, key, 1, []byte(`[{"role":"user","content":[{"type":"text","text":"And Lyon?"}]}]`), checkpoint.WithDialect("swift-agent"))
+	require.NoError(t, err)
+
+	file := filepath.Join(t.TempDir(), "swift.cpbundle")
+	f, err := os.Create(file)
+	require.NoError(t, err)
+	_, err = src.Client.Export(ctx, f, []checkpoint.Key{key}, checkpoint.ExportOptions{Source: src.URL()})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, n, err := viaBundle.Client.ImportBundle(ctx, file, checkpoint.ImportOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	_, err = src.Client.Migrate(ctx, viaMigrate.Client, key, checkpoint.MigrateOptions{MovedTo: viaMigrate.URL()})
+	require.NoError(t, err)
+
+	want, err := src.Client.History(ctx, key)
+	require.NoError(t, err)
+	for _, dst := range []*testenv.Env{viaBundle, viaMigrate} {
+		got, err := dst.Client.History(ctx, key)
+		require.NoError(t, err)
+		require.Len(t, got, 2)
+		for i := range got {
+			require.Equal(t, "swift-agent", got[i].Dialect)
+			require.Equal(t, want[i].Hash, got[i].Hash)
+		}
+	}
 }
