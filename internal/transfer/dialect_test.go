@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -152,4 +154,28 @@ func TestDialects_MigrateAndBundleKeepTheDialect(t *testing.T) {
 			require.Equal(t, want[i].Hash, got[i].Hash)
 		}
 	}
+}
+
+// TestDialects_ExportRedactsImagePathsInTheDialect: export --redact-image-paths finds local paths
+// where the session's dialect keeps its images (here openai-chat's image_url.url).
+func TestDialects_ExportRedactsImagePathsInTheDialect(t *testing.T) {
+	src := testenv.Start(t, func(c *transfer.Config) { c.ImagePaths = codec.ImagePathsAllow })
+	dst := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "shots"}
+	conv := `[{"role":"user","content":[{"type":"image_url","image_url":{"url":"file:///Users/alice/screen.png"}}]}]`
+	_, err := src.Client.Save(ctx, key, []byte(conv), checkpoint.WithDialect("openai-chat"))
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "shots.cpbundle")
+	f, err := os.Create(file)
+	require.NoError(t, err)
+	_, err = src.Client.Export(ctx, f, []checkpoint.Key{key}, checkpoint.ExportOptions{Source: src.URL(), RedactImagePaths: true})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, _, err = dst.Client.ImportBundle(ctx, file, checkpoint.ImportOptions{})
+	require.NoError(t, err, "the destination refuses local paths: only a redacted bundle imports")
+	got, v, err := dst.Client.Restore(ctx, key, 1)
+	require.NoError(t, err)
+	require.Equal(t, "openai-chat", v.Dialect)
+	require.Equal(t, `[{"role":"user","content":[{"type":"image_url","image_url":{"url":"redacted:local-file.png"}}]}]`, string(got))
 }
