@@ -25,6 +25,9 @@ type dialect struct {
 	check func(c checker, m object, first bool, s *Stats) error
 	// images returns the string members of msg's images that name local files.
 	images func(msg []byte) []imagePathSpan
+	// marker is in every message images may find something in: a cheap test that spares the
+	// others (most messages have no image).
+	marker string
 }
 
 var dialects = map[string]dialect{

@@ -146,6 +146,8 @@ func TestImagePaths_Dialects(t *testing.T) {
 			"content[0].image_url.url", `[{"role":"user","content":[{"type":"image_url","image_url":{"url":"redacted:local-file.png"}}]}]`},
 		{"anthropic", `[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"url","url":"/home/bob/shot.jpg"}}]}]}]`,
 			"content[0].content[0].source.url", `[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"url","url":"redacted:local-file.jpg"}}]}]}]`},
+		{"anthropic", `[{"role":"user","content":[{"type":"document","source":{"type":"url","url":"~/notes/plan.pdf"}}]}]`,
+			"content[0].source.url", `[{"role":"user","content":[{"type":"document","source":{"type":"url","url":"redacted:local-file.pdf"}}]}]`},
 		{"swift-agent", `[{"role":"user","content":[{"type":"toolResult","toolCallId":"c","content":[{"type":"image","fileURL":"file:///Users/alice/shot.png","mimeType":"image/png"}]}]}]`,
 			"content[0].content[0].fileURL", `[{"role":"user","content":[{"type":"toolResult","toolCallId":"c","content":[{"type":"image","fileURL":"redacted:local-file.png","mimeType":"image/png"}]}]}]`},
 		{"openai-responses", `[{"type":"function_call_output","call_id":"c","output":[{"type":"input_image","image_url":"C:\\Users\\bob\\a.gif"}]}]`,

@@ -106,7 +106,7 @@ func applyImagePaths(c *Conversation, d dialect, lim Limits) (*Conversation, err
 	}
 	found := make(map[int][]imagePathSpan)
 	for i, msg := range c.Messages {
-		if !bytes.Contains(msg, []byte(`image`)) { // cheap: most messages have no image
+		if !bytes.Contains(msg, []byte(d.marker)) { // cheap: most messages have no image
 			continue
 		}
 		spans := d.images(msg)
