@@ -31,12 +31,12 @@ type dialect struct {
 }
 
 var dialects = map[string]dialect{
-	DialectNative:      {check: checkNative, images: nativeImages},
-	"openai-chat":      {check: checkOpenAIChat, images: openAIChatImages},
-	"anthropic":        {check: checkAnthropic, images: anthropicImages},
-	"swift-agent":      {check: checkSwiftAgent, images: swiftImages},
+	DialectNative:      {check: checkNative, images: nativeImages, marker: `"image"`},
+	"openai-chat":      {check: checkOpenAIChat, images: openAIChatImages, marker: `"image_url"`},
+	"anthropic":        {check: checkAnthropic, images: anthropicImages, marker: `"source"`},
+	"swift-agent":      {check: checkSwiftAgent, images: swiftImages, marker: `"image"`},
 	"agentsquad":       {check: checkAgentSquad, images: noImagePaths},
-	"openai-responses": {check: checkOpenAIResponses, images: responsesImages},
+	"openai-responses": {check: checkOpenAIResponses, images: responsesImages, marker: `"input_`},
 	"antigravity":      {check: checkAntigravity, images: noImagePaths},
 }
 
