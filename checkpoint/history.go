@@ -38,7 +38,7 @@ func (c *Client) Fork(ctx context.Context, from Key, version uint64, to Key) (Ve
 		return Version{}, err
 	}
 	ref := wire.ForkRef{Key: v.Key, Version: v.Version}
-	return c.save(ctx, to, conv, nil, []SaveOption{ExpectVersion(0), WithReason(wire.ReasonFork),
+	return c.save(ctx, to, conv, nil, []SaveOption{ExpectVersion(0), WithReason(wire.ReasonFork), WithDialect(v.Dialect),
 		func(o *saveOptions) { o.forkOf = &ref }})
 }
 

@@ -13,7 +13,7 @@ import (
 // "redacted:local-file" plus its extension. The record then describes the redacted conversation
 // (hash and size), so the bundle verifies on its own; its hashes differ from the source's.
 func redactImagePaths(conv []byte, rec Version) ([]byte, Version, error) {
-	c, err := codec.ParseLimited(conv, codec.Limits{ImagePaths: codec.ImagePathsRedact})
+	c, err := codec.ParseLimited(conv, codec.Limits{ImagePaths: codec.ImagePathsRedact, Dialect: rec.Dialect})
 	if err != nil {
 		return nil, rec, fmt.Errorf("redacting image paths of version %d of %s: %w", rec.Version, rec.Key, err)
 	}

@@ -29,6 +29,7 @@ type saveOptions struct {
 	imported *Version // import: the original record to copy
 	via      string   // import: migrate or import
 	source   string   // import: where from
+	dialect  string   // the conversation's shape; "" is native
 }
 
 // WithEpoch makes the save carry a lease epoch: it is refused with ErrFenced unless that is the
@@ -46,6 +47,15 @@ func ExpectVersion(n uint64) SaveOption { return func(o *saveOptions) { o.expect
 
 // WithReason records why the version was written: turn (default), pause, migrate, import or manual.
 func WithReason(reason string) SaveOption { return func(o *saveOptions) { o.reason = reason } }
+
+// WithDialect names the shape of the conversation saved: native (the default), or another of
+// the daemon's dialects (docs/format.md, "Dialects"; Dialects lists them). The daemon validates the
+// conversation as that dialect and records it on the version (Version.Dialect); a session keeps
+// one dialect, so a save in another is refused with ErrBadRequest.
+func WithDialect(name string) SaveOption { return func(o *saveOptions) { o.dialect = name } }
+
+// Dialects returns the names of the dialects this SDK knows.
+func Dialects() []string { return codec.Dialects() }
 
 // Save stores conversation, a JSON array of messages, as the next version of key's session and
 // returns that version. When Save returns nil the version is durable and any process can restore it.
@@ -189,6 +199,9 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	if o.epoch != 0 {
 		msg.Header.Set(wire.HdrEpoch, strconv.FormatUint(o.epoch, 10))
 	}
+	if o.dialect != "" && o.dialect != codec.DialectNative { // native goes without the header
+		msg.Header.Set(wire.HdrDialect, o.dialect)
+	}
 	if v := o.imported; v != nil {
 		msg.Header.Set(wire.HdrImportVersion, strconv.FormatUint(v.Version, 10))
 		msg.Header.Set(wire.HdrImportCreated, v.Created.UTC().Format(time.RFC3339Nano))
@@ -199,6 +212,9 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 		msg.Header.Set(wire.HdrReason, v.Reason)
 		if v.ForkOf != nil {
 			msg.Header.Set(wire.HdrForkOf, v.ForkOf.String())
+		}
+		if v.Dialect != "" { // a copy keeps the original's dialect
+			msg.Header.Set(wire.HdrDialect, v.Dialect)
 		}
 	}
 	// The JetStream message id makes the attempts of this call count once. It is the save id and a

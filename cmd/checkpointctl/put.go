@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 )
@@ -27,6 +28,7 @@ func runPut(ctx context.Context, a *App, args []string) error {
 	var appendTo versionFlag
 	fs.Var(&appendTo, "append-to", "FILE holds only the messages appended after this version (the head; else exit 4)")
 	epoch := fs.Uint64("epoch", 0, "lease epoch to save under (from 'lease acquire'); needed while the session is leased")
+	dialect := fs.String("dialect", "native", "the conversation's shape: "+strings.Join(checkpoint.Dialects(), ", ")+" (docs/format.md, \"Dialects\")")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -38,7 +40,7 @@ func runPut(ctx context.Context, a *App, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := []checkpoint.SaveOption{checkpoint.WithReason(*reason)}
+	opts := []checkpoint.SaveOption{checkpoint.WithReason(*reason), checkpoint.WithDialect(*dialect)}
 	if *saveID != "" {
 		opts = append(opts, checkpoint.WithSaveID(*saveID))
 	}

@@ -8,7 +8,8 @@ import (
 
 // Annotate returns a copy of a canonical message for a merged multi-agent view: with an "agentId"
 // member appended, and, when prefix is set, its first text prefixed with "[agentId] " (user content
-// given as a string, or the first text part of a content array). Every other byte is kept as it is.
+// given as a string, or the first text part of a content array, typed or, as in agentsquad, an
+// untyped {"text": ...} block). Every other byte is kept as it is.
 func Annotate(msg []byte, agent string, prefix bool) []byte {
 	id := quoteJSON(agent)
 	out := make([]byte, 0, len(msg)+len(id)*2+16)
@@ -42,7 +43,10 @@ func prefixFirstText(msg []byte, p string) []byte {
 				return nil
 			}
 			m := members(part)
-			if t, ok := m["type"]; ok && kind(t) == '"' && stringValue(t) == "text" {
+			// A text part: typed (native, most dialects), or a block named by its one "text"
+			// key (agentsquad's Bedrock blocks have no type).
+			t, typed := m["type"]
+			if typed && kind(t) == '"' && stringValue(t) == "text" || !typed && len(m) == 1 && m["text"] != nil {
 				if span, ok := memberSpan(part, "text"); ok && part[span[0]] == '"' {
 					base := content[0] + offsetIn(arr, part)
 					text = [2]int{base + span[0], base + span[1]}

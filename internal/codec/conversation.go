@@ -18,15 +18,20 @@ type Conversation struct {
 	starts   []int  // where each message starts in canon
 }
 
-// Stats counts a conversation's messages by role, and its tool calls.
+// Stats counts a conversation's messages by role, and its tool calls. Each dialect maps its roles
+// onto these (docs/format.md, "Dialects"): System counts system and developer messages.
 type Stats struct {
-	Messages, User, Assistant, ToolResult, Extension, ToolCalls int
+	Messages, User, Assistant, ToolResult, Extension, ToolCalls, System int
 }
 
 // Limits bound what Parse accepts.
 type Limits struct {
 	MaxBytes   int64      // largest payload accepted; 0 means no limit
 	ImagePaths ImagePaths // what to do with images that name local files (default: keep them)
+	Dialect    string     // the conversation's shape (Dialects); "" is native
+	// Continues says the payload continues a conversation that has messages already (an append):
+	// its first message is not the conversation's first.
+	Continues bool
 }
 
 // Parse validates payload, a JSON array of messages, and returns it in canonical form. The result
@@ -57,9 +62,13 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if canon[0] != '[' {
 		return nil, payloadError(ErrMalformed, -1, "the conversation must be a JSON array of messages, found %s", kindNames[kind(canon)])
 	}
+	d, err := lookupDialect(lim.Dialect)
+	if err != nil {
+		return nil, err
+	}
 	c := &Conversation{canon: canon}
-	err := elements(canon, func(i int, msg []byte) error {
-		if err := c.stats.add(i, msg); err != nil {
+	err = elements(canon, func(i int, msg []byte) error {
+		if err := c.stats.add(d, i, i == 0 && !lim.Continues, msg); err != nil {
 			return err
 		}
 		c.starts = append(c.starts, cap(canon)-cap(msg))
@@ -69,7 +78,7 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return applyImagePaths(c, lim)
+	return applyImagePaths(c, d, lim)
 }
 
 // compact returns the canonical form of payload, or where it is not valid JSON.

@@ -56,9 +56,9 @@ type imagePathSpan struct {
 	value      string
 }
 
-// imagePaths returns the string members of msg's image parts (those of "content", whatever the
+// nativeImages returns the string members of msg's image parts (those of "content", whatever the
 // role) that name local files. Inline data and the MIME type are not names of files.
-func imagePaths(msg []byte) []imagePathSpan {
+func nativeImages(msg []byte) []imagePathSpan {
 	content, ok := members(msg)["content"]
 	if !ok || kind(content) != '[' {
 		return nil
@@ -100,16 +100,16 @@ func redactedMarker(value string) []byte {
 
 // applyImagePaths enforces lim.ImagePaths on the parsed conversation c: it refuses, or returns the
 // conversation with every local path replaced (parsed again, so it is canonical and counted).
-func applyImagePaths(c *Conversation, lim Limits) (*Conversation, error) {
+func applyImagePaths(c *Conversation, d dialect, lim Limits) (*Conversation, error) {
 	if lim.ImagePaths == ImagePathsAllow {
 		return c, nil
 	}
 	found := make(map[int][]imagePathSpan)
 	for i, msg := range c.Messages {
-		if !bytes.Contains(msg, []byte(`"image"`)) { // cheap: most messages have no image
+		if !bytes.Contains(msg, []byte(d.marker)) { // cheap: most messages have no image
 			continue
 		}
-		spans := imagePaths(msg)
+		spans := d.images(msg)
 		if len(spans) == 0 {
 			continue
 		}
@@ -137,5 +137,18 @@ func applyImagePaths(c *Conversation, lim Limits) (*Conversation, error) {
 		}
 		out = append(out, msg[at:]...)
 	}
-	return ParseLimited(append(out, ']'), Limits{MaxBytes: lim.MaxBytes})
+	return ParseLimited(append(out, ']'), Limits{MaxBytes: lim.MaxBytes, Dialect: lim.Dialect, Continues: lim.Continues})
+}
+
+// localSpan returns v, a string member of msg named field, as a span when it names a local file.
+func localSpan(msg, v []byte, field string) (imagePathSpan, bool) {
+	if kind(v) != '"' {
+		return imagePathSpan{}, false
+	}
+	s := stringValue(v)
+	if !localPath.MatchString(s) {
+		return imagePathSpan{}, false
+	}
+	start := cap(msg) - cap(v)
+	return imagePathSpan{field: field, start: start, end: start + len(v), value: s}, true
 }

@@ -34,13 +34,23 @@ func (c checker) object(raw json.RawMessage, field string) (object, error) {
 	return members(raw), nil
 }
 
-// add validates one canonical message and counts it.
-func (s *Stats) add(index int, msg json.RawMessage) error {
+// add validates one canonical message in dialect d and counts it.
+func (s *Stats) add(d dialect, index int, first bool, msg json.RawMessage) error {
 	c := checker{index}
 	m, err := c.object(msg, "")
 	if err != nil {
 		return err
 	}
+	if err := d.check(c, m, first, s); err != nil {
+		return err
+	}
+	s.Messages++
+	return nil
+}
+
+// checkNative validates one message of the native format. Optional fields may be null (serde and
+// Pydantic write absent options so): null is accepted and kept, never taken for a value.
+func checkNative(c checker, m object, _ bool, s *Stats) error {
 	role, err := c.requireString(m, "", "role", false)
 	if err != nil {
 		return err
@@ -51,26 +61,22 @@ func (s *Stats) add(index int, msg json.RawMessage) error {
 	switch role {
 	case RoleUser:
 		s.User++
-		err = c.content(m, true, s)
+		return c.content(m, true, s)
 	case RoleAssistant:
 		s.Assistant++
-		err = c.assistant(m, s)
+		return c.assistant(m, s)
 	case RoleToolResult:
 		s.ToolResult++
-		if _, err = c.requireString(m, "", "toolCallId", true); err == nil {
-			err = c.all(c.optional(m, "", "toolName", '"'), c.optional(m, "", "isError", 't'), c.content(m, true, s))
+		if _, err = c.requireString(m, "", "toolCallId", true); err != nil {
+			return err
 		}
+		return c.all(c.optional(m, "", "toolName", '"'), c.optional(m, "", "isError", 't'), c.content(m, true, s))
 	case RoleExtension:
 		s.Extension++
 		_, err = c.requireString(m, "", "kind", true)
-	default:
-		return c.fail(ErrUnknownRole, "role", "%q (want user, assistant, toolResult or extension)", role)
-	}
-	if err != nil {
 		return err
 	}
-	s.Messages++
-	return nil
+	return c.fail(ErrUnknownRole, "role", "%q (want user, assistant, toolResult or extension)", role)
 }
 
 func (c checker) assistant(m object, s *Stats) error {
@@ -79,13 +85,13 @@ func (c checker) assistant(m object, s *Stats) error {
 			return err
 		}
 	}
-	if raw, ok := m["usage"]; ok {
+	if raw, ok := m["usage"]; ok && kind(raw) != 'n' {
 		u, err := c.object(raw, "usage")
 		if err != nil {
 			return err
 		}
 		for _, f := range usageTokenFields {
-			if v, ok := u[f]; ok && (kind(v) != '0' || v[0] == '-') {
+			if v, ok := u[f]; ok && kind(v) != 'n' && (kind(v) != '0' || v[0] == '-') {
 				return c.fail(ErrMalformed, "usage."+f, "want a non-negative number, found %s", describe(v))
 			}
 		}
@@ -134,9 +140,7 @@ func (c checker) part(raw json.RawMessage, field string, s *Stats) error {
 	case "thinking":
 		_, err = c.requireString(p, field+".", "thinking", false)
 	case "image":
-		_, hasData := p["data"]
-		_, hasURL := p["url"]
-		if !hasData && !hasURL {
+		if !present(p, "data") && !present(p, "url") {
 			return c.fail(ErrMalformed, field, "an image needs inline base64 \"data\" or a \"url\"")
 		}
 		err = c.all(c.optional(p, field+".", "data", '"'), c.optional(p, field+".", "url", '"'), c.optional(p, field+".", "mimeType", '"'))
@@ -171,10 +175,16 @@ func (c checker) requireString(o object, prefix, name string, nonEmpty bool) (st
 	return v, nil
 }
 
-// optional checks the JSON kind of member name when it is present.
+// present reports whether member name is there and not null.
+func present(o object, name string) bool {
+	raw, ok := o[name]
+	return ok && kind(raw) != 'n'
+}
+
+// optional checks the JSON kind of member name when it is present and not null.
 func (c checker) optional(o object, prefix, name string, want byte) error {
 	raw, ok := o[name]
-	if !ok || kind(raw) == want {
+	if !ok || kind(raw) == want || kind(raw) == 'n' {
 		return nil
 	}
 	return c.fail(ErrMalformed, prefix+name, "want %s, found %s", kindNames[want], describe(raw))

@@ -87,6 +87,12 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 		}
 		req.Expected = req.Base
 	}
+	if req.Limits.Dialect == codec.DialectNative {
+		req.Limits.Dialect = "" // recorded as nothing, so native records stay as they were
+	}
+	if err := codec.CheckDialect(req.Limits.Dialect); err != nil {
+		return Saved{}, err
+	}
 	if req.Limits.MaxBytes > 0 && int64(len(req.Payload)) > req.Limits.MaxBytes {
 		return Saved{}, &codec.ValidationError{Err: codec.ErrTooLarge, Index: -1, Offset: -1,
 			Detail: fmt.Sprintf("%d bytes, the limit is %d", len(req.Payload), req.Limits.MaxBytes)}
@@ -128,6 +134,9 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 			return Saved{}, err
 		}
 		if err := checkNumber(head, found, req.Import); err != nil {
+			return Saved{}, err
+		}
+		if err := checkDialect(head, found, req.Limits.Dialect); err != nil {
 			return Saved{}, err
 		}
 		if req.Expected != nil && *req.Expected != head.Version.Version {
@@ -244,6 +253,26 @@ func checkNumber(head Head, found bool, imp *Import) error {
 	return nil
 }
 
+// ErrDialectMismatch refuses a save in another dialect than the session's versions: a session
+// holds one shape of conversation, so that every version restores as what its readers expect and
+// an append is validated against the history it extends.
+var ErrDialectMismatch = fmt.Errorf("%w: dialect mismatch", ErrBadRequest)
+
+// checkDialect refuses a save whose dialect (normalised: "" is native) is not the session's.
+func checkDialect(head Head, found bool, dialect string) error {
+	if !found || head.Version.Dialect == dialect {
+		return nil
+	}
+	name := func(d string) string {
+		if d == "" {
+			return codec.DialectNative
+		}
+		return d
+	}
+	return fmt.Errorf("%w: session %s holds %s conversations and this save is %s; save it as %s, or into a new session (a session keeps one dialect)",
+		ErrDialectMismatch, head.Key, name(head.Version.Dialect), name(dialect), name(head.Version.Dialect))
+}
+
 // asImported gives the version its original number, time and origin, once its hash is checked.
 func asImported(next *Head, found bool, imp Import) error {
 	if next.Version.Hash != imp.Hash {
@@ -281,8 +310,10 @@ type savePlan struct {
 // canonical form (recognised by hashing the prefix the head already has).
 func plan(ctx context.Context, st Store, head Head, found bool, req SaveRequest) (savePlan, error) {
 	headMsgs := head.Counts.Messages
+	tailLimits := req.Limits
+	tailLimits.Continues = headMsgs > 0 // an append's first message is not the conversation's
 	if req.Base != nil {
-		c, err := codec.ParseLimited(req.Payload, req.Limits)
+		c, err := codec.ParseLimited(req.Payload, tailLimits)
 		if err != nil {
 			return savePlan{}, shift(err, headMsgs, 0)
 		}
@@ -291,7 +322,7 @@ func plan(ctx context.Context, st Store, head Head, found bool, req SaveRequest)
 	}
 	if found && headMsgs > 0 {
 		if tail, ok := canonicalTail(head, req.Payload); ok {
-			c, err := codec.ParseLimited(tail, req.Limits)
+			c, err := codec.ParseLimited(tail, tailLimits)
 			if err != nil {
 				return savePlan{}, shift(err, headMsgs, head.RawBytes-1)
 			}
@@ -528,6 +559,7 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 		Format: wire.VersionFormat, Key: req.Key, Version: head.Version.Version + 1, Parent: head.Version.Version,
 		Hash: hs.hash(), SaveID: req.SaveID, Writer: req.Writer, Reason: reason, Created: req.Now.UTC(),
 		RawBytes: rawBytes, StoredBytes: added, Counts: counts, Gen: layout.Gen, ForkOf: req.ForkOf,
+		Dialect: req.Limits.Dialect,
 	}
 	if len(layout.Extents) > HardMaxExtents {
 		m, err := mergeRun(ctx, st, req.Key, layout.Extents, mergeFrom(layout.Extents))
@@ -634,11 +666,12 @@ func toBytes(msgs []json.RawMessage) [][]byte {
 }
 
 func toCounts(s codec.Stats) wire.Counts {
-	return wire.Counts{Messages: s.Messages, User: s.User, Assistant: s.Assistant, ToolResult: s.ToolResult, Extension: s.Extension, ToolCalls: s.ToolCalls}
+	return wire.Counts{Messages: s.Messages, User: s.User, Assistant: s.Assistant, ToolResult: s.ToolResult, Extension: s.Extension, ToolCalls: s.ToolCalls, System: s.System}
 }
 
 func addCounts(c wire.Counts, s codec.Stats) wire.Counts {
 	t := toCounts(s)
 	return wire.Counts{Messages: c.Messages + t.Messages, User: c.User + t.User, Assistant: c.Assistant + t.Assistant,
-		ToolResult: c.ToolResult + t.ToolResult, Extension: c.Extension + t.Extension, ToolCalls: c.ToolCalls + t.ToolCalls}
+		ToolResult: c.ToolResult + t.ToolResult, Extension: c.Extension + t.Extension, ToolCalls: c.ToolCalls + t.ToolCalls,
+		System: c.System + t.System}
 }

@@ -150,6 +150,7 @@ func hostileRows(h *hostile) []hostileRow {
 		{name: "save/unknown encoding", save: &rawSave{headers: hdr(wire.HdrEncoding, "gzip"), body: good}, want: refused(wire.CodeBadRequest)},
 		{name: "save/unknown format", save: &rawSave{headers: hdr(wire.HdrFormat, "9"), body: good}, want: refused(wire.CodeUnknownFormat)},
 		{name: "save/format not a number", save: &rawSave{headers: hdr(wire.HdrFormat, "one"), body: good}, want: refused(wire.CodeBadRequest)},
+		{name: "save/unknown dialect", save: &rawSave{headers: hdr(wire.HdrDialect, "gpt-4"), body: good}, want: refused(wire.CodeBadRequest)},
 
 		// Headers that are not what they say.
 		{name: "save/expected version not a number", save: &rawSave{headers: hdr(wire.HdrExpectedVersion, "-1"), body: good}, want: refused(wire.CodeBadRequest)},

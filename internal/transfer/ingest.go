@@ -345,7 +345,7 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg
 		return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Received: received}, hs.chunks, err
 	}
 	req := hs.req
-	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths}
+	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
 	saved, err := snapshot.Save(ctx, in.store, req)
 	var ce *snapshot.ConflictError
 	var ve *codec.ValidationError
@@ -377,6 +377,7 @@ type saveHeaders struct {
 	req      snapshot.SaveRequest // all but Payload and Limits
 	encoding string               // wire.EncodingIdentity or wire.EncodingZstd
 	chunks   int                  // the body is in this many chunks; 0: in the message
+	dialect  string               // the conversation's shape; "" is native
 }
 
 // parseSaveHeaders reads the headers of a save. It does no I/O, so it is fuzzed on its own
@@ -435,6 +436,9 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 			}
 			return hs, err
 		}
+	}
+	if hs.dialect = h.Get(wire.HdrDialect); codec.CheckDialect(hs.dialect) != nil {
+		return hs, fmt.Errorf("%w: header %s: unknown dialect %q (known: %s)", errBadRequest, wire.HdrDialect, hs.dialect, strings.Join(codec.Dialects(), ", "))
 	}
 	switch enc := h.Get(wire.HdrEncoding); enc {
 	case "", wire.EncodingIdentity:

@@ -92,6 +92,7 @@ const (
 	HdrChunks          = "Cp-Chunks"       // on a save: its body is in this many messages on ChunkSubject
 	HdrChunk           = "Cp-Chunk"        // on a chunk: its index, from 0
 	HdrEpoch           = "Cp-Epoch"        // on a save: the writer's lease epoch (OpLease)
+	HdrDialect         = "Cp-Dialect"      // on a save: the conversation's shape (docs/format.md, "Dialects"); default native
 	// Set by migrate and import to copy a version from elsewhere as it was (see ImportedVersion).
 	HdrImportVersion = "Cp-Import-Version" // the version number to store it as
 	HdrImportCreated = "Cp-Import-Created" // its creation time, RFC 3339 with nanoseconds
@@ -152,6 +153,9 @@ type Version struct {
 	Gen         uint64    `json:"gen"`              // the storage generation holding its messages (docs/format.md)
 	ForkOf      *ForkRef  `json:"forkOf,omitempty"` // on the first version of a fork: where it came from
 	Origin      *Origin   `json:"origin,omitempty"` // on a version copied in by migrate or import
+	// Dialect is the conversation's shape (docs/format.md, "Dialects"); "" for native, so records
+	// written before dialects existed read as native and native records are unchanged.
+	Dialect string `json:"dialect,omitempty"`
 }
 
 // Origin records that a version was copied from another deployment (Via "migrate") or from a
@@ -256,6 +260,7 @@ type Counts struct {
 	ToolResult int `json:"toolResult"`
 	Extension  int `json:"extension"`
 	ToolCalls  int `json:"toolCalls"`
+	System     int `json:"system,omitempty"` // system and developer messages (dialects that have them)
 }
 
 // SessionRequest names one session of the namespace in the subject.
