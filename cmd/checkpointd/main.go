@@ -70,7 +70,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.PrintNATSConfig {
 		return printNATSConfig(cfg.Tenants, os.Stdout)
 	}
-	log := newLogger(cfg, stderr)
+	log, level := newLogger(cfg, stderr)
+	// SIGHUP is caught from here on, so that it never kills the daemon; it is acted on once the
+	// daemon serves (reload.go).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	rl := &reloader{args: args, level: level, log: log}
 	cfg.Security.logState(log, cfg)
 
 	var ns *server.Server
@@ -97,7 +103,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		log.Info("embedded NATS server with JetStream started", "url", ns.ClientURL(), "data_dir", cfg.DataDir)
-		reloadOnSIGHUP(ctx, ns, srv, cfg.Tenants, log)
+		rl.ns, rl.srv, rl.tenants = ns, srv, cfg.Tenants
 		nc, err = nats.Connect(transfer.InProcessURL(ns), append(login, nats.InProcessServer(ns), nats.Name("checkpointd"))...)
 	} else {
 		// Connection events are logged and counted by the daemon (transfer.watchConn).
@@ -131,6 +137,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		go func() { _ = hs.Serve(ln) }()
 		log.Info("serving /metrics and /healthz", "addr", "http://"+ln.Addr().String())
 	}
+	rl.d = d
+	go rl.loop(ctx, hup)
 	log.Info("checkpointd ready", "nats", nc.ConnectedUrlRedacted(), "replicas", d.Replicas())
 
 	select {

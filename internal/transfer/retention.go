@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/snapshot"
@@ -81,11 +82,26 @@ func pruneSessions(ctx context.Context, store snapshot.Store, heads []snapshot.H
 	return out, nil
 }
 
+// livePolicy is the retention policy in force, shared by the pruner and the prune requests, and
+// replaced whole when the operator reloads it (Daemon.SetRetention, on SIGHUP).
+type livePolicy struct {
+	p atomic.Pointer[RetentionPolicy]
+}
+
+func newLivePolicy(p RetentionPolicy) *livePolicy {
+	l := &livePolicy{}
+	l.set(p)
+	return l
+}
+
+func (l *livePolicy) get() RetentionPolicy  { return *l.p.Load() }
+func (l *livePolicy) set(p RetentionPolicy) { l.p.Store(&p) }
+
 // pruner applies the retention policy to every session now and then, and sweeps away segments a
 // crashed save left behind (snapshot.Sweep).
 type pruner struct {
 	store    snapshot.Store
-	policy   RetentionPolicy
+	policy   *livePolicy
 	interval time.Duration
 	log      *slog.Logger
 	cancel   context.CancelFunc
@@ -120,8 +136,8 @@ func (p *pruner) run(ctx context.Context) {
 		p.log.Warn("housekeeping: listing sessions failed; trying again next round", "err", err)
 		return
 	}
-	if p.policy.Default != (snapshot.Retention{}) || len(p.policy.ByNamespace) > 0 {
-		res, err := pruneSessions(ctx, p.store, heads, p.policy.For, false)
+	if policy := p.policy.get(); policy.Default != (snapshot.Retention{}) || len(policy.ByNamespace) > 0 {
+		res, err := pruneSessions(ctx, p.store, heads, policy.For, false)
 		if err != nil && ctx.Err() == nil {
 			p.log.Warn("retention: prune failed; trying again next round", "err", err)
 		}

@@ -36,7 +36,7 @@ type service struct {
 	timeout time.Duration
 	semver  string
 	svc     micro.Service
-	policy  RetentionPolicy
+	policy  *livePolicy
 	purging sync.Mutex // held while acknowledged saves are purged from the queue (reconcile.go)
 
 	adm   *admission // bounds the requests in progress, never by waiting (admission.go)
@@ -474,7 +474,7 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
-	ret := s.policy.For(ns)
+	ret := s.policy.get().For(ns)
 	if req.KeepLast != 0 || req.MaxAgeSeconds != 0 {
 		ret = snapshot.Retention{KeepLast: req.KeepLast, MaxAge: time.Duration(req.MaxAgeSeconds) * time.Second}
 	}
