@@ -104,10 +104,10 @@ func TestConfigFile_Precedence(t *testing.T) {
 	require.Equal(t, 5*time.Second, c.ShutdownTimeout, "the environment still applies to what the file leaves out")
 
 	for body, want := range map[string]string{
-		"CHECKPOINTD_NOPE=1\n":                      "c.env:1: CHECKPOINTD_NOPE is not a checkpointd setting",
-		"\nLOG_LEVEL=debug\n":                       "c.env:2: want CHECKPOINTD_<FLAG>=VALUE",
-		"CHECKPOINTD_RETENTION_KEEP_LAST=many\n":    "c.env:1: CHECKPOINTD_RETENTION_KEEP_LAST: parse error",
-		"CHECKPOINTD_CONFIG=/etc/other\n":           "c.env:1: a config file cannot name another",
+		"CHECKPOINTD_NOPE=1\n":                       "c.env:1: CHECKPOINTD_NOPE is not a checkpointd setting",
+		"\nLOG_LEVEL=debug\n":                        "c.env:2: want CHECKPOINTD_<FLAG>=VALUE",
+		"CHECKPOINTD_RETENTION_KEEP_LAST=many\n":     "c.env:1: CHECKPOINTD_RETENTION_KEEP_LAST: parse error",
+		"CHECKPOINTD_CONFIG=/etc/other\n":            "c.env:1: a config file cannot name another",
 		"CHECKPOINTD_LOG_LEVEL=debug\nCHECKPOINTD_X": "c.env:2",
 	} {
 		require.NoError(t, os.WriteFile(conf, []byte(body), 0o600))
@@ -120,4 +120,3 @@ func TestConfigFile_Precedence(t *testing.T) {
 }
 
 func errorsIsHelp(err error) bool { return err == flag.ErrHelp }
-
