@@ -121,6 +121,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	cfg.Daemon.Logger, cfg.Daemon.Metrics = log, metrics.New(reg)
+	if cfg.NATSURL == "" {
+		reg.MustRegister(metrics.DirSize(cfg.DataDir, 30*time.Second)) // the embedded store's disk use
+	}
 	d, err := transfer.Open(ctx, nc, cfg.Daemon)
 	if err != nil {
 		return err
@@ -133,9 +136,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			_ = d.Close(context.Background())
 			return fmt.Errorf("--http-listen: %w", err)
 		}
-		hs = &http.Server{Handler: metrics.Handler(reg, d.Health), ReadHeaderTimeout: 10 * time.Second}
+		hs = &http.Server{Handler: metrics.Handler(reg, d.Health, d.Readiness), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
-		log.Info("serving /metrics and /healthz", "addr", "http://"+ln.Addr().String())
+		log.Info("serving /metrics, /healthz and /readyz", "addr", "http://"+ln.Addr().String())
 	}
 	rl.d = d
 	go rl.loop(ctx, hup)

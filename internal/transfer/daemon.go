@@ -165,11 +165,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 		_ = d.svc.stop(ctx)
 		return nil, err
 	}
-	d.pruner = &pruner{store: store, policy: d.policy, interval: cfg.RetentionInterval, log: cfg.Logger}
+	d.pruner = &pruner{store: store, policy: d.policy, interval: cfg.RetentionInterval, log: cfg.Logger, m: cfg.Metrics}
 	d.pruner.start()
 	go d.svc.purgeAcknowledged() // what a crash of the server may have left in the queue
 	d.health = newHealthMonitor(d.in, st, cfg)
 	d.health.start()
+	if err := cfg.Metrics.Register(newStateCollector(d)); err != nil { // state.go
+		cfg.Logger.Warn("metrics: the daemon's state is not reported (a daemon opened before on the same registry reports its own)", "err", err)
+	}
 	d.ready.Store(true)
 	d.guard = watchServer(nc, cfg.Logger, func() { d.ready.Store(false) })
 	return d, nil
@@ -250,6 +253,20 @@ func (d *Daemon) Health() error {
 	}
 	if d.health != nil {
 		errs = append(errs, d.health.problems()...)
+	}
+	return errors.Join(errs...)
+}
+
+// readyLag is how old the oldest queued save may be for the daemon to count as caught up.
+const readyLag = 10 * time.Second
+
+// Readiness returns nil while the daemon is healthy (Health) and caught up: no save has waited on
+// the ingest queue longer than readyLag at the last check (every HealthInterval). A daemon working
+// through a backlog, after a restart say, is healthy but not ready.
+func (d *Daemon) Readiness() error {
+	errs := []error{d.Health()}
+	if d.health != nil {
+		errs = append(errs, d.health.caughtUp(time.Now(), readyLag))
 	}
 	return errors.Join(errs...)
 }

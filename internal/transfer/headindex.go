@@ -54,6 +54,13 @@ type indexEntry struct {
 	err error  // a head that cannot be read: listing it reports this, as reading it would
 }
 
+// size is the number of sessions the index knows.
+func (x *headIndex) size() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.byKey)
+}
+
 // bulkPending is how many changes still to come make the index drop its order rather than keep it
 // one insertion at a time (a daemon catching up on a million heads sorts once, when first listed).
 const bulkPending = 1000

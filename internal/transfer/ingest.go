@@ -170,6 +170,7 @@ func (in *ingester) shutdown(ctx context.Context) {
 
 func (in *ingester) handle(msg jetstream.Msg) {
 	start := in.now()
+	in.m.ReceivedBytes.Add(float64(len(msg.Data())))
 	meta, err := msg.Metadata()
 	if err != nil {
 		in.log.Error("ingest: message without metadata", "subject", msg.Subject(), "err", err)
@@ -541,6 +542,7 @@ func (in *ingester) chunkPieces(ctx context.Context, subj string, n int) func(i 
 			return nil, fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", errBadRequest, i, n, subj, wire.HdrChunk, got)
 		}
 		seq = m.Sequence + 1
+		in.m.ReceivedBytes.Add(float64(len(m.Data)))
 		return m.Data, nil
 	}
 }
