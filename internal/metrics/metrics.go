@@ -105,7 +105,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Events of the daemon's NATS connection: disconnect, reconnect, slow_consumer, error, closed.",
 		}, []string{"event"}),
 		ReadBytesInUse: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "read_bytes_in_use",
+			Namespace: namespace, Name: "read_in_use_bytes",
 			Help: "Bytes of replies being built and of read loads in flight, against the read budget.",
 		}),
 		ReceivedBytes: prometheus.NewCounter(prometheus.CounterOpts{
@@ -132,6 +132,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.RetentionRounds.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "raced", "error"} {
+		m.Compactions.WithLabelValues(r)
 	}
 	for _, k := range []string{"version", "segment", "value"} {
 		m.RetentionRemoved.WithLabelValues(k)
