@@ -51,6 +51,10 @@ type Metrics struct {
 	// policy), segment (left by a crashed save or freed by pruning), value (no session uses it).
 	RetentionRemoved *prometheus.CounterVec
 
+	// LeaseTakeovers counts leases acquired from another owner, by kind: expired (theirs had run
+	// out) or forced (taken while it held). The old owner's next write is refused fenced.
+	LeaseTakeovers *prometheus.CounterVec
+
 	reg prometheus.Registerer
 }
 
@@ -125,7 +129,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "retention_removed_total",
 			Help: "What housekeeping removed, by kind (version, segment, value).",
 		}, []string{"kind"}),
+		LeaseTakeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "lease_takeovers_total",
+			Help: "Leases acquired from another owner, by kind (expired, forced).",
+		}, []string{"kind"}),
 		reg: reg,
+	}
+	for _, k := range []string{"expired", "forced"} {
+		m.LeaseTakeovers.WithLabelValues(k)
 	}
 	for _, r := range SaveResults {
 		m.Saves.WithLabelValues(r)
@@ -143,7 +154,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.NATSEvents.WithLabelValues(e) // present at 0, so that alerts see the series from the start
 	}
 	reg.MustRegister(m.NATSEvents, m.ReadBytesInUse, m.Compactions, m.CompactedBytes, m.Saves, m.SaveSeconds, m.RawBytes, m.StoredBytes, m.Requests, m.RequestSeconds,
-		buildInfo(), m.ReceivedBytes, m.RetentionRounds, m.RetentionSeconds, m.RetentionRemoved, processIO{},
+		buildInfo(), m.LeaseTakeovers, m.ReceivedBytes, m.RetentionRounds, m.RetentionSeconds, m.RetentionRemoved, processIO{},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
