@@ -137,6 +137,27 @@ func TestMetrics_AnswerOperatorsQuestions(t *testing.T) {
 		t.Log("promtool not installed: naming checked by this test's rules only")
 	}
 	requireDashboard(t, m)
+	requireAlertRules(t, m)
+}
+
+// requireAlertRules checks deploy/prometheus/checkpointd-alerts.yml: every expression names only
+// exported metrics, and promtool (where installed) accepts the file.
+func requireAlertRules(t *testing.T, m scrape) {
+	const path = "../../deploy/prometheus/checkpointd-alerts.yml"
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var exprs []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if e, ok := strings.CutPrefix(strings.TrimSpace(line), "expr: "); ok {
+			exprs = append(exprs, e)
+		}
+	}
+	require.NotEmpty(t, exprs)
+	requireExported(t, m, exprs, path)
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput()
+		require.NoError(t, err, "promtool check rules: %s", out)
+	}
 }
 
 // requireNaming checks Prometheus's naming rules on checkpointd's own families: snake case, a
@@ -204,14 +225,12 @@ func dashboardExprs(t *testing.T) []string {
 	return exprs
 }
 
-// requireDashboard checks that every metric the dashboard names is exported, and, with promtool,
-// that every expression parses (Grafana's $__ intervals replaced by a duration).
-func requireDashboard(t *testing.T, m scrape) {
-	exprs := dashboardExprs(t)
+// requireExported checks that every metric the expressions name is one checkpointd exports.
+func requireExported(t *testing.T, m scrape, exprs []string, where string) {
 	metricName := regexp.MustCompile(`\b(?:checkpointd|process|go)_[a-z0-9_]+\b`)
 	for _, e := range exprs {
 		names := metricName.FindAllString(e, -1)
-		require.NotEmpty(t, names, "an expression naming no metric: %s", e)
+		require.NotEmpty(t, names, "%s: an expression naming no metric: %s", where, e)
 		for _, name := range names {
 			family := name
 			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
@@ -220,9 +239,16 @@ func requireDashboard(t *testing.T, m scrape) {
 				}
 			}
 			_, ok := m.types[family]
-			require.True(t, ok, "the dashboard uses %s, which checkpointd does not export (in %s)", name, e)
+			require.True(t, ok, "%s uses %s, which checkpointd does not export (in %s)", where, name, e)
 		}
 	}
+}
+
+// requireDashboard checks that every metric the dashboard names is exported, and, with promtool,
+// that every expression parses (Grafana's $__ intervals replaced by a duration).
+func requireDashboard(t *testing.T, m scrape) {
+	exprs := dashboardExprs(t)
+	requireExported(t, m, exprs, "the dashboard")
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		return
