@@ -94,6 +94,7 @@ func TestMetrics_AnswerOperatorsQuestions(t *testing.T) {
 		`checkpointd_saves_total{result="ok"}`:                                 func(v float64) bool { return v == 1 },
 		`checkpointd_saves_total{result="fenced"}`:                             func(v float64) bool { return v == 0 }, // present before the first
 		"checkpointd_ingest_queued_messages":                                   func(v float64) bool { return v == 0 },
+		"checkpointd_session_versions":                                         func(v float64) bool { return v == 1 },
 		"checkpointd_ingest_oldest_queued_age_seconds":                         func(v float64) bool { return v == 0 },
 		`checkpointd_ingest_consumer_pending_messages{state="undelivered"}`:    func(v float64) bool { return v == 0 },
 		`checkpointd_ingest_consumer_pending_messages{state="unacknowledged"}`: func(v float64) bool { return v == 0 },

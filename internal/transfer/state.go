@@ -51,6 +51,7 @@ var (
 	strMsgDesc = desc("stream_messages", "Messages stored in each of checkpointd's JetStream streams.", "stream")
 	strByDesc  = desc("stream_bytes", "Bytes stored in each of checkpointd's JetStream streams (per replica).", "stream")
 	sessDesc   = desc("sessions", "Sessions (namespace, session, agent) with a head, as this daemon's heads index knows them.")
+	versDesc   = desc("session_versions", "Versions saved in the sessions that exist: the sum of their head version numbers (pruned versions included).")
 	hitsDesc   = desc("read_cache_lookups_total", "Lookups in the read cache, by result (hit, miss).", "result")
 	cacheDesc  = desc("read_cache_bytes", "Bytes held by the read cache.")
 	ageDesc    = desc("state_age_seconds", "Age of the JetStream figures reported (ingest queue, streams): large when JetStream does not answer.")
@@ -58,7 +59,7 @@ var (
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{queuedDesc, oldestDesc, pendDesc, strMsgDesc, strByDesc, sessDesc, hitsDesc, cacheDesc, ageDesc, failDesc} {
+	for _, d := range []*prometheus.Desc{queuedDesc, oldestDesc, pendDesc, strMsgDesc, strByDesc, sessDesc, versDesc, hitsDesc, cacheDesc, ageDesc, failDesc} {
 		ch <- d
 	}
 }
@@ -95,7 +96,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(failDesc, prometheus.CounterValue, float64(c.failures))
 	c.mu.Unlock()
 
-	gauge(sessDesc, float64(c.d.svc.heads.size()))
+	sessions, versions := c.d.svc.heads.size()
+	gauge(sessDesc, float64(sessions))
+	gauge(versDesc, float64(versions))
 	hits, misses, bytes := c.d.svc.cache.stats()
 	ch <- prometheus.MustNewConstMetric(hitsDesc, prometheus.CounterValue, float64(hits), "hit")
 	ch <- prometheus.MustNewConstMetric(hitsDesc, prometheus.CounterValue, float64(misses), "miss")
