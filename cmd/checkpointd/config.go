@@ -21,6 +21,7 @@ type config struct {
 	NATSListen      string
 	NATSURL         string
 	NATSCreds       string
+	ConfigFile      string // --config FILE: settings as CHECKPOINTD_<FLAG>=VALUE lines, re-read on SIGHUP (reload.go)
 	Tenants         string // --tenants FILE: logins and namespaces of the embedded server (tenants.go)
 	PrintNATSConfig bool
 	PrintVersion    bool // --version: print buildinfo and exit
@@ -40,6 +41,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	c := config{Daemon: transfer.DefaultConfig()}
 	fs := flag.NewFlagSet("checkpointd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.StringVar(&c.ConfigFile, "config", "", "file of CHECKPOINTD_<FLAG>=VALUE lines (systemd EnvironmentFile format); it wins over the environment, the command line wins over it; on SIGHUP the log level and retention in it are applied")
 	fs.StringVar(&c.DataDir, "data-dir", "checkpointd-data", "directory of the embedded NATS server's JetStream store")
 	fs.StringVar(&c.NATSListen, "nats-listen", "127.0.0.1:4222", "address the embedded NATS server listens on for clients")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "use this NATS server or cluster (comma-separated URLs) instead of the embedded one")
@@ -89,8 +91,15 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (checkpointd takes only flags)", fs.Arg(0))
 	}
+	cmdline := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { cmdline[f.Name] = true })
 	if err := applyEnv(fs, os.LookupEnv); err != nil {
 		return c, err
+	}
+	if c.ConfigFile != "" {
+		if err := applyConfigFile(fs, c.ConfigFile, cmdline); err != nil { // reload.go
+			return c, err
+		}
 	}
 	if err := c.validate(); err != nil {
 		return c, err
@@ -154,11 +163,14 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func newLogger(c config, w io.Writer) *slog.Logger {
-	level, _ := parseLevel(c.LogLevel)
+// newLogger returns the daemon's logger and its level, which a reload may change (reload.go).
+func newLogger(c config, w io.Writer) (*slog.Logger, *slog.LevelVar) {
+	parsed, _ := parseLevel(c.LogLevel)
+	level := new(slog.LevelVar)
+	level.Set(parsed)
 	opts := &slog.HandlerOptions{Level: level}
 	if c.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(slog.NewJSONHandler(w, opts)), level
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(slog.NewTextHandler(w, opts)), level
 }

@@ -27,6 +27,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == healthcheckCommand { // healthcheck.go
+		os.Exit(healthcheck(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// A second signal while shutting down cuts it short.
@@ -72,7 +75,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.PrintNATSConfig {
 		return printNATSConfig(cfg.Tenants, os.Stdout)
 	}
-	log := newLogger(cfg, stderr)
+	log, level := newLogger(cfg, stderr)
+	// SIGHUP is caught from here on, so that it never kills the daemon; it is acted on once the
+	// daemon serves (reload.go).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	rl := &reloader{args: args, level: level, log: log}
 	cfg.Security.logState(log, cfg)
 
 	var ns *server.Server
@@ -99,7 +108,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		log.Info("embedded NATS server with JetStream started", "url", ns.ClientURL(), "data_dir", cfg.DataDir)
-		reloadOnSIGHUP(ctx, ns, srv, cfg.Tenants, log)
+		rl.ns, rl.srv, rl.tenants = ns, srv, cfg.Tenants
 		nc, err = nats.Connect(transfer.InProcessURL(ns), append(login, nats.InProcessServer(ns), nats.Name("checkpointd"))...)
 	} else {
 		// Connection events are logged and counted by the daemon (transfer.watchConn).
@@ -117,6 +126,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	cfg.Daemon.Logger, cfg.Daemon.Metrics = log, metrics.New(reg)
+	if cfg.NATSURL == "" {
+		reg.MustRegister(metrics.DirSize(cfg.DataDir, 30*time.Second)) // the embedded store's disk use
+	}
 	d, err := transfer.Open(ctx, nc, cfg.Daemon)
 	if err != nil {
 		return err
@@ -129,10 +141,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			_ = d.Close(context.Background())
 			return fmt.Errorf("--http-listen: %w", err)
 		}
-		hs = &http.Server{Handler: metrics.Handler(reg, d.Health), ReadHeaderTimeout: 10 * time.Second}
+		hs = &http.Server{Handler: metrics.Handler(reg, d.Health, d.Readiness), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
-		log.Info("serving /metrics and /healthz", "addr", "http://"+ln.Addr().String())
+		log.Info("serving /metrics, /healthz and /readyz", "addr", "http://"+ln.Addr().String())
 	}
+	rl.d = d
+	go rl.loop(ctx, hup)
 	log.Info("checkpointd ready", "nats", nc.ConnectedUrlRedacted(), "replicas", d.Replicas())
 
 	select {

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -40,29 +36,6 @@ func withTenants(srv *transfer.ServerConfig, cfg config, log *slog.Logger) ([]na
 	log.Info("logins required: each tenant reaches only its own namespace", "tenants_file", cfg.Tenants,
 		"namespaces", len(t.Namespaces()), "tenant_logins", len(t.Tenants), "admin_logins", len(t.Admins))
 	return []nats.Option{nats.UserInfo(transfer.DaemonUser, pw)}, nil
-}
-
-// reloadOnSIGHUP re-reads the tenants file on every SIGHUP until ctx ends. Without --tenants there
-// is nothing to reload, but SIGHUP is still caught: by default it would kill the daemon without a
-// graceful shutdown.
-func reloadOnSIGHUP(ctx context.Context, ns *server.Server, srv transfer.ServerConfig, path string, log *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				if path == "" {
-					log.Info("SIGHUP: nothing to reload (no --tenants)")
-					continue
-				}
-				srv = reloadTenants(ns, srv, path, log)
-			}
-		}
-	}()
 }
 
 // reloadTenants applies the tenants file at path to the running server and returns the

@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/checkpointd/checkpointd/internal/buildinfo"
 )
 
 const namespace = "checkpointd"
@@ -35,7 +37,33 @@ type Metrics struct {
 	// ReadBytesInUse is the bytes of replies being built and read loads in flight, against the
 	// read budget (admission.go in internal/transfer).
 	ReadBytesInUse prometheus.Gauge
+	// ReceivedBytes counts the bytes of saves taken off the ingest streams (save messages and
+	// their chunks, as sent: compressed if the client compressed).
+	ReceivedBytes prometheus.Counter
+	// RetentionRounds counts housekeeping rounds (retention and sweeps) by result: ok or error (at
+	// least one step failed; the next round tries again).
+	RetentionRounds *prometheus.CounterVec
+	// RetentionSeconds is how long one housekeeping round took.
+	RetentionSeconds prometheus.Histogram
+	// RetentionRemoved counts what housekeeping removed, by kind: version (by the retention
+	// policy), segment (left by a crashed save or freed by pruning), value (no session uses it).
+	RetentionRemoved *prometheus.CounterVec
+
+	// LeaseTakeovers counts leases acquired from another owner, by kind: expired (theirs had run
+	// out) or forced (taken while it held). The old owner's next write is refused fenced.
+	LeaseTakeovers *prometheus.CounterVec
+
+	reg prometheus.Registerer
 }
+
+// Register adds a collector (the daemon's scrape-time state, state.go in internal/transfer) to the
+// registry the metrics were created on.
+func (m *Metrics) Register(c prometheus.Collector) error { return m.reg.Register(c) }
+
+// SaveResults are the results saves_total is created with at 0, so that a rate of refusals of each
+// kind is defined before the first one (the wire error codes a save can end with).
+var SaveResults = []string{"ok", "duplicate", "invalid", "too_large", "unknown_format", "conflict", "leased",
+	"fenced", "moved", "corrupt", "busy", "bad_request", "unavailable", "internal"}
 
 // New creates the collectors and registers them, with the Go and process collectors, on reg.
 func New(reg prometheus.Registerer) *Metrics {
@@ -79,30 +107,89 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Events of the daemon's NATS connection: disconnect, reconnect, slow_consumer, error, closed.",
 		}, []string{"event"}),
 		ReadBytesInUse: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "read_bytes_in_use",
+			Namespace: namespace, Name: "read_in_use_bytes",
 			Help: "Bytes of replies being built and of read loads in flight, against the read budget.",
 		}),
+		ReceivedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "ingest_received_bytes_total",
+			Help: "Bytes of saves taken off the ingest streams (messages and chunks, as sent).",
+		}),
+		RetentionRounds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "retention_rounds_total",
+			Help: "Housekeeping rounds (retention policy and sweeps), by result (ok, error).",
+		}, []string{"result"}),
+		RetentionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "retention_round_duration_seconds",
+			Help:    "Time one housekeeping round took.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		RetentionRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "retention_removed_total",
+			Help: "What housekeeping removed, by kind (version, segment, value).",
+		}, []string{"kind"}),
+		LeaseTakeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "lease_takeovers_total",
+			Help: "Leases acquired from another owner, by kind (expired, forced).",
+		}, []string{"kind"}),
+		reg: reg,
+	}
+	for _, k := range []string{"expired", "forced"} {
+		m.LeaseTakeovers.WithLabelValues(k)
+	}
+	for _, r := range SaveResults {
+		m.Saves.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.RetentionRounds.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "raced", "error"} {
+		m.Compactions.WithLabelValues(r)
+	}
+	for _, k := range []string{"version", "segment", "value"} {
+		m.RetentionRemoved.WithLabelValues(k)
 	}
 	for _, e := range []string{"disconnect", "reconnect", "slow_consumer", "error", "closed"} {
 		m.NATSEvents.WithLabelValues(e) // present at 0, so that alerts see the series from the start
 	}
 	reg.MustRegister(m.NATSEvents, m.ReadBytesInUse, m.Compactions, m.CompactedBytes, m.Saves, m.SaveSeconds, m.RawBytes, m.StoredBytes, m.Requests, m.RequestSeconds,
+		buildInfo(), m.LeaseTakeovers, m.ReceivedBytes, m.RetentionRounds, m.RetentionSeconds, m.RetentionRemoved, processIO{},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// Handler serves /metrics from gatherer and /healthz, which answers 200 "ok" while health() returns
-// nil, and otherwise 503 with the reason, e.g. "unhealthy: NATS connection is down".
-func Handler(gatherer prometheus.Gatherer, health func() error) http.Handler {
+// buildInfo is checkpointd_build_info: always 1, its labels say which checkpointd this is (module
+// version, VCS commit, Go version, protocol and storage format versions), the facts `checkpointd
+// --version` prints.
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "build_info",
+		Help:        "Always 1; the labels say which checkpointd is running (version, commit, Go, protocol and storage formats).",
+		ConstLabels: prometheus.Labels(buildinfo.Get().Metadata()),
+	})
+	g.Set(1)
+	return g
+}
+
+// Handler serves /metrics from gatherer, /healthz and /readyz. /healthz answers 200 "ok" while
+// health() returns nil, and otherwise 503 with the reason, e.g. "unhealthy: NATS connection is
+// down"; /readyz does the same with ready() ("not ready: ..."), which asks more: that the daemon has
+// also caught up with the saves queued.
+func Handler(gatherer prometheus.Gatherer, health, ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := health(); err != nil {
-			// One line per reason: the body is for the operator who looks after a failed probe.
-			http.Error(w, "unhealthy: "+strings.ReplaceAll(err.Error(), "\n", "\nunhealthy: "), http.StatusServiceUnavailable)
+	mux.HandleFunc("GET /healthz", probe(health, "unhealthy: "))
+	mux.HandleFunc("GET /readyz", probe(ready, "not ready: "))
+	return mux
+}
+
+// probe answers 200 "ok" while check returns nil, else 503 with one line per reason (the body is
+// for the operator who looks after a failed probe).
+func probe(check func() error, prefix string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if err := check(); err != nil {
+			http.Error(w, prefix+strings.ReplaceAll(err.Error(), "\n", "\n"+prefix), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
-	})
-	return mux
+	}
 }

@@ -66,21 +66,38 @@ type LeaseRequest struct {
 // Acquire gives req.Owner the session's lease under a new epoch, one more than any before. It is
 // refused while another owner holds a lease that has not expired, unless req.Force.
 func Acquire(ctx context.Context, st Store, req LeaseRequest) (wire.Lease, error) {
+	l, _, err := AcquireTakingOver(ctx, st, req)
+	return l, err
+}
+
+// Takeover says whose lease an acquisition replaced: From is the previous owner ("" when nobody's:
+// never acquired, or released), Forced that their lease had not expired (req.Force).
+type Takeover struct {
+	From   string
+	Forced bool
+}
+
+// AcquireTakingOver is Acquire, also saying whose lease it replaced (for the daemon's metrics).
+func AcquireTakingOver(ctx context.Context, st Store, req LeaseRequest) (wire.Lease, Takeover, error) {
 	if req.Owner == "" || req.TTL <= 0 {
-		return wire.Lease{}, fmt.Errorf("%w: acquiring a lease needs an owner and a positive TTL", ErrBadRequest)
+		return wire.Lease{}, Takeover{}, fmt.Errorf("%w: acquiring a lease needs an owner and a positive TTL", ErrBadRequest)
 	}
-	return swapLease(ctx, st, req.Key, func(h *Head) error {
+	var took Takeover // set by the attempt that succeeds: swapLease may retry
+	l, err := swapLease(ctx, st, req.Key, func(h *Head) error {
 		if h.Moved != nil {
 			return &MovedError{Key: req.Key, Moved: *h.Moved}
 		}
 		cur := leaseOf(*h)
-		if cur.Held(req.Now) && cur.Owner != req.Owner && !req.Force {
+		held := cur.Held(req.Now)
+		if held && cur.Owner != req.Owner && !req.Force {
 			return &LeaseError{Code: wire.CodeLeased, Key: req.Key, Lease: cur,
 				Detail: fmt.Sprintf("leased by %s (epoch %d) until %s; wait for it to expire, or force a takeover", cur.Owner, cur.Epoch, cur.Expires.Format(time.RFC3339))}
 		}
+		took = Takeover{From: cur.Owner, Forced: held && cur.Owner != req.Owner}
 		h.Lease = &wire.Lease{Key: req.Key, Epoch: cur.Epoch + 1, Owner: req.Owner, Acquired: req.Now.UTC(), Expires: req.Now.Add(req.TTL).UTC()}
 		return nil
 	})
+	return l, took, err
 }
 
 // Renew extends the lease of epoch req.Epoch by req.TTL from now. An expired lease nobody took

@@ -3,6 +3,7 @@ package transfer
 import (
 	"container/list"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -25,6 +26,16 @@ type byteCache struct {
 	reading  map[string]*heldRead
 	gen      uint64 // counts holds, so that a timer knows whether its hold is still the current one
 	readIdle time.Duration
+
+	hits, misses atomic.Uint64 // lookups of GetOrLoad, for /metrics (stats)
+}
+
+// stats reports the lookups that found their bytes cached, those that did not, and the bytes the
+// cache holds.
+func (c *byteCache) stats() (hits, misses uint64, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits.Load(), c.misses.Load(), c.size
 }
 
 // readIdle is how long a read in pieces is held without a piece being asked for: far more than a
@@ -59,9 +70,11 @@ func (c *byteCache) GetOrLoad(key string, load func() ([]byte, error)) ([]byte, 
 	c.mu.Lock()
 	if e := c.lookup(key); e != nil {
 		c.mu.Unlock()
+		c.hits.Add(1)
 		return e.data, nil
 	}
 	c.mu.Unlock()
+	c.misses.Add(1)
 	data, err := load()
 	if err != nil || int64(len(data)) > c.max {
 		return data, err

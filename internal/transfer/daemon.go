@@ -115,6 +115,7 @@ type Daemon struct {
 	guard     *serverGuard // refuses NATS servers too old for safe saves (serverversion.go)
 	nc        *nats.Conn
 	health    *healthMonitor
+	policy    *livePolicy // the retention policy in force (SetRetention)
 }
 
 // Open sets up streams and buckets (idempotently), then starts ingesting and serving.
@@ -148,10 +149,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := checkOpenedStreams(st, store); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, Store: store, nc: nc}
+	d := &Daemon{cfg: cfg, Store: store, nc: nc, policy: newLivePolicy(cfg.Retention)}
 	watchConn(nc, cfg.Logger, cfg.Metrics)
 	d.svc = &service{nc: nc, st: st, store: store, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
-		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, policy: cfg.Retention,
+		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, policy: d.policy,
 		adm: newAdmission(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse), heads: newHeadIndex(store.headStream, cfg.Logger)}
 	if err := d.svc.start(); err != nil {
 		return nil, err
@@ -164,11 +165,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 		_ = d.svc.stop(ctx)
 		return nil, err
 	}
-	d.pruner = &pruner{store: store, policy: cfg.Retention, interval: cfg.RetentionInterval, log: cfg.Logger}
+	d.pruner = &pruner{store: store, policy: d.policy, interval: cfg.RetentionInterval, log: cfg.Logger, m: cfg.Metrics}
 	d.pruner.start()
 	go d.svc.purgeAcknowledged() // what a crash of the server may have left in the queue
 	d.health = newHealthMonitor(d.in, st, cfg)
 	d.health.start()
+	if err := cfg.Metrics.Register(newStateCollector(d)); err != nil { // state.go
+		cfg.Logger.Warn("metrics: the daemon's state is not reported (a daemon opened before on the same registry reports its own)", "err", err)
+	}
 	d.ready.Store(true)
 	d.guard = watchServer(nc, cfg.Logger, func() { d.ready.Store(false) })
 	return d, nil
@@ -216,6 +220,19 @@ func autoReplicas(nc *nats.Conn) int {
 	return min(3, max(len(nc.Servers()), 1))
 }
 
+// SetRetention replaces the retention policy, for the next housekeeping round and the prune
+// requests that follow (checkpointd reloads it on SIGHUP). The interval does not change.
+func (d *Daemon) SetRetention(p RetentionPolicy) error {
+	if p.Default.KeepLast < 0 || p.Default.MaxAge < 0 {
+		return errors.New("retention: limits must not be negative")
+	}
+	d.policy.set(p)
+	return nil
+}
+
+// Retention returns the retention policy in force.
+func (d *Daemon) Retention() RetentionPolicy { return d.policy.get() }
+
 // Replicas is the JetStream replica count the daemon's streams and buckets were created with.
 func (d *Daemon) Replicas() int { return d.cfg.Replicas }
 
@@ -236,6 +253,20 @@ func (d *Daemon) Health() error {
 	}
 	if d.health != nil {
 		errs = append(errs, d.health.problems()...)
+	}
+	return errors.Join(errs...)
+}
+
+// readyLag is how old the oldest queued save may be for the daemon to count as caught up.
+const readyLag = 10 * time.Second
+
+// Readiness returns nil while the daemon is healthy (Health) and caught up: no save has waited on
+// the ingest queue longer than readyLag at the last check (every HealthInterval). A daemon working
+// through a backlog, after a restart say, is healthy but not ready.
+func (d *Daemon) Readiness() error {
+	errs := []error{d.Health()}
+	if d.health != nil {
+		errs = append(errs, d.health.caughtUp(time.Now(), readyLag))
 	}
 	return errors.Join(errs...)
 }

@@ -37,11 +37,12 @@ type headIndex struct {
 	stream jetstream.Stream // the heads bucket's stream
 	log    *slog.Logger
 
-	mu      sync.RWMutex
-	byKey   map[string]*indexEntry // by KV key (the session key's token)
-	sorted  []*indexEntry          // by namespace, session, agent; nil until a listing needs it (sort)
-	applied uint64                 // stream sequence of the last message applied
-	moved   chan struct{}          // closed (and replaced) whenever applied moves
+	mu       sync.RWMutex
+	byKey    map[string]*indexEntry // by KV key (the session key's token)
+	sorted   []*indexEntry          // by namespace, session, agent; nil until a listing needs it (sort)
+	applied  uint64                 // stream sequence of the last message applied
+	versions uint64                 // the sum of the head version numbers of byKey (size)
+	moved    chan struct{}          // closed (and replaced) whenever applied moves
 
 	cons jetstream.Consumer
 	cc   jetstream.ConsumeContext
@@ -49,9 +50,17 @@ type headIndex struct {
 
 // indexEntry is one session's head as listed.
 type indexEntry struct {
-	key wire.Key
-	enc []byte // the wire.SessionHead, as JSON
-	err error  // a head that cannot be read: listing it reports this, as reading it would
+	key     wire.Key
+	enc     []byte // the wire.SessionHead, as JSON
+	version uint64 // the head's version number
+	err     error  // a head that cannot be read: listing it reports this, as reading it would
+}
+
+// size is the number of sessions the index knows, and the sum of their head version numbers.
+func (x *headIndex) size() (sessions int, versions uint64) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.byKey), x.versions
 }
 
 // bulkPending is how many changes still to come make the index drop its order rather than keep it
@@ -115,13 +124,16 @@ func (x *headIndex) apply(msg jetstream.Msg) {
 	old, had := x.byKey[token]
 	switch {
 	case e == nil && had:
+		x.versions -= old.version
 		delete(x.byKey, token)
 		if i, ok := x.search(key); ok {
 			x.sorted = slices.Delete(x.sorted, i, i+1)
 		}
 	case e != nil && had:
-		*old = *e // the same key: its place in the order stands
+		x.versions += e.version - old.version // wraps back correctly when the head moved down
+		*old = *e                             // the same key: its place in the order stands
 	case e != nil:
+		x.versions += e.version
 		x.byKey[token] = e
 		if i, ok := x.search(key); !ok && x.sorted != nil {
 			x.sorted = slices.Insert(x.sorted, i, e)
@@ -147,7 +159,7 @@ func entryOf(key wire.Key, msg jetstream.Msg) *indexEntry {
 	if err != nil {
 		return &indexEntry{key: key, err: fmt.Errorf("session %s: %w: stored head: %v", key, snapshot.ErrCorrupt, err)}
 	}
-	return &indexEntry{key: key, enc: enc}
+	return &indexEntry{key: key, enc: enc, version: h.Version.Version}
 }
 
 func (x *headIndex) advanceLocked(seq uint64) {

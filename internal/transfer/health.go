@@ -77,9 +77,11 @@ type healthMonitor struct {
 	consumerErr error // the ingest consumer is gone, being recreated
 	stallErr    error // saves are queued and none is settled
 
-	settled  uint64    // saves ever removed from the queue, at the last check
-	progress time.Time // when settled last moved (or the monitor started)
-	lost     bool      // the consume stopped: recreate the consumer at the next tick
+	queue    jetstream.StreamState // the ingest queue at the last check
+	queueAt  time.Time             // when that was (zero: not checked yet)
+	settled  uint64                // saves ever removed from the queue, at the last check
+	progress time.Time             // when settled last moved (or the monitor started)
+	lost     bool                  // the consume stopped: recreate the consumer at the next tick
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -95,6 +97,7 @@ func newHealthMonitor(in *ingester, st *streams, cfg Config) *healthMonitor {
 }
 
 func (h *healthMonitor) start() {
+	h.checkQueue() // so that readiness is known from the start, not one interval later
 	h.wg.Add(1)
 	go h.run()
 }
@@ -183,6 +186,7 @@ func (h *healthMonitor) stalled(st jetstream.StreamState, now time.Time) {
 	settled := st.LastSeq - st.Msgs
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.queue, h.queueAt = st, now
 	if settled != h.settled || st.Msgs == 0 {
 		h.settled, h.progress = settled, now
 	}
@@ -196,6 +200,20 @@ func (h *healthMonitor) stalled(st jetstream.StreamState, now time.Time) {
 		return
 	}
 	h.stallErr = nil
+}
+
+// caughtUp returns nil when, at the last check, no queued save was older than lag.
+func (h *healthMonitor) caughtUp(now time.Time, lag time.Duration) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.queueAt.IsZero():
+		return errors.New("the ingest queue was not read yet")
+	case h.queue.Msgs > 0 && h.queueAt.Sub(h.queue.FirstTime) > lag:
+		return fmt.Errorf("catching up: %d messages queued, the oldest for %s (ready below %s)",
+			h.queue.Msgs, h.queueAt.Sub(h.queue.FirstTime).Round(time.Second), lag)
+	}
+	return nil
 }
 
 // recreate starts consuming again, recreating the durable consumer.

@@ -170,6 +170,7 @@ func (in *ingester) shutdown(ctx context.Context) {
 
 func (in *ingester) handle(msg jetstream.Msg) {
 	start := in.now()
+	in.m.ReceivedBytes.Add(float64(len(msg.Data())))
 	meta, err := msg.Metadata()
 	if err != nil {
 		in.log.Error("ingest: message without metadata", "subject", msg.Subject(), "err", err)
@@ -545,6 +546,7 @@ func (in *ingester) chunkPieces(ctx context.Context, subj string, n int) func(i 
 			seq = m.Sequence + 1
 			got := m.Header.Get(wire.HdrChunk)
 			if got == strconv.Itoa(i) {
+				in.m.ReceivedBytes.Add(float64(len(m.Data)))
 				return m.Data, nil
 			}
 			// A piece sent again (a retry that resent the pieces from the first) repeats one

@@ -39,7 +39,16 @@ func (s *service) lease(ctx context.Context, ns string, body []byte) (reply, err
 		if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
 			return reply{}, err
 		}
-		l, err = snapshot.Acquire(ctx, s.store, lr)
+		var took snapshot.Takeover
+		l, took, err = snapshot.AcquireTakingOver(ctx, s.store, lr)
+		if err == nil && took.From != "" && took.From != req.Owner {
+			kind := "expired"
+			if took.Forced {
+				kind = "forced"
+			}
+			s.m.LeaseTakeovers.WithLabelValues(kind).Inc()
+			s.log.Info("lease taken over", "session", key, "from", took.From, "to", req.Owner, "kind", kind, "epoch", l.Epoch)
+		}
 	case wire.LeaseRenew:
 		l, err = snapshot.Renew(ctx, s.store, lr)
 	case wire.LeaseRelease:

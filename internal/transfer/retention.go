@@ -8,8 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -81,13 +83,29 @@ func pruneSessions(ctx context.Context, store snapshot.Store, heads []snapshot.H
 	return out, nil
 }
 
+// livePolicy is the retention policy in force, shared by the pruner and the prune requests, and
+// replaced whole when the operator reloads it (Daemon.SetRetention, on SIGHUP).
+type livePolicy struct {
+	p atomic.Pointer[RetentionPolicy]
+}
+
+func newLivePolicy(p RetentionPolicy) *livePolicy {
+	l := &livePolicy{}
+	l.set(p)
+	return l
+}
+
+func (l *livePolicy) get() RetentionPolicy  { return *l.p.Load() }
+func (l *livePolicy) set(p RetentionPolicy) { l.p.Store(&p) }
+
 // pruner applies the retention policy to every session now and then, and sweeps away segments a
 // crashed save left behind (snapshot.Sweep).
 type pruner struct {
 	store    snapshot.Store
-	policy   RetentionPolicy
+	policy   *livePolicy
 	interval time.Duration
 	log      *slog.Logger
+	m        *metrics.Metrics
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 }
@@ -114,18 +132,38 @@ func (p *pruner) start() {
 	}()
 }
 
+// run is one housekeeping round, counted in the retention metrics.
 func (p *pruner) run(ctx context.Context) {
+	start := time.Now()
+	ok := p.round(ctx)
+	if ctx.Err() != nil {
+		return // stopped midway: not a round
+	}
+	p.m.RetentionSeconds.Observe(time.Since(start).Seconds())
+	result := "ok"
+	if !ok {
+		result = "error"
+	}
+	p.m.RetentionRounds.WithLabelValues(result).Inc()
+}
+
+// round applies retention, then sweeps; it reports whether every step succeeded.
+func (p *pruner) round(ctx context.Context) bool {
 	heads, err := p.store.Heads(ctx, "")
 	if err != nil {
 		p.log.Warn("housekeeping: listing sessions failed; trying again next round", "err", err)
-		return
+		return false
 	}
-	if p.policy.Default != (snapshot.Retention{}) || len(p.policy.ByNamespace) > 0 {
-		res, err := pruneSessions(ctx, p.store, heads, p.policy.For, false)
+	ok := true
+	if policy := p.policy.get(); policy.Default != (snapshot.Retention{}) || len(policy.ByNamespace) > 0 {
+		res, err := pruneSessions(ctx, p.store, heads, policy.For, false)
 		if err != nil && ctx.Err() == nil {
+			ok = false
 			p.log.Warn("retention: prune failed; trying again next round", "err", err)
 		}
 		for _, r := range res {
+			p.m.RetentionRemoved.WithLabelValues("version").Add(float64(len(r.Versions)))
+			p.m.RetentionRemoved.WithLabelValues("segment").Add(float64(r.Segments))
 			p.log.Info("retention: pruned old versions", "session", r.Key, "versions", len(r.Versions), "kept", r.Kept, "segments_freed", r.Segments)
 		}
 	}
@@ -133,23 +171,26 @@ func (p *pruner) run(ctx context.Context) {
 	for _, h := range heads {
 		n, err := snapshot.Sweep(ctx, p.store, h.Key, before)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, snapshot.ErrNotFound) {
+			ok = false
 			p.log.Warn("housekeeping: sweeping unreferenced segments failed; trying again next round", "session", h.Key, "err", err)
 		}
 		if n > 0 {
+			p.m.RetentionRemoved.WithLabelValues("segment").Add(float64(n))
 			p.log.Info("housekeeping: removed segments a crashed save left behind", "session", h.Key, "segments", n)
 		}
 	}
-	p.sweepValues(ctx, heads, before)
+	return p.sweepValues(ctx, heads, before) && ok
 }
 
 // sweepValues deletes the large values no session of their namespace refers to any more
 // (snapshot.SweepValues), in every namespace that has sessions or values.
-func (p *pruner) sweepValues(ctx context.Context, heads []snapshot.Head, before time.Time) {
+func (p *pruner) sweepValues(ctx context.Context, heads []snapshot.Head, before time.Time) bool {
 	entries, _, err := p.store.ValueEntries(ctx, "")
 	if err != nil {
 		p.log.Warn("housekeeping: listing values failed; trying again next round", "err", err)
-		return
+		return false
 	}
+	ok := true
 	namespaces := map[string]bool{}
 	for _, h := range heads {
 		namespaces[h.Key.Namespace] = true
@@ -160,12 +201,15 @@ func (p *pruner) sweepValues(ctx context.Context, heads []snapshot.Head, before 
 	for ns := range namespaces {
 		res, err := snapshot.SweepValues(ctx, p.store, ns, before)
 		if err != nil && ctx.Err() == nil {
+			ok = false
 			p.log.Warn("housekeeping: sweeping unused values failed; trying again next round", "namespace", ns, "err", err)
 		}
 		if res.Deleted > 0 || res.Orphans > 0 {
+			p.m.RetentionRemoved.WithLabelValues("value").Add(float64(res.Deleted))
 			p.log.Info("housekeeping: removed values no session uses", "namespace", ns, "values", res.Deleted, "freed_bytes", res.FreedBytes, "orphans", res.Orphans)
 		}
 	}
+	return ok
 }
 
 func (p *pruner) stop() {

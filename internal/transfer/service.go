@@ -37,11 +37,52 @@ type service struct {
 	timeout time.Duration
 	semver  string
 	svc     micro.Service
-	policy  RetentionPolicy
+	policy  *livePolicy
 	purging sync.Mutex // held while acknowledged saves are purged from the queue (reconcile.go)
 
 	adm   *admission // bounds the requests in progress, never by waiting (admission.go)
 	heads *headIndex // every session's head, for listings (headindex.go)
+
+	results resultCounts // requests by operation and result, for the service's stats ($SRV.STATS)
+}
+
+// resultCounts counts requests by operation and result (ok or an error code: a bounded set), as
+// checkpointd_requests_total does, for the NATS service's stats.
+type resultCounts struct {
+	mu sync.Mutex
+	n  map[string]map[string]uint64
+}
+
+func (r *resultCounts) add(op, result string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]map[string]uint64{}
+	}
+	if r.n[op] == nil {
+		r.n[op] = map[string]uint64{}
+	}
+	r.n[op][result]++
+}
+
+// EndpointResults is the data of an endpoint's service stats: its requests by result, and how
+// many were refused (any result but ok), the figure that agrees with checkpointd_requests_total.
+type EndpointResults struct {
+	Refused  uint64            `json:"refused"`
+	ByResult map[string]uint64 `json:"by_result"`
+}
+
+func (r *resultCounts) of(op string) EndpointResults {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := EndpointResults{ByResult: map[string]uint64{}}
+	for result, n := range r.n[op] {
+		out.ByResult[result] = n
+		if result != "ok" {
+			out.Refused += n
+		}
+	}
+	return out
 }
 
 type reply struct {
@@ -64,6 +105,10 @@ func (s *service) start() error {
 		QueueGroup:  wire.ServiceName,
 		// version, commit, Go, protocol and storage formats: what `nats micro info` shows an operator.
 		Metadata: buildinfo.Get().Metadata(),
+		// The service's own num_errors counts only the requests refused before they are handed to
+		// a goroutine (busy): micro counts an error only when the handler replied before returning.
+		// Each endpoint's stats data gives the daemon's count of every result (endpointStats).
+		StatsHandler: func(e *micro.Endpoint) any { return s.results.of(e.Name) },
 	})
 	if err != nil {
 		s.heads.stop()
@@ -160,6 +205,7 @@ func (s *service) respond(op string, req micro.Request, r reply, err error, star
 		s.log.Error("reply failed", "op", op, "subject", req.Subject(), "bytes", len(r.data), "err", err)
 	}
 	s.m.Requests.WithLabelValues(op, result).Inc()
+	s.results.add(op, result)
 	s.m.RequestSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
 }
 
@@ -476,7 +522,7 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
-	ret := s.policy.For(ns)
+	ret := s.policy.get().For(ns)
 	if req.KeepLast != 0 || req.MaxAgeSeconds != 0 {
 		ret = snapshot.Retention{KeepLast: req.KeepLast, MaxAge: time.Duration(req.MaxAgeSeconds) * time.Second}
 	}
