@@ -3,6 +3,7 @@ package conv
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 )
@@ -46,6 +47,7 @@ func (c *Conversation) Encode(dialect string) ([]byte, error) {
 		return nil, err
 	}
 	var buf bytes.Buffer
+	var from []int // the message of c each written message comes from
 	buf.WriteByte('[')
 	for i := range c.Messages {
 		out, err := c.Messages[i].encodeIn(dialect, i)
@@ -57,11 +59,18 @@ func (c *Conversation) Encode(dialect string) ([]byte, error) {
 				buf.WriteByte(',')
 			}
 			buf.Write(b)
+			from = append(from, i)
 		}
 	}
 	buf.WriteByte(']')
 	if _, err := codec.ParseLimited(buf.Bytes(), codec.Limits{Dialect: dialect}); err != nil {
-		return nil, &CarryError{Dialect: dialect, Index: -1, Err: err}
+		ce := &CarryError{Dialect: dialect, Index: -1, Err: err}
+		var ve *codec.ValidationError
+		if errors.As(err, &ve) && ve.Index >= 0 && ve.Index < len(from) {
+			ce.Index = from[ve.Index]
+			ce.What = ve.Field
+		}
+		return nil, ce
 	}
 	return buf.Bytes(), nil
 }

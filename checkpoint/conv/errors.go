@@ -3,6 +3,8 @@ package conv
 import (
 	"errors"
 	"fmt"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
 )
 
 // ErrNoConversion says a message cannot be written in the dialect asked for: the model has no
@@ -11,8 +13,10 @@ import (
 var ErrNoConversion = errors.New("no conversion to this dialect")
 
 // CarryError refuses to write a conversation in a dialect that cannot carry all of it: it names
-// the dialect, the message (Index, -1 when the dialect's validation of the result names it in Err)
-// and what could not be carried. Nothing is ever dropped silently instead.
+// the dialect, the message of the Conversation (Index; -1 when not one message) and what could not
+// be carried (What: a field path of the written message when the dialect's own validation refused
+// it, Err then being codec's *ValidationError, whose Index counts written messages). Nothing is
+// ever dropped silently instead.
 type CarryError struct {
 	Dialect string
 	Index   int
@@ -23,13 +27,13 @@ type CarryError struct {
 func (e *CarryError) Error() string {
 	where := ""
 	if e.Index >= 0 {
-		where = fmt.Sprintf("message %d: ", e.Index)
+		where = fmt.Sprintf("message %d of the conversation: ", e.Index)
 	}
-	what := ""
-	if e.What != "" {
-		what = e.What + ": "
+	var ve *codec.ValidationError
+	if e.What != "" && !errors.As(e.Err, &ve) { // a ValidationError names the field itself
+		where += e.What + ": "
 	}
-	return fmt.Sprintf("cannot write as %s: %s%s%v", e.Dialect, where, what, e.Err)
+	return fmt.Sprintf("cannot write as %s: %s%v", e.Dialect, where, e.Err)
 }
 
 func (e *CarryError) Unwrap() error { return e.Err }
