@@ -80,8 +80,11 @@ func (m *Message) encodeIn(dialect string, index int) ([]json.RawMessage, error)
 	if m.source.dialect == dialect && bytes.Equal(m.encodeNativeMessage(), m.source.native) {
 		return []json.RawMessage{m.source.raw}, nil // unchanged since decoded: as it came
 	}
-	if dialect == codec.DialectNative {
+	switch dialect {
+	case codec.DialectNative:
 		return m.toNative(), nil
+	case "openai-chat":
+		return m.toOpenAIChat(index)
 	}
 	return nil, &CarryError{Dialect: dialect, Index: index, What: "message with role " + string(m.Role),
 		Err: ErrNoConversion}

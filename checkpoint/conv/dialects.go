@@ -100,7 +100,17 @@ func decodeOpenAIChat(b json.RawMessage, _ bool) Message {
 		m.Role = Role(role)
 	}
 	m.Content = textContent(o.raw("content"), part)
+	m.contentString = isString(o.raw("content"))
 	names := []string{"role", "content", "tool_call_id"}
+	// What the model knows and openai-chat has no field for, carried under its native name by
+	// toOpenAIChat; read back here.
+	m.Model, m.Provider, m.API = o.str("model"), o.str("provider"), o.str("api")
+	m.StopReason, m.ErrorMessage, m.Timestamp = o.str("stopReason"), o.str("errorMessage"), o.num("timestamp")
+	m.ToolName, m.IsError = o.str("toolName"), o.boolean("isError")
+	if u := o.raw("usage"); u != nil && u[0] == '{' {
+		m.Usage = decodeUsage(u)
+	}
+	names = append(names, carriedOpenAIChat...)
 	if m.Role == RoleAssistant {
 		if m.Content == nil {
 			m.Content = []Part{}
@@ -305,6 +315,8 @@ func decodeAntigravity(b json.RawMessage, _ bool) Message {
 	m.Extra = o.extra(names...)
 	return m
 }
+
+func isString(raw json.RawMessage) bool { return len(raw) > 0 && raw[0] == '"' }
 
 func orEmpty(raw json.RawMessage) json.RawMessage {
 	if raw == nil {

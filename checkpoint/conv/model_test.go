@@ -198,12 +198,12 @@ func TestDialectMappings(t *testing.T) {
 // A message changed after decoding from a dialect has no way back to that dialect yet: refused
 // with a typed error naming the message, never written half-converted.
 func TestChangedMessageRefusedInOtherDialect(t *testing.T) {
-	c, err := Decode("openai-chat", []byte(`[{"role":"user","content":"a"},{"role":"user","content":"b"}]`))
+	c, err := Decode("swift-agent", []byte(`[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"user","content":[{"type":"text","text":"b"}]}]`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Messages[1].Content[0].Text = "changed"
-	_, err = c.Encode("openai-chat")
+	_, err = c.Encode("swift-agent")
 	var ce *CarryError
 	if !errors.As(err, &ce) || ce.Index != 1 || !errors.Is(err, ErrNoConversion) {
 		t.Fatalf("got %v", err)

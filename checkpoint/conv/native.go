@@ -128,7 +128,7 @@ func (m *Message) nativeKnown() []known {
 	case RoleUser:
 		ks = append(ks, contentKnown("content", m.Content, m.contentString))
 	case RoleAssistant:
-		ks = append(ks, contentKnown("content", m.Content, m.contentString),
+		ks = append(ks, contentKnown("content", m.Content, false), // always an array in native
 			str("model", m.Model), str("provider", m.Provider), str("api", m.API),
 			str("stopReason", m.StopReason), str("errorMessage", m.ErrorMessage))
 		if m.Usage != nil {
