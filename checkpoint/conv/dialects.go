@@ -87,13 +87,20 @@ func decodeOpenAIChat(b json.RawMessage, _ bool) Message {
 		}
 		if o.str("type") == "image_url" {
 			img := parseObject(o.raw("image_url"))
-			return Part{Type: PartImage, URL: img.str("url"), Extra: append(o.extra("type", "image_url"), img.extra("url")...)}
+			p := Part{Type: PartImage, URL: img.str("url"), Extra: append(o.extra("type", "image_url"), img.extra("url")...)}
+			// A data: URL is an inline image: its data and MIME type, as toOpenAIChat writes them.
+			if rest, ok := strings.CutPrefix(p.URL, "data:"); ok {
+				if mime, data, ok := strings.Cut(rest, ";base64,"); ok && mime != "" {
+					p.URL, p.Data, p.MIMEType = "", data, mime
+				}
+			}
+			return p
 		}
 		return unknownPart(o.str("type"), o)
 	}
 	switch role {
 	case "system", "developer":
-		m.Role = RoleSystem
+		m.Role, m.sourceRole = RoleSystem, role
 	case "tool":
 		m.Role, m.ToolCallID = RoleToolResult, o.str("tool_call_id")
 	default:
@@ -202,7 +209,7 @@ func decodeResponses(b json.RawMessage, _ bool) Message {
 	}
 	m := Message{Role: Role(o.str("role")), Content: textContent(o.raw("content"), part), Extra: o.extra("role", "content")}
 	if r := o.str("role"); r == "developer" || r == "system" {
-		m.Role = RoleSystem
+		m.Role, m.sourceRole = RoleSystem, r
 	}
 	return m
 }

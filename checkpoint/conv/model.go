@@ -56,6 +56,7 @@ type Message struct {
 
 	orig          object
 	contentString bool   // content came as a plain string
+	sourceRole    string // a system message's role as it came (system, developer)
 	source        source // where it came from, when decoded from another dialect
 }
 

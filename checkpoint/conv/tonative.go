@@ -52,10 +52,8 @@ func (m *Message) toNative() []json.RawMessage {
 // systemPrompt is a system message as a native extension message.
 func (m *Message) systemPrompt() json.RawMessage {
 	role := string(RoleSystem)
-	if m.source.raw != nil {
-		if r := parseObject(m.source.raw).str("role"); r != "" {
-			role = r
-		}
+	if m.sourceRole != "" {
+		role = m.sourceRole
 	}
 	var data bytes.Buffer
 	data.WriteString(`{"role":`)

@@ -28,10 +28,8 @@ func (m *Message) toOpenAIChat(index int) ([]json.RawMessage, error) {
 	switch m.Role {
 	case RoleSystem:
 		role := "system"
-		if m.source.dialect == "openai-chat" || m.source.dialect == "openai-responses" {
-			if r := parseObject(m.source.raw).str("role"); r == "developer" {
-				role = r
-			}
+		if m.sourceRole == "developer" {
+			role = m.sourceRole
 		}
 		content, err := openAIContent(m.Content, m.contentString, refuse, PartText)
 		if err != nil {
@@ -73,6 +71,9 @@ func (m *Message) toOpenAIChat(index int) ([]json.RawMessage, error) {
 		}
 		ks = []known{str("role", "tool"), str("tool_call_id", m.ToolCallID), {name: "content", enc: content}}
 	case RoleExtension:
+		if sys, ok := m.fromSystemPrompt(); ok {
+			return sys.toOpenAIChat(index)
+		}
 		return nil, refuse(fmt.Sprintf("extension message of kind %q (openai-chat has no place for it)", m.Kind))
 	default:
 		return nil, refuse(fmt.Sprintf("role %q", m.Role))
@@ -150,8 +151,17 @@ func openAIContent(parts []Part, asString bool, refuse func(string) error, allow
 			} else if p.Data != "" {
 				return nil, refuse(fmt.Sprintf("content[%d]: image with both data and url", i))
 			}
-			img := object{}.encode([]known{str("url", url)}, nil)
-			buf.Write(object{}.encode([]known{str("type", "image_url"), {name: "image_url", enc: img}}, p.Extra))
+			// detail belongs inside image_url (decodeOpenAIChat lifts it onto the part).
+			var inner, outer []Field
+			for _, f := range p.Extra {
+				if f.Name == "detail" {
+					inner = append(inner, f)
+				} else {
+					outer = append(outer, f)
+				}
+			}
+			img := object{}.encode([]known{str("url", url)}, inner)
+			buf.Write(object{}.encode([]known{str("type", "image_url"), {name: "image_url", enc: img}}, outer))
 		}
 	}
 	buf.WriteByte(']')
@@ -179,3 +189,23 @@ func containsType(ts []PartType, t PartType) bool {
 	return false
 }
 
+// fromSystemPrompt reads back a system message that toNative wrote as an extension of kind
+// "system_prompt" ({"role", "content"}).
+func (m *Message) fromSystemPrompt() (*Message, bool) {
+	if m.Kind != "system_prompt" || len(m.Data) == 0 || m.Data[0] != '{' {
+		return nil, false
+	}
+	d := parseObject(m.Data)
+	content := d.raw("content")
+	if content == nil || len(d.members) != 2 {
+		return nil, false
+	}
+	parts, asString := decodeNativeContent(content)
+	for _, p := range parts {
+		if p.Type != PartText {
+			return nil, false
+		}
+	}
+	return &Message{Role: RoleSystem, Content: parts, contentString: asString, sourceRole: d.str("role"),
+		Timestamp: m.Timestamp, Extra: m.Extra}, true
+}
