@@ -85,6 +85,8 @@ func (m *Message) encodeIn(dialect string, index int) ([]json.RawMessage, error)
 		return m.toNative(), nil
 	case "openai-chat":
 		return m.toOpenAIChat(index)
+	case "anthropic":
+		return m.toAnthropic(index)
 	}
 	return nil, &CarryError{Dialect: dialect, Index: index, What: "message with role " + string(m.Role),
 		Err: ErrNoConversion}

@@ -143,13 +143,31 @@ func decodeAnthropic(b json.RawMessage, _ bool) Message {
 	o := parseObject(b)
 	m := Message{Role: Role(o.str("role")), Model: o.str("model"), StopReason: o.str("stop_reason")}
 	m.Content = textContent(o.raw("content"), anthropicBlock)
+	m.contentString = isString(o.raw("content"))
 	if u := o.raw("usage"); u != nil && u[0] == '{' {
 		uo := parseObject(u)
 		m.Usage = &Usage{Input: uo.num("input_tokens"), Output: uo.num("output_tokens"),
 			CacheRead: uo.num("cache_read_input_tokens"), CacheWrite: uo.num("cache_creation_input_tokens"),
-			Extra: uo.extra("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")}
+			Total: uo.num("totalTokens"), // carried by toAnthropic: anthropic has no total
+			Extra: uo.extra("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "totalTokens")}
 	}
-	m.Extra = o.extra("role", "content", "model", "stop_reason", "usage")
+	// What toAnthropic carries under native names.
+	m.Provider, m.API, m.ErrorMessage, m.Timestamp = o.str("provider"), o.str("api"), o.str("errorMessage"), o.num("timestamp")
+	names := append([]string{"role", "content", "model", "stop_reason", "usage"}, carriedAnthropic...)
+	m.Extra = o.extra(names...)
+	if m.Role == RoleUser && onlyOneResult(m.Content) {
+		// A user message holding one tool result is a tool result (as toAnthropic writes one).
+		r := m.Content[0]
+		tr := Message{Role: RoleToolResult, ToolCallID: r.ID, IsError: r.IsError, Content: r.Result, Timestamp: m.Timestamp, Extra: m.Extra}
+		for _, f := range r.Extra {
+			if f.Name == "toolName" && isString(f.Value) {
+				_ = json.Unmarshal(f.Value, &tr.ToolName)
+			} else {
+				tr.Extra = append(tr.Extra, f)
+			}
+		}
+		return tr
+	}
 	return m
 }
 
@@ -322,6 +340,8 @@ func decodeAntigravity(b json.RawMessage, _ bool) Message {
 	m.Extra = o.extra(names...)
 	return m
 }
+
+func onlyOneResult(parts []Part) bool { return len(parts) == 1 && parts[0].Type == PartToolResult }
 
 func isString(raw json.RawMessage) bool { return len(raw) > 0 && raw[0] == '"' }
 

@@ -101,3 +101,49 @@ func TestViewOpenAIChatRefuses(t *testing.T) {
 		}
 	}
 }
+
+// The provider views between native, openai-chat and anthropic: each conversion of each input is
+// a golden file, and converting the result back to where it came from gives the input's native
+// form again (nothing lost on the way).
+func TestViewPairs(t *testing.T) {
+	inputs := map[string]string{"native": "testdata/native.json", "anthropic": "testdata/anthropic.json"}
+	for from, file := range inputs {
+		in, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := convert(t, from, "native", in)
+		for _, to := range []string{"native", "openai-chat", "anthropic"} {
+			if to == from {
+				continue
+			}
+			t.Run(from+"-to-"+to, func(t *testing.T) {
+				view := convert(t, from, to, in)
+				golden(t, from+".as-"+to+".json", view)
+				if back := convert(t, to, "native", view); !bytes.Equal(back, want) {
+					t.Fatalf("%s -> %s -> native lost something:\n got %s\nwant %s", from, to, back, want)
+				}
+			})
+		}
+	}
+}
+
+// anthropic refuses what it has no place for, by name.
+func TestViewAnthropicRefuses(t *testing.T) {
+	cases := []struct{ in, what string }{
+		{`[{"role":"extension","kind":"compaction","data":{"summary":"s"}}]`, `kind "compaction"`},
+		{`[{"role":"assistant","content":[{"type":"toolCall","id":"c","name":"n","arguments":{}},{"type":"image","url":"https://x/y.png"}]}]`, "content[1]: a image part"},
+		{`[{"role":"user","content":[{"type":"image","data":"AAAA"}]}]`, "content[0]: an image needs"},
+	}
+	for _, tc := range cases {
+		c, err := Decode("native", []byte(tc.in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Encode("anthropic")
+		var ce *CarryError
+		if !errors.As(err, &ce) || !errors.Is(err, ErrNoConversion) || !strings.Contains(ce.What, tc.what) {
+			t.Errorf("%s: want a CarryError naming %q, got %v", tc.in, tc.what, err)
+		}
+	}
+}
