@@ -34,10 +34,15 @@
 //
 // # Dialects
 //
-// Decode validates with internal/codec, strictly, and returns its typed errors. Encode writes native
-// from any message; in any other dialect it writes a message decoded from that dialect and left
-// unchanged as it came, and refuses anything else with ErrNoConversion (the provider views of
-// issue 13 are not written yet). Writing native from another dialect: a system message becomes an
+// Decode validates with internal/codec, strictly, and returns its typed errors. Encode writes native,
+// openai-chat and anthropic from any message (the provider views: a conversation recorded against
+// one provider continues against another); in the other dialects it writes a message decoded from
+// that dialect and left unchanged as it came, and refuses anything else with ErrNoConversion.
+// A message decoded and left unchanged is always written back to its own dialect as it came.
+// Writing openai-chat or anthropic carries what the model knows and the dialect has no field for
+// under its native name (model, usage, timestamp, ...), read back when decoded, and refuses by name
+// what has no place (thinking in openai-chat, extension messages). Writing native from another
+// dialect: a system message becomes an
 // extension of kind "system_prompt" carrying its role and content; a message's nested tool results
 // become toolResult messages of their own; members native does not know are carried as unknown
 // members. What native cannot hold (a part of a kind it has no type for, such as anthropic's
