@@ -3,7 +3,6 @@ package conv
 import (
 	"bytes"
 	"encoding/json"
-	"reflect"
 )
 
 // Field is one member of a JSON object that the model does not know: its name and its value, kept
@@ -278,21 +277,6 @@ func (o object) raw(name string) json.RawMessage {
 		return nil
 	}
 	return v
-}
-
-// sameJSON reports whether a and b are the same JSON value (numbers compared by spelling).
-func sameJSON(a, b []byte) bool {
-	if bytes.Equal(a, b) {
-		return true
-	}
-	var x, y any
-	da, db := json.NewDecoder(bytes.NewReader(a)), json.NewDecoder(bytes.NewReader(b))
-	da.UseNumber()
-	db.UseNumber()
-	if da.Decode(&x) != nil || db.Decode(&y) != nil {
-		return false
-	}
-	return reflect.DeepEqual(x, y)
 }
 
 // compactBytes is b with insignificant whitespace removed.
