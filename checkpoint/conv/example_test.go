@@ -1,0 +1,121 @@
+package conv_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/checkpoint/conv"
+	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/transfer"
+)
+
+// url is where the example's checkpointd listens: a real embedded nats-server and daemon started
+// by TestMain on a random port and a temporary directory.
+var url string
+
+func TestMain(m *testing.M) {
+	stop, err := startDaemon()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting checkpointd for the example:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func startDaemon() (stop func(), err error) {
+	dir, err := os.MkdirTemp("", "conv-example-")
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	srv, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: listen})
+	if err != nil {
+		return nil, err
+	}
+	url = "nats://" + listen
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg := transfer.DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Metrics = metrics.New(prometheus.NewRegistry())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := transfer.Open(ctx, nc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Close(ctx)
+		nc.Close()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		os.RemoveAll(dir)
+	}, nil
+}
+
+// Build a conversation with the model, save it, restore it anywhere and read it back typed.
+func Example() {
+	ctx := context.Background()
+	history := &conv.Conversation{Messages: []conv.Message{
+		{Role: conv.RoleUser, Content: []conv.Part{conv.Text("Weather in Paris? 🌦")}, Timestamp: "1700000000000"},
+		{Role: conv.RoleAssistant, Model: "claude-sonnet-4", Provider: "anthropic", StopReason: "toolUse",
+			Content: []conv.Part{conv.ToolCall("call_1", "get_weather", json.RawMessage(`{"city":"Paris"}`))},
+			Usage:   &conv.Usage{Input: "812", Output: "41", Total: "853"}},
+		{Role: conv.RoleToolResult, ToolCallID: "call_1", ToolName: "get_weather", Content: []conv.Part{conv.Text("22°C")}},
+	}}
+	body, err := history.Encode("native") // validated: a message native cannot hold is refused here
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	c, err := checkpoint.Connect(url, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	key := checkpoint.Key{Session: "weather"}
+	if _, err := c.Save(ctx, key, body); err != nil {
+		log.Fatal(err)
+	}
+
+	restored, v, err := c.Restore(ctx, key, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	back, err := conv.Decode(v.Dialect, restored)
+	if err != nil {
+		log.Fatal(err)
+	}
+	call := back.Messages[1].ToolCalls()[0]
+	result := back.Messages[2]
+	fmt.Println(back.Messages[0].TextOf())
+	fmt.Println(call.Name, string(call.Arguments), "->", result.TextOf(), "paired:", result.ToolCallID == call.ID)
+	fmt.Println("output tokens:", back.Messages[1].Usage.Output)
+	// Output:
+	// Weather in Paris? 🌦
+	// get_weather {"city":"Paris"} -> 22°C paired: true
+	// output tokens: 41
+}

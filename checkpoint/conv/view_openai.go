@@ -1,0 +1,211 @@
+package conv
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// Writing the model as openai-chat (a provider view, issue 13 item 3). The rule: carry everything
+// or refuse. What openai-chat has a place for goes there; what the model knows but openai-chat has
+// no field for (an assistant's model, provider, api, stopReason, errorMessage, usage, a message's
+// timestamp, a tool result's toolName and isError) is carried as a member of the message under its
+// native name, which openai-chat keeps unchecked and decodeOpenAIChat reads back; Extra members are
+// carried as they are. What has no place at all is refused with a *CarryError naming it: thinking,
+// extension messages (openai-chat has no such role), an image in anything but a user message, a
+// tool call outside an assistant message, a part of a kind the model does not know.
+
+// carriedOpenAIChat are the native members carried on openai-chat messages.
+var carriedOpenAIChat = []string{"model", "provider", "api", "stopReason", "errorMessage", "usage", "timestamp", "toolName", "isError"}
+
+// toOpenAIChat writes m as openai-chat messages (a message holding tool results becomes one tool
+// message per result, after the rest).
+func (m *Message) toOpenAIChat(index int) ([]json.RawMessage, error) {
+	refuse := func(what string) error {
+		return &CarryError{Dialect: "openai-chat", Index: index, What: what, Err: ErrNoConversion}
+	}
+	var ks []known
+	switch m.Role {
+	case RoleSystem:
+		role := "system"
+		if m.sourceRole == "developer" {
+			role = m.sourceRole
+		}
+		content, err := openAIContent(m.Content, m.contentString, refuse, PartText)
+		if err != nil {
+			return nil, err
+		}
+		ks = []known{str("role", role), {name: "content", enc: content}}
+	case RoleUser:
+		var results, rest []Part
+		for _, p := range m.Content {
+			if p.Type == PartToolResult {
+				results = append(results, p)
+			} else {
+				rest = append(rest, p)
+			}
+		}
+		var out []json.RawMessage
+		if len(rest) > 0 || len(results) == 0 {
+			content, err := openAIContent(rest, m.contentString, refuse, PartText, PartImage)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m.openAIMessage([]known{str("role", "user"), {name: "content", enc: content}}))
+		}
+		for _, r := range results {
+			tr := Message{Role: RoleToolResult, ToolCallID: r.ID, IsError: r.IsError, Content: r.Result, Timestamp: m.Timestamp, Extra: r.Extra}
+			b, err := tr.toOpenAIChat(index)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, b...)
+		}
+		return out, nil
+	case RoleAssistant:
+		return m.openAIAssistant(refuse)
+	case RoleToolResult:
+		content, err := openAIContent(m.Content, m.contentString, refuse, PartText)
+		if err != nil {
+			return nil, err
+		}
+		ks = []known{str("role", "tool"), str("tool_call_id", m.ToolCallID), {name: "content", enc: content}}
+	case RoleExtension:
+		if sys, ok := m.fromSystemPrompt(); ok {
+			return sys.toOpenAIChat(index)
+		}
+		return nil, refuse(fmt.Sprintf("extension message of kind %q (openai-chat has no place for it)", m.Kind))
+	default:
+		return nil, refuse(fmt.Sprintf("role %q", m.Role))
+	}
+	return []json.RawMessage{m.openAIMessage(ks)}, nil
+}
+
+func (m *Message) openAIAssistant(refuse func(string) error) ([]json.RawMessage, error) {
+	var text []Part
+	var calls bytes.Buffer
+	for i, p := range m.Content {
+		switch p.Type {
+		case PartText:
+			text = append(text, p)
+		case PartToolCall:
+			if calls.Len() > 0 {
+				calls.WriteByte(',')
+			}
+			fn := object{}.encode([]known{str("name", p.Name), {name: "arguments", enc: argumentsText(p.Arguments)}}, nil)
+			calls.Write(object{}.encode([]known{str("id", p.ID), str("type", "function"), {name: "function", enc: fn}}, p.Extra))
+		default:
+			return nil, refuse(fmt.Sprintf("content[%d]: a %s part in an assistant message", i, p.Type))
+		}
+	}
+	ks := []known{str("role", "assistant")}
+	if len(text) > 0 || calls.Len() == 0 {
+		content, err := openAIContent(text, m.contentString, refuse, PartText)
+		if err != nil {
+			return nil, err
+		}
+		ks = append(ks, known{name: "content", enc: content})
+	}
+	if calls.Len() > 0 {
+		ks = append(ks, known{name: "tool_calls", enc: append(append([]byte{'['}, calls.Bytes()...), ']')})
+	}
+	return []json.RawMessage{m.openAIMessage(ks)}, nil
+}
+
+// openAIMessage is an openai-chat message of members ks, then the native members openai-chat has
+// no field for, then m's Extra.
+func (m *Message) openAIMessage(ks []known) json.RawMessage {
+	for _, k := range m.nativeKnown() {
+		if !k.omit && contains(carriedOpenAIChat, k.name) && indexKnown(ks, k.name) < 0 {
+			ks = append(ks, k)
+		}
+	}
+	return object{}.encode(ks, m.Extra)
+}
+
+// openAIContent writes parts as openai-chat content: a plain string when they came so and are one
+// bare text, else an array of text (and, where allowed, image_url) parts.
+func openAIContent(parts []Part, asString bool, refuse func(string) error, allowed ...PartType) ([]byte, error) {
+	if asString && len(parts) == 1 && parts[0].Type == PartText && len(parts[0].Extra) == 0 {
+		return encodeString(parts[0].Text), nil
+	}
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for i, p := range parts {
+		if !containsType(allowed, p.Type) {
+			return nil, refuse(fmt.Sprintf("content[%d]: a %s part (openai-chat has no place for it here)", i, p.Type))
+		}
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		switch p.Type {
+		case PartText:
+			buf.Write(object{}.encode([]known{str("type", "text"), {name: "text", enc: encodeString(p.Text)}}, p.Extra))
+		case PartImage:
+			url := p.URL
+			if url == "" {
+				if p.MIMEType == "" {
+					return nil, refuse(fmt.Sprintf("content[%d]: inline image without a mimeType (a data: URL needs one)", i))
+				}
+				url = "data:" + p.MIMEType + ";base64," + p.Data
+			} else if p.Data != "" {
+				return nil, refuse(fmt.Sprintf("content[%d]: image with both data and url", i))
+			}
+			// detail belongs inside image_url (decodeOpenAIChat lifts it onto the part).
+			var inner, outer []Field
+			for _, f := range p.Extra {
+				if f.Name == "detail" {
+					inner = append(inner, f)
+				} else {
+					outer = append(outer, f)
+				}
+			}
+			img := object{}.encode([]known{str("url", url)}, inner)
+			buf.Write(object{}.encode([]known{str("type", "image_url"), {name: "image_url", enc: img}}, outer))
+		}
+	}
+	buf.WriteByte(']')
+	return buf.Bytes(), nil
+}
+
+// argumentsText is a tool call's arguments as openai-chat carries them: JSON text in a string (a
+// string that came as the arguments, not JSON, is written as it came).
+func argumentsText(args json.RawMessage) []byte {
+	if len(args) > 0 && args[0] == '"' {
+		return args
+	}
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	return encodeString(string(args))
+}
+
+func containsType(ts []PartType, t PartType) bool {
+	for _, x := range ts {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+// fromSystemPrompt reads back a system message that toNative wrote as an extension of kind
+// "system_prompt" ({"role", "content"}).
+func (m *Message) fromSystemPrompt() (*Message, bool) {
+	if m.Kind != "system_prompt" || len(m.Data) == 0 || m.Data[0] != '{' {
+		return nil, false
+	}
+	d := parseObject(m.Data)
+	content := d.raw("content")
+	if content == nil || len(d.members) != 2 {
+		return nil, false
+	}
+	parts, asString := decodeNativeContent(content)
+	for _, p := range parts {
+		if p.Type != PartText {
+			return nil, false
+		}
+	}
+	return &Message{Role: RoleSystem, Content: parts, contentString: asString, sourceRole: d.str("role"),
+		Timestamp: m.Timestamp, Extra: m.Extra}, true
+}
