@@ -22,7 +22,7 @@ package transfer
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -397,13 +397,16 @@ func (t *Tenants) redact(s string, extra ...string) string {
 }
 
 // NewDaemonPassword returns a random password for the daemon's own login to the embedded server.
-// It lives in memory only: it is never logged or written to disk.
+// It lives in memory only: it is never logged or written to disk. It is "cp" and 64 hex digits:
+// nats-server parses the value of a configuration variable ($CHECKPOINTD_NATS_PASSWORD) as a
+// configuration value, so one that starts with a digit or a '-' would be read as a number and
+// refused (one run in about six of TestTenancy_PrintedConfigIsolatesAnExternalServer failed so).
 func NewDaemonPassword() (string, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
-	return base64.RawURLEncoding.EncodeToString(b), nil
+	return "cp" + hex.EncodeToString(b), nil
 }
 
 // ReloadServer applies cfg (a changed tenants file) to a running embedded server without a
