@@ -77,6 +77,7 @@ var commands = map[string]command{
 	"migrate": {"move sessions to another deployment, verified, resumable; the source then refuses writes", runMigrate},
 	"export":  {"write sessions to a portable bundle file", runExport},
 	"import":  {"import a bundle file, verified whole before anything is written", runImport},
+	"watch":   {"follow new versions live, one line (or JSON object) per version", runWatch},
 	"version": {"print checkpointctl's version, commit, Go, protocol and storage format versions", runVersion},
 	// "help" is answered in Run (it lists this map, which cannot refer to itself); listed here for usage.
 	"help": {"show the usage of checkpointctl or of one command: help [command]", nil},
@@ -181,10 +182,11 @@ func commandNames() []string {
 	return names
 }
 
-// connect opens a client with the global settings.
-func (a *App) connect() (*checkpoint.Client, error) {
+// connect opens a client with the global settings (and a command's own extra nats options).
+func (a *App) connect(extra ...nats.Option) (*checkpoint.Client, error) {
 	var opts []nats.Option
 	opts = append(opts, nats.Timeout(min(a.Timeout, dialTimeout)))
+	opts = append(opts, extra...)
 	if a.Creds != "" {
 		opts = append(opts, nats.UserCredentials(a.Creds))
 	}
