@@ -121,6 +121,9 @@ func newFlagSet(a *App, name, args, about string) *flag.FlagSet {
 		fs.PrintDefaults()
 		fmt.Fprint(a.Stderr, "\n"+exitCodesHelp)
 	}
+	if a.onFlagSet != nil {
+		a.onFlagSet(fs)
+	}
 	return fs
 }
 

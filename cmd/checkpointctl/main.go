@@ -55,6 +55,9 @@ type App struct {
 	Timeout        time.Duration
 	// StdoutIsTerminal adds a final newline to raw output meant for a person.
 	StdoutIsTerminal bool
+	// onFlagSet, when set, is given each command's flag set as it is made: how completion learns
+	// every command's flags from the commands themselves.
+	onFlagSet func(*flag.FlagSet)
 }
 
 // command is one subcommand; each lives in its own file.
@@ -96,14 +99,7 @@ func main() {
 
 // Run parses the global flags and runs one command.
 func (a *App) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("checkpointctl", flag.ContinueOnError)
-	fs.SetOutput(a.Stderr)
-	fs.StringVar(&a.Server, "server", defaultServer(), "NATS URL of the checkpointd deployment, e.g. nats://user:password@host:4222 (env CHECKPOINTCTL_SERVER or NATS_URL, which keep a password off the command line)")
-	fs.StringVar(&a.Creds, "creds", "", "NATS credentials file")
-	fs.StringVar(&a.Nkey, "nkey", "", "file holding the nkey seed to log in with (a --tenants entry's \"nkey\" is its public key)")
-	fs.DurationVar(&a.Timeout, "timeout", 30*time.Second, "how long to wait for checkpointd")
-	a.TLS.register(fs)
-	fs.Usage = func() { a.usage(fs) }
+	fs := a.globalFlags()
 	if err := parseQuietly(fs, args); err != nil {
 		return err
 	}
@@ -120,6 +116,19 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return usageErr(fmt.Errorf("unknown command %q (want one of: %s)", name, strings.Join(commandNames(), ", ")))
 	}
 	return cmd.run(ctx, a, fs.Args()[1:])
+}
+
+// globalFlags is the flag set of the flags before the command, bound to a's settings.
+func (a *App) globalFlags() *flag.FlagSet {
+	fs := flag.NewFlagSet("checkpointctl", flag.ContinueOnError)
+	fs.SetOutput(a.Stderr)
+	fs.StringVar(&a.Server, "server", defaultServer(), "NATS URL of the checkpointd deployment, e.g. nats://user:password@host:4222 (env CHECKPOINTCTL_SERVER or NATS_URL, which keep a password off the command line)")
+	fs.StringVar(&a.Creds, "creds", "", "NATS credentials file")
+	fs.StringVar(&a.Nkey, "nkey", "", "file holding the nkey seed to log in with (a --tenants entry's \"nkey\" is its public key)")
+	fs.DurationVar(&a.Timeout, "timeout", 30*time.Second, "how long to wait for checkpointd")
+	a.TLS.register(fs)
+	fs.Usage = func() { a.usage(fs) }
+	return fs
 }
 
 func (a *App) usage(fs *flag.FlagSet) { a.usageTo(a.Stderr, fs) }
