@@ -119,7 +119,7 @@ func spelledFlags(fs []flagInfo, valuesOnly bool) string {
 	return strings.Join(words, " ")
 }
 
-// shellQuote quotes s for bash, zsh and fish alike: in single quotes, a quote written '\''
+// shellQuote quotes s for bash, zsh and fish alike: in single quotes, a quote written '\”
 // (fish reads \' inside single quotes as a quote, so it gets its own quoting below).
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 

@@ -140,6 +140,14 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// orEmpty makes a nil list print as [] in JSON output, not null.
+func orEmpty[T any](list []T) []T {
+	if list == nil {
+		return []T{}
+	}
+	return list
+}
+
 // printable quotes an id that would garble a table (white space, control characters).
 func printable(s string) string {
 	for _, r := range s {
