@@ -80,6 +80,7 @@ var commands = map[string]command{
 	"migrate": {"move sessions to another deployment, verified, resumable; the source then refuses writes", runMigrate},
 	"export":  {"write sessions to a portable bundle file", runExport},
 	"import":  {"import a bundle file, verified whole before anything is written", runImport},
+	"du":      {"storage per session and namespace: versions kept, head size, bytes stored", runDu},
 	"watch":   {"follow new versions live, one line (or JSON object) per version", runWatch},
 	"version": {"print checkpointctl's version, commit, Go, protocol and storage format versions", runVersion},
 	// "help" is answered in Run (it lists this map, which cannot refer to itself); listed here for usage.
