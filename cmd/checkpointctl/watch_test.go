@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -37,15 +39,22 @@ func (b *lockedBuffer) String() string {
 
 // startWatch runs "checkpointctl watch args..." until the returned stop is called, which returns
 // its exit code. It returns once the watch is subscribed: a forged result published on the
-// namespace's result subjects (raw NATS, as any client could) is reported on its stderr.
+// default namespace's result subjects (raw NATS, as any client could) is reported on its stderr.
 func startWatch(t *testing.T, env *testenv.Env, args ...string) (stdout, stderr *lockedBuffer, stop func() int) {
+	t.Helper()
+	return startWatchAt(t, env.URL(), env.Conn(), "default", args...)
+}
+
+// startWatchAt is startWatch on server, probing with a forged result on namespace's result
+// subjects published by probe.
+func startWatchAt(t *testing.T, server string, probe *nats.Conn, namespace string, args ...string) (stdout, stderr *lockedBuffer, stop func() int) {
 	t.Helper()
 	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
 	a := &App{Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, append([]string{"--server=" + env.URL(), "watch"}, args...)) }()
-	nc := env.Conn()
+	go func() { done <- a.Run(ctx, append([]string{"--server=" + server, "watch"}, args...)) }()
+	nc := probe
 	require.Eventually(t, func() bool {
 		select {
 		case err := <-done:
@@ -53,7 +62,7 @@ func startWatch(t *testing.T, env *testenv.Env, args ...string) (stdout, stderr 
 			return true
 		default:
 		}
-		require.NoError(t, nc.Publish(wire.ResultSubject("default", "forged"), []byte("not a result")))
+		require.NoError(t, nc.Publish(wire.ResultSubject(namespace, "forged"), []byte("not a result")))
 		require.NoError(t, nc.Flush())
 		return strings.Contains(stderr.String(), "not a result") || strings.Contains(stderr.String(), "invalid character")
 	}, 10*time.Second, 20*time.Millisecond, "stderr: %s", stderr)
@@ -74,7 +83,7 @@ func startWatch(t *testing.T, env *testenv.Env, args ...string) (stdout, stderr 
 func requireOnlyProbeNotices(t *testing.T, stderr string) {
 	t.Helper()
 	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
-		require.Contains(t, line, "cp.result.default.forged", stderr)
+		require.Contains(t, line, ".forged:", stderr)
 	}
 }
 
@@ -168,4 +177,37 @@ func TestCheckpointctl_WatchForgedResults(t *testing.T) {
 	require.Empty(t, stdout.String())
 	require.Contains(t, stderr.String(), `save "x"`)
 	require.Contains(t, stderr.String(), `save "y"`)
+}
+
+// With --tenants, a tenant's login watches its own namespace with what it already imports
+// (cp.result.<ns>.>), and sees nothing of another tenant's saves.
+func TestCheckpointctl_WatchTenant(t *testing.T) {
+	tenants := &transfer.Tenants{Tenants: []transfer.Tenant{
+		{Namespace: "alice", Login: transfer.Login{User: "alice", Password: "alice-pw"}},
+		{Namespace: "bob", Login: transfer.Login{User: "bob", Password: "bob-pw"}}}}
+	env := testenv.StartTenancy(t, tenants, 0)
+	login := func(user string) string { return "nats://" + user + "@" + strings.TrimPrefix(env.URL(), "nats://") }
+	probe, err := env.Conn(nats.UserInfo("alice", "alice-pw"))
+	require.NoError(t, err)
+	defer probe.Close()
+	stdout, stderr, stop := startWatchAt(t, login("alice:alice-pw"), probe, "alice", "-n", "alice", "-o", "json")
+
+	conv := []byte(`[{"role":"user","content":"hi"}]`)
+	bob := env.Client(nats.UserInfo("bob", "bob-pw"))
+	defer bob.Close()
+	_, err = bob.Save(context.Background(), checkpoint.Key{Namespace: "bob", Session: "s"}, conv)
+	require.NoError(t, err)
+	alice := env.Client(nats.UserInfo("alice", "alice-pw"))
+	defer alice.Close()
+	v, err := alice.Save(context.Background(), checkpoint.Key{Namespace: "alice", Session: "s"}, conv)
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return strings.Contains(stdout.String(), "\n") }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // bob's save, had it leaked, would show by now
+	require.Equal(t, 0, stop(), stderr.String())
+	requireOnlyProbeNotices(t, stderr.String())
+	var got checkpoint.Version
+	require.NoError(t, json.Unmarshal([]byte(stdout.String()), &got))
+	require.Equal(t, v, got)
+	require.Equal(t, 1, strings.Count(stdout.String(), "\n"), stdout.String())
 }
