@@ -17,7 +17,11 @@ type WatchOption func(*watchOptions)
 
 type watchOptions struct {
 	onProblem func(error)
+	onStarted func()
 }
+
+// OnWatchStarted is called once the watch is subscribed: every version saved after it is seen.
+func OnWatchStarted(f func()) WatchOption { return func(o *watchOptions) { o.onStarted = f } }
 
 // OnWatchProblem is called with what Watch could not pass on and went on past: a message on the
 // namespace's result subjects that is not a well-formed save result of that namespace (only a
@@ -62,6 +66,9 @@ func (c *Client) Watch(ctx context.Context, namespace, session string, fn func(V
 	cancel()
 	if err != nil && ctx.Err() == nil {
 		return unavailable("subscribing to %s: %v", subject, err)
+	}
+	if o.onStarted != nil && err == nil {
+		o.onStarted()
 	}
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
