@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -65,23 +66,23 @@ type nsUsage struct {
 	StoredBytes int64                     `json:"storedBytes"`
 }
 
+// duParallel is how many histories du reads at once: well under the daemon's 16 listings and
+// histories in flight, so that du does not crowd out other clients.
+const duParallel = 4
+
 // namespaceUsage measures each listed session and groups them by namespace, namespaces and
-// sessions in name order. A
-// session deleted since the listing uses nothing any more and is left out.
+// sessions in name order. A session deleted since the listing uses nothing any more and is left out.
 func namespaceUsage(ctx context.Context, c *checkpoint.Client, heads []checkpoint.Session) ([]nsUsage, error) {
+	usages, err := measure(ctx, c, heads)
+	if err != nil {
+		return nil, err
+	}
 	byNS := map[string]*nsUsage{}
-	for _, h := range heads {
-		u, err := c.Usage(ctx, h.Key)
-		if errors.Is(err, checkpoint.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("session %s: %w", printable(h.Key.String()), err)
-		}
-		ns := byNS[h.Key.Namespace]
+	for _, u := range usages {
+		ns := byNS[u.Key.Namespace]
 		if ns == nil {
-			ns = &nsUsage{Namespace: h.Key.Namespace}
-			byNS[h.Key.Namespace] = ns
+			ns = &nsUsage{Namespace: u.Key.Namespace}
+			byNS[u.Key.Namespace] = ns
 		}
 		ns.Sessions = append(ns.Sessions, u)
 		ns.Versions += u.Versions
@@ -98,6 +99,53 @@ func namespaceUsage(ctx context.Context, c *checkpoint.Client, heads []checkpoin
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace < out[j].Namespace })
 	return out, nil
+}
+
+// measure reads the usage of every head's session, duParallel at a time, stopping at the first
+// error. Sessions deleted since the listing are left out.
+func measure(ctx context.Context, c *checkpoint.Client, heads []checkpoint.Session) ([]checkpoint.SessionUsage, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		out      []checkpoint.SessionUsage
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	next := make(chan checkpoint.Key)
+	for range duParallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for key := range next {
+				u, err := c.Usage(ctx, key)
+				mu.Lock()
+				switch {
+				case errors.Is(err, checkpoint.ErrNotFound):
+				case err != nil && firstErr == nil:
+					firstErr = fmt.Errorf("session %s: %w", printable(key.String()), err)
+					cancel()
+				case err == nil:
+					out = append(out, u)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, h := range heads {
+		select {
+		case next <- h.Key:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	return out, firstErr
 }
 
 func printUsage(a *App, usage []nsUsage) error {

@@ -142,7 +142,7 @@ Usage: checkpointctl [global flags] <command> [arguments] [flags]
 Commands:
 `)
 	for _, name := range commandNames() {
-		fmt.Fprintf(w, "  %-8s %s\n", name, commands[name].synopsis)
+		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].synopsis)
 	}
 	fmt.Fprint(w, "\nGlobal flags:\n")
 	saved := fs.Output()
