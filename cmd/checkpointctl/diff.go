@@ -37,7 +37,7 @@ func runDiff(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	if out == "json" {
-		return writeJSON(a.Stdout, changes)
+		return writeJSON(a.Stdout, orEmpty(changes))
 	}
 	if len(changes) == 0 {
 		_, err = fmt.Fprintln(a.Stdout, "no differences")

@@ -19,7 +19,9 @@ func runExport(ctx context.Context, a *App, args []string) error {
 	var k keyFlags
 	var sel selection
 	var prog progressFlag
+	var out outputFlag
 	k.register(fs)
+	out.register(fs)
 	sel.register(fs)
 	prog.register(fs)
 	file := fs.String("file", "", "the bundle file to write (required; - for stdout)")
@@ -31,6 +33,9 @@ func runExport(ctx context.Context, a *App, args []string) error {
 	}
 	if *file == "" {
 		return usageErr(errors.New("export needs --file BUNDLE"))
+	}
+	if out == "json" && *file == "-" {
+		return usageErr(errors.New("export -o json needs --file BUNDLE: with --file -, stdout carries the bundle"))
 	}
 	if err := sel.check("export", pos); err != nil {
 		return err
@@ -81,8 +86,21 @@ func runExport(ctx context.Context, a *App, args []string) error {
 		if err := os.Rename(f.Name(), *file); err != nil {
 			return err
 		}
+	}
+	if out == "json" {
+		return writeJSON(a.Stdout, exportReport{File: *file, Sessions: orEmpty(sum.Sessions), Versions: sum.Versions, Bytes: sum.Bytes})
+	}
+	if f != nil {
 		_, err = fmt.Fprintf(a.Stderr, "exported %d session(s), %d version(s) (%s of conversations) to %s\n",
 			len(sum.Sessions), sum.Versions, size(sum.Bytes), *file)
 	}
 	return err
+}
+
+// exportReport is export's -o json: the bundle written and what it holds.
+type exportReport struct {
+	File     string                     `json:"file"`
+	Sessions []checkpoint.BundleSession `json:"sessions"`
+	Versions int                        `json:"versions"`
+	Bytes    int64                      `json:"bytes"` // conversation bytes of every version, whole
 }

@@ -121,6 +121,9 @@ func newFlagSet(a *App, name, args, about string) *flag.FlagSet {
 		fs.PrintDefaults()
 		fmt.Fprint(a.Stderr, "\n"+exitCodesHelp)
 	}
+	if a.onFlagSet != nil {
+		a.onFlagSet(fs)
+	}
 	return fs
 }
 
@@ -135,6 +138,14 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// orEmpty makes a nil list print as [] in JSON output, not null.
+func orEmpty[T any](list []T) []T {
+	if list == nil {
+		return []T{}
+	}
+	return list
 }
 
 // printable quotes an id that would garble a table (white space, control characters).

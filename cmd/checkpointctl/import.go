@@ -70,7 +70,7 @@ func runImport(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	if out == "json" {
-		return writeJSON(a.Stdout, map[string]any{"sessions": sum.Sessions, "versions": sum.Versions, "imported": n, "dryRun": *dryRun})
+		return writeJSON(a.Stdout, map[string]any{"sessions": orEmpty(sum.Sessions), "versions": sum.Versions, "imported": n, "dryRun": *dryRun})
 	}
 	verb := "imported"
 	if *dryRun {

@@ -39,10 +39,7 @@ func runList(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	if out == "json" {
-		if heads == nil {
-			heads = []checkpoint.Session{}
-		}
-		return writeJSON(a.Stdout, heads)
+		return writeJSON(a.Stdout, orEmpty(heads))
 	}
 	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tSESSION\tAGENT\tVERSION\tMESSAGES\tSIZE\tUPDATED\tSTATE")

@@ -55,6 +55,9 @@ type App struct {
 	Timeout        time.Duration
 	// StdoutIsTerminal adds a final newline to raw output meant for a person.
 	StdoutIsTerminal bool
+	// onFlagSet, when set, is given each command's flag set as it is made: how completion learns
+	// every command's flags from the commands themselves.
+	onFlagSet func(*flag.FlagSet)
 }
 
 // command is one subcommand; each lives in its own file.
@@ -77,6 +80,8 @@ var commands = map[string]command{
 	"migrate": {"move sessions to another deployment, verified, resumable; the source then refuses writes", runMigrate},
 	"export":  {"write sessions to a portable bundle file", runExport},
 	"import":  {"import a bundle file, verified whole before anything is written", runImport},
+	"du":      {"storage per session and namespace: versions kept, head size, bytes stored", runDu},
+	"watch":   {"follow new versions live, one line (or JSON object) per version", runWatch},
 	"version": {"print checkpointctl's version, commit, Go, protocol and storage format versions", runVersion},
 	// "help" is answered in Run (it lists this map, which cannot refer to itself); listed here for usage.
 	"help": {"show the usage of checkpointctl or of one command: help [command]", nil},
@@ -95,14 +100,7 @@ func main() {
 
 // Run parses the global flags and runs one command.
 func (a *App) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("checkpointctl", flag.ContinueOnError)
-	fs.SetOutput(a.Stderr)
-	fs.StringVar(&a.Server, "server", defaultServer(), "NATS URL of the checkpointd deployment, e.g. nats://user:password@host:4222 (env CHECKPOINTCTL_SERVER or NATS_URL, which keep a password off the command line)")
-	fs.StringVar(&a.Creds, "creds", "", "NATS credentials file")
-	fs.StringVar(&a.Nkey, "nkey", "", "file holding the nkey seed to log in with (a --tenants entry's \"nkey\" is its public key)")
-	fs.DurationVar(&a.Timeout, "timeout", 30*time.Second, "how long to wait for checkpointd")
-	a.TLS.register(fs)
-	fs.Usage = func() { a.usage(fs) }
+	fs := a.globalFlags()
 	if err := parseQuietly(fs, args); err != nil {
 		return err
 	}
@@ -121,6 +119,19 @@ func (a *App) Run(ctx context.Context, args []string) error {
 	return cmd.run(ctx, a, fs.Args()[1:])
 }
 
+// globalFlags is the flag set of the flags before the command, bound to a's settings.
+func (a *App) globalFlags() *flag.FlagSet {
+	fs := flag.NewFlagSet("checkpointctl", flag.ContinueOnError)
+	fs.SetOutput(a.Stderr)
+	fs.StringVar(&a.Server, "server", defaultServer(), "NATS URL of the checkpointd deployment, e.g. nats://user:password@host:4222 (env CHECKPOINTCTL_SERVER or NATS_URL, which keep a password off the command line)")
+	fs.StringVar(&a.Creds, "creds", "", "NATS credentials file")
+	fs.StringVar(&a.Nkey, "nkey", "", "file holding the nkey seed to log in with (a --tenants entry's \"nkey\" is its public key)")
+	fs.DurationVar(&a.Timeout, "timeout", 30*time.Second, "how long to wait for checkpointd")
+	a.TLS.register(fs)
+	fs.Usage = func() { a.usage(fs) }
+	return fs
+}
+
 func (a *App) usage(fs *flag.FlagSet) { a.usageTo(a.Stderr, fs) }
 
 func (a *App) usageTo(w io.Writer, fs *flag.FlagSet) {
@@ -131,7 +142,7 @@ Usage: checkpointctl [global flags] <command> [arguments] [flags]
 Commands:
 `)
 	for _, name := range commandNames() {
-		fmt.Fprintf(w, "  %-8s %s\n", name, commands[name].synopsis)
+		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].synopsis)
 	}
 	fmt.Fprint(w, "\nGlobal flags:\n")
 	saved := fs.Output()
@@ -181,10 +192,11 @@ func commandNames() []string {
 	return names
 }
 
-// connect opens a client with the global settings.
-func (a *App) connect() (*checkpoint.Client, error) {
+// connect opens a client with the global settings (and a command's own extra nats options).
+func (a *App) connect(extra ...nats.Option) (*checkpoint.Client, error) {
 	var opts []nats.Option
 	opts = append(opts, nats.Timeout(min(a.Timeout, dialTimeout)))
+	opts = append(opts, extra...)
 	if a.Creds != "" {
 		opts = append(opts, nats.UserCredentials(a.Creds))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -198,6 +199,40 @@ func TestCheckpointctl_Binary(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, exitNotFound, ee.ExitCode())
+
+	requireWatchEndsOnInterrupt(t, bin, env)
+}
+
+// watch as a process: it prints a saved version as it comes, and Ctrl-C (SIGINT) ends it with exit 0.
+func requireWatchEndsOnInterrupt(t *testing.T, bin string, env *testenv.Env) {
+	t.Helper()
+	watch := exec.Command(bin, "--server", env.URL(), "watch", "proc")
+	var stderr lockedBuffer
+	watch.Stderr = &stderr
+	stdout, err := watch.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, watch.Start())
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		lines <- line
+	}()
+	probe := env.Conn() // a forged result on stderr says the watch is subscribed
+	require.Eventually(t, func() bool {
+		require.NoError(t, probe.Publish("cp.result.default.forged", []byte("not a result")))
+		require.NoError(t, probe.Flush())
+		return strings.Contains(stderr.String(), "forged")
+	}, 10*time.Second, 20*time.Millisecond)
+	out, err := exec.Command(bin, "--server", env.URL(), "put", "proc", corpusFile).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	select {
+	case line := <-lines:
+		require.Contains(t, line, "proc  agent main  version 2  manual  by ")
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch printed no line")
+	}
+	require.NoError(t, watch.Process.Signal(os.Interrupt))
+	require.NoError(t, watch.Wait(), "exit 0 on Ctrl-C; stderr: %s", stderr.String())
 }
 
 func TestCheckpointctl_ViewsDiffFork(t *testing.T) {

@@ -36,7 +36,9 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 	force := fs.Bool("force", false, "move sessions even while a process holds their lease at the source")
 	parallel := fs.Int("parallel", 4, "sessions moved at once")
 	var prog progressFlag
+	var out outputFlag
 	prog.register(fs)
+	out.register(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -97,9 +99,22 @@ func runMigrate(ctx context.Context, a *App, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w (%d of %d sessions moved; run again to resume)", err, moved, len(keys))
 	}
+	if out == "json" {
+		return writeJSON(a.Stdout, migrateReport{To: checkpoint.PublicURL(*to), Sessions: orEmpty(keys),
+			Versions: total.Versions, Bytes: total.Bytes, AlreadyThere: total.Skipped})
+	}
 	_, err = fmt.Fprintf(a.Stdout, "migrated %d session(s) to %s: %d version(s) copied (%s), %d already there\n",
 		len(keys), checkpoint.PublicURL(*to), total.Versions, size(total.Bytes), total.Skipped)
 	return err
+}
+
+// migrateReport is migrate's -o json: the sessions moved and what was copied.
+type migrateReport struct {
+	To           string           `json:"to"` // without credentials
+	Sessions     []checkpoint.Key `json:"sessions"`
+	Versions     int              `json:"versions"`     // versions copied
+	Bytes        int64            `json:"bytes"`        // conversation bytes copied
+	AlreadyThere int              `json:"alreadyThere"` // versions the destination already had
 }
 
 // migrateAll moves keys with up to parallel sessions in flight, stopping at the first failure

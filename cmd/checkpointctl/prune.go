@@ -47,7 +47,7 @@ func runPrune(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	if out == "json" {
-		return writeJSON(a.Stdout, res)
+		return writeJSON(a.Stdout, orEmpty(res))
 	}
 	if len(res) == 0 {
 		_, err = fmt.Fprintf(a.Stdout, "nothing to prune\n")
