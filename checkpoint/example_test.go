@@ -4,20 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log"
-	"log/slog"
-	"net"
 	"os"
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
-	"github.com/checkpointd/checkpointd/internal/metrics"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/testenv"
 )
 
 // url is where the examples' checkpointd listens: a real embedded nats-server and daemon started
@@ -25,7 +17,9 @@ import (
 var url string
 
 func TestMain(m *testing.M) {
-	stop, err := startDeployment()
+	var stop func()
+	var err error
+	url, stop, err = testenv.StartForMain()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting checkpointd for the examples:", err)
 		os.Exit(1)
@@ -33,47 +27,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	stop()
 	os.Exit(code)
-}
-
-// startDeployment runs what `go run ./cmd/checkpointd` runs, on a free port and a fresh directory.
-func startDeployment() (stop func(), err error) {
-	dir, err := os.MkdirTemp("", "checkpoint-examples-")
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	listen := ln.Addr().String()
-	ln.Close()
-	srv, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: listen})
-	if err != nil {
-		return nil, err
-	}
-	url = "nats://" + listen
-	nc, err := nats.Connect(url)
-	if err != nil {
-		return nil, err
-	}
-	cfg := transfer.DefaultConfig()
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.Metrics = metrics.New(prometheus.NewRegistry())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	d, err := transfer.Open(ctx, nc, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Close(ctx)
-		nc.Close()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		os.RemoveAll(dir)
-	}, nil
 }
 
 // The package documentation's example: save after each turn, restore anywhere.

@@ -1,0 +1,60 @@
+package testenv
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/transfer"
+)
+
+// StartForMain runs what `go run ./cmd/checkpointd` runs (an embedded nats-server and a daemon) on
+// a free loopback port and a fresh temporary directory, for a package's TestMain, where no
+// testing.T exists yet: runnable Examples need a live deployment. It returns the client URL and a
+// function that stops everything and removes the directory.
+func StartForMain() (url string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "checkpointd-examples-")
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	srv, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: listen})
+	if err != nil {
+		return "", nil, err
+	}
+	url = "nats://" + listen
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return "", nil, err
+	}
+	cfg := transfer.DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Metrics = metrics.New(prometheus.NewRegistry())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := transfer.Open(ctx, nc, cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	return url, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Close(ctx)
+		nc.Close()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		os.RemoveAll(dir)
+	}, nil
+}
