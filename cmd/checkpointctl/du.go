@@ -22,31 +22,13 @@ func runDu(ctx context.Context, a *App, args []string) error {
 			"It reads every session's history: one request per session.")
 	var out outputFlag
 	out.register(fs)
-	namespace := fs.String("namespace", "default", "namespace to measure")
-	fs.StringVar(namespace, "n", "default", "short for --namespace")
-	all := fs.Bool("A", false, "measure every namespace")
-	fs.BoolVar(all, "all-namespaces", false, "measure every namespace")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs("du", pos, 0, "no arguments"); err != nil {
-		return err
-	}
-	c, err := a.connect()
+	var ns namespaces
+	ns.register(fs, "measure")
+	c, heads, err := ns.heads(ctx, a, fs, "du", args)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	var heads []checkpoint.Session
-	if *all {
-		heads, err = c.ListAll(ctx)
-	} else {
-		heads, err = c.List(ctx, *namespace)
-	}
-	if err != nil {
-		return err
-	}
 	usage, err := namespaceUsage(ctx, c, heads)
 	if err != nil {
 		return err
