@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -279,9 +280,31 @@ func Delete(ctx context.Context, st Store, key wire.Key, expected *uint64) (wire
 		}
 		err = st.DeleteSession(ctx, key, rev, keep)
 		if errors.Is(err, ErrRevisionMismatch) {
-			continue // a renewal, compaction or save moved the head: look again
+			// A renewal, compaction or save moved the head: look again, after a random pause
+			// once it has happened twice, so that a writer moving the head in step with our
+			// read and swap (a holder renewing as fast as it can) cannot win every round.
+			if err := jitter(ctx, attempt); err != nil {
+				return wire.Version{}, err
+			}
+			continue
 		}
 		return h.Version, err
 	}
 	return wire.Version{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, key, maxSwapAttempts)
+}
+
+// jitter sleeps a random time up to a bound that doubles with each attempt from the second (1, 2,
+// 4 ... 32 ms), or returns ctx's error.
+func jitter(ctx context.Context, attempt int) error {
+	if attempt < 1 {
+		return nil
+	}
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt-1, 5))))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
