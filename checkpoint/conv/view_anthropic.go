@@ -75,6 +75,14 @@ func (m *Message) toAnthropic(index int) ([]json.RawMessage, error) {
 // anthropicContent writes parts as anthropic content: a plain string when they came so and are one
 // bare text, else an array of blocks of the allowed kinds.
 func anthropicContent(parts []Part, asString bool, refuse func(string) error, allowed ...PartType) ([]byte, error) {
+	return viewContent("anthropic", parts, asString, refuse, allowed, anthropicBlockOf)
+}
+
+// viewContent writes parts in a dialect's content shape: a plain string when they came so and
+// are one bare text, else an array of the blocks block writes, each of an allowed type; any other
+// part is refused, naming it.
+func viewContent(dialect string, parts []Part, asString bool, refuse func(string) error, allowed []PartType,
+	block func(p Part, i int, refuse func(string) error) ([]byte, error)) ([]byte, error) {
 	if asString && len(parts) == 1 && parts[0].Type == PartText && len(parts[0].Extra) == 0 {
 		return encodeString(parts[0].Text), nil
 	}
@@ -82,16 +90,16 @@ func anthropicContent(parts []Part, asString bool, refuse func(string) error, al
 	buf.WriteByte('[')
 	for i, p := range parts {
 		if !containsType(allowed, p.Type) {
-			return nil, refuse(fmt.Sprintf("content[%d]: a %s part (anthropic has no place for it here)", i, p.Type))
+			return nil, refuse(fmt.Sprintf("content[%d]: a %s part (%s has no place for it here)", i, p.Type, dialect))
 		}
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		block, err := anthropicBlockOf(p, i, refuse)
+		b, err := block(p, i, refuse)
 		if err != nil {
 			return nil, err
 		}
-		buf.Write(block)
+		buf.Write(b)
 	}
 	buf.WriteByte(']')
 	return buf.Bytes(), nil

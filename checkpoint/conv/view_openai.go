@@ -126,46 +126,34 @@ func (m *Message) openAIMessage(ks []known) json.RawMessage {
 // openAIContent writes parts as openai-chat content: a plain string when they came so and are one
 // bare text, else an array of text (and, where allowed, image_url) parts.
 func openAIContent(parts []Part, asString bool, refuse func(string) error, allowed ...PartType) ([]byte, error) {
-	if asString && len(parts) == 1 && parts[0].Type == PartText && len(parts[0].Extra) == 0 {
-		return encodeString(parts[0].Text), nil
+	return viewContent("openai-chat", parts, asString, refuse, allowed, openAIPartOf)
+}
+
+// openAIPartOf writes one text or image part as openai-chat carries it.
+func openAIPartOf(p Part, i int, refuse func(string) error) ([]byte, error) {
+	if p.Type == PartText {
+		return object{}.encode([]known{str("type", "text"), {name: "text", enc: encodeString(p.Text)}}, p.Extra), nil
 	}
-	var buf bytes.Buffer
-	buf.WriteByte('[')
-	for i, p := range parts {
-		if !containsType(allowed, p.Type) {
-			return nil, refuse(fmt.Sprintf("content[%d]: a %s part (openai-chat has no place for it here)", i, p.Type))
+	url := p.URL
+	if url == "" {
+		if p.MIMEType == "" {
+			return nil, refuse(fmt.Sprintf("content[%d]: inline image without a mimeType (a data: URL needs one)", i))
 		}
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		switch p.Type {
-		case PartText:
-			buf.Write(object{}.encode([]known{str("type", "text"), {name: "text", enc: encodeString(p.Text)}}, p.Extra))
-		case PartImage:
-			url := p.URL
-			if url == "" {
-				if p.MIMEType == "" {
-					return nil, refuse(fmt.Sprintf("content[%d]: inline image without a mimeType (a data: URL needs one)", i))
-				}
-				url = "data:" + p.MIMEType + ";base64," + p.Data
-			} else if p.Data != "" {
-				return nil, refuse(fmt.Sprintf("content[%d]: image with both data and url", i))
-			}
-			// detail belongs inside image_url (decodeOpenAIChat lifts it onto the part).
-			var inner, outer []Field
-			for _, f := range p.Extra {
-				if f.Name == "detail" {
-					inner = append(inner, f)
-				} else {
-					outer = append(outer, f)
-				}
-			}
-			img := object{}.encode([]known{str("url", url)}, inner)
-			buf.Write(object{}.encode([]known{str("type", "image_url"), {name: "image_url", enc: img}}, outer))
+		url = "data:" + p.MIMEType + ";base64," + p.Data
+	} else if p.Data != "" {
+		return nil, refuse(fmt.Sprintf("content[%d]: image with both data and url", i))
+	}
+	// detail belongs inside image_url (decodeOpenAIChat lifts it onto the part).
+	var inner, outer []Field
+	for _, f := range p.Extra {
+		if f.Name == "detail" {
+			inner = append(inner, f)
+		} else {
+			outer = append(outer, f)
 		}
 	}
-	buf.WriteByte(']')
-	return buf.Bytes(), nil
+	img := object{}.encode([]known{str("url", url)}, inner)
+	return object{}.encode([]known{str("type", "image_url"), {name: "image_url", enc: img}}, outer), nil
 }
 
 // argumentsText is a tool call's arguments as openai-chat carries them: JSON text in a string (a
