@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -18,7 +19,15 @@ type WatchOption func(*watchOptions)
 type watchOptions struct {
 	onProblem func(error)
 	onStarted func()
+	confirm   bool
 }
+
+// ConfirmWatchedVersions makes Watch confirm each version with Get before passing it on: the record
+// the daemon holds must be the one the result carried, field for field. A result that fails (a
+// version that does not exist, or another record: a result forged by a client allowed to publish on
+// the namespace's result subjects, which --tenants accounts forbid) goes to OnWatchProblem instead.
+// It costs a request per version.
+func ConfirmWatchedVersions() WatchOption { return func(o *watchOptions) { o.confirm = true } }
 
 // OnWatchStarted is called once the watch is subscribed: every version saved after it is seen.
 func OnWatchStarted(f func()) WatchOption { return func(o *watchOptions) { o.onStarted = f } }
@@ -39,8 +48,8 @@ func OnWatchProblem(f func(error)) WatchOption { return func(o *watchOptions) { 
 // saved while the connection is down are not seen (results are live; List or History give the
 // state after a reconnect). fn runs on one goroutine, one version at a time.
 //
-// Where clients may publish on cp.result.> themselves (no --tenants accounts), a line could be
-// forged; confirm a version with Get before acting on it.
+// Where clients may publish on cp.result.> themselves (no --tenants accounts), a result could be
+// forged: with ConfirmWatchedVersions each version is checked with Get before it is passed on.
 func (c *Client) Watch(ctx context.Context, namespace, session string, fn func(Version), opts ...WatchOption) error {
 	var o watchOptions
 	for _, opt := range opts {
@@ -82,7 +91,12 @@ func (c *Client) Watch(ctx context.Context, namespace, session string, fn func(V
 			return unavailable("watching %s: %v", subject, err)
 		}
 		v, ok, err := watchedVersion(m.Data, namespace, session)
+		if err == nil && ok && o.confirm {
+			err = c.confirmVersion(ctx, v)
+		}
 		switch {
+		case ctx.Err() != nil:
+			return nil
 		case err != nil:
 			o.problem(fmt.Errorf("result on %s: %w", m.Subject, err))
 		case ok:
@@ -119,4 +133,25 @@ func watchedVersion(data []byte, namespace, session string) (Version, bool, erro
 		return Version{}, false, nil
 	}
 	return *res.Version, true, nil
+}
+
+// confirmVersion checks that the daemon's record of v's version is v, field for field.
+func (c *Client) confirmVersion(ctx context.Context, v Version) error {
+	stored, err := c.Get(ctx, v.Key, v.Version)
+	if err != nil {
+		return fmt.Errorf("%s version %d could not be confirmed: %w", v.Key, v.Version, err)
+	}
+	want, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	got, err := json.Marshal(stored)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(want, got) {
+		return fmt.Errorf("%s version %d: the record stored is not the one its result carries (save %q): a forged result",
+			v.Key, v.Version, v.SaveID)
+	}
+	return nil
 }

@@ -16,7 +16,8 @@ func runWatch(ctx context.Context, a *App, args []string) error {
 		"Follows new versions of the namespace's sessions (or of SESSION, every agent) as they are saved,\n"+
 			"one line per version; with -o json, one JSON object (the version record) per line. Refused and\n"+
 			"duplicate saves are no new versions and are not shown. Runs until interrupted (Ctrl-C, exit 0).\n"+
-			"Versions saved while the connection is down are not shown; a notice on stderr says when.")
+			"Versions saved while the connection is down are not shown; a notice on stderr says when. Each version\n"+
+			"is confirmed with the daemon before it is shown: a forged result is reported on stderr instead.")
 	var out outputFlag
 	out.register(fs)
 	namespace := fs.String("namespace", "default", "namespace to watch")
@@ -54,7 +55,7 @@ func runWatch(ctx context.Context, a *App, args []string) error {
 		if printErr = show(v); printErr != nil {
 			stop()
 		}
-	}, checkpoint.OnWatchProblem(func(err error) { notice("%v", err) }))
+	}, checkpoint.OnWatchProblem(func(err error) { notice("%v", err) }), checkpoint.ConfirmWatchedVersions())
 	if err != nil {
 		return err
 	}

@@ -156,15 +156,23 @@ func TestCheckpointctl_WatchSession(t *testing.T) {
 	require.Contains(t, lines[1], "2 messages")
 }
 
-// A result naming another namespace's key, or a version not of its key, is reported, not shown.
+// A result naming another namespace's key, a version not of its key, or a well-formed version the
+// daemon does not hold (or holds otherwise) is reported, not shown.
 func TestCheckpointctl_WatchForgedResults(t *testing.T) {
 	env := testenv.Start(t)
+	real, err := env.Client.Save(context.Background(), checkpoint.Key{Session: "real"}, []byte(`[{"role":"user","content":"hi"}]`))
+	require.NoError(t, err)
 	stdout, stderr, stop := startWatch(t, env)
 	nc := env.Conn()
 	v := wire.Version{Key: wire.Key{Namespace: "bob", Session: "s", Agent: "main"}, Version: 1, Reason: "turn"}
+	inDefault := wire.Version{Key: wire.Key{Namespace: "default", Session: "s", Agent: "main"}, Version: 1, Reason: "turn"}
+	altered := real
+	altered.Writer = "mallory"
 	for _, res := range []wire.SaveResult{
 		{SaveID: "x", Key: v.Key, OK: true, Version: &v},                                                        // another namespace
 		{SaveID: "y", Key: wire.Key{Namespace: "default", Session: "s", Agent: "main"}, OK: true, Version: &v},  // version of another key
+		{SaveID: "w", Key: inDefault.Key, OK: true, Version: &inDefault},                                        // a version never saved
+		{SaveID: "v", Key: real.Key, OK: true, Version: &altered},                                               // a stored version, altered
 		{SaveID: "z", Key: wire.Key{Namespace: "default", Session: "s", Agent: "main"}, OK: true, Version: nil}, // no version
 	} {
 		data, err := json.Marshal(res)
@@ -177,6 +185,8 @@ func TestCheckpointctl_WatchForgedResults(t *testing.T) {
 	require.Empty(t, stdout.String())
 	require.Contains(t, stderr.String(), `save "x"`)
 	require.Contains(t, stderr.String(), `save "y"`)
+	require.Contains(t, stderr.String(), "s version 1 could not be confirmed: session s: version 1: not found")
+	require.Contains(t, stderr.String(), "a forged result")
 }
 
 // With --tenants, a tenant's login watches its own namespace with what it already imports
