@@ -8,10 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
 // du's numbers are the sums of the sessions' histories: versions kept, the head's raw size, and
@@ -93,4 +95,55 @@ func TestCheckpointctl_Du(t *testing.T) {
 	out, _, code = ctl(t, "", "--server="+env.URL(), "du", "-n", "nobody", "-o", "json")
 	require.Equal(t, 0, code)
 	require.JSONEq(t, "[]", out)
+}
+
+// With --tenants, an operator's login measures every namespace with -A, and a tenant's login its own
+// namespace only: -A, or another namespace, is refused as unavailable (its login has no route there).
+func TestCheckpointctl_DuTenants(t *testing.T) {
+	tenants := &transfer.Tenants{
+		Admins: []transfer.Login{{User: "ops", Password: "ops-pw"}},
+		Tenants: []transfer.Tenant{
+			{Namespace: "alice", Login: transfer.Login{User: "alice", Password: "alice-pw"}},
+			{Namespace: "bob", Login: transfer.Login{User: "bob", Password: "bob-pw"}}}}
+	env := testenv.StartTenancy(t, tenants, 0)
+	login := func(user string) string { return "nats://" + user + "@" + strings.TrimPrefix(env.URL(), "nats://") }
+	conv := []byte(`[{"role":"user","content":"hi"}]`)
+	for _, who := range []string{"alice", "bob"} {
+		c := env.Client(nats.UserInfo(who, who+"-pw"))
+		for _, s := range []string{"s1", "s2"} {
+			_, err := c.Save(context.Background(), checkpoint.Key{Namespace: who, Session: s}, conv)
+			require.NoError(t, err)
+		}
+		c.Close()
+	}
+	du := func(user string, args ...string) ([]nsUsage, string, int) {
+		t.Helper()
+		out, stderr, code := ctl(t, "", append([]string{"--server=" + login(user), "du", "-o", "json"}, args...)...)
+		var got []nsUsage
+		if code == 0 {
+			require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+		}
+		return got, stderr, code
+	}
+
+	all, stderr, code := du("ops:ops-pw", "-A")
+	require.Equal(t, 0, code, stderr)
+	require.Len(t, all, 2)
+	for i, ns := range []string{"alice", "bob"} {
+		require.Equal(t, ns, all[i].Namespace)
+		require.Len(t, all[i].Sessions, 2)
+		require.Equal(t, 2, all[i].Versions)
+		require.Positive(t, all[i].StoredBytes)
+	}
+
+	own, stderr, code := du("alice:alice-pw", "-n", "alice")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, all[:1], own, "a tenant sees its namespace as the operator does")
+
+	_, stderr, code = du("alice:alice-pw", "-A")
+	require.Equal(t, exitUnavailable, code, "a tenant cannot measure every namespace: %s", stderr)
+	require.Contains(t, stderr, "a login reaches only its own namespace")
+	_, stderr, code = du("alice:alice-pw", "-n", "bob")
+	require.Equal(t, exitUnavailable, code, "nor another tenant's: %s", stderr)
+	require.Contains(t, stderr, "cp.api.bob.list")
 }
