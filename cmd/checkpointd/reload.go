@@ -18,8 +18,9 @@ import (
 
 // Settings that change at run time. On SIGHUP checkpointd reads its settings again, exactly as at
 // start (command line, environment, then --config FILE over the environment), and applies what can
-// change safely while it serves: the log level, the retention policy (default and per namespace)
-// and, with the embedded server, the tenants file. Everything else takes effect at the next start.
+// change safely while it serves: the log level, the retention policy (default and per namespace),
+// the namespace keys file (when encryption was on at start) and, with the embedded server, the
+// tenants file. Everything else takes effect at the next start.
 // A file that does not parse changes nothing: the running settings stay in force, and it says why.
 
 // reloader holds what a reload changes.
@@ -67,12 +68,33 @@ func (r *reloader) reload() {
 		r.log.Info("SIGHUP: retention policy in force", "keep_last", ret.Default.KeepLast, "max_age", ret.Default.MaxAge,
 			"namespace_overrides", len(ret.ByNamespace))
 	}
+	r.reloadNamespaceKeys(cfg)
 	// Tenants reload only where the server was started with them: turning logins on or off would
 	// change how the daemon itself logs in.
 	if r.ns != nil && r.tenants != "" {
 		r.srv = reloadTenants(r.ns, r.srv, r.tenants, r.log)
 	}
 	r.log.Info("SIGHUP: reload done; other settings take effect at the next start")
+}
+
+// reloadNamespaceKeys puts the keys of --namespace-keys, read again, in force: a key added seals from
+// now on, a key left out no longer opens what it sealed (said, with its id, as a warning).
+func (r *reloader) reloadNamespaceKeys(cfg config) {
+	if r.d.Store == nil {
+		return
+	}
+	dropped, err := r.d.Store.SetKeys(cfg.Daemon.NamespaceKeys)
+	if err != nil {
+		r.log.Error("SIGHUP: namespace keys not reloaded; the running keys stay in force", "err", err)
+		return
+	}
+	if cfg.Daemon.NamespaceKeys == nil {
+		return
+	}
+	r.log.Info("SIGHUP: namespace keys in force", "file", cfg.Security.NamespaceKeysFile, "keys", cfg.Daemon.NamespaceKeys.Count())
+	if len(dropped) > 0 {
+		r.log.Warn("SIGHUP: keys no longer in --namespace-keys; what they sealed no longer opens", "key_ids", dropped)
+	}
 }
 
 // applyConfigFile sets, from path, every flag not given on the command line. The file holds

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -238,7 +239,7 @@ func (nk *NamespaceKeys) open(ns, kvKey string, stored []byte) ([]byte, error) {
 
 // sealPiece is what the Store writes for a piece of a segment of namespace ns under kvKey.
 func (s *Store) sealPiece(ns, kvKey string, piece []byte) []byte {
-	if k := s.keys.sealing(ns); k != nil {
+	if k := s.keys.Load().sealing(ns); k != nil {
 		return k.seal(kvKey, piece)
 	}
 	return piece
@@ -254,5 +255,30 @@ func (s *Store) openPiece(ns, kvKey string, i int, stored []byte, sealed *bool) 
 	if !*sealed {
 		return stored, nil
 	}
-	return s.keys.open(ns, kvKey, stored)
+	return s.keys.Load().open(ns, kvKey, stored)
+}
+
+// SetKeys replaces the namespace keys (checkpointd re-reads --namespace-keys on SIGHUP): pieces
+// written from then on are sealed with the new file's first keys, and what is stored opens with any
+// key it holds. It returns the ids of the keys the new file no longer holds: whatever they sealed
+// no longer opens. Encryption cannot be turned on or off while running (the pieces' size leaves room
+// for the envelope only when it was on at start): that is an error, and the running keys stay.
+func (s *Store) SetKeys(nk *NamespaceKeys) (dropped []string, err error) {
+	old := s.keys.Load()
+	switch {
+	case old == nil && nk != nil:
+		return nil, errors.New("--namespace-keys was not set at start: restart checkpointd to turn encryption on")
+	case old != nil && nk == nil:
+		return nil, errors.New("--namespace-keys is no longer set: restart checkpointd to turn encryption off")
+	case old == nil:
+		return nil, nil
+	}
+	for id := range old.byID {
+		if _, ok := nk.byID[id]; !ok {
+			dropped = append(dropped, hex.EncodeToString(id[:]))
+		}
+	}
+	slices.Sort(dropped)
+	s.keys.Store(nk)
+	return dropped, nil
 }

@@ -282,3 +282,67 @@ func TestNamespaceKeys_AlteredPiecesAreCorruptNeverGarbage(t *testing.T) {
 	require.NoError(t, err, "the other session is untouched")
 	require.Contains(t, string(got), "sealed b")
 }
+
+// keyIDs returns the hex key ids of the envelopes among pieces (plain pieces have none).
+func keyIDs(pieces map[string][]byte) map[string]bool {
+	ids := map[string]bool{}
+	for _, p := range pieces {
+		if bytes.HasPrefix(p, []byte("CPKE")) && len(p) > 13 {
+			ids[fmt.Sprintf("%x", p[5:13])] = true
+		}
+	}
+	return ids
+}
+
+// Keys are replaced while the daemon runs (SIGHUP): a new first key seals what is written from then
+// on, the old one still opens what it sealed until a file leaves it out, which SetKeys reports by key
+// id. Turning encryption on or off needs a restart: refused, the running keys stay.
+func TestNamespaceKeys_SetKeysWhileRunning(t *testing.T) {
+	k1, k2 := newNamespaceKey(t), newNamespaceKey(t)
+	env := testenv.Start(t, func(c *transfer.Config) {
+		c.NamespaceKeys, c.CacheBytes, c.CompactIdle = namespaceKeys(t, map[string]any{"*": k1}), 1, 0
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := checkpoint.Key{Namespace: "team", Session: "live"}
+	v1 := markedConversation(2, "one")
+	_, err := env.Client.Save(ctx, key, v1)
+	require.NoError(t, err)
+	first := keyIDs(segmentPieces(t, env, "team"))
+	require.Len(t, first, 1)
+
+	dropped, err := env.Daemon.Store.SetKeys(namespaceKeys(t, map[string]any{"team": []string{k2, k1}}))
+	require.NoError(t, err)
+	require.Empty(t, dropped)
+	_, err = env.Client.Save(ctx, key, markedConversation(3, "one"))
+	require.NoError(t, err)
+	both := keyIDs(segmentPieces(t, env, "team"))
+	require.Len(t, both, 2, "version 2 is sealed with the new key")
+	got, _, err := env.Client.Restore(ctx, key, 1)
+	require.NoError(t, err, "the old key still opens version 1")
+	require.Equal(t, string(v1), string(got))
+
+	_, err = env.Daemon.Store.SetKeys(nil)
+	require.ErrorContains(t, err, "restart checkpointd to turn encryption off")
+	_, _, err = env.Client.Restore(ctx, key, 1)
+	require.NoError(t, err, "a refused reload leaves the running keys")
+
+	dropped, err = env.Daemon.Store.SetKeys(namespaceKeys(t, map[string]any{"team": k2}))
+	require.NoError(t, err)
+	require.Len(t, dropped, 1)
+	require.True(t, first[dropped[0]], "the dropped key is the one that sealed version 1: %v", dropped)
+	for v := uint64(1); v <= 2; v++ {
+		_, _, err = env.Client.Restore(ctx, key, v)
+		require.ErrorIs(t, err, checkpoint.ErrCorrupt, "what a dropped key sealed no longer opens (version 2 shares version 1's messages)")
+	}
+	fresh, after := checkpoint.Key{Namespace: "team", Session: "after"}, markedConversation(2, "two")
+	_, err = env.Client.Save(ctx, fresh, after)
+	require.NoError(t, err)
+	got, _, err = env.Client.Restore(ctx, fresh, 1)
+	require.NoError(t, err, "the daemon seals and opens with the new key")
+	require.Equal(t, string(after), string(got))
+
+	plain := testenv.Start(t)
+	_, err = plain.Daemon.Store.SetKeys(namespaceKeys(t, map[string]any{"*": k1}))
+	require.ErrorContains(t, err, "restart checkpointd to turn encryption on")
+}

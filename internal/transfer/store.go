@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,7 +42,8 @@ type Store struct {
 	pieces                                     sync.Pool // buffers of chunkSize for PutSegmentFrom
 
 	// keys seals the pieces of segments (namespacekeys.go); nil: they are stored as they are.
-	keys *NamespaceKeys
+	// SetKeys replaces them on SIGHUP.
+	keys atomic.Pointer[NamespaceKeys]
 
 	// Deleting a segment waits for grace: a reader that read the layout naming it just before a
 	// merge replaced it still finds it.
@@ -71,7 +73,8 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 		return nil, errors.New("store: chunk size must be positive")
 	}
 	s := &Store{chunkSize: cfg.ChunkSize, grace: cfg.SegmentGrace, pending: map[string]*time.Timer{},
-		read: reader{nc: js.Conn(), leader: cfg.Replicas > 1}, keys: cfg.Keys}
+		read: reader{nc: js.Conn(), leader: cfg.Replicas > 1}}
+	s.keys.Store(cfg.Keys)
 	if cfg.Keys != nil {
 		if s.chunkSize <= EnvelopeOverhead {
 			return nil, errors.New("store: chunk size leaves no room for the encryption envelope")
