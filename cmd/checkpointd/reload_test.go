@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/base64"
 	"flag"
 	"io"
 	"os"
@@ -120,3 +122,46 @@ func TestConfigFile_Precedence(t *testing.T) {
 }
 
 func errorsIsHelp(err error) bool { return err == flag.ErrHelp }
+
+// On SIGHUP the daemon re-reads --namespace-keys: a file that leaves a key out is applied and the
+// dropped key's id is logged as a warning; a broken file changes nothing.
+func TestSIGHUP_ReloadsNamespaceKeys(t *testing.T) {
+	newKey := func() string {
+		k := make([]byte, 32)
+		_, _ = rand.Read(k)
+		return base64.StdEncoding.EncodeToString(k)
+	}
+	k1, k2 := newKey(), newKey()
+	keys := filepath.Join(t.TempDir(), "keys.json")
+	write := func(s string) { require.NoError(t, os.WriteFile(keys, []byte(s), 0o600)) }
+	write(`{"*": "` + k1 + `"}`)
+	httpAddr := freeAddrTB(t)
+	cmd := exec.Command(daemonBinary(t), "--data-dir", t.TempDir(), "--nats-listen", freeAddrTB(t), "--http-listen", httpAddr,
+		"--namespace-keys", keys)
+	var logs bytes.Buffer
+	cmd.Stderr = &lockedWriter{w: &logs}
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL); <-exited })
+	require.Eventually(t, func() bool { return healthy(httpAddr) }, 30*time.Second, 20*time.Millisecond, "never healthy: %s", logs.String())
+
+	hup := func(wantLog string) string {
+		t.Helper()
+		before := len(logs.String())
+		require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+		require.Eventually(t, func() bool { return strings.Contains(logs.String()[before:], wantLog) }, 10*time.Second, 20*time.Millisecond,
+			"no %q after SIGHUP: %s", wantLog, logs.String())
+		return logs.String()[before:]
+	}
+	write(`{"*": "` + k2 + `"}`)
+	after := hup("reload done")
+	require.Contains(t, after, "keys no longer in --namespace-keys")
+	require.Contains(t, after, "namespace keys in force")
+	require.NotContains(t, after, k1, "a log line shows a key")
+
+	write(`{"*": "not base64"}`)
+	after = hup("settings not reloaded")
+	require.NotContains(t, after, "namespace keys in force")
+	require.True(t, healthy(httpAddr))
+}
