@@ -1,10 +1,9 @@
 package snapshot
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 )
@@ -25,6 +24,9 @@ type View struct {
 	// then moved forward past any tool results at the start, so the view never begins with a tool
 	// result whose call it cut off.
 	MaxMessages int
+	// Dialect is the conversation's shape ("" is native): it says which messages are compaction
+	// markers, tool results and instructions (codec.Classify).
+	Dialect string
 }
 
 // Check refuses a view this code does not know.
@@ -41,39 +43,42 @@ func (v View) Check() error {
 // IsFull reports whether the view is the whole conversation.
 func (v View) IsFull() bool { return (v.Kind == "" || v.Kind == ViewFull) && v.MaxMessages == 0 }
 
-// Apply returns the messages of msgs the view selects (a sub-slice, never a copy or an edit).
+// Apply returns the messages of msgs the view selects. The model's instructions at the start of
+// the conversation (the system messages of dialects that keep them in line) stay in every view,
+// in front: what is cut is the history after them. Apply returns a sub-slice of msgs, or a new
+// slice of the same messages when the instructions are put back in front; never an edited message.
 func (v View) Apply(msgs [][]byte) [][]byte {
+	if v.IsFull() {
+		return msgs
+	}
+	system := 0
+	for system < len(msgs) && codec.Classify(v.Dialect, msgs[system]) == codec.ClassSystem {
+		system++
+	}
+	head, rest := msgs[:system], msgs[system:]
 	if v.Kind == ViewRequest {
-		for i := len(msgs) - 1; i >= 0; i-- {
-			if isCompaction(msgs[i]) {
-				msgs = msgs[i:]
+		for i := len(rest) - 1; i >= 0; i-- {
+			if codec.IsCompaction(v.Dialect, rest[i]) {
+				rest = rest[i:]
 				break
 			}
 		}
 	}
 	if v.MaxMessages > 0 {
 		n := v.MaxMessages - v.MaxMessages%2
-		start := max(len(msgs)-n, 0)
-		for start < len(msgs) && codec.MessageRole(msgs[start]) == codec.RoleToolResult {
+		start := max(len(rest)-n, 0)
+		for start < len(rest) && codec.Classify(v.Dialect, rest[start]) == codec.ClassToolResult {
 			start++
 		}
-		msgs = msgs[start:]
+		rest = rest[start:]
 	}
-	return msgs
-}
-
-// isCompaction reports whether msg is an extension message of kind compaction. Removing such a
-// marker (saving a version without it) rolls the compaction back: the request view then reaches
-// further back, to the previous marker or the start.
-func isCompaction(msg []byte) bool {
-	if !bytes.Contains(msg, []byte(`"compaction"`)) { // cheap test first: most messages are not
-		return false
+	switch {
+	case len(head) == 0:
+		return rest
+	case len(rest) == len(msgs)-system:
+		return msgs // nothing cut between the instructions and the rest
 	}
-	var m struct {
-		Role string `json:"role"`
-		Kind string `json:"kind"`
-	}
-	return json.Unmarshal(msg, &m) == nil && m.Role == codec.RoleExtension && m.Kind == "compaction"
+	return append(slices.Clip(head), rest...)
 }
 
 // Encode returns msgs as a JSON array.

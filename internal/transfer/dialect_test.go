@@ -57,6 +57,14 @@ func TestDialects_SaveRestore(t *testing.T) {
 		require.Equal(t, len(messagesOf(t, head))+1, ce.Index, "the index is the conversation's")
 		require.Equal(t, "tool_call_id", ce.Field)
 	})
+	t.Run("views cut by the dialect's rules", func(t *testing.T) {
+		msgs := messagesOf(t, chat) // system, developer, user, assistant (tool calls), tool, tool, assistant
+		got, _, err := env.Client.Restore(ctx, key, 1, checkpoint.WithMaxMessages(2))
+		require.NoError(t, err)
+		want, err := json.Marshal([]json.RawMessage{msgs[0], msgs[1], msgs[6]})
+		require.NoError(t, err)
+		require.Equal(t, compactJSON(t, want), string(got), "the instructions stay; no view starts with a tool message")
+	})
 	t.Run("a session keeps one dialect", func(t *testing.T) {
 		_, err := env.Client.Save(ctx, key, []byte(`[{"role":"user","content":"hi"}]`))
 		require.ErrorIs(t, err, checkpoint.ErrBadRequest)

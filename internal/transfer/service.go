@@ -432,7 +432,7 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	if v.RawBytes >= largeBytes {
 		eager.hold(2 * time.Second) // a large read comes in pieces, one request each (eagergc.go)
 	}
-	view := snapshot.View{Kind: req.View, MaxMessages: req.MaxMessages}
+	view := snapshot.View{Kind: req.View, MaxMessages: req.MaxMessages, Dialect: v.Dialect}
 	if err := view.Check(); err != nil {
 		return reply{}, fmt.Errorf("%w: %v", errBadRequest, err)
 	}
@@ -493,7 +493,7 @@ func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) (
 			return nil, "", "", err
 		}
 		versions = append(versions, v)
-		cacheKey += "/" + wire.EncodeID(a) + "@" + v.Hash
+		cacheKey += "/" + wire.EncodeID(a) + "@" + v.Hash + "/" + v.Dialect
 	}
 	// The agents' conversations are read only when the merged view is not cached: not once per piece.
 	data, err := s.cache.GetOrLoad(cacheKey, func() ([]byte, error) {
@@ -509,7 +509,7 @@ func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) (
 			convs = append(convs, snapshot.AgentConversation{Agent: agents[i], Messages: codec.SplitCanonical(full[1 : len(full)-1])})
 		}
 		merged := snapshot.Merge(convs, req.AgentPrefix)
-		return snapshot.Encode(snapshot.View{MaxMessages: req.MaxMessages}.Apply(merged)), nil
+		return snapshot.Encode(snapshot.View{MaxMessages: req.MaxMessages, Dialect: commonDialect(versions)}.Apply(merged)), nil
 	})
 	if err != nil {
 		return nil, "", "", err
@@ -571,7 +571,7 @@ func (s *service) viewOf(ctx context.Context, v wire.Version, view snapshot.View
 		})
 		return full, v.Hash, key, err
 	}
-	key := fmt.Sprintf("view/%s/%s/%s/%d", ns, v.Hash, view.Kind, view.MaxMessages)
+	key := fmt.Sprintf("view/%s/%s/%s/%d/%s", ns, v.Hash, view.Kind, view.MaxMessages, view.Dialect)
 	data, err := s.cache.GetOrLoad(key, func() ([]byte, error) {
 		if err := takeLoad(ctx, 2, v); err != nil { // the conversation, then the view cut from it
 			return nil, err
@@ -586,6 +586,20 @@ func (s *service) viewOf(ctx context.Context, v wire.Version, view snapshot.View
 		return nil, "", "", err
 	}
 	return data, s.cache.Hash(key, data), key, nil
+}
+
+// commonDialect is the dialect of versions if they all share one, else native: a merged view of
+// agents saved in different shapes cuts by the native rules.
+func commonDialect(versions []wire.Version) string {
+	if len(versions) == 0 {
+		return ""
+	}
+	for _, v := range versions[1:] {
+		if v.Dialect != versions[0].Dialect {
+			return ""
+		}
+	}
+	return versions[0].Dialect
 }
 
 // takeLoad reserves, against the read budget, the bytes of loading versions' conversations (times
