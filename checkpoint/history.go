@@ -6,12 +6,8 @@ import (
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
-
-// Change is one difference between two versions, by message index.
-type Change = snapshot.Change
 
 // Diff compares versions a and b of a session (0: the head) message by message: messages added,
 // removed and changed, with their indexes.
@@ -24,7 +20,7 @@ func (c *Client) Diff(ctx context.Context, key Key, a, b uint64) ([]Change, erro
 	if err != nil {
 		return nil, err
 	}
-	return snapshot.Diff(messages(ca), messages(cb)), nil
+	return diffMessages(messages(ca), messages(cb)), nil
 }
 
 // messages splits a restored (canonical, verified) conversation into its messages.

@@ -1,11 +1,11 @@
-package snapshot
+package checkpoint
 
 import (
 	"bytes"
 	"encoding/json"
 )
 
-// Change is one difference between two conversations, by message index.
+// Change is one difference between two versions of a conversation, by message index.
 type Change struct {
 	Op    string          `json:"op"`            // "added", "removed" or "changed"
 	Index int             `json:"index"`         // index in the newer conversation ("removed": in the older)
@@ -13,11 +13,11 @@ type Change struct {
 	New   json.RawMessage `json:"new,omitempty"` // the message after ("added", "changed")
 }
 
-// Diff compares two conversations message by message. Messages the two share at the start and at
+// diffMessages compares two conversations message by message. Messages the two share at the start and at
 // the end are equal; between them, messages at the same position are "changed", and what one side
 // has beyond the other is "added" or "removed". An appended turn is all "added"; an edited message
 // is one "changed".
-func Diff(older, newer [][]byte) []Change {
+func diffMessages(older, newer [][]byte) []Change {
 	p := 0
 	for p < len(older) && p < len(newer) && bytes.Equal(older[p], newer[p]) {
 		p++
