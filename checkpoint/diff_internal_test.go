@@ -31,4 +31,3 @@ func TestDiffMessages(t *testing.T) {
 	require.Equal(t, "b", string(d[0].Old))
 	require.Equal(t, "c", string(d[0].New))
 }
-
