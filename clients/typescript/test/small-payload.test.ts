@@ -5,7 +5,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { Client, CheckpointError, joinRaw } from "../src/index.js";
+import { Client, CheckpointError, joinRaw, sha256 } from "../src/index.js";
 import { Daemon, NatsServer, corpusDir } from "./support/daemon.js";
 import { jsonCompact } from "./support/json.js";
 
@@ -73,6 +73,62 @@ test("with no checkpointd on the server, saves and requests fail typed (unavaila
     }
   } finally {
     await lone.close();
+    await bare.stop();
+  }
+});
+
+/**
+ * A hostile responder on a server without checkpointd answers `get` and `read` itself (anyone may,
+ * without per-namespace accounts). The client checks what it restores against the record and
+ * Cp-Hash, and refuses replies that do not add up.
+ */
+test("hostile: read replies that do not match the record (hash, length, offset, total) are refused as corrupt", async () => {
+  const bare = await NatsServer.start(MAX_PAYLOAD);
+  const { connect, headers } = await import("@nats-io/transport-node");
+  const rogue = await connect({ servers: bare.url });
+  const lone = await Client.connect({ servers: bare.url }, { timeoutMs: 3000 });
+  const genuine = new TextEncoder().encode(joinRaw(['{"role":"user","content":"hi","timestamp":1}']));
+  const record = {
+    format: 2, key: { namespace: "default", session: "s", agent: "main" }, version: 1, parent: 0,
+    hash: sha256(genuine), saveId: "x", reason: "turn", created: "2026-01-01T00:00:00Z",
+    rawBytes: genuine.length, storedBytes: 1, counts: { messages: 1, user: 1, assistant: 0, toolResult: 0, extension: 0, toolCalls: 0 },
+  };
+  // Each case: what the rogue sends for a read at an offset.
+  type Reply = { body: Uint8Array; total: number; offset: number; hash: string };
+  let answer: (offset: number) => Reply = () => ({ body: genuine, total: genuine.length, offset: 0, hash: record.hash });
+  rogue.subscribe("cp.api.default.get", { callback: (_e, m) => void m.respond(JSON.stringify(record)) });
+  rogue.subscribe("cp.api.default.read", {
+    callback: (_e, m) => {
+      const req = JSON.parse(new TextDecoder().decode(m.data)) as { offset: number };
+      const a = answer(req.offset);
+      const h = headers();
+      h.set("Cp-Total", String(a.total));
+      h.set("Cp-Offset", String(a.offset));
+      h.set("Cp-Hash", a.hash);
+      m.respond(a.body, { headers: h });
+    },
+  });
+  await rogue.flush();
+  try {
+    assert.ok(Buffer.from((await lone.restore("s")).bytes).equals(Buffer.from(genuine)), "the honest answer restores");
+    const altered = Buffer.from(genuine);
+    altered[altered.length - 3] ^= 1; // same length, other bytes
+    const cases: [string, (o: number) => Reply][] = [
+      ["other bytes, the record's hash", () => ({ body: altered, total: altered.length, offset: 0, hash: record.hash })],
+      ["other bytes, their own Cp-Hash", () => ({ body: altered, total: altered.length, offset: 0, hash: sha256(altered) })],
+      ["a longer body than the record", () => ({ body: Buffer.concat([genuine, Buffer.from(" ")]), total: genuine.length + 1, offset: 0, hash: record.hash })],
+      ["a piece at another offset", (o) => ({ body: genuine.subarray(o, o + 5), total: genuine.length, offset: o === 0 ? 0 : o + 1, hash: record.hash })],
+      ["more bytes than Cp-Total", () => ({ body: genuine, total: 4, offset: 0, hash: record.hash })],
+      ["an empty piece before the end", () => ({ body: new Uint8Array(0), total: genuine.length, offset: 0, hash: record.hash })],
+      ["pieces disagreeing on Cp-Total", (o) => ({ body: genuine.subarray(o, o + 5), total: genuine.length - (o === 0 ? 0 : 1), offset: o, hash: record.hash })],
+    ];
+    for (const [what, a] of cases) {
+      answer = a;
+      await assert.rejects(lone.restore("s"), (e: unknown) => e instanceof CheckpointError && e.code === "corrupt", what);
+    }
+  } finally {
+    await lone.close();
+    await rogue.close();
     await bare.stop();
   }
 });
