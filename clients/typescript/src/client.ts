@@ -27,7 +27,7 @@ export interface ClientOptions {
    * and identity elsewhere; "identity" never compresses; or an Encoder of your own.
    */
   encoder?: "auto" | "identity" | Encoder;
-  /** Largest body sent in one message; larger saves are chunked (§4.2). Default: max_payload − 8 KiB. */
+  /** Largest body sent in one message; larger saves are chunked (§4.2). Default: max_payload − 16 KiB. */
   maxMessageBytes?: number;
 }
 
@@ -84,8 +84,11 @@ const DEFAULT_TIMEOUT_MS = 30_000;
 const PUBLISH_ATTEMPT_MS = 2_000;
 /** §4.3: bound each direct get of a stored result (the Go SDK: one second). */
 const LOOKUP_ATTEMPT_MS = 1_000;
-/** Room kept for headers below max_payload (§4.2 "with some room left for headers"). */
-const HEADER_ROOM = 8 * 1024;
+/** Room kept for headers below max_payload (§4.2): 16 KiB, as the Go SDK and the daemon keep. */
+const HEADER_ROOM = 16 * 1024;
+
+/** §4.3: "no responders" retries on a single server before it counts as "no stream" (the Go SDK's). */
+const NO_STREAM_RETRIES = 4;
 
 const REASONS = new Set(["turn", "pause", "migrate", "import", "manual", "fork"]);
 
@@ -247,6 +250,7 @@ export class Client {
    */
   private async publishOnce(subject: string, data: Uint8Array, msgId: string, hdrs: MsgHdrs, deadline: number): Promise<PubAck> {
     let lastErr: unknown;
+    let noStream = 0;
     for (let pause = 100; Date.now() < deadline; pause = Math.min(pause * 2, 1000)) {
       try {
         return await this.js.publish(subject, data, {
@@ -259,6 +263,9 @@ export class Client {
         if (isMaxPayload(e)) throw new CheckpointError("too_large", `publishing to ${subject}: ${(e as Error).message}`);
         if (!isTransient(e)) throw unavailable(`publishing to ${subject}: ${(e as Error).message}`, e);
         lastErr = e;
+        // "No responders" outside a cluster cannot be an election: after a few tries, no stream
+        // exists (§4.3). In a cluster it may be one, so it is retried until the deadline.
+        if (!(e instanceof natsErrors.TimeoutError) && ++noStream > NO_STREAM_RETRIES && !this.nc.info?.cluster) break;
       }
       await sleep(Math.min(pause, Math.max(0, deadline - Date.now())));
     }

@@ -150,8 +150,28 @@ test("leases: saves carry the epoch; a takeover fences the old owner with a type
   assert.equal(st.epoch, 2);
   assert.equal(st.owner, undefined, "released");
   await refused(c.save(key, joinRaw(turns(0, 3)), { epoch: 2 }), "fenced");
-  // A Go process resumes it: the Go CLI restores what Node paused.
+  // A Go process resumes it: the Go CLI takes the lease (the next epoch) and restores what Node paused.
+  const goLease = JSON.parse((await d.ctl(["lease", "acquire", "leased", "--agent", "worker", "--owner", "go-process", "-o", "json"])).toString());
+  assert.equal(goLease.epoch, 3);
+  assert.equal((await c.leaseStatus(key)).owner, "go-process");
   assert.equal((await d.ctl(["restore", "leased", "--agent", "worker"])).toString(), joinRaw(turns(0, 3)));
+});
+
+test("a lease renews itself every third of its TTL, and stops when fenced", async () => {
+  const key = { session: "renewing" };
+  const a = await c.acquire(key, "node-a", 600);
+  const errors: unknown[] = [];
+  a.startRenewing((e) => errors.push(e));
+  await new Promise((r) => setTimeout(r, 1000));
+  // Past its first TTL, still held: nobody may take it without force.
+  await refused(c.acquire(key, "node-b", 600), "leased");
+  assert.equal(errors.length, 0);
+  await c.acquire(key, "node-b", 60_000, { force: true });
+  await new Promise((r) => setTimeout(r, 500));
+  assert.ok(errors.length >= 1 && errors[0] instanceof CheckpointError && errors[0].code === "fenced", `errors: ${errors}`);
+  const n = errors.length;
+  await new Promise((r) => setTimeout(r, 500));
+  assert.equal(errors.length, n, "no renewal after fenced");
 });
 
 /**
