@@ -53,7 +53,11 @@ export interface ReadOptions {
   view?: "full" | "request";
   /** Only the most recent messages (§5). */
   maxMessages?: number;
-  /** The encoding to ask the daemon for; "identity" (default) is always served. */
+  /**
+   * The encoding to ask the daemon for: "identity" (default; every daemon serves it) or "zstd"
+   * (checkpointd 0.4; an older daemon's refusal, or a zstd body that does not check out, is read
+   * again as identity).
+   */
   encoding?: string;
   timeoutMs?: number;
 }
@@ -367,27 +371,43 @@ export class Client {
 
   /**
    * Restores a version (default: the head): get → record → read every piece → check SHA-256 and
-   * length against the record (§5, "Restoring, step by step").
+   * length against the record (§5, "Restoring, step by step"). With `encoding: "zstd"`, a daemon
+   * that does not serve it (bad_request) or a zstd body that does not check out is read again as
+   * identity, which every daemon serves and checks before sending.
    */
   async restore(key: KeyLike, version = 0, opts: ReadOptions = {}): Promise<Restored> {
     const k = toKey(key);
     const deadline = Date.now() + (opts.timeoutMs ?? this.timeoutMs);
     const record = await this.get(k, version, { timeoutMs: opts.timeoutMs });
-    const isFull = (opts.view ?? "full") === "full" && !opts.maxMessages;
-    const { bytes, hash } = await this.read(k, record.version, opts, record.rawBytes, deadline);
-    if (sha256(bytes) !== hash) throw corrupt(`restore ${fmtKey(k)} v${record.version}: the bytes read do not hash to Cp-Hash ${hash}`);
-    if (isFull) {
-      if (hash !== record.hash) throw corrupt(`restore ${fmtKey(k)} v${record.version}: Cp-Hash ${hash} is not the record's ${record.hash}`);
-      if (bytes.length !== record.rawBytes) {
-        throw corrupt(`restore ${fmtKey(k)} v${record.version}: ${bytes.length} bytes, the record says ${record.rawBytes}`);
+    const encoding = opts.encoding ?? "identity";
+    if (encoding !== "identity") {
+      try {
+        return await this.readChecked(k, record, { ...opts, encoding }, deadline);
+      } catch (e) {
+        if (!(e instanceof CheckpointError && (e.code === "bad_request" || e.code === "corrupt"))) throw e;
       }
+    }
+    return this.readChecked(k, record, { ...opts, encoding: "identity" }, deadline);
+  }
+
+  /** Reads a version (or a view of it) and checks it against Cp-Hash and, for the full view, the record. */
+  private async readChecked(k: Key, record: VersionRecord, opts: ReadOptions, deadline: number): Promise<Restored> {
+    const what = `restore ${fmtKey(k)} v${record.version}`;
+    const { bytes, hash } = await this.read(k, record.version, opts, record.rawBytes, deadline);
+    if (sha256(bytes) !== hash) throw corrupt(`${what}: the bytes read do not hash to Cp-Hash ${hash}`);
+    if ((opts.view ?? "full") === "full" && !opts.maxMessages) {
+      if (hash !== record.hash) throw corrupt(`${what}: Cp-Hash ${hash} is not the record's ${record.hash}`);
+      if (bytes.length !== record.rawBytes) throw corrupt(`${what}: ${bytes.length} bytes, the record says ${record.rawBytes}`);
     }
     return new Restored(record, bytes);
   }
 
   /**
-   * Reads one exact version in pieces until Cp-Total (§5). limit bounds what is accepted: no view
-   * of a version is longer than the version itself.
+   * Reads one exact version in pieces until Cp-Total (§5), and decodes it by Cp-Encoding. limit
+   * bounds what is accepted: no view of a version is longer than the version itself. An encoded
+   * body is bounded before anything is allocated for it: its decoded length (Cp-Raw-Total) by
+   * limit, its own length by Cp-Raw-Total + Cp-Raw-Total/128 + 64 KiB, and it must decode to exactly
+   * Cp-Raw-Total bytes.
    */
   private async read(
     key: Key,
@@ -403,36 +423,51 @@ export class Client {
     if (opts.encoding && opts.encoding !== "identity") req.encoding = opts.encoding;
     const pieces: Uint8Array[] = [];
     let got = 0;
-    let total = -1;
-    let hash = "";
-    let encoding = "";
+    let first: { total: number; hash: string; encoding: string; rawTotal: string } | undefined;
+    let rawTotal = limit;
     const what = `read ${fmtKey(key)} v${version}`;
     do {
       req.offset = got;
       const m = await this.request(key.namespace, "read", req, Math.max(1, deadline - Date.now()));
-      const t = headerInt(m, "Cp-Total", what);
-      const o = headerInt(m, "Cp-Offset", what);
-      const h = m.headers?.get("Cp-Hash") ?? "";
-      const e = m.headers?.get("Cp-Encoding") || "identity";
-      if (total < 0) {
-        total = t;
-        hash = h;
-        encoding = e;
-        if (!decoders[encoding]) throw internal(`${what}: the daemon sent encoding ${JSON.stringify(encoding)}, which this client cannot decode`);
-        // No view is longer than the version; an encoded body may exceed it by its framing only.
-        const most = encoding === "identity" ? limit : limit + Math.floor(limit / 64) + 65536;
-        if (total > most) throw corrupt(`${what}: Cp-Total ${total} exceeds the ${most} bytes a read of this version can have`);
-      } else if (t !== total || h !== hash || e !== encoding) {
-        throw corrupt(`${what}: the pieces disagree (Cp-Total ${t}/${total}, Cp-Hash ${h}/${hash}, Cp-Encoding ${e}/${encoding})`);
+      const cur = {
+        total: headerInt(m, "Cp-Total", what),
+        hash: m.headers?.get("Cp-Hash") ?? "",
+        encoding: m.headers?.get("Cp-Encoding") || "identity",
+        rawTotal: m.headers?.get("Cp-Raw-Total") ?? "",
+      };
+      if (!first) {
+        first = cur;
+        rawTotal = this.checkReadBounds(first, limit, what);
+      } else if (cur.total !== first.total || cur.hash !== first.hash || cur.encoding !== first.encoding || cur.rawTotal !== first.rawTotal) {
+        throw corrupt(`${what}: the pieces disagree (${JSON.stringify(cur)} after ${JSON.stringify(first)})`);
       }
+      const o = headerInt(m, "Cp-Offset", what);
       if (o !== got) throw corrupt(`${what}: asked for offset ${got}, got Cp-Offset ${o}`);
-      if (got + m.data.length > total) throw corrupt(`${what}: more bytes than Cp-Total ${total}`);
-      if (m.data.length === 0 && got < total) throw corrupt(`${what}: an empty piece at ${got} of ${total}`);
+      if (got + m.data.length > first.total) throw corrupt(`${what}: more bytes than Cp-Total ${first.total}`);
+      if (m.data.length === 0 && got < first.total) throw corrupt(`${what}: an empty piece at ${got} of ${first.total}`);
       pieces.push(m.data);
       got += m.data.length;
-    } while (got < total);
+    } while (got < first.total);
     const body = Buffer.concat(pieces, got);
-    return { bytes: decoders[encoding].decode(body, limit), hash };
+    if (first.encoding === "identity") return { bytes: body, hash: first.hash };
+    const bytes = decoders[first.encoding].decode(body, rawTotal);
+    if (bytes.length !== rawTotal) throw corrupt(`${what}: the ${first.encoding} body decodes to ${bytes.length} bytes, Cp-Raw-Total says ${rawTotal}`);
+    return { bytes, hash: first.hash };
+  }
+
+  /** Checks the first piece's totals against limit; returns the decoded length to expect. */
+  private checkReadBounds(first: { total: number; encoding: string; rawTotal: string }, limit: number, what: string): number {
+    if (first.encoding === "identity") {
+      if (first.total > limit) throw corrupt(`${what}: Cp-Total ${first.total} exceeds the ${limit} bytes of the version`);
+      return first.total;
+    }
+    if (!decoders[first.encoding]) throw internal(`${what}: the daemon sent encoding ${JSON.stringify(first.encoding)}, which this client cannot decode`);
+    if (!/^(0|[1-9][0-9]{0,15})$/.test(first.rawTotal)) throw corrupt(`${what}: Cp-Raw-Total ${JSON.stringify(first.rawTotal)} is not a length`);
+    const raw = Number(first.rawTotal);
+    if (raw > limit) throw corrupt(`${what}: Cp-Raw-Total ${raw} exceeds the ${limit} bytes of the version`);
+    const most = raw + Math.floor(raw / 128) + 65536;
+    if (first.total > most) throw corrupt(`${what}: Cp-Total ${first.total} exceeds the ${most} bytes a ${first.encoding} body of ${raw} can have`);
+    return raw;
   }
 
   /** The heads of the namespace's sessions (every page), optionally of one session only (all its agents). */

@@ -3,7 +3,7 @@
 // encodings slot in by adding a decoder to `decoders`.
 
 import * as zlib from "node:zlib";
-import { decompress as fzstdDecompress } from "fzstd";
+import { Decompress as FzstdDecompress } from "fzstd";
 import { CheckpointError } from "./errors.js";
 
 /** Turns the concatenated pieces of a read reply into the bytes they encode. */
@@ -14,22 +14,40 @@ export interface Decoder {
 
 const identity: Decoder = { decode: (b) => b };
 
-// zlib.zstdDecompressSync arrived in Node 22.15/23.8; where it is missing, fzstd (pure JS,
-// maintained, MIT) decodes. Node's bounds the output while decoding (maxOutputLength); fzstd
-// decodes first and the length is checked after.
+// zlib.zstdDecompressSync arrived in Node 22.15/23.8 and bounds its output while decoding
+// (maxOutputLength). Where it is missing, fzstd (pure JS, maintained, MIT) decodes as a stream, the
+// output counted as it comes and the decoding stopped past limit. Both read concatenated frames,
+// skippable ones included, as one stream.
 type ZstdDecompress = (b: Uint8Array, o?: { maxOutputLength?: number }) => Buffer;
 const nodeZstdDecompress = (zlib as unknown as { zstdDecompressSync?: ZstdDecompress }).zstdDecompressSync;
 
+class TooLong extends Error {}
+
+function fzstdBounded(b: Uint8Array, limit: number): Uint8Array {
+  const parts: Uint8Array[] = [];
+  let n = 0;
+  const d = new FzstdDecompress((chunk) => {
+    n += chunk.length;
+    if (n > limit) throw new TooLong();
+    parts.push(chunk);
+  });
+  const step = 64 * 1024;
+  for (let off = 0; off < b.length || off === 0; off += step) {
+    d.push(b.subarray(off, off + step), off + step >= b.length);
+  }
+  return Buffer.concat(parts, n);
+}
+
 const zstd: Decoder = {
   decode(b, limit) {
-    let out: Uint8Array;
     try {
-      out = nodeZstdDecompress ? nodeZstdDecompress(b, { maxOutputLength: Math.max(1, limit) }) : fzstdDecompress(b);
+      return nodeZstdDecompress ? nodeZstdDecompress(b, { maxOutputLength: Math.max(1, limit) }) : fzstdBounded(b, limit);
     } catch (e) {
+      if (e instanceof TooLong || (e as { code?: string }).code === "ERR_BUFFER_TOO_LARGE") {
+        throw new CheckpointError("corrupt", `read: zstd reply decodes to more than ${limit} bytes`);
+      }
       throw new CheckpointError("corrupt", `read: zstd reply does not decode: ${(e as Error).message}`);
     }
-    if (out.length > limit) throw new CheckpointError("corrupt", `read: zstd reply decodes to more than ${limit} bytes`);
-    return out;
   },
 };
 

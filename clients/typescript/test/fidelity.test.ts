@@ -43,6 +43,9 @@ test("every corpus file saved from TypeScript restores identically from TypeScri
     assert.ok(Buffer.from(r.bytes).equals(canonical), `${f}: TS restore differs from the canonical input`);
     const goOut = await d.ctl(["restore", session]);
     assert.ok(goOut.equals(Buffer.from(r.bytes)), `${f}: Go CLI restore differs from TS restore`);
+    // Asked for zstd: decoded (a daemon that serves it) or read again as identity (one that does not).
+    const z = await c.restore(session, 0, { encoding: "zstd" });
+    assert.ok(Buffer.from(z.bytes).equals(canonical), `${f}: zstd restore differs`);
   }
 });
 

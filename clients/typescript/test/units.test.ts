@@ -67,4 +67,17 @@ test("the zstd read decoder decodes what the zstd tool wrote, and bounds it", { 
   assert.deepEqual(Buffer.from(decoders.zstd.decode(z, text.length)), Buffer.from(text));
   assert.throws(() => decoders.zstd.decode(z, text.length - 1), (e: unknown) => e instanceof CheckpointError && e.code === "corrupt");
   assert.throws(() => decoders.zstd.decode(new Uint8Array([1, 2, 3, 4]), 100), (e: unknown) => e instanceof CheckpointError && e.code === "corrupt");
+  // Concatenated frames with a skippable frame between them read as one stream (§5, zstd).
+  const skippable = new Uint8Array([0x50, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, 7, 7, 7]);
+  const two = Buffer.concat([z, skippable, z]);
+  assert.deepEqual(Buffer.from(decoders.zstd.decode(two, 2 * text.length)), Buffer.concat([text, text]));
+  assert.throws(() => decoders.zstd.decode(two, 2 * text.length - 1), (e: unknown) => e instanceof CheckpointError && e.code === "corrupt");
+  // A cut stream never passes for the whole: it fails, or decodes short (which the read refuses).
+  let short = -1;
+  try {
+    short = decoders.zstd.decode(z.subarray(0, z.length - 8), text.length).length;
+  } catch (e) {
+    assert.ok(e instanceof CheckpointError && e.code === "corrupt");
+  }
+  assert.ok(short < text.length);
 });
