@@ -4,6 +4,8 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { connect, headers } from "@nats-io/transport-node";
 import { join } from "node:path";
 import { Client, CheckpointError, joinRaw, sha256 } from "../src/index.js";
 import { Daemon, NatsServer, corpusDir } from "./support/daemon.js";
@@ -84,7 +86,6 @@ test("with no checkpointd on the server, saves and requests fail typed (unavaila
  */
 test("hostile: read replies that do not match the record (hash, length, offset, total) are refused as corrupt", async () => {
   const bare = await NatsServer.start(MAX_PAYLOAD);
-  const { connect, headers } = await import("@nats-io/transport-node");
   const rogue = await connect({ servers: bare.url });
   const lone = await Client.connect({ servers: bare.url }, { timeoutMs: 3000 });
   const genuine = new TextEncoder().encode(joinRaw(['{"role":"user","content":"hi","timestamp":1}']));
@@ -126,6 +127,83 @@ test("hostile: read replies that do not match the record (hash, length, offset, 
       answer = a;
       await assert.rejects(lone.restore("s"), (e: unknown) => e instanceof CheckpointError && e.code === "corrupt", what);
     }
+  } finally {
+    await lone.close();
+    await rogue.close();
+    await bare.stop();
+  }
+});
+
+function zstdTool(b: Uint8Array): Buffer | undefined {
+  try {
+    return execFileSync("zstd", ["-q", "-c"], { input: b });
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * zstd reads (§5) from a rogue responder: an honest zstd body is decoded; one whose totals break the
+ * bounds, or whose bytes do not check out, is read again as identity; when that is bad too, corrupt.
+ */
+test("hostile: zstd read replies out of bounds or not matching are read again as identity", { skip: !zstdTool(new Uint8Array(1)) && "no zstd tool" }, async () => {
+  const bare = await NatsServer.start(MAX_PAYLOAD);
+  const rogue = await connect({ servers: bare.url });
+  const lone = await Client.connect({ servers: bare.url }, { timeoutMs: 3000 });
+  const genuine = new TextEncoder().encode(joinRaw(Array.from({ length: 50 }, (_, i) => `{"role":"user","content":"message ${i}","timestamp":${i}}`)));
+  const z = zstdTool(genuine)!;
+  const record = {
+    format: 2, key: { namespace: "default", session: "s", agent: "main" }, version: 1, parent: 0,
+    hash: sha256(genuine), saveId: "x", reason: "turn", created: "2026-01-01T00:00:00Z",
+    rawBytes: genuine.length, storedBytes: 1, counts: { messages: 50, user: 50, assistant: 0, toolResult: 0, extension: 0, toolCalls: 0 },
+  };
+  type Reply = { body: Uint8Array; total: number; raw?: number; hash: string };
+  const honestZstd = (): Reply => ({ body: z, total: z.length, raw: genuine.length, hash: record.hash });
+  const honestIdentity = (): Reply => ({ body: genuine, total: genuine.length, hash: record.hash });
+  let zstdAnswer = honestZstd;
+  let identityAnswer = honestIdentity;
+  const asked: string[] = [];
+  rogue.subscribe("cp.api.default.get", { callback: (_e, m) => void m.respond(JSON.stringify(record)) });
+  rogue.subscribe("cp.api.default.read", {
+    callback: (_e, m) => {
+      const req = JSON.parse(new TextDecoder().decode(m.data)) as { offset: number; encoding?: string };
+      const enc = req.encoding ?? "identity";
+      asked.push(enc);
+      const a = enc === "zstd" ? zstdAnswer() : identityAnswer();
+      const h = headers();
+      h.set("Cp-Total", String(a.total));
+      h.set("Cp-Offset", String(req.offset));
+      h.set("Cp-Hash", a.hash);
+      h.set("Cp-Encoding", enc);
+      if (a.raw !== undefined) h.set("Cp-Raw-Total", String(a.raw));
+      m.respond(a.body.subarray(req.offset), { headers: h });
+    },
+  });
+  await rogue.flush();
+  const restore = async () => {
+    asked.length = 0;
+    return Buffer.from((await lone.restore("s", 0, { encoding: "zstd" })).bytes);
+  };
+  try {
+    assert.ok((await restore()).equals(Buffer.from(genuine)));
+    assert.deepEqual(asked, ["zstd"], "an honest zstd body is decoded, not read again");
+
+    const other = zstdTool(new TextEncoder().encode(new TextDecoder().decode(genuine).replace("message 7", "message 8")))!;
+    const bad: [string, () => Reply][] = [
+      ["Cp-Raw-Total above rawBytes", () => ({ ...honestZstd(), raw: genuine.length + 1 })],
+      ["Cp-Total beyond raw + raw/128 + 64 KiB", () => ({ ...honestZstd(), total: genuine.length + Math.floor(genuine.length / 128) + 65537 })],
+      ["decodes to other bytes", () => ({ body: other, total: other.length, raw: genuine.length, hash: record.hash })],
+      ["decodes shorter than Cp-Raw-Total", () => ({ ...honestZstd(), raw: genuine.length - 1 })],
+      ["not zstd at all", () => ({ body: genuine, total: genuine.length, raw: genuine.length, hash: record.hash })],
+    ];
+    for (const [what, a] of bad) {
+      zstdAnswer = a;
+      assert.ok((await restore()).equals(Buffer.from(genuine)), what);
+      // Refused on its first piece (bounds come before any further request or allocation).
+      assert.deepEqual(asked, ["zstd", "identity"], `${what}: read again as identity`);
+    }
+    identityAnswer = () => ({ ...honestIdentity(), hash: sha256(new Uint8Array(1)) });
+    await assert.rejects(restore(), (e: unknown) => e instanceof CheckpointError && e.code === "corrupt", "both bad: corrupt");
   } finally {
     await lone.close();
     await rogue.close();
