@@ -118,7 +118,12 @@ export class Client {
 
   /** Connects to NATS (the daemon's embedded server or your own) and returns a client owning that connection. */
   static async connect(natsOpts: ConnectionOptions, opts: ClientOptions = {}): Promise<Client> {
-    const nc = await connect(natsOpts);
+    let nc: NatsConnection;
+    try {
+      nc = await connect(natsOpts);
+    } catch (e) {
+      throw unavailable(`connecting to ${JSON.stringify(natsOpts.servers ?? "nats://127.0.0.1:4222")}: ${(e as Error).message}`, e);
+    }
     return new Client(nc, opts, true);
   }
 
@@ -624,7 +629,11 @@ export class Lease {
 // -----------------------------------------------------------------------------------------------
 // Helpers
 
-/** A subscription read one message at a time, with a timeout. */
+/**
+ * A subscription read one message at a time, with a timeout. It keeps at most MAX_QUEUED unread
+ * messages (only the first is ever checked: a flood of forged results costs no memory).
+ */
+const MAX_QUEUED = 16;
 class Inbox {
   private readonly queue: Msg[] = [];
   private waiter: ((m: Msg | undefined) => void) | undefined;
@@ -635,7 +644,7 @@ class Inbox {
           const w = this.waiter;
           this.waiter = undefined;
           w(m);
-        } else {
+        } else if (this.queue.length < MAX_QUEUED) {
           this.queue.push(m);
         }
       }

@@ -1,6 +1,8 @@
 // Ids in subjects (docs/protocol.md §2): every id becomes exactly one subject token.
 // Bytes A-Z a-z 0-9 - _ stand for themselves; every other byte of the UTF-8 form is =XX (upper-case hex).
 
+import { badRequest } from "./errors.js";
+
 const utf8 = new TextEncoder();
 
 function standsForItself(b: number): boolean {
@@ -16,12 +18,12 @@ function standsForItself(b: number): boolean {
 /** The largest integer the protocol uses (versions, epochs, offsets): 2^53 − 1. */
 export const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 
-/** Throws unless id is a valid id (§1): 1 to 256 bytes of UTF-8 (no lone surrogates). */
+/** Throws bad_request unless id is a valid id (§1): 1 to 256 bytes of UTF-8 (no lone surrogates). */
 export function checkId(what: string, id: string): void {
-  if (typeof id !== "string") throw new TypeError(`${what}: want a string, got ${typeof id}`);
-  if (!id.isWellFormed()) throw new TypeError(`${what}: not valid UTF-8 (a lone surrogate)`);
+  if (typeof id !== "string") throw badRequest(`${what}: want a string, got ${typeof id}`);
+  if (!id.isWellFormed()) throw badRequest(`${what}: not valid UTF-8 (a lone surrogate)`);
   const n = utf8.encode(id).length;
-  if (n < 1 || n > 256) throw new TypeError(`${what}: ${n} bytes; an id is 1 to 256 bytes of UTF-8`);
+  if (n < 1 || n > 256) throw badRequest(`${what}: ${n} bytes; an id is 1 to 256 bytes of UTF-8`);
 }
 
 /** encodeId turns an id into its subject token (§2). */

@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { decodeId, encodeId, joinRaw, splitRaw, decoders, CheckpointError } from "../src/index.js";
+import { decodeId, encodeId, joinRaw, splitRaw, decoders, toKey, CheckpointError } from "../src/index.js";
 
 test("encodeId: the examples of protocol.md §2, and back", () => {
   const cases: [string, string][] = [
@@ -80,4 +80,19 @@ test("the zstd read decoder decodes what the zstd tool wrote, and bounds it", { 
     assert.ok(e instanceof CheckpointError && e.code === "corrupt");
   }
   assert.ok(short < text.length);
+});
+
+test("keys: defaults, and ids outside 1..256 bytes of UTF-8 refused bad_request naming the part", () => {
+  assert.deepEqual(toKey("s"), { namespace: "default", session: "s", agent: "main" });
+  assert.deepEqual(toKey({ namespace: "n", session: "s" }), { namespace: "n", session: "s", agent: "main" });
+  assert.equal(toKey({ session: "é".repeat(128) }).session.length, 128, "256 bytes is allowed");
+  const cases: [Parameters<typeof toKey>[0], string][] = [
+    ["", "session"],
+    [{ session: "é".repeat(128) + "x" }, "session"],
+    [{ session: "s", agent: "\ud800" }, "agent"],
+    [{ namespace: "n".repeat(257), session: "s" }, "namespace"],
+  ];
+  for (const [k, part] of cases) {
+    assert.throws(() => toKey(k), (e: unknown) => e instanceof CheckpointError && e.code === "bad_request" && e.message.startsWith(part), part);
+  }
 });
