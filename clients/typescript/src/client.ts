@@ -1,6 +1,7 @@
 // A checkpointd client written from docs/protocol.md. Section numbers (§) refer to that document.
 
 import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
 import { connect, headers as natsHeaders, errors as natsErrors } from "@nats-io/transport-node";
 import type { ConnectionOptions, Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/transport-node";
@@ -110,7 +111,7 @@ export class Client {
     this.js = jetstream(nc);
     this.ownsConnection = ownsConnection;
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    this.writer = opts.writer ?? `${process.env.HOSTNAME || "node"}/${process.pid}`;
+    this.writer = opts.writer ?? `${hostname()}/${process.pid}`;
     const enc = opts.encoder ?? "auto";
     this.encoder = enc === "auto" ? nodeZstdEncoder : enc === "identity" ? undefined : enc;
     this.maxMessageBytes = opts.maxMessageBytes;
@@ -174,18 +175,18 @@ export class Client {
     try {
       await this.nc.flush();
       const consumed = new Set<string>();
-      for (let busyWait = 50; ; busyWait = Math.min(busyWait * 2, 2000)) {
+      for (let attempt = 0; ; attempt++) {
         // Each attempt gets its own unguessable message id (§4.1; §4.5: a busy save is retried
         // under a new one); the save id stays.
         const msgId = `${saveId}/${randomToken()}`;
         await this.publishBody(key, saveId, msgId, hdrs, payload, deadline);
         const data = await this.awaitResult(results, resultSubject, consumed, deadline);
-        consumed.add(Buffer.from(data).toString("base64"));
+        consumed.add(sha256(data));
         try {
           return await this.checkResult(data, key, saveId, sent, deadline);
         } catch (e) {
           if (!(e instanceof CheckpointError && e.code === "busy")) throw e;
-          const wait = jitter(e.retryAfterMs ?? busyWait);
+          const wait = busyPause(e.retryAfterMs, attempt);
           if (Date.now() + wait >= deadline) throw e;
           await sleep(wait);
         }
@@ -301,7 +302,7 @@ export class Client {
         );
       }
       const stored = await this.lookupResult(subject, deadline);
-      if (stored && !consumed.has(Buffer.from(stored).toString("base64"))) return stored;
+      if (stored && !consumed.has(sha256(stored))) return stored;
     }
   }
 
@@ -543,7 +544,7 @@ export class Client {
     const subject = subjects.api(namespace, op);
     const deadline = Date.now() + (timeoutMs ?? this.timeoutMs);
     const data = new TextEncoder().encode(JSON.stringify(body));
-    for (let backoff = 1; ; backoff = Math.min(backoff * 2, 8)) {
+    for (let attempt = 0; ; attempt++) {
       let m: Msg;
       try {
         m = await this.nc.request(subject, data, { timeout: Math.max(1, deadline - Date.now()) });
@@ -557,7 +558,7 @@ export class Client {
       const err = serviceError(m);
       if (!err) return m;
       if (err.code !== "busy") throw err;
-      const wait = jitter((err.retryAfterMs ?? 50) * backoff);
+      const wait = busyPause(err.retryAfterMs, attempt);
       if (Date.now() + wait >= deadline) throw err;
       await sleep(wait);
     }
@@ -730,8 +731,14 @@ export function randomToken(): string {
   return randomBytes(16).toString("base64url");
 }
 
-function jitter(ms: number): number {
-  return Math.round(ms * (1 + Math.random() * 0.5));
+/**
+ * How long to wait after the attempt-th busy answer in a row (§5 "Busy"): the daemon's hint (50 ms
+ * without one), doubled for each busy answer in a row up to 16 times and at most 5 s, plus up to
+ * half of it again as jitter, so that clients refused together do not come back together.
+ */
+function busyPause(hintMs: number | undefined, attempt: number): number {
+  const base = Math.min((hintMs ?? 50) * 2 ** Math.min(attempt, 4), 5000);
+  return Math.round(base * (1 + Math.random() * 0.5));
 }
 
 function isTransient(e: unknown): boolean {
