@@ -16,7 +16,7 @@ import type { ConversationInput } from "./bytes.js";
 import { decoders, nodeZstdEncoder } from "./encoding.js";
 import type { Encoder } from "./encoding.js";
 import { KNOWN_RECORD_FORMATS } from "./types.js";
-import type { Head, LeaseState, SaveResult, VersionRecord } from "./types.js";
+import type { Head, LeaseState, PruneReply, SaveResult, VersionRecord } from "./types.js";
 
 export interface ClientOptions {
   /** Longest any one operation may take, retries included (default 30 s). */
@@ -508,6 +508,38 @@ export class Client {
       if (page.length === 0 || page[page.length - 1].version <= after) throw internal("history: more is true but the page makes no progress");
       after = page[page.length - 1].version;
     }
+  }
+
+  /**
+   * Removes the versions a retention policy does not keep (§5 prune): of one session, or (no
+   * session) of every session of the namespace. The head is always kept.
+   */
+  async prune(
+    namespace: string,
+    opts: { session?: string; agent?: string; keepLast?: number; maxAgeSeconds?: number; dryRun?: boolean; timeoutMs?: number } = {},
+  ): Promise<PruneReply> {
+    checkId("namespace", namespace);
+    const body: Record<string, unknown> = {};
+    if (opts.session) {
+      const k = toKey({ namespace, session: opts.session, agent: opts.agent });
+      body.session = k.session;
+      body.agent = k.agent;
+    }
+    if (opts.keepLast !== undefined) body.keepLast = (checkRange("keepLast", opts.keepLast, 0), opts.keepLast);
+    if (opts.maxAgeSeconds !== undefined) body.maxAgeSeconds = (checkRange("maxAgeSeconds", opts.maxAgeSeconds, 0, 9223372036), opts.maxAgeSeconds);
+    if (opts.dryRun) body.dryRun = true;
+    return parseJSON(await this.request(namespace, "prune", body, opts.timeoutMs), "prune") as PruneReply;
+  }
+
+  /**
+   * Removes a session entirely (§10 delete): head, version records, stored messages. With expected,
+   * only while its head is that version (else `conflict`). Returns the deleted head's record.
+   */
+  async delete(key: KeyLike, opts: { expected?: number; timeoutMs?: number } = {}): Promise<VersionRecord> {
+    const k = toKey(key);
+    const body: Record<string, unknown> = { session: k.session, agent: k.agent };
+    if (opts.expected !== undefined) body.expected = (checkRange("expected", opts.expected, 0), opts.expected);
+    return parseJSON(await this.request(k.namespace, "delete", body, opts.timeoutMs), "delete") as VersionRecord;
   }
 
   // ---------------------------------------------------------------------------------------------

@@ -63,3 +63,9 @@ export interface SaveResult {
   seq?: number;
   error?: import("./errors.js").WireError;
 }
+
+/** The reply of `prune` (§5): per session, the versions removed (or, in a dry run, that would be). */
+export interface PruneReply {
+  sessions: { key: Key; versions: number[]; kept: number; segments?: number; [extra: string]: unknown }[];
+  [extra: string]: unknown;
+}

@@ -112,6 +112,26 @@ test("list and history: heads of the namespace, versions after `after`", async (
   assert.deepEqual(await c.list("nobody-here"), []);
 });
 
+test("prune keeps the newest versions, delete removes the session (guarded by expected)", async () => {
+  const key = { namespace: "tidy", session: "s" };
+  let v = await c.save(key, joinRaw(turns(0, 1)));
+  for (let i = 1; i < 4; i++) v = await c.append(key, v.version, joinRaw(turns(i, i + 1)));
+  const dry = await c.prune("tidy", { session: "s", keepLast: 2, dryRun: true });
+  assert.deepEqual(dry.sessions.map((x) => x.versions), [[1, 2]]);
+  assert.equal((await c.get(key, 1)).version, 1, "a dry run removes nothing");
+  await c.prune("tidy", { session: "s", keepLast: 2 });
+  await refused(c.get(key, 1), "not_found");
+  assert.equal((await c.restore(key, 3)).rawMessages().length, 6);
+  assert.deepEqual((await c.history(key)).map((x) => x.version), [3, 4]);
+  await refused(c.prune("tidy", { keepLast: -1 }), "bad_request");
+
+  const e = await refused(c.delete(key, { expected: 3 }), "conflict");
+  assert.equal(e.head, 4);
+  assert.equal((await c.delete(key, { expected: 4 })).version, 4);
+  await refused(c.get(key), "not_found");
+  assert.deepEqual(await c.list("tidy"), []);
+});
+
 test("dialects: the record keeps the dialect; another dialect on the same session is a bad_request", async () => {
   const chat = '[{"role":"system","content":"be brief"},{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]';
   const v = await c.save("chat", chat, { dialect: "openai-chat" });
