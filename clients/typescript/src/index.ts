@@ -1,0 +1,11 @@
+export { Client, Lease, Restored, randomToken } from "./client.js";
+export type { ClientOptions, SaveOptions, ReadOptions } from "./client.js";
+export { CheckpointError, isCheckpointError, errorNumbers } from "./errors.js";
+export type { ErrorCode, WireError } from "./errors.js";
+export { encodeId, decodeId, toKey, keyToken, subjects } from "./ids.js";
+export type { Key, KeyLike } from "./ids.js";
+export { joinRaw, splitRaw, sha256, toBytes } from "./bytes.js";
+export type { ConversationInput } from "./bytes.js";
+export { decoders, nodeZstdEncoder } from "./encoding.js";
+export type { Decoder, Encoder } from "./encoding.js";
+export type { VersionRecord, Head, LeaseState, SaveResult, PruneReply } from "./types.js";
