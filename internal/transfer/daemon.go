@@ -133,13 +133,17 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if cfg.Replicas == 0 {
 		cfg.Replicas = autoReplicas(nc)
 	}
+	if mp := nc.MaxPayload(); mp < minMaxPayload {
+		return nil, fmt.Errorf("the NATS server's max_payload is %d bytes; checkpointd needs at least %d (%d KiB of headers and room for pieces): raise max_payload in the server's configuration",
+			mp, minMaxPayload, headerRoom/1024)
+	}
 	var st *streams
 	var store *Store
 	err = retryStartup(ctx, cfg.Logger, func(ctx context.Context) (err error) {
 		if st, err = ensureStreams(ctx, js, cfg.Replicas, cfg.ResultTTL); err != nil {
 			return err
 		}
-		store, err = OpenStore(ctx, js, StoreConfig{Replicas: cfg.Replicas, ChunkSize: int(min(nc.MaxPayload()-16*1024, 1<<20)),
+		store, err = OpenStore(ctx, js, StoreConfig{Replicas: cfg.Replicas, ChunkSize: int(min(nc.MaxPayload()-headerRoom, 1<<20)),
 			SegmentGrace: cfg.SegmentGrace, Keys: cfg.NamespaceKeys})
 		return err
 	})
@@ -219,6 +223,14 @@ func autoReplicas(nc *nats.Conn) int {
 	}
 	return min(3, max(len(nc.Servers()), 1))
 }
+
+// headerRoom is what a message's headers may take beside a piece of a segment or a chunk; the rest
+// of max_payload is for the piece. minMaxPayload leaves pieces of at least 16 KiB (and room for an
+// encryption envelope).
+const (
+	headerRoom    = 16 * 1024
+	minMaxPayload = 2 * headerRoom
+)
 
 // SetRetention replaces the retention policy, for the next housekeeping round and the prune
 // requests that follow (checkpointd reloads it on SIGHUP). The interval does not change.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,10 +16,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -402,4 +405,20 @@ func TestDaemon_SaveWithoutAnyCheckpointdSaysSo(t *testing.T) {
 	require.ErrorIs(t, err, checkpoint.ErrUnavailable)
 	require.Contains(t, err.Error(), "has checkpointd ever started on this server?")
 	require.NoError(t, ctx.Err(), "refused well before the deadline")
+}
+
+// A NATS server whose max_payload leaves no room for pieces beside their headers is refused at
+// start, saying which setting to raise (it used to say "store: chunk size must be positive").
+func TestDaemon_TooSmallMaxPayloadSaysWhatToRaise(t *testing.T) {
+	ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", MaxPayload: 16 << 10})
+	require.NoError(t, err)
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	cfg := transfer.DefaultConfig()
+	cfg.Logger, cfg.Metrics = slog.New(slog.DiscardHandler), metrics.New(prometheus.NewRegistry())
+	_, err = transfer.Open(context.Background(), nc, cfg)
+	require.ErrorContains(t, err, "max_payload is 16384 bytes; checkpointd needs at least 32768")
+	require.ErrorContains(t, err, "raise max_payload")
 }
