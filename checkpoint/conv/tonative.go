@@ -18,34 +18,12 @@ type source struct {
 // content; a message holding tool results becomes one toolResult message per result (and, when it
 // holds anything else, a message of its own role with the rest before them).
 func (m *Message) toNative() []json.RawMessage {
-	if m.Role == RoleSystem {
-		return []json.RawMessage{m.systemPrompt()}
-	}
-	var results, rest []Part
-	for _, p := range m.Content {
-		if p.Type == PartToolResult {
-			results = append(results, p)
-		} else {
-			rest = append(rest, p)
+	out, _ := m.writeSplit(0, false, func(m *Message, _ int) ([]json.RawMessage, error) {
+		if m.Role == RoleSystem {
+			return []json.RawMessage{m.systemPrompt()}, nil
 		}
-	}
-	if len(results) == 0 {
-		return []json.RawMessage{m.encodeNativeMessage()}
-	}
-	var out []json.RawMessage
-	if len(rest) > 0 || len(m.Extra) > 0 {
-		head := *m
-		head.Content = rest
-		out = append(out, head.encodeNativeMessage())
-	}
-	for _, r := range results {
-		tr := Message{Role: RoleToolResult, ToolCallID: r.ID, IsError: r.IsError, Content: r.Result,
-			Timestamp: m.Timestamp, Extra: r.Extra}
-		if tr.Content == nil {
-			tr.Content = []Part{}
-		}
-		out = append(out, tr.encodeNativeMessage())
-	}
+		return []json.RawMessage{m.encodeNativeMessage()}, nil
+	})
 	return out
 }
 
