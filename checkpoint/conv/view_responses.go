@@ -66,7 +66,7 @@ func (m *Message) responsesOne(index int) ([]json.RawMessage, error) {
 func (m *Message) responsesAssistant(refuse func(string) error) ([]json.RawMessage, error) {
 	var items [][]known
 	var extras [][]Field // each item's part members
-	var run []Part        // the current run of text or thinking parts
+	var run []Part       // the current run of text or thinking parts
 	flush := func() {
 		if len(run) == 0 {
 			return
