@@ -166,6 +166,9 @@ func decodeAnthropic(b json.RawMessage, _ bool) Message {
 	m.Content = textContent(o.raw("content"), anthropicBlock)
 	m.contentString = isString(o.raw("content"))
 	names := []string{"role", "content"}
+	if m.Role == RoleSystem && takeString(o, "sourceRole", &m.sourceRole) {
+		names = append(names, "sourceRole") // openai's developer, carried by toAnthropic
+	}
 	if m.Role == RoleAssistant {
 		if takeString(o, "model", &m.Model) {
 			names = append(names, "model")
@@ -234,22 +237,25 @@ func decodeResponses(b json.RawMessage, _ bool) Message {
 	switch o.str("type") {
 	case "function_call":
 		p := ToolCall(o.str("call_id"), o.str("name"), arguments(o.raw("arguments")))
-		m, names = Message{Role: RoleAssistant, Content: []Part{p}}, []string{"call_id", "name", "arguments"}
+		m, names = Message{Role: RoleAssistant, Content: []Part{p}}, []string{"type", "call_id", "name", "arguments"}
 	case "function_call_output":
 		m = Message{Role: RoleToolResult, ToolCallID: o.str("call_id"), Content: textContent(o.raw("output"), part)}
 		m.contentString = isString(o.raw("output"))
-		names = []string{"call_id", "output"}
+		names = []string{"type", "call_id", "output"}
 	case "reasoning":
 		parts := []Part{}
 		for _, e := range elements(o.raw("summary")) {
 			s := parseObject(e)
 			parts = append(parts, Part{Type: PartThinking, Thinking: s.str("text"), Extra: s.extra("type", "text")})
 		}
-		m, names = Message{Role: RoleAssistant, Content: parts}, []string{"summary"}
+		m, names = Message{Role: RoleAssistant, Content: parts}, []string{"type", "summary"}
 	default:
 		m = Message{Role: Role(o.str("role")), Content: textContent(o.raw("content"), part)}
 		m.contentString = isString(o.raw("content"))
 		names = []string{"role", "content"}
+		if o.str("type") == "message" {
+			names = append(names, "type") // the default: a message item may say it or not
+		}
 		if r := o.str("role"); r == "developer" || r == "system" {
 			m.Role, m.sourceRole = RoleSystem, r
 		}
@@ -404,6 +410,10 @@ func decodeAntigravity(b json.RawMessage, _ bool) Message {
 		parts = []Part{}
 	}
 	m.Content = parts
+	m.contentString = len(parts) == 1 && parts[0].Type == PartText // antigravity's content is a string
+	if o.str("type") == antigravityType(&m) {
+		names = append(names, "type") // what the step is follows from the message: not carried
+	}
 	if u := o.raw("usage_metadata"); u != nil && u[0] == '{' && m.Role != RoleExtension {
 		uo := parseObject(u)
 		m.Usage = &Usage{Input: uo.num("prompt_token_count"), Output: uo.num("candidates_token_count"),
@@ -412,6 +422,19 @@ func decodeAntigravity(b json.RawMessage, _ bool) Message {
 	}
 	m.Extra = o.extra(names...)
 	return m
+}
+
+// antigravityType is the step type a message of the model is, when not an extension.
+func antigravityType(m *Message) string {
+	switch {
+	case m.Role == RoleSystem:
+		return "SystemMessage"
+	case m.Role == RoleAssistant && len(m.ToolCalls()) > 0:
+		return "ToolCall"
+	case m.Role == RoleUser, m.Role == RoleAssistant:
+		return "TextResponse"
+	}
+	return ""
 }
 
 // antigravityResults reads a step's tool_results as nested tool results, when every entry is an

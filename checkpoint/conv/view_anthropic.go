@@ -29,6 +29,9 @@ func (m *Message) anthropicOne(index int) ([]json.RawMessage, error) {
 			return nil, err
 		}
 		ks = []known{str("role", "system"), {name: "content", enc: content}}
+		if m.sourceRole != "" && m.sourceRole != "system" {
+			ks = append(ks, str("sourceRole", m.sourceRole)) // openai's developer
+		}
 	case RoleUser:
 		content, err := anthropicContent(m.Content, m.contentString, refuse, PartText, PartImage, PartToolResult)
 		if err != nil {
