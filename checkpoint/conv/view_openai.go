@@ -160,16 +160,22 @@ func containsType(ts []PartType, t PartType) bool {
 	return false
 }
 
-// fromSystemPrompt reads back a system message that toNative wrote as an extension of kind
-// "system_prompt" ({"role", "content"}).
+// fromSystemPrompt reads a native extension of kind "system_prompt" as the system message it
+// records: toNative writes {"role", "content"}; runtimes write the prompt as "content" (a string
+// or text parts) or "text" (a string), with more members of their own (the tools offered, an
+// agent's name), which the system message carries as members of its own, before the extension's.
 func (m *Message) fromSystemPrompt() (*Message, bool) {
-	if m.Kind != "system_prompt" || len(m.Data) == 0 || m.Data[0] != '{' {
+	if m.Role != RoleExtension || m.Kind != "system_prompt" || len(m.Data) == 0 || m.Data[0] != '{' {
 		return nil, false
 	}
 	d := parseObject(m.Data)
+	name := "content"
 	content := d.raw("content")
-	if content == nil || len(d.members) != 2 {
-		return nil, false
+	if content == nil {
+		name, content = "text", d.raw("text")
+		if !isString(content) {
+			return nil, false
+		}
 	}
 	parts, asString := decodeNativeContent(content)
 	for _, p := range parts {
@@ -177,6 +183,10 @@ func (m *Message) fromSystemPrompt() (*Message, bool) {
 			return nil, false
 		}
 	}
-	return &Message{Role: RoleSystem, Content: parts, contentString: asString, sourceRole: d.str("role"),
-		Timestamp: m.Timestamp, Extra: m.Extra}, true
+	sys := &Message{Role: RoleSystem, Content: parts, contentString: asString, Timestamp: m.Timestamp}
+	if role, ok := d.value("role"); ok && !takeString(d, "role", &sys.sourceRole) {
+		sys.Extra = append(sys.Extra, Field{Name: "role", Value: role}) // not a string: carried as it is
+	}
+	sys.Extra = append(append(sys.Extra, d.extra("role", name)...), m.Extra...)
+	return sys, true
 }
