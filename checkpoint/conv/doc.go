@@ -34,18 +34,25 @@
 //
 // # Dialects
 //
-// Decode validates with internal/codec, strictly, and returns its typed errors. Encode writes native,
-// openai-chat and anthropic from any message (the provider views: a conversation recorded against
-// one provider continues against another); in the other dialects it writes a message decoded from
-// that dialect and left unchanged as it came, and refuses anything else with ErrNoConversion.
-// A message decoded and left unchanged is always written back to its own dialect as it came.
-// Writing openai-chat or anthropic carries what the model knows and the dialect has no field for
-// under its native name (model, usage, timestamp, ...), read back when decoded, and refuses by name
-// what has no place (thinking in openai-chat, extension messages). Writing native from another
-// dialect: a system message becomes an
-// extension of kind "system_prompt" carrying its role and content; a message's nested tool results
-// become toolResult messages of their own; members native does not know are carried as unknown
-// members. What native cannot hold (a part of a kind it has no type for, such as anthropic's
-// redacted_thinking or agentsquad's json block) is refused with a *CarryError naming the message and
-// the field, never dropped: every written conversation is validated as its dialect first.
+// Decode validates with internal/codec, strictly, and returns its typed errors. Encode writes any
+// message in native, openai-chat, anthropic, openai-responses, swift-agent and agentsquad (the
+// provider views: a conversation recorded against one provider continues against another);
+// antigravity is written only from its own steps, unchanged (ErrNoConversion otherwise). A message
+// decoded and left unchanged is always written back to its own dialect as it came.
+//
+// A view carries everything or refuses: what the model knows and the dialect has no field for is
+// carried under its native name (model, usage, timestamp, ...) and read back when decoded; stop
+// reasons are translated (stopreason.go); what has no place (thinking in openai-chat, extension
+// messages, a system prompt in swift-agent, a part of a kind the dialect has no type for) is refused
+// with a *CarryError naming the message and the field, never dropped: every written conversation is
+// validated as its dialect first. Writing native from another dialect: a system message becomes an
+// extension of kind "system_prompt" carrying its role and content; nested tool results become
+// toolResult messages of their own.
+//
+// # Sending a view
+//
+// View (and As, from restored bytes) writes a provider view shaped by ViewOptions, on a copy:
+// anthropic cache_control markers, a reminder, compaction markers as the user message of their
+// summary, and, asked for by name and counted in Omitted, thinking or a runtime's own extension
+// messages left out. Nothing stored changes (docs/format.md §1.3).
 package conv
