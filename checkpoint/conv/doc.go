@@ -55,4 +55,11 @@
 // anthropic cache_control markers, a reminder, compaction markers as the user message of their
 // summary, and, asked for by name and counted in Omitted, thinking or a runtime's own extension
 // messages left out. Nothing stored changes (docs/format.md §1.3).
+//
+// # Trackers
+//
+// Track (or a Tracker fed message by message while an agent runs) rebuilds what an agent keeps
+// count of from the messages alone: turns, tool calls and their errors, tokens and cost per turn and
+// in all, compactions, the last response, and the context the request view holds. Nothing of it is
+// stored: a process that restores a session rebuilds the same trackers (docs/format.md §1.4).
 package conv
