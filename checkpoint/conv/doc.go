@@ -62,4 +62,8 @@
 // count of from the messages alone: turns, tool calls and their errors, tokens and cost per turn and
 // in all, compactions, the last response, and the context the request view holds. Nothing of it is
 // stored: a process that restores a session rebuilds the same trackers (docs/format.md §1.4).
+//
+// History holds a running agent's messages, at most Limit of them (NewHistory: 10,000), with its
+// live trackers, and the messages not yet saved (Pending, for Client.Append): the limit bounds
+// memory, never what is stored.
 package conv
