@@ -82,7 +82,7 @@ type writer func(m *Message, index int) ([]json.RawMessage, error)
 // writers are the dialects the model is written in from any message. antigravity is not one: a
 // trajectory's steps carry ids and indices its runtime assigns, which a conversion would invent.
 var writers = map[string]writer{
-	codec.DialectNative: func(m *Message, _ int) ([]json.RawMessage, error) { return m.toNative(), nil },
+	codec.DialectNative: (*Message).toNative,
 	"openai-chat":       (*Message).toOpenAIChat,
 	"anthropic":         (*Message).toAnthropic,
 	"openai-responses":  (*Message).toResponses,

@@ -249,6 +249,9 @@ func decodeResponses(b json.RawMessage, _ bool) Message {
 			parts = append(parts, Part{Type: PartThinking, Thinking: s.str("text"), Extra: s.extra("type", "text")})
 		}
 		m, names = Message{Role: RoleAssistant, Content: parts}, []string{"type", "summary"}
+		if c, ok := o.value("content"); ok && string(c) == "null" {
+			names = append(names, "content") // no reasoning text: as if absent
+		}
 	default:
 		m = Message{Role: Role(o.str("role")), Content: textContent(o.raw("content"), part)}
 		m.contentString = isString(o.raw("content"))
