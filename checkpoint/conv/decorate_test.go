@@ -118,3 +118,18 @@ func TestView_RequestViewOfARealSession(t *testing.T) {
 		t.Fatalf("refusal names message %d, which holds no thinking", ce.Index)
 	}
 }
+
+// A refusal names the message of the conversation even when messages before it were left out of
+// the view.
+func TestView_RefusalNamesTheConversationsMessage(t *testing.T) {
+	c, err := Decode("native", []byte(`[{"role":"extension","kind":"session_header","data":{}},{"role":"extension","kind":"model_change","data":{}},`+
+		`{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"thinking","thinking":"hmm"}]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = c.View("openai-chat", ViewOptions{OmitExtensions: true})
+	var ce *CarryError
+	if !errors.As(err, &ce) || ce.Index != 3 {
+		t.Fatalf("got %v, want a CarryError naming message 3", err)
+	}
+}

@@ -231,3 +231,18 @@ func TestUnchangedMeansTypedFieldsUnchanged(t *testing.T) {
 		t.Fatalf("change not written: %s", got)
 	}
 }
+
+// A member that came from another dialect under a name native writes from the model (a reasoning
+// item's own "content" beside the thinking decoded from its summary) is refused by name, not
+// written twice.
+func TestNativeRefusesAClashingMember(t *testing.T) {
+	c, err := Decode("openai-responses", []byte(`[{"type":"reasoning","summary":[{"type":"summary_text","text":"s"}],"content":[{"type":"reasoning_text","text":"r"}]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Encode("native")
+	var ce *CarryError
+	if !errors.As(err, &ce) || ce.Index != 0 || !strings.Contains(ce.What, "member content") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -62,3 +62,19 @@ func TestTrack_Semantics(t *testing.T) {
 		t.Fatalf("anthropic: %+v %+v", at.Tools["read"], at)
 	}
 }
+
+// After a compaction and before any response, the request view's context is the estimate of the
+// marker and what follows it: nothing of the responses before it.
+func TestTrack_ContextAfterCompaction(t *testing.T) {
+	c, err := Decode("native", []byte(`[{"role":"user","content":"hi"},`+
+		`{"role":"assistant","content":[{"type":"text","text":"hello"}],"usage":{"input":5000,"output":10,"totalTokens":5010}},`+
+		`{"role":"extension","kind":"compaction","data":{"summary":"greeted"}},{"role":"user","content":"12345678"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Track(c, 0).Context
+	// The marker's data {"summary":"greeted"} is 21 bytes: 6 tokens; "12345678": 2.
+	if want := (Context{Start: 2, Tokens: 8, Estimated: 8}); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}

@@ -261,3 +261,27 @@ func TestViewAnthropicRefuses(t *testing.T) {
 		}
 	}
 }
+
+// A member a view reads back only when it holds native's kind: a string timestamp from openai-chat
+// stays as it came (and native, whose timestamp is a number, refuses it by name) rather than
+// vanishing; an unknown member of a name the view writes is refused, not written twice.
+func TestViewCarriedMembersNeverVanish(t *testing.T) {
+	c, err := Decode("openai-chat", []byte(`[{"role":"user","content":"x","timestamp":"2024-01-01T00:00:00Z"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Messages[0].Extra) != 1 || c.Messages[0].Extra[0].Name != "timestamp" {
+		t.Fatalf("extra %+v", c.Messages[0].Extra)
+	}
+	var ce *CarryError
+	if _, err := c.Encode("native"); !errors.As(err, &ce) || !strings.Contains(err.Error(), "timestamp") {
+		t.Fatalf("to native: %v", err)
+	}
+	n, err := Decode("native", []byte(`[{"role":"assistant","content":[{"type":"toolCall","id":"a","name":"f","arguments":{}}],"tool_calls":"mine"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Encode("openai-chat"); !errors.As(err, &ce) || !strings.Contains(ce.What, "member tool_calls") {
+		t.Fatalf("to openai-chat: %v", err)
+	}
+}
