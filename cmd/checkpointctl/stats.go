@@ -78,12 +78,12 @@ func writeStatsTable(w io.Writer, r statsReport) error {
 	fmt.Fprintf(tw, "session:\t%s version %d (%s)\n", printable(r.Key.String()), r.Version, r.Dialect)
 	fmt.Fprintf(tw, "messages:\t%d in %d turn(s)\n", t.Messages, len(t.TurnStarts))
 	fmt.Fprintf(tw, "tokens:\t%s\n", tokens(t.Usage))
-	fmt.Fprintf(tw, "cost:\t%s\n", strconv.FormatFloat(t.Cost, 'f', -1, 64))
+	fmt.Fprintf(tw, "cost:\t%s\n", money(t.Cost))
 	fmt.Fprintf(tw, "compactions:\t%s\n", indices(t.Compactions))
 	fmt.Fprintf(tw, "context:\t%d tokens from message %d (%d reported, %d estimated)%s\n", t.Context.Tokens, t.Context.Start,
 		t.Context.Reported, t.Context.Estimated, room(t.Context))
 	if r := t.LastResponse; r != nil {
-		fmt.Fprintf(tw, "last response:\tmessage %d, %s, stop %s: %s\n", r.Index, orDash(r.Model), orDash(r.StopReason), oneLine(r.Text))
+		fmt.Fprintf(tw, "last response:\tmessage %d (model %s, stop reason %s): %s\n", r.Index, orDash(r.Model), orDash(r.StopReason), oneLine(r.Text))
 	}
 	for _, u := range t.Unread {
 		fmt.Fprintf(tw, "unread:\t%s\n", u)
@@ -107,12 +107,14 @@ func writeStatsTable(w io.Writer, r statsReport) error {
 		fmt.Fprintln(tw, "\nTURN\tSTART\tINPUT\tOUTPUT\tCACHE READ\tCACHE WRITE\tTOTAL\tCOST\tCUMULATIVE TOTAL\tCUMULATIVE COST")
 		for i, u := range t.Turns {
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", i+1, u.Start, u.Usage.Input, u.Usage.Output, u.Usage.CacheRead,
-				u.Usage.CacheWrite, u.Usage.Total, strconv.FormatFloat(u.Cost, 'f', -1, 64), u.Cumulative.Total,
-				strconv.FormatFloat(u.CumulativeCost, 'f', -1, 64))
+				u.Usage.CacheWrite, u.Usage.Total, money(u.Cost), u.Cumulative.Total, money(u.CumulativeCost))
 		}
 	}
 	return tw.Flush()
 }
+
+// money is a cost for people: 6 decimals, no float noise (-o json has the sums as they are).
+func money(c float64) string { return strconv.FormatFloat(c, 'f', 6, 64) }
 
 func tokens(u conv.Tokens) string {
 	return fmt.Sprintf("%d input, %d output, %d cache read, %d cache write, %d total", u.Input, u.Output, u.CacheRead, u.CacheWrite, u.Total)
