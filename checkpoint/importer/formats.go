@@ -195,17 +195,30 @@ func joinArray(elems []json.RawMessage) []byte {
 
 // --- codex: a JSON Lines rollout; response_item payloads are Responses API items ---
 
+// importCodex maps response items through openai-responses. The model a turn ran with (its
+// turn_context) is set on its assistant messages, and a token_count event's last_token_usage on
+// the last assistant message before it (input without the cached tokens, which are cacheRead, as
+// native counts them); the events themselves are kept too.
 func importCodex(data []byte) ([]message, int, error) {
 	recs, at, err := lines(data)
 	if err != nil {
 		return nil, 0, err
 	}
 	var out []message
+	model, lastAssistant := "", -1
 	for i, rec := range recs {
 		typ := field(rec, "type")
 		payload := member(rec, "payload")
 		if typ == "response_item" && payload != nil {
 			if natives, err := viaDialect("openai-responses", payload); err == nil {
+				for k, n := range natives {
+					if field(n, "role") == "assistant" {
+						if model != "" && field(n, "model") == "" {
+							natives[k] = withMemberAdded(n, "model", quote(model))
+						}
+						lastAssistant = len(out) + k
+					}
+				}
 				out = append(out, typed(natives, []string{at[i]}, []json.RawMessage{rec})...)
 				continue
 			}
@@ -214,10 +227,48 @@ func importCodex(data []byte) ([]message, int, error) {
 		switch {
 		case typ == "session_meta":
 			kind = "session_header"
+		case typ == "turn_context":
+			model = field(rec, "payload", "model")
 		case typ == "event_msg" || typ == "response_item": // kept by what the payload is
 			kind = kindOf(field(rec, "payload", "type"))
+		}
+		if kind == "token_count" && lastAssistant >= 0 {
+			if u := codexUsage(rec); u != nil && member(out[lastAssistant].native, "usage") == nil {
+				out[lastAssistant].native = withMemberAdded(out[lastAssistant].native, "usage", u)
+			}
+			lastAssistant = -1
 		}
 		out = append(out, extension(kind, at[i], rec))
 	}
 	return out, len(recs), nil
+}
+
+// codexUsage is a token_count event's last_token_usage as native usage (nil when it has none).
+func codexUsage(rec json.RawMessage) json.RawMessage {
+	var e struct {
+		Payload struct {
+			Info *struct {
+				Last *struct {
+					Input  int64 `json:"input_tokens"`
+					Cached int64 `json:"cached_input_tokens"`
+					Output int64 `json:"output_tokens"`
+					Total  int64 `json:"total_tokens"`
+				} `json:"last_token_usage"`
+			} `json:"info"`
+		} `json:"payload"`
+	}
+	if json.Unmarshal(rec, &e) != nil || e.Payload.Info == nil || e.Payload.Info.Last == nil {
+		return nil
+	}
+	u := e.Payload.Info.Last
+	if u.Cached > u.Input || u.Input < 0 || u.Output < 0 || u.Total < 0 {
+		return nil // not counts native can hold: the event keeps them
+	}
+	b, _ := json.Marshal(map[string]int64{"input": u.Input - u.Cached, "output": u.Output, "cacheRead": u.Cached, "totalTokens": u.Total})
+	return b
+}
+
+func quote(s string) []byte {
+	b, _ := json.Marshal(s)
+	return b
 }

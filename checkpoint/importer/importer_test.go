@@ -144,3 +144,26 @@ func TestImport_Refuses(t *testing.T) {
 		t.Fatalf("export of a conversation not imported: %v", err)
 	}
 }
+
+// Codex keeps usage in token_count events and the model in turn_context: the assistant messages
+// get them (the last one before each event its last_token_usage), so the trackers of an imported
+// rollout count its tokens. The rollout's events total 6,064,954 tokens; 124,815 of them are of
+// responses kept as extensions (custom and hosted tool calls), which the events keep.
+func TestImport_CodexUsageAndModel(t *testing.T) {
+	data, err := os.ReadFile("../../testdata/import/codex_rollout_codemie.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Import("codex", data, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := conv.Decode("native", r.Conversation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := conv.Track(c, 0)
+	if tr.Usage.Total != 6064954-124815 || tr.LastResponse == nil || tr.LastResponse.Model != "gpt-5.5" {
+		t.Fatalf("usage %+v, last response %+v", tr.Usage, tr.LastResponse)
+	}
+}
