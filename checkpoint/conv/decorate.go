@@ -21,6 +21,12 @@ type ViewOptions struct {
 	// system_prompt extension is written as the system prompt, not left out; writing native
 	// leaves nothing out. Each one left out is counted in Omitted by its kind.
 	OmitExtensions bool
+	// OmitMembers (anthropic, openai-chat, openai-responses) leaves out the members of each
+	// message its provider's API has no field for: those a view carries under native names
+	// (timestamp, usage, model, ...) and those of other runtimes, so that the messages are what
+	// the API takes. Parts keep theirs (cache_control, a thinking signature). Each one left out
+	// is counted in Omitted as "member NAME".
+	OmitMembers bool
 	// CompactionAsUser writes each compaction marker as a user message holding its summary, as
 	// runtimes send it to the model (pi's wording). A marker without a string summary is left as
 	// it is.
@@ -51,6 +57,9 @@ func (c *Conversation) View(dialect string, opts ViewOptions) ([]byte, Omitted, 
 	if opts.CacheControl < 0 || (opts.CacheControl > 0 && dialect != "anthropic") {
 		return nil, nil, fmt.Errorf("%w: CacheControl %d: only anthropic views, of 0 or more messages", ErrViewOption, opts.CacheControl)
 	}
+	if _, ok := apiMembers[dialect]; opts.OmitMembers && !ok {
+		return nil, nil, fmt.Errorf("%w: OmitMembers: only the views of a provider's API (anthropic, openai-chat, openai-responses), not %s", ErrViewOption, dialect)
+	}
 	view := &Conversation{Dialect: c.Dialect, Messages: make([]Message, 0, len(c.Messages))}
 	omitted := Omitted{}
 	var from []int // the message of c each message of the view is
@@ -78,7 +87,67 @@ func (c *Conversation) View(dialect string, opts ViewOptions) ([]byte, Omitted, 
 	if err != nil {
 		return nil, nil, err
 	}
+	if opts.OmitMembers {
+		out = onlyAPIMembers(out, apiMembers[dialect], omitted)
+	}
 	return out, omitted, nil
+}
+
+// apiMembers are the members of a message (or item) each provider's API takes.
+var apiMembers = map[string][]string{
+	"anthropic":        {"role", "content"},
+	"openai-chat":      {"role", "content", "name", "tool_calls", "tool_call_id", "refusal"},
+	"openai-responses": {"type", "role", "content", "id", "status", "call_id", "name", "arguments", "output", "summary", "encrypted_content"},
+}
+
+// withoutCarriedPartMembers is content without the member a view carries on a part itself: the
+// toolName of an anthropic tool_result block.
+func withoutCarriedPartMembers(content []byte, omitted Omitted) []byte {
+	var parts []json.RawMessage
+	for _, p := range elements(content) {
+		o := parseObject(p)
+		if len(p) == 0 || p[0] != '{' || o.str("type") != "tool_result" {
+			parts = append(parts, p)
+			continue
+		}
+		b := []byte{'{'}
+		for _, m := range o.members {
+			if m.key == "toolName" {
+				omitted["member toolName"]++
+				continue
+			}
+			if len(b) > 1 {
+				b = append(b, ',')
+			}
+			b = append(append(append(b, m.rawK...), ':'), m.raw...)
+		}
+		parts = append(parts, append(b, '}'))
+	}
+	return joinArray(parts)
+}
+
+// onlyAPIMembers is the messages of view with only the members keep names, counting the others.
+func onlyAPIMembers(view []byte, keep []string, omitted Omitted) []byte {
+	var out []json.RawMessage
+	for _, b := range elements(view) {
+		msg := []byte{'{'}
+		for _, m := range parseObject(b).members {
+			if !contains(keep, m.key) {
+				omitted["member "+m.key]++
+				continue
+			}
+			if len(msg) > 1 {
+				msg = append(msg, ',')
+			}
+			v := m.raw
+			if m.key == "content" && len(v) > 0 && v[0] == '[' {
+				v = withoutCarriedPartMembers(v, omitted)
+			}
+			msg = append(append(append(msg, m.rawK...), ':'), v...)
+		}
+		out = append(out, append(msg, '}'))
+	}
+	return joinArray(out)
 }
 
 // As turns restored bytes of dialect from into a provider view in dialect to (Decode, then View).

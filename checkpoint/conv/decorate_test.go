@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -131,5 +132,42 @@ func TestView_RefusalNamesTheConversationsMessage(t *testing.T) {
 	var ce *CarryError
 	if !errors.As(err, &ce) || ce.Index != 3 {
 		t.Fatalf("got %v, want a CarryError naming message 3", err)
+	}
+}
+
+// OmitMembers leaves each message with only what the provider's API takes, counting the rest by
+// name; the parts keep their own members (a cache marker, a thinking signature).
+func TestView_OmitMembers(t *testing.T) {
+	in, err := os.ReadFile("testdata/native.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Decode("native", in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, omitted, err := c.View("anthropic", ViewOptions{OmitMembers: true, CacheControl: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []map[string]json.RawMessage
+	if err := json.Unmarshal(view, &msgs); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range msgs {
+		for k := range m {
+			if k != "role" && k != "content" {
+				t.Fatalf("message %d keeps %q", i, k)
+			}
+		}
+	}
+	// native.json: 4 timestamps, 2 models, 2 stop reasons, a usage, a provider, and the toolName
+	// carried on the tool_result block.
+	want := Omitted{"member timestamp": 4, "member model": 2, "member stop_reason": 2, "member usage": 1, "member provider": 1, "member toolName": 1}
+	if !reflect.DeepEqual(omitted, want) || !bytes.Contains(view, []byte(`"cache_control"`)) || bytes.Contains(view, []byte(`"toolName"`)) {
+		t.Fatalf("omitted %v\n%s", omitted, view)
+	}
+	if _, _, err := c.View("native", ViewOptions{OmitMembers: true}); !errors.Is(err, ErrViewOption) {
+		t.Fatalf("native: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -22,7 +23,8 @@ type asFlags struct {
 
 func (f *asFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dialect, "as", "", "write the conversation as this dialect (a provider view): "+strings.Join(checkpoint.Dialects(), ", "))
-	fs.StringVar(&f.omit, "omit", "", "with --as: leave out of the view, counted on stderr: thinking, extensions (a runtime's own records), or both (comma-separated)")
+	fs.StringVar(&f.omit, "omit", "", "with --as: leave out of the view, counted on stderr (comma-separated): thinking, extensions (a runtime's own records),\n"+
+		"members (of each message, those the provider's API has no field for: anthropic, openai-chat, openai-responses)")
 	fs.BoolVar(&f.compactionAsUser, "compaction-as-user", false, "with --as: write each compaction marker as a user message holding its summary")
 	fs.IntVar(&f.cacheControl, "cache-control", 0, "with --as anthropic: mark the last block of the system prompt and of the last N messages with cache_control")
 	fs.StringVar(&f.reminder, "reminder", "", "with --as: add this text at the end of the view (to the last user message, or as a new one)")
@@ -41,11 +43,12 @@ func (f *asFlags) check(merged bool) error {
 	case f.cacheControl < 0 || (f.cacheControl > 0 && f.dialect != "anthropic"):
 		return usageErr(fmt.Errorf("--cache-control %d: only with --as anthropic, and not negative", f.cacheControl))
 	}
-	if err := checkDialectName(f.dialect); err != nil {
+	if o, err := f.options(); err != nil {
 		return err
+	} else if o.OmitMembers && !slices.Contains([]string{"anthropic", "openai-chat", "openai-responses"}, f.dialect) {
+		return usageErr(fmt.Errorf("--omit members: only with --as anthropic, openai-chat or openai-responses (a provider's API)"))
 	}
-	_, err := f.options()
-	return err
+	return checkDialectName(f.dialect)
 }
 
 func checkDialectName(name string) error {
@@ -66,8 +69,10 @@ func (f *asFlags) options() (conv.ViewOptions, error) {
 			o.OmitThinking = true
 		case "extensions":
 			o.OmitExtensions = true
+		case "members":
+			o.OmitMembers = true
 		default:
-			return o, usageErr(fmt.Errorf("--omit %q: want thinking, extensions or both", w))
+			return o, usageErr(fmt.Errorf("--omit %q: want thinking, extensions or members", w))
 		}
 	}
 	return o, nil

@@ -55,6 +55,18 @@ func TestCheckpointctl_RestoreAs(t *testing.T) {
 	require.True(t, strings.HasPrefix(first, conv.CompactionPreamble), first)
 	require.Equal(t, 2, strings.Count(out, `"cache_control"`))
 	require.Contains(t, out, "Keep going.")
+	// With --omit members, every message is what the API takes: role and content.
+	out, stderr, code = ctl(t, "", srv, "restore", "pi", "--view", "request", "--as", "anthropic",
+		"--compaction-as-user", "--omit", "extensions,members")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stderr, "member timestamp")
+	msgs = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &msgs))
+	for i, m := range msgs {
+		for k := range m {
+			require.Contains(t, []string{"role", "content"}, k, "message %d", i)
+		}
+	}
 
 	// Nothing stored changed.
 	out, _, code = ctl(t, "", srv, "restore", "pi")
@@ -71,6 +83,7 @@ func TestCheckpointctl_RestoreAs(t *testing.T) {
 		{"restore", "pi", "--as", "claude"},
 		{"restore", "pi", "--as", "native", "--omit", "images"},
 		{"restore", "pi", "--as", "native", "--merged"},
+		{"restore", "pi", "--as", "native", "--omit", "members"},
 	} {
 		_, stderr, code := ctl(t, "", append([]string{srv}, args...)...)
 		require.Equal(t, 2, code, "%v: %s", args, stderr)

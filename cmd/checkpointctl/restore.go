@@ -17,7 +17,7 @@ func runRestore(ctx context.Context, a *App, args []string) error {
 			"or the conversion is refused (exit 5) naming the message and what it cannot carry. The options\n"+
 			"after --as shape the view for sending (on the view only: nothing stored changes); what --omit\n"+
 			"leaves out is counted on stderr. Example:\n"+
-			"  checkpointctl restore demo --view request --as anthropic --compaction-as-user --omit extensions --cache-control 2")
+			"  checkpointctl restore demo --view request --as anthropic --compaction-as-user --omit extensions,members --cache-control 2")
 	var k keyFlags
 	var version versionFlag
 	k.register(fs)
