@@ -1,6 +1,6 @@
 // Package conv is a typed, neutral model of a conversation, for Go agents that would rather build
 // and read messages than bytes. Every dialect checkpointd stores (docs/format.md §1.1) maps into it,
-// and it writes native conversations; what it does not model is kept verbatim and in order.
+// and, but antigravity, out of it; what it does not model is kept verbatim and in order.
 //
 // # The model
 //
@@ -53,8 +53,9 @@
 //
 // View (and As, from restored bytes) writes a provider view shaped by ViewOptions, on a copy:
 // anthropic cache_control markers, a reminder, compaction markers as the user message of their
-// summary, and, asked for by name and counted in Omitted, thinking or a runtime's own extension
-// messages left out. Nothing stored changes (docs/format.md §1.3).
+// summary, and, asked for by name and counted in Omitted, thinking, a runtime's own extension
+// messages or the members a provider's API has no field for left out. Nothing stored changes
+// (docs/format.md §1.3).
 //
 // # Trackers
 //
