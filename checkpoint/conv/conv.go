@@ -75,19 +75,62 @@ func (c *Conversation) Encode(dialect string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// writer writes one message of the model as zero or more messages of a dialect; index is the
+// message's place in the Conversation, for the errors.
+type writer func(m *Message, index int) ([]json.RawMessage, error)
+
+// writers are the dialects the model is written in from any message. antigravity is not one: a
+// trajectory's steps carry ids and indices its runtime assigns, which a conversion would invent.
+var writers = map[string]writer{
+	codec.DialectNative: (*Message).toNative,
+	"openai-chat":       (*Message).toOpenAIChat,
+	"anthropic":         (*Message).toAnthropic,
+	"openai-responses":  (*Message).toResponses,
+	"swift-agent":       (*Message).toSwift,
+	"agentsquad":        (*Message).toAgentSquad,
+}
+
 // encodeIn returns m as zero or more messages of dialect.
 func (m *Message) encodeIn(dialect string, index int) ([]json.RawMessage, error) {
 	if m.source.dialect == dialect && bytes.Equal(m.encodeNativeMessage(), m.source.native) {
 		return []json.RawMessage{m.source.raw}, nil // unchanged since decoded: as it came
 	}
-	switch dialect {
-	case codec.DialectNative:
-		return m.toNative(), nil
-	case "openai-chat":
-		return m.toOpenAIChat(index)
-	case "anthropic":
-		return m.toAnthropic(index)
+	if w, ok := writers[dialect]; ok {
+		return w(m, index)
 	}
-	return nil, &CarryError{Dialect: dialect, Index: index, What: "message with role " + string(m.Role),
-		Err: ErrNoConversion}
+	return nil, &CarryError{Dialect: dialect, Index: index, What: "message with role " + string(m.Role) +
+		" (" + dialect + " is written only from its own messages, unchanged)", Err: ErrNoConversion}
+}
+
+// refuser returns the error that refuses what message index cannot carry in dialect.
+func refuser(dialect string, index int) func(what string) error {
+	return func(what string) error {
+		return &CarryError{Dialect: dialect, Index: index, What: what, Err: ErrNoConversion}
+	}
+}
+
+// writeSplit writes m with one, after moving its nested tool results into tool result messages
+// of their own, written after the rest of m, unless the dialect nests them (nests) and m is a
+// user message, the only role that holds them there.
+func (m *Message) writeSplit(index int, nests bool, one func(*Message, int) ([]json.RawMessage, error)) ([]json.RawMessage, error) {
+	if nests && m.Role == RoleUser {
+		return one(m, index)
+	}
+	head, results := m.splitResults()
+	var out []json.RawMessage
+	if head != nil {
+		b, err := one(head, index)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b...)
+	}
+	for i := range results {
+		b, err := one(&results[i], index)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b...)
+	}
+	return out, nil
 }

@@ -88,13 +88,7 @@ func decodeOpenAIChat(b json.RawMessage, _ bool) Message {
 		if o.str("type") == "image_url" {
 			img := parseObject(o.raw("image_url"))
 			p := Part{Type: PartImage, URL: img.str("url"), Extra: append(o.extra("type", "image_url"), img.extra("url")...)}
-			// A data: URL is an inline image: its data and MIME type, as toOpenAIChat writes them.
-			if rest, ok := strings.CutPrefix(p.URL, "data:"); ok {
-				if mime, data, ok := strings.Cut(rest, ";base64,"); ok && mime != "" {
-					p.URL, p.Data, p.MIMEType = "", data, mime
-				}
-			}
-			return p
+			return dataURL(p)
 		}
 		return unknownPart(o.str("type"), o)
 	}
@@ -109,15 +103,6 @@ func decodeOpenAIChat(b json.RawMessage, _ bool) Message {
 	m.Content = textContent(o.raw("content"), part)
 	m.contentString = isString(o.raw("content"))
 	names := []string{"role", "content", "tool_call_id"}
-	// What the model knows and openai-chat has no field for, carried under its native name by
-	// toOpenAIChat; read back here.
-	m.Model, m.Provider, m.API = o.str("model"), o.str("provider"), o.str("api")
-	m.StopReason, m.ErrorMessage, m.Timestamp = o.str("stopReason"), o.str("errorMessage"), o.num("timestamp")
-	m.ToolName, m.IsError = o.str("toolName"), o.boolean("isError")
-	if u := o.raw("usage"); u != nil && u[0] == '{' {
-		m.Usage = decodeUsage(u)
-	}
-	names = append(names, carriedOpenAIChat...)
 	if m.Role == RoleAssistant {
 		if m.Content == nil {
 			m.Content = []Part{}
@@ -132,43 +117,80 @@ func decodeOpenAIChat(b json.RawMessage, _ bool) Message {
 			}
 		}
 		names = append(names, "tool_calls")
+		if takeString(o, "finish_reason", &m.StopReason) {
+			m.StopReason = openAIChatStops.in(m.StopReason)
+			names = append(names, "finish_reason")
+		}
 	}
+	// What the model knows and openai-chat has no field for, carried by toOpenAIChat.
+	names = append(names, readCarried(o, &m, without(carriedFor(m.Role), "stopReason")...)...)
 	m.Extra = o.extra(names...)
 	return m
+}
+
+// dataURL reads an image named by a data: URL as inline data and its MIME type.
+func dataURL(p Part) Part {
+	if rest, ok := strings.CutPrefix(p.URL, "data:"); ok {
+		if mime, data, ok := strings.Cut(rest, ";base64,"); ok && mime != "" {
+			p.URL, p.Data, p.MIMEType = "", data, mime
+		}
+	}
+	return p
+}
+
+// takeString reads member name of o into dst when it is a string, and says whether it was.
+func takeString(o object, name string, dst *string) bool {
+	v, ok := o.value(name)
+	if !ok || !isString(v) {
+		return false
+	}
+	_ = json.Unmarshal(v, dst)
+	return true
+}
+
+func without(names []string, drop ...string) []string {
+	var out []string
+	for _, n := range names {
+		if !contains(drop, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // --- anthropic ---
 
 func decodeAnthropic(b json.RawMessage, _ bool) Message {
 	o := parseObject(b)
-	m := Message{Role: Role(o.str("role")), Model: o.str("model"), StopReason: o.str("stop_reason")}
+	m := Message{Role: Role(o.str("role"))}
 	m.Content = textContent(o.raw("content"), anthropicBlock)
 	m.contentString = isString(o.raw("content"))
-	if u := o.raw("usage"); u != nil && u[0] == '{' {
-		uo := parseObject(u)
-		m.Usage = &Usage{Input: uo.num("input_tokens"), Output: uo.num("output_tokens"),
-			CacheRead: uo.num("cache_read_input_tokens"), CacheWrite: uo.num("cache_creation_input_tokens"),
-			Total: uo.num("totalTokens"), // carried by toAnthropic: anthropic has no total
-			Extra: uo.extra("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "totalTokens")}
+	names := []string{"role", "content"}
+	if m.Role == RoleSystem && takeString(o, "sourceRole", &m.sourceRole) {
+		names = append(names, "sourceRole") // openai's developer, carried by toAnthropic
+	}
+	if m.Role == RoleAssistant {
+		if takeString(o, "model", &m.Model) {
+			names = append(names, "model")
+		}
+		if takeString(o, "stop_reason", &m.StopReason) {
+			m.StopReason = anthropicStops.in(m.StopReason)
+			names = append(names, "stop_reason")
+		}
+		if u := o.raw("usage"); u != nil && u[0] == '{' {
+			uo := parseObject(u)
+			m.Usage = &Usage{Input: uo.num("input_tokens"), Output: uo.num("output_tokens"),
+				CacheRead: uo.num("cache_read_input_tokens"), CacheWrite: uo.num("cache_creation_input_tokens"),
+				Total: uo.num("totalTokens"), // carried by toAnthropic: anthropic has no total
+				Extra: uo.extra("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "totalTokens")}
+			names = append(names, "usage")
+		}
 	}
 	// What toAnthropic carries under native names.
-	m.Provider, m.API, m.ErrorMessage, m.Timestamp = o.str("provider"), o.str("api"), o.str("errorMessage"), o.num("timestamp")
-	names := append([]string{"role", "content", "model", "stop_reason", "usage"}, carriedAnthropic...)
+	names = append(names, readCarried(o, &m, without(carriedFor(m.Role), "model", "stopReason", "usage")...)...)
 	m.Extra = o.extra(names...)
-	if m.Role == RoleUser && onlyOneResult(m.Content) {
-		// A user message holding one tool result is a tool result (as toAnthropic writes one).
-		r := m.Content[0]
-		tr := Message{Role: RoleToolResult, ToolCallID: r.ID, IsError: r.IsError, Content: r.Result, Timestamp: m.Timestamp, Extra: m.Extra}
-		for _, f := range r.Extra {
-			if f.Name == "toolName" && isString(f.Value) {
-				_ = json.Unmarshal(f.Value, &tr.ToolName)
-			} else {
-				tr.Extra = append(tr.Extra, f)
-			}
-		}
-		return tr
-	}
-	return m
+	// A user message holding one tool result is a tool result (as toAnthropic writes one).
+	return unnestResult(m)
 }
 
 func anthropicBlock(o object) Part {
@@ -206,29 +228,44 @@ func decodeResponses(b json.RawMessage, _ bool) Message {
 			return p
 		}
 		if o.str("type") == "input_image" && o.str("image_url") != "" {
-			return Part{Type: PartImage, URL: o.str("image_url"), Extra: o.extra("type", "image_url")}
+			return dataURL(Part{Type: PartImage, URL: o.str("image_url"), Extra: o.extra("type", "image_url")})
 		}
 		return unknownPart(o.str("type"), o)
 	}
+	var m Message
+	var names []string
 	switch o.str("type") {
 	case "function_call":
 		p := ToolCall(o.str("call_id"), o.str("name"), arguments(o.raw("arguments")))
-		return Message{Role: RoleAssistant, Content: []Part{p}, Extra: o.extra("call_id", "name", "arguments")}
+		m, names = Message{Role: RoleAssistant, Content: []Part{p}}, []string{"type", "call_id", "name", "arguments"}
 	case "function_call_output":
-		return Message{Role: RoleToolResult, ToolCallID: o.str("call_id"), Content: textContent(o.raw("output"), part),
-			Extra: o.extra("call_id", "output")}
+		m = Message{Role: RoleToolResult, ToolCallID: o.str("call_id"), Content: textContent(o.raw("output"), part)}
+		m.contentString = isString(o.raw("output"))
+		names = []string{"type", "call_id", "output"}
 	case "reasoning":
-		var parts []Part
+		parts := []Part{}
 		for _, e := range elements(o.raw("summary")) {
 			s := parseObject(e)
 			parts = append(parts, Part{Type: PartThinking, Thinking: s.str("text"), Extra: s.extra("type", "text")})
 		}
-		return Message{Role: RoleAssistant, Content: parts, Extra: o.extra("summary")}
+		m, names = Message{Role: RoleAssistant, Content: parts}, []string{"type", "summary"}
+		if c, ok := o.value("content"); ok && string(c) == "null" {
+			names = append(names, "content") // no reasoning text: as if absent
+		}
+	default:
+		m = Message{Role: Role(o.str("role")), Content: textContent(o.raw("content"), part)}
+		m.contentString = isString(o.raw("content"))
+		names = []string{"role", "content"}
+		if o.str("type") == "message" {
+			names = append(names, "type") // the default: a message item may say it or not
+		}
+		if r := o.str("role"); r == "developer" || r == "system" {
+			m.Role, m.sourceRole = RoleSystem, r
+		}
 	}
-	m := Message{Role: Role(o.str("role")), Content: textContent(o.raw("content"), part), Extra: o.extra("role", "content")}
-	if r := o.str("role"); r == "developer" || r == "system" {
-		m.Role, m.sourceRole = RoleSystem, r
-	}
+	// What toResponses carries under native names.
+	names = append(names, readCarried(o, &m, carriedFor(m.Role)...)...)
+	m.Extra = o.extra(names...)
 	return m
 }
 
@@ -236,8 +273,28 @@ func decodeResponses(b json.RawMessage, _ bool) Message {
 
 func decodeSwift(b json.RawMessage, _ bool) Message {
 	o := parseObject(b)
-	m := Message{Role: Role(o.str("role")), Content: textContent(o.raw("content"), swiftItem), Extra: o.extra("role", "content")}
-	return m
+	m := Message{Role: Role(o.str("role")), Content: textContent(o.raw("content"), swiftItem)}
+	names := []string{"role", "content"}
+	if m.Role == RoleAssistant {
+		if takeString(o, "model", &m.Model) {
+			names = append(names, "model")
+		}
+		if u := o.raw("usage"); u != nil && u[0] == '{' {
+			m.Usage, names = decodeSwiftUsage(u), append(names, "usage")
+		}
+	}
+	names = append(names, readCarried(o, &m, without(carriedFor(m.Role), "model", "usage")...)...)
+	m.Extra = o.extra(names...)
+	return unnestResult(m)
+}
+
+// decodeSwiftUsage reads swift-agent's usage: inputTokens and outputTokens (and the counts a view
+// carries under native names).
+func decodeSwiftUsage(u json.RawMessage) *Usage {
+	uo := parseObject(u)
+	return &Usage{Input: uo.num("inputTokens"), Output: uo.num("outputTokens"), CacheRead: uo.num("cacheRead"),
+		CacheWrite: uo.num("cacheWrite"), Total: uo.num("totalTokens"),
+		Extra: uo.extra("inputTokens", "outputTokens", "cacheRead", "cacheWrite", "totalTokens")}
 }
 
 func swiftItem(o object) Part {
@@ -262,15 +319,17 @@ func swiftItem(o object) Part {
 
 func decodeAgentSquad(b json.RawMessage, _ bool) Message {
 	o := parseObject(b)
-	return Message{Role: Role(o.str("role")), Content: textContent(o.raw("content"), agentSquadBlock),
-		Timestamp: o.num("timestamp"), Extra: o.extra("role", "content", "timestamp")}
+	m := Message{Role: Role(o.str("role")), Content: textContent(o.raw("content"), agentSquadBlock)}
+	names := append([]string{"role", "content"}, readCarried(o, &m, carriedFor(m.Role)...)...)
+	m.Extra = o.extra(names...)
+	return unnestResult(m)
 }
 
 func agentSquadBlock(o object) Part {
-	if v, ok := o.value("text"); ok && len(o.members) == 1 {
+	if v, ok := o.value("text"); ok && isString(v) {
 		var s string
 		_ = json.Unmarshal(v, &s)
-		return Text(s)
+		return Part{Type: PartText, Text: s, Extra: o.extra("text")}
 	}
 	if v := o.raw("toolUse"); v != nil && len(o.members) == 1 {
 		u := parseObject(v)
@@ -279,14 +338,32 @@ func agentSquadBlock(o object) Part {
 	}
 	if v := o.raw("toolResult"); v != nil && len(o.members) == 1 {
 		r := parseObject(v)
-		return Part{Type: PartToolResult, ID: r.str("toolUseId"), IsError: r.str("status") == "error",
+		p := Part{Type: PartToolResult, ID: r.str("toolUseId"), IsError: r.str("status") == "error",
 			Result: textContent(r.raw("content"), agentSquadBlock), Extra: r.extra("toolUseId", "content")}
+		if s := r.str("status"); s == "error" || s == "success" {
+			p.Extra = r.extra("toolUseId", "content", "status") // status is IsError
+		}
+		return p
+	}
+	if v := o.raw("image"); v != nil && len(o.members) == 1 {
+		img := parseObject(v)
+		src := parseObject(orObject(img.raw("source")))
+		if f, data := img.str("format"), src.str("bytes"); f != "" && data != "" && len(src.members) == 1 {
+			return Part{Type: PartImage, Data: data, MIMEType: "image/" + f, Extra: img.extra("format", "source")}
+		}
 	}
 	// Blocks without a type (json, image, document): the part's type is the block's one key.
 	if len(o.members) == 1 {
 		return Part{Type: PartType(o.members[0].key), Extra: []Field{{Name: "value", Value: o.members[0].raw}}}
 	}
 	return Part{Type: "block", Extra: o.extra()}
+}
+
+func orObject(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || raw[0] != '{' {
+		return json.RawMessage("{}")
+	}
+	return raw
 }
 
 // --- antigravity ---
@@ -307,6 +384,11 @@ func decodeAntigravity(b json.RawMessage, _ bool) Message {
 			Extra: c.extra("id", "name", "args")})
 	}
 	names := []string{"thinking", "content", "tool_calls", "usage_metadata"}
+	// A step's tool results, when each is {id, output: a string, ...}: results nested in the step.
+	if results, ok := antigravityResults(o.raw("tool_results")); ok {
+		parts = append(parts, results...)
+		names = append(names, "tool_results")
+	}
 	switch o.str("type") {
 	case "SystemMessage":
 		m.Role = RoleSystem
@@ -331,7 +413,11 @@ func decodeAntigravity(b json.RawMessage, _ bool) Message {
 		parts = []Part{}
 	}
 	m.Content = parts
-	if u := o.raw("usage_metadata"); u != nil && u[0] == '{' {
+	m.contentString = len(parts) == 1 && parts[0].Type == PartText // antigravity's content is a string
+	if o.str("type") == antigravityType(&m) {
+		names = append(names, "type") // what the step is follows from the message: not carried
+	}
+	if u := o.raw("usage_metadata"); u != nil && u[0] == '{' && m.Role != RoleExtension {
 		uo := parseObject(u)
 		m.Usage = &Usage{Input: uo.num("prompt_token_count"), Output: uo.num("candidates_token_count"),
 			CacheRead: uo.num("cached_content_token_count"), Total: uo.num("total_token_count"),
@@ -339,6 +425,41 @@ func decodeAntigravity(b json.RawMessage, _ bool) Message {
 	}
 	m.Extra = o.extra(names...)
 	return m
+}
+
+// antigravityType is the step type a message of the model is, when not an extension.
+func antigravityType(m *Message) string {
+	switch {
+	case m.Role == RoleSystem:
+		return "SystemMessage"
+	case m.Role == RoleAssistant && len(m.ToolCalls()) > 0:
+		return "ToolCall"
+	case m.Role == RoleUser, m.Role == RoleAssistant:
+		return "TextResponse"
+	}
+	return ""
+}
+
+// antigravityResults reads a step's tool_results as nested tool results, when every entry is an
+// object with a string id and a string output; otherwise they stay in the step's Extra.
+func antigravityResults(raw json.RawMessage) ([]Part, bool) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, false
+	}
+	var parts []Part
+	for _, e := range elements(raw) {
+		if e[0] != '{' {
+			return nil, false
+		}
+		r := parseObject(e)
+		id, out := r.raw("id"), r.raw("output")
+		if !isString(id) || !isString(out) {
+			return nil, false
+		}
+		parts = append(parts, Part{Type: PartToolResult, ID: r.str("id"), Result: []Part{Text(r.str("output"))},
+			Extra: r.extra("id", "output")})
+	}
+	return parts, true
 }
 
 func onlyOneResult(parts []Part) bool { return len(parts) == 1 && parts[0].Type == PartToolResult }

@@ -1,6 +1,6 @@
 // Package conv is a typed, neutral model of a conversation, for Go agents that would rather build
 // and read messages than bytes. Every dialect checkpointd stores (docs/format.md §1.1) maps into it,
-// and it writes native conversations; what it does not model is kept verbatim and in order.
+// and, but antigravity, out of it; what it does not model is kept verbatim and in order.
 //
 // # The model
 //
@@ -34,18 +34,37 @@
 //
 // # Dialects
 //
-// Decode validates with internal/codec, strictly, and returns its typed errors. Encode writes native,
-// openai-chat and anthropic from any message (the provider views: a conversation recorded against
-// one provider continues against another); in the other dialects it writes a message decoded from
-// that dialect and left unchanged as it came, and refuses anything else with ErrNoConversion.
-// A message decoded and left unchanged is always written back to its own dialect as it came.
-// Writing openai-chat or anthropic carries what the model knows and the dialect has no field for
-// under its native name (model, usage, timestamp, ...), read back when decoded, and refuses by name
-// what has no place (thinking in openai-chat, extension messages). Writing native from another
-// dialect: a system message becomes an
-// extension of kind "system_prompt" carrying its role and content; a message's nested tool results
-// become toolResult messages of their own; members native does not know are carried as unknown
-// members. What native cannot hold (a part of a kind it has no type for, such as anthropic's
-// redacted_thinking or agentsquad's json block) is refused with a *CarryError naming the message and
-// the field, never dropped: every written conversation is validated as its dialect first.
+// Decode validates with internal/codec, strictly, and returns its typed errors. Encode writes any
+// message in native, openai-chat, anthropic, openai-responses, swift-agent and agentsquad (the
+// provider views: a conversation recorded against one provider continues against another);
+// antigravity is written only from its own steps, unchanged (ErrNoConversion otherwise). A message
+// decoded and left unchanged is always written back to its own dialect as it came.
+//
+// A view carries everything or refuses: what the model knows and the dialect has no field for is
+// carried under its native name (model, usage, timestamp, ...) and read back when decoded; stop
+// reasons are translated (stopreason.go); what has no place (thinking in openai-chat, extension
+// messages, a system prompt in swift-agent, a part of a kind the dialect has no type for) is refused
+// with a *CarryError naming the message and the field, never dropped: every written conversation is
+// validated as its dialect first. Writing native from another dialect: a system message becomes an
+// extension of kind "system_prompt" carrying its role and content; nested tool results become
+// toolResult messages of their own.
+//
+// # Sending a view
+//
+// View (and As, from restored bytes) writes a provider view shaped by ViewOptions, on a copy:
+// anthropic cache_control markers, a reminder, compaction markers as the user message of their
+// summary, and, asked for by name and counted in Omitted, thinking, a runtime's own extension
+// messages or the members a provider's API has no field for left out. Nothing stored changes
+// (docs/format.md §1.3).
+//
+// # Trackers
+//
+// Track (or a Tracker fed message by message while an agent runs) rebuilds what an agent keeps
+// count of from the messages alone: turns, tool calls and their errors, tokens and cost per turn and
+// in all, compactions, the last response, and the context the request view holds. Nothing of it is
+// stored: a process that restores a session rebuilds the same trackers (docs/format.md §1.4).
+//
+// History holds a running agent's messages, at most Limit of them (NewHistory: 10,000), with its
+// live trackers, and the messages not yet saved (Pending, for Client.Append): the limit bounds
+// memory, never what is stored.
 package conv

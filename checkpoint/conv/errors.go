@@ -7,9 +7,9 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 )
 
-// ErrNoConversion says a message cannot be written in the dialect asked for: the model has no
-// mapping out to it (today only native is written from the model; a message decoded from a
-// dialect and left unchanged is written back to that dialect as it came).
+// ErrNoConversion says a message, or a part of it, cannot be written in the dialect asked for: the
+// dialect has no place for it (CarryError.What says what), or, for antigravity, no conversion into it
+// exists (a message decoded from it and left unchanged is written back as it came).
 var ErrNoConversion = errors.New("no conversion to this dialect")
 
 // CarryError refuses to write a conversation in a dialect that cannot carry all of it: it names

@@ -73,3 +73,42 @@ func Example() {
 	// get_weather {"city":"Paris"} -> 22°C paired: true
 	// output tokens: 41
 }
+
+// A conversation recorded against Anthropic continues against OpenAI: restore it, write it as
+// openai-chat (everything carried, or a *CarryError naming what cannot be), and read its trackers.
+func ExampleAs() {
+	ctx := context.Background()
+	c, err := checkpoint.Connect(url, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	key := checkpoint.Key{Session: "switch-provider"}
+	recorded := []byte(`[{"role":"system","content":"Be brief."},{"role":"user","content":"Weather in Paris?"},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"get_weather","input":{"city":"Paris"}}],` +
+		`"model":"claude-sonnet-4","stop_reason":"tool_use","usage":{"input_tokens":20,"output_tokens":9}},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"22°C","is_error":false}]}]`)
+	if _, err := c.Save(ctx, key, recorded, checkpoint.WithDialect("anthropic")); err != nil {
+		log.Fatal(err)
+	}
+
+	restored, v, err := c.Restore(ctx, key, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	view, _, err := conv.As(restored, v.Dialect, "openai-chat", conv.ViewOptions{})
+	if err != nil {
+		log.Fatal(err) // a *conv.CarryError: the message and what openai-chat cannot carry
+	}
+	var msgs []map[string]any
+	_ = json.Unmarshal(view, &msgs)
+	call := msgs[2]["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)
+	fmt.Println(msgs[0]["role"], "|", call["name"], call["arguments"], "|", msgs[2]["finish_reason"], "|", msgs[3]["role"], msgs[3]["tool_call_id"])
+
+	history, _ := conv.Decode(v.Dialect, restored)
+	t := conv.Track(history, 200000)
+	fmt.Println("turns at", t.TurnStarts, "get_weather calls:", t.Tools["get_weather"].Calls, "context tokens:", t.Context.Tokens, "left:", *t.Context.Left)
+	// Output:
+	// system | get_weather {"city":"Paris"} | tool_calls | tool t1
+	// turns at [1] get_weather calls: 1 context tokens: 30 left: 199970
+}

@@ -162,9 +162,9 @@ func TestDialectMappings(t *testing.T) {
 		check       func(c *Conversation) bool
 	}{
 		{"swift-agent", `[{"role":"user","content":[{"type":"toolResult","toolCallId":"c1","content":[{"type":"text","text":"22°C"}],"isError":false}]}]`,
-			func(c *Conversation) bool {
-				p := c.Messages[0].Content[0]
-				return p.Type == PartToolResult && p.ID == "c1" && p.Result[0].Text == "22°C"
+			func(c *Conversation) bool { // a pure tool-result message is a tool result
+				m := c.Messages[0]
+				return m.Role == RoleToolResult && m.ToolCallID == "c1" && m.TextOf() == "22°C"
 			}},
 		{"agentsquad", `[{"role":"assistant","content":[{"text":"hi"}],"timestamp":1700000001}]`,
 			func(c *Conversation) bool {
@@ -195,21 +195,27 @@ func TestDialectMappings(t *testing.T) {
 	}
 }
 
-// A message changed after decoding from a dialect has no way back to that dialect yet: refused
-// with a typed error naming the message, never written half-converted.
-func TestChangedMessageRefusedInOtherDialect(t *testing.T) {
-	c, err := Decode("swift-agent", []byte(`[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"user","content":[{"type":"text","text":"b"}]}]`))
+// A message changed after decoding is written anew in its own dialect (the others as they came);
+// antigravity, which is written only from its own steps, refuses it with a typed error naming it.
+func TestChangedMessageWrittenAnew(t *testing.T) {
+	c, err := Decode("swift-agent", []byte(`[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"user","content":[{"type":"text","text":"b"}],"id":"u2"}]`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Messages[1].Content[0].Text = "changed"
-	_, err = c.Encode("swift-agent")
-	var ce *CarryError
-	if !errors.As(err, &ce) || ce.Index != 1 || !errors.Is(err, ErrNoConversion) {
-		t.Fatalf("got %v", err)
+	got, err := c.Encode("swift-agent")
+	if want := `[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"user","content":[{"type":"text","text":"changed"}],"id":"u2"}]`; err != nil || string(got) != want {
+		t.Fatalf("got %s, %v\nwant %s", got, err, want)
 	}
-	if _, err := c.Encode("native"); err != nil {
-		t.Fatalf("to native: %v", err)
+	a, err := Decode("antigravity", []byte(`[{"id":"s1","step_index":0,"type":"TextResponse","source":"USER","content":"a"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Messages[0].Content[0].Text = "changed"
+	_, err = a.Encode("antigravity")
+	var ce *CarryError
+	if !errors.As(err, &ce) || ce.Index != 0 || !errors.Is(err, ErrNoConversion) {
+		t.Fatalf("got %v", err)
 	}
 }
 
@@ -223,5 +229,20 @@ func TestUnchangedMeansTypedFieldsUnchanged(t *testing.T) {
 	c.Messages[0].Content[0].Text = "B"
 	if got, _ := c.Encode("native"); string(got) != `[{"role":"user","content":"B"}]` {
 		t.Fatalf("change not written: %s", got)
+	}
+}
+
+// A member that came from another dialect under a name native writes from the model (a reasoning
+// item's own "content" beside the thinking decoded from its summary) is refused by name, not
+// written twice.
+func TestNativeRefusesAClashingMember(t *testing.T) {
+	c, err := Decode("openai-responses", []byte(`[{"type":"reasoning","summary":[{"type":"summary_text","text":"s"}],"content":[{"type":"reasoning_text","text":"r"}]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Encode("native")
+	var ce *CarryError
+	if !errors.As(err, &ce) || ce.Index != 0 || !strings.Contains(ce.What, "member content") {
+		t.Fatalf("got %v", err)
 	}
 }

@@ -17,36 +17,37 @@ type source struct {
 // a system message becomes an extension message of kind "system_prompt" carrying its role and
 // content; a message holding tool results becomes one toolResult message per result (and, when it
 // holds anything else, a message of its own role with the rest before them).
-func (m *Message) toNative() []json.RawMessage {
-	if m.Role == RoleSystem {
-		return []json.RawMessage{m.systemPrompt()}
+func (m *Message) toNative(index int) ([]json.RawMessage, error) {
+	return m.writeSplit(index, false, func(m *Message, index int) ([]json.RawMessage, error) {
+		if m.Role == RoleSystem {
+			return []json.RawMessage{m.systemPrompt()}, nil
+		}
+		if err := m.nativeClash(index); err != nil {
+			return nil, err
+		}
+		return []json.RawMessage{m.encodeNativeMessage()}, nil
+	})
+}
+
+// nativeClash refuses a message from another dialect that carries, among the members native does
+// not read from it, one of a name native writes from the model (an openai-responses reasoning
+// item's "content" beside the thinking it holds): written twice, one would hide the other.
+func (m *Message) nativeClash(index int) error {
+	if len(m.orig.members) > 0 { // decoded from native: its members are as they came
+		return nil
 	}
-	var results, rest []Part
-	for _, p := range m.Content {
-		if p.Type == PartToolResult {
-			results = append(results, p)
-		} else {
-			rest = append(rest, p)
+	for _, k := range m.nativeKnown() {
+		if k.omit {
+			continue
+		}
+		for _, f := range m.Extra {
+			if f.Name == k.name {
+				return &CarryError{Dialect: "native", Index: index, What: "member " + f.Name + " (" + string(f.Value) +
+					") where native writes the message's " + k.name, Err: ErrNoConversion}
+			}
 		}
 	}
-	if len(results) == 0 {
-		return []json.RawMessage{m.encodeNativeMessage()}
-	}
-	var out []json.RawMessage
-	if len(rest) > 0 || len(m.Extra) > 0 {
-		head := *m
-		head.Content = rest
-		out = append(out, head.encodeNativeMessage())
-	}
-	for _, r := range results {
-		tr := Message{Role: RoleToolResult, ToolCallID: r.ID, IsError: r.IsError, Content: r.Result,
-			Timestamp: m.Timestamp, Extra: r.Extra}
-		if tr.Content == nil {
-			tr.Content = []Part{}
-		}
-		out = append(out, tr.encodeNativeMessage())
-	}
-	return out
+	return nil
 }
 
 // systemPrompt is a system message as a native extension message.

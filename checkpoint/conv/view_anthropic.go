@@ -15,12 +15,12 @@ import (
 // messages (but a native system_prompt), images outside user content, thinking and tool calls
 // outside assistant messages, tool calls whose arguments are not an object, unknown part kinds.
 
-var carriedAnthropic = []string{"provider", "api", "errorMessage", "timestamp"}
-
 func (m *Message) toAnthropic(index int) ([]json.RawMessage, error) {
-	refuse := func(what string) error {
-		return &CarryError{Dialect: "anthropic", Index: index, What: what, Err: ErrNoConversion}
-	}
+	return m.writeSplit(index, true, (*Message).anthropicOne)
+}
+
+func (m *Message) anthropicOne(index int) ([]json.RawMessage, error) {
+	refuse := refuser("anthropic", index)
 	var ks []known
 	switch m.Role {
 	case RoleSystem:
@@ -29,6 +29,9 @@ func (m *Message) toAnthropic(index int) ([]json.RawMessage, error) {
 			return nil, err
 		}
 		ks = []known{str("role", "system"), {name: "content", enc: content}}
+		if m.sourceRole != "" && m.sourceRole != "system" {
+			ks = append(ks, str("sourceRole", m.sourceRole)) // openai's developer
+		}
 	case RoleUser:
 		content, err := anthropicContent(m.Content, m.contentString, refuse, PartText, PartImage, PartToolResult)
 		if err != nil {
@@ -36,11 +39,7 @@ func (m *Message) toAnthropic(index int) ([]json.RawMessage, error) {
 		}
 		ks = []known{str("role", "user"), {name: "content", enc: content}}
 	case RoleToolResult:
-		block := Part{Type: PartToolResult, ID: m.ToolCallID, IsError: m.IsError, Result: m.Content}
-		if m.ToolName != "" {
-			block.Extra = []Field{{Name: "toolName", Value: encodeString(m.ToolName)}}
-		}
-		content, err := anthropicContent([]Part{block}, false, refuse, PartToolResult)
+		content, err := anthropicContent([]Part{m.nestResult()}, false, refuse, PartToolResult)
 		if err != nil {
 			return nil, err
 		}
@@ -50,7 +49,7 @@ func (m *Message) toAnthropic(index int) ([]json.RawMessage, error) {
 		if err != nil {
 			return nil, err
 		}
-		ks = []known{str("role", "assistant"), {name: "content", enc: content}, str("model", m.Model), str("stop_reason", m.StopReason)}
+		ks = []known{str("role", "assistant"), {name: "content", enc: content}, str("model", m.Model), str("stop_reason", anthropicStops.out(m.StopReason))}
 		if m.Usage != nil {
 			u := m.Usage
 			ks = append(ks, known{name: "usage", enc: object{}.encode([]known{num("input_tokens", u.Input), num("output_tokens", u.Output),
@@ -58,18 +57,22 @@ func (m *Message) toAnthropic(index int) ([]json.RawMessage, error) {
 		}
 	case RoleExtension:
 		if sys, ok := m.fromSystemPrompt(); ok {
-			return sys.toAnthropic(index)
+			return sys.anthropicOne(index)
 		}
 		return nil, refuse(fmt.Sprintf("extension message of kind %q (anthropic has no place for it)", m.Kind))
 	default:
 		return nil, refuse(fmt.Sprintf("role %q", m.Role))
 	}
-	for _, k := range m.nativeKnown() {
-		if !k.omit && contains(carriedAnthropic, k.name) {
-			ks = append(ks, k)
-		}
+	carried := without(carriedFor(m.Role), "model", "stopReason", "usage")
+	if m.Role == RoleToolResult {
+		carried = carriedOther // toolName and isError are on the tool_result block
 	}
-	return []json.RawMessage{object{}.encode(ks, m.Extra)}, nil
+	ks = append(ks, m.carriedKnown(carried...)...)
+	b, err := withExtra(ks, m.Extra, refuse)
+	if err != nil {
+		return nil, err
+	}
+	return []json.RawMessage{b}, nil
 }
 
 // anthropicContent writes parts as anthropic content: a plain string when they came so and are one
@@ -89,7 +92,7 @@ func viewContent(dialect string, parts []Part, asString bool, refuse func(string
 	var buf bytes.Buffer
 	buf.WriteByte('[')
 	for i, p := range parts {
-		if !containsType(allowed, p.Type) {
+		if allowed != nil && !containsType(allowed, p.Type) { // nil: any
 			return nil, refuse(fmt.Sprintf("content[%d]: a %s part (%s has no place for it here)", i, p.Type, dialect))
 		}
 		if i > 0 {

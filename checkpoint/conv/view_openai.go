@@ -13,17 +13,17 @@ import (
 // native name, which openai-chat keeps unchecked and decodeOpenAIChat reads back; Extra members are
 // carried as they are. What has no place at all is refused with a *CarryError naming it: thinking,
 // extension messages (openai-chat has no such role), an image in anything but a user message, a
-// tool call outside an assistant message, a part of a kind the model does not know.
-
-// carriedOpenAIChat are the native members carried on openai-chat messages.
-var carriedOpenAIChat = []string{"model", "provider", "api", "stopReason", "errorMessage", "usage", "timestamp", "toolName", "isError"}
+// tool call outside an assistant message, a part of a kind the model does not know. The stop
+// reason is written as finish_reason, in OpenAI's words (stopreason.go).
 
 // toOpenAIChat writes m as openai-chat messages (a message holding tool results becomes one tool
 // message per result, after the rest).
 func (m *Message) toOpenAIChat(index int) ([]json.RawMessage, error) {
-	refuse := func(what string) error {
-		return &CarryError{Dialect: "openai-chat", Index: index, What: what, Err: ErrNoConversion}
-	}
+	return m.writeSplit(index, false, (*Message).openAIChatOne)
+}
+
+func (m *Message) openAIChatOne(index int) ([]json.RawMessage, error) {
+	refuse := refuser("openai-chat", index)
 	var ks []known
 	switch m.Role {
 	case RoleSystem:
@@ -37,31 +37,11 @@ func (m *Message) toOpenAIChat(index int) ([]json.RawMessage, error) {
 		}
 		ks = []known{str("role", role), {name: "content", enc: content}}
 	case RoleUser:
-		var results, rest []Part
-		for _, p := range m.Content {
-			if p.Type == PartToolResult {
-				results = append(results, p)
-			} else {
-				rest = append(rest, p)
-			}
+		content, err := openAIContent(m.Content, m.contentString, refuse, PartText, PartImage)
+		if err != nil {
+			return nil, err
 		}
-		var out []json.RawMessage
-		if len(rest) > 0 || len(results) == 0 {
-			content, err := openAIContent(rest, m.contentString, refuse, PartText, PartImage)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, m.openAIMessage([]known{str("role", "user"), {name: "content", enc: content}}))
-		}
-		for _, r := range results {
-			tr := Message{Role: RoleToolResult, ToolCallID: r.ID, IsError: r.IsError, Content: r.Result, Timestamp: m.Timestamp, Extra: r.Extra}
-			b, err := tr.toOpenAIChat(index)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, b...)
-		}
-		return out, nil
+		ks = []known{str("role", "user"), {name: "content", enc: content}}
 	case RoleAssistant:
 		return m.openAIAssistant(refuse)
 	case RoleToolResult:
@@ -72,13 +52,13 @@ func (m *Message) toOpenAIChat(index int) ([]json.RawMessage, error) {
 		ks = []known{str("role", "tool"), str("tool_call_id", m.ToolCallID), {name: "content", enc: content}}
 	case RoleExtension:
 		if sys, ok := m.fromSystemPrompt(); ok {
-			return sys.toOpenAIChat(index)
+			return sys.openAIChatOne(index)
 		}
 		return nil, refuse(fmt.Sprintf("extension message of kind %q (openai-chat has no place for it)", m.Kind))
 	default:
 		return nil, refuse(fmt.Sprintf("role %q", m.Role))
 	}
-	return []json.RawMessage{m.openAIMessage(ks)}, nil
+	return m.openAIMessage(ks, refuse)
 }
 
 func (m *Message) openAIAssistant(refuse func(string) error) ([]json.RawMessage, error) {
@@ -109,18 +89,21 @@ func (m *Message) openAIAssistant(refuse func(string) error) ([]json.RawMessage,
 	if calls.Len() > 0 {
 		ks = append(ks, known{name: "tool_calls", enc: append(append([]byte{'['}, calls.Bytes()...), ']')})
 	}
-	return []json.RawMessage{m.openAIMessage(ks)}, nil
+	if m.StopReason != "" {
+		ks = append(ks, str("finish_reason", openAIChatStops.out(m.StopReason)))
+	}
+	return m.openAIMessage(ks, refuse)
 }
 
 // openAIMessage is an openai-chat message of members ks, then the native members openai-chat has
 // no field for, then m's Extra.
-func (m *Message) openAIMessage(ks []known) json.RawMessage {
-	for _, k := range m.nativeKnown() {
-		if !k.omit && contains(carriedOpenAIChat, k.name) && indexKnown(ks, k.name) < 0 {
-			ks = append(ks, k)
-		}
+func (m *Message) openAIMessage(ks []known, refuse func(string) error) ([]json.RawMessage, error) {
+	ks = append(ks, m.carriedKnown(without(carriedFor(m.Role), "stopReason")...)...)
+	b, err := withExtra(ks, m.Extra, refuse)
+	if err != nil {
+		return nil, err
 	}
-	return object{}.encode(ks, m.Extra)
+	return []json.RawMessage{b}, nil
 }
 
 // openAIContent writes parts as openai-chat content: a plain string when they came so and are one
@@ -177,16 +160,22 @@ func containsType(ts []PartType, t PartType) bool {
 	return false
 }
 
-// fromSystemPrompt reads back a system message that toNative wrote as an extension of kind
-// "system_prompt" ({"role", "content"}).
+// fromSystemPrompt reads a native extension of kind "system_prompt" as the system message it
+// records: toNative writes {"role", "content"}; runtimes write the prompt as "content" (a string
+// or text parts) or "text" (a string), with more members of their own (the tools offered, an
+// agent's name), which the system message carries as members of its own, before the extension's.
 func (m *Message) fromSystemPrompt() (*Message, bool) {
-	if m.Kind != "system_prompt" || len(m.Data) == 0 || m.Data[0] != '{' {
+	if m.Role != RoleExtension || m.Kind != "system_prompt" || len(m.Data) == 0 || m.Data[0] != '{' {
 		return nil, false
 	}
 	d := parseObject(m.Data)
+	name := "content"
 	content := d.raw("content")
-	if content == nil || len(d.members) != 2 {
-		return nil, false
+	if content == nil {
+		name, content = "text", d.raw("text")
+		if !isString(content) {
+			return nil, false
+		}
 	}
 	parts, asString := decodeNativeContent(content)
 	for _, p := range parts {
@@ -194,6 +183,10 @@ func (m *Message) fromSystemPrompt() (*Message, bool) {
 			return nil, false
 		}
 	}
-	return &Message{Role: RoleSystem, Content: parts, contentString: asString, sourceRole: d.str("role"),
-		Timestamp: m.Timestamp, Extra: m.Extra}, true
+	sys := &Message{Role: RoleSystem, Content: parts, contentString: asString, Timestamp: m.Timestamp}
+	if role, ok := d.value("role"); ok && !takeString(d, "role", &sys.sourceRole) {
+		sys.Extra = append(sys.Extra, Field{Name: "role", Value: role}) // not a string: carried as it is
+	}
+	sys.Extra = append(append(sys.Extra, d.extra("role", name)...), m.Extra...)
+	return sys, true
 }

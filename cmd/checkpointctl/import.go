@@ -6,24 +6,37 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/checkpoint/importer"
 )
 
 func runImport(ctx context.Context, a *App, args []string) error {
-	fs := newFlagSet(a, "import", "BUNDLE",
+	fs := newFlagSet(a, "import", "BUNDLE | --from FORMAT FILE --session NAME",
 		"Imports a bundle written by 'checkpointctl export'. The whole bundle is verified first (checksums,\n"+
 			"every version's hash) and checked against the sessions already here; a corrupt, truncated or\n"+
 			"contradicting bundle is refused (exit 7, or 4 for a contradiction) and nothing is imported.\n"+
-			"Versions already here are skipped, so importing twice is harmless.")
+			"Versions already here are skipped, so importing twice is harmless.\n\n"+
+			"With --from, imports another runtime's session file instead, as version 1 of a new session\n"+
+			"(docs/format.md §1.5): "+strings.Join(importer.Formats, ", ")+". Every record of the file becomes a\n"+
+			"message: mapped to user, assistant and tool result messages where it is one, else kept as an\n"+
+			"extension message holding the record; nothing is dropped. A file that is not of the format is\n"+
+			"refused (exit 5), a session that exists already too (exit 4). Example:\n"+
+			"  checkpointctl import --from claude-code ~/.claude/projects/p/3f2a.jsonl --session review")
 	var out outputFlag
 	var prog progressFlag
+	var from fromFlags
 	out.register(fs)
 	prog.register(fs)
-	dryRun := fs.Bool("dry-run", false, "verify the bundle and check it against this deployment; import nothing")
+	from.register(fs)
+	dryRun := fs.Bool("dry-run", false, "verify the bundle (or convert the file) and check it against this deployment; import nothing")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	if from.format != "" || from.session != "" {
+		return runImportFrom(ctx, a, from, pos, out, *dryRun)
 	}
 	if err := wantArgs("import", pos, 1, "BUNDLE"); err != nil {
 		return err

@@ -82,6 +82,7 @@ var commands = map[string]command{
 	"import":  {"import a bundle file, verified whole before anything is written", runImport},
 	"du":      {"storage per session and namespace: versions kept, head size, bytes stored", runDu},
 	"watch":   {"follow new versions live, one line (or JSON object) per version", runWatch},
+	"stats":   {"turns, tool calls, tokens, cost and context room, rebuilt from a version's messages", runStats},
 	"version": {"print checkpointctl's version, commit, Go, protocol and storage format versions", runVersion},
 	// "help" is answered in Run (it lists this map, which cannot refer to itself); listed here for usage.
 	"help": {"show the usage of checkpointctl or of one command: help [command]", nil},

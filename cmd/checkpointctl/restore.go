@@ -11,7 +11,13 @@ import (
 func runRestore(ctx context.Context, a *App, args []string) error {
 	fs := newFlagSet(a, "restore", "SESSION",
 		"Writes one version of SESSION (default: the head) to stdout as the JSON array that was saved,\n"+
-			"verified against the hash recorded at save time.")
+			"verified against the hash recorded at save time.\n\n"+
+			"--as DIALECT writes it instead as a provider view in another dialect (docs/format.md §1.2), so that\n"+
+			"a conversation recorded against one provider continues against another: everything is carried,\n"+
+			"or the conversion is refused (exit 5) naming the message and what it cannot carry. The options\n"+
+			"after --as shape the view for sending (on the view only: nothing stored changes); what --omit\n"+
+			"leaves out is counted on stderr. Example:\n"+
+			"  checkpointctl restore demo --view request --as anthropic --compaction-as-user --omit extensions,members --cache-control 2")
 	var k keyFlags
 	var version versionFlag
 	k.register(fs)
@@ -21,6 +27,8 @@ func runRestore(ctx context.Context, a *App, args []string) error {
 	maxMessages := fs.Int("max-messages", 0, "keep only the most recent N messages (N rounded down to even, never starting on a tool result)")
 	merged := fs.Bool("merged", false, "all agents of the session, interleaved by timestamp, each message with its \"agentId\"")
 	prefix := fs.Bool("agent-prefix", false, "with --merged: prefix each message's first text with \"[agentId] \"")
+	var as asFlags
+	as.register(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -29,6 +37,9 @@ func runRestore(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	if err := checkRestoreFlags(*view, *maxMessages); err != nil {
+		return err
+	}
+	if err := as.check(*merged); err != nil {
 		return err
 	}
 	c, err := a.connect()
@@ -43,7 +54,11 @@ func runRestore(ctx context.Context, a *App, args []string) error {
 		}
 		conv, _, err = c.RestoreMerged(ctx, k.namespace, pos[0], *prefix, checkpoint.WithMaxMessages(*maxMessages))
 	} else {
-		conv, _, err = c.Restore(ctx, k.key(pos[0]), version.n, checkpoint.WithView(*view), checkpoint.WithMaxMessages(*maxMessages))
+		var v checkpoint.Version
+		conv, v, err = c.Restore(ctx, k.key(pos[0]), version.n, checkpoint.WithView(*view), checkpoint.WithMaxMessages(*maxMessages))
+		if err == nil && as.dialect != "" {
+			conv, err = as.convert(a, conv, v.Dialect)
+		}
 	}
 	if err != nil {
 		return err
