@@ -50,7 +50,10 @@ export function toResponsesItem(item: unknown, where = "item"): Obj {
   switch (o.type) {
     case undefined:
     case "message":
-      if (Array.isArray(o.content)) o.content = o.content.map((p, i) => partToAPI(p, `${where}.content[${i}]`));
+      if (Array.isArray(o.content)) {
+        const user = o.role === "user";
+        o.content = o.content.map((p, i) => partToAPI(p, `${where}.content[${i}]`, user));
+      }
       return o;
     case "function_call":
       rename(o, "callId", "call_id", where);
@@ -96,8 +99,8 @@ function retype(p: unknown, from: string, to: string, where: string): unknown {
   return { ...p, type: to };
 }
 
-/** partToAPI maps one content part (a message's, or a function output's). */
-function partToAPI(p: unknown, where: string): unknown {
+/** partToAPI maps one content part (a message's, or a function output's; user: a user message's). */
+function partToAPI(p: unknown, where: string, user = false): unknown {
   if (!isObj(p)) return p;
   refuseHint(p, where);
   const o: Obj = { ...p };
@@ -130,8 +133,9 @@ function partToAPI(p: unknown, where: string): unknown {
       return o;
     }
     case "audio":
-      // The SDK's audio part is the API's input_audio when it carries data and a format.
-      if (typeof o.audio === "string" && typeof o.format === "string") {
+      // The SDK's audio part in a user message is the API's input_audio when it carries data and a
+      // format. (An assistant's audio has no input form: sent as it is, the daemon refuses it.)
+      if (user && typeof o.audio === "string" && typeof o.format === "string") {
         if ("input_audio" in o) throw new TypeError(`${where}: has both "audio" and "input_audio"`);
         o.type = "input_audio";
         o.input_audio = { data: o.audio, format: o.format };

@@ -1,0 +1,376 @@
+// CheckpointSession against the OpenAI Agents SDK's own interface (@openai/agents-core): the same
+// operations on it and on the SDK's MemorySession give equal results; the SDK's Runner, driven by a
+// scripted model (no network), writes its items into checkpointd, and the Go CLI and a fresh session
+// in another process read them back. Skips, saying why, where the SDK does not load.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import type { AgentInputItem, Model, ModelRequest, ModelResponse, Session, StreamEvent } from "@openai/agents-core";
+import { Client, CheckpointError, joinRaw, splitRaw } from "../src/index.js";
+import { CheckpointSession, HINT, fromResponsesItem, toResponsesItem } from "../src/agents.js";
+import { Daemon, pkgRoot } from "./support/daemon.js";
+
+// The SDK is a devDependency; load it at run time so that a Node it does not run on skips these
+// tests instead of failing the suite.
+type SDK = typeof import("@openai/agents-core");
+let sdk: SDK | undefined;
+let whyNot = "";
+try {
+  sdk = await import("@openai/agents-core");
+} catch (e) {
+  whyNot = `@openai/agents-core does not load on Node ${process.version}: ${(e as Error).message}`;
+  console.log(`# SKIP agents tests: ${whyNot}`);
+}
+const skip = sdk ? false : whyNot;
+
+// Type-level check: tsc refuses this file unless CheckpointSession implements the SDK's Session.
+const _isSession: (s: CheckpointSession) => Session = (s) => s;
+void _isSession;
+
+let d: Daemon;
+let c: Client;
+
+before(async () => {
+  if (!sdk) return;
+  sdk.setTracingDisabled(true);
+  d = await Daemon.start();
+  c = await Client.connect({ servers: d.natsURL }, { timeoutMs: 10_000 });
+});
+after(async () => {
+  await c?.close();
+  await d?.stop();
+});
+
+const session = (name: string) => new CheckpointSession({ client: c, session: name });
+
+/** Every item shape the mapping handles, as the SDK spells them (AgentInputItem). */
+const catalogue: AgentInputItem[] = [
+  { role: "system", content: "Be brief." },
+  { type: "message", role: "user", content: "Weather in Paris?" },
+  {
+    role: "user",
+    content: [
+      { type: "input_text", text: "and this?", providerData: { cache: true } },
+      { type: "input_image", image: "https://example.com/a.png", detail: "low" },
+      { type: "input_image", image: { id: "file-img1" } },
+      { type: "input_file", file: "data:application/pdf;base64,JVBERi0=", filename: "a.pdf" },
+      { type: "input_file", file: "https://example.com/b.pdf" },
+      { type: "input_file", file: { url: "https://example.com/c.pdf" } },
+      { type: "input_file", file: { id: "file-doc1" }, filename: "d.txt" },
+      { type: "audio", audio: "UklGRg==", format: "wav", transcript: "hi" },
+    ],
+  },
+  {
+    type: "reasoning",
+    id: "rs_1",
+    content: [{ type: "input_text", text: "call the tool" }],
+    rawContent: [{ type: "reasoning_text", text: "the user wants weather" }],
+    providerData: { encryptedContent: "gAAAA" },
+  },
+  { type: "function_call", id: "fc_1", callId: "call_1", name: "get_weather", arguments: '{"city":"Paris"}', status: "completed" },
+  { type: "function_call_result", name: "get_weather", callId: "call_1", status: "completed", output: { type: "text", text: "22C" } },
+  { type: "function_call_result", name: "lookup", callId: "call_2", status: "completed", output: "plain" },
+  {
+    type: "function_call_result",
+    name: "shot",
+    callId: "call_3",
+    status: "completed",
+    output: [
+      { type: "input_text", text: "a screenshot" },
+      { type: "input_image", image: "data:image/png;base64,iVBORw0KGgo=" },
+    ],
+  },
+  {
+    type: "message",
+    id: "msg_1",
+    role: "assistant",
+    status: "completed",
+    phase: "final_answer",
+    content: [
+      { type: "output_text", text: "22 °C" },
+      { type: "refusal", refusal: "no more" },
+    ],
+  },
+];
+
+test("mapping: every SDK item comes back equal, stored in the Responses API's spelling", () => {
+  for (const [i, item] of catalogue.entries()) {
+    const stored = toResponsesItem(item);
+    assert.deepEqual(fromResponsesItem(JSON.parse(JSON.stringify(stored))), item, `item ${i}`);
+  }
+  // The API shapes the Go side reads.
+  assert.deepEqual(toResponsesItem(catalogue[4]), {
+    type: "function_call",
+    id: "fc_1",
+    call_id: "call_1",
+    name: "get_weather",
+    arguments: '{"city":"Paris"}',
+    status: "completed",
+  });
+  assert.deepEqual(toResponsesItem(catalogue[5]), {
+    type: "function_call_output",
+    name: "get_weather",
+    call_id: "call_1",
+    status: "completed",
+    output: "22C",
+    [HINT]: { output: { type: "text" } },
+  });
+  const reasoning = toResponsesItem(catalogue[3]);
+  assert.deepEqual(reasoning.summary, [{ type: "summary_text", text: "call the tool" }]);
+  assert.deepEqual(reasoning.content, [{ type: "reasoning_text", text: "the user wants weather" }]);
+  const parts = toResponsesItem(catalogue[2]).content as Record<string, unknown>[];
+  assert.deepEqual(parts.slice(1), [
+    { type: "input_image", image_url: "https://example.com/a.png", detail: "low" },
+    { type: "input_image", file_id: "file-img1" },
+    { type: "input_file", file_data: "data:application/pdf;base64,JVBERi0=", filename: "a.pdf" },
+    { type: "input_file", file_url: "https://example.com/b.pdf" },
+    { type: "input_file", file_url: "https://example.com/c.pdf", [HINT]: { file: "url" } },
+    { type: "input_file", file_id: "file-doc1", filename: "d.txt" },
+    { type: "input_audio", input_audio: { data: "UklGRg==", format: "wav" }, transcript: "hi" },
+  ]);
+  // A member it would overwrite, or the reserved one, is refused before anything is sent.
+  assert.throws(() => toResponsesItem({ ...catalogue[4], call_id: "x" } as AgentInputItem), /both "callId" and "call_id"/);
+  assert.throws(() => toResponsesItem({ ...catalogue[1], [HINT]: 1 }), /reserved/);
+});
+
+test("contract: the same operations on CheckpointSession and the SDK's MemorySession give the same results", { skip }, async () => {
+  const mem = new sdk!.MemorySession();
+  const cp = session("contract");
+  const both = async <T>(what: string, op: (s: Session) => Promise<T>): Promise<T> => {
+    const want = await op(mem);
+    const got = await op(cp);
+    assert.deepEqual(got, want, what);
+    return got;
+  };
+  const all = async (what: string) => {
+    await both(`${what}: getItems()`, (s) => s.getItems());
+    for (const n of [0, 1, 2, 5, 100, -1]) await both(`${what}: getItems(${n})`, (s) => s.getItems(n));
+  };
+
+  await all("empty");
+  assert.equal(await both("pop empty", (s) => s.popItem()), undefined);
+  await both("add nothing", (s) => s.addItems([]));
+  await both("add 3", (s) => s.addItems(catalogue.slice(0, 3)));
+  await all("3 items");
+  await both("add the rest", (s) => s.addItems(catalogue.slice(3)));
+  await all(`${catalogue.length} items`);
+  const popped = await both("pop", (s) => s.popItem());
+  assert.deepEqual(popped, catalogue.at(-1));
+  await both("pop again", (s) => s.popItem());
+  await all("after 2 pops");
+  await both("clear", (s) => s.clearSession());
+  await all("cleared");
+  assert.equal(await both("pop cleared", (s) => s.popItem()), undefined);
+  await both("add after clear", (s) => s.addItems(catalogue.slice(1, 2)));
+  await all("after clear");
+  assert.equal(await cp.getSessionId(), "contract");
+
+  // Each change was a version; the history keeps them all, in the openai-responses dialect.
+  const hist = await c.history("contract");
+  assert.deepEqual(
+    hist.map((v) => [v.version, v.counts.messages, v.dialect]),
+    [
+      [1, 3, "openai-responses"],
+      [2, catalogue.length, "openai-responses"],
+      [3, catalogue.length - 1, "openai-responses"],
+      [4, catalogue.length - 2, "openai-responses"],
+      [5, 0, "openai-responses"],
+      [6, 1, "openai-responses"],
+    ],
+  );
+});
+
+/** A scripted Model: returns the given outputs in order and records the input of every call. */
+class ScriptedModel implements Model {
+  readonly inputs: unknown[] = [];
+  constructor(private readonly outputs: ModelResponse["output"][]) {}
+  async getResponse(req: ModelRequest): Promise<ModelResponse> {
+    this.inputs.push(structuredClone(req.input));
+    const output = this.outputs.shift();
+    if (!output) throw new Error("the script has no more responses");
+    return { usage: new sdk!.Usage(), output, responseId: `resp_${this.inputs.length}` };
+  }
+  // eslint-disable-next-line require-yield
+  async *getStreamedResponse(): AsyncIterable<StreamEvent> {
+    throw new Error("not streamed");
+  }
+}
+
+/** Two turns of a weather agent: a tool call, its result and an answer; then a plain answer. */
+function script(): ModelResponse["output"][] {
+  return [
+    [
+      { type: "reasoning", id: "rs_1", content: [{ type: "input_text", text: "call get_weather" }], providerData: { encryptedContent: "gAAAA" } },
+      { type: "function_call", id: "fc_1", callId: "call_1", name: "get_weather", arguments: '{"city":"Paris"}', status: "completed" },
+    ],
+    [{ type: "message", id: "msg_1", role: "assistant", status: "completed", content: [{ type: "output_text", text: "22 °C in Paris." }] }],
+    [{ type: "message", id: "msg_2", role: "assistant", status: "completed", content: [{ type: "output_text", text: "Bring a light jacket." }] }],
+  ];
+}
+
+async function runTwoTurns(s: Session): Promise<ScriptedModel> {
+  const model = new ScriptedModel(script());
+  const weather = sdk!.tool({
+    name: "get_weather",
+    description: "the weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false },
+    strict: true,
+    execute: async (args: unknown) => `{"city":"${(args as { city: string }).city}","temp_c":22,"station":9007199254740993}`,
+  });
+  const agent = new sdk!.Agent({ name: "weather", instructions: "Answer briefly.", model, tools: [weather] });
+  const r1 = await sdk!.run(agent, "Weather in Paris?", { session: s });
+  assert.equal(r1.finalOutput, "22 °C in Paris.");
+  const r2 = await sdk!.run(agent, "What should I wear?", { session: s });
+  assert.equal(r2.finalOutput, "Bring a light jacket.");
+  return model;
+}
+
+test("runner: the SDK writes its items into checkpointd; the Go CLI and another process read them back", { skip }, async () => {
+  const mem = new sdk!.MemorySession();
+  const cp = session("runner");
+  const memModel = await runTwoTurns(mem);
+  const cpModel = await runTwoTurns(cp);
+
+  // The model saw the same history both times (the second turn's from checkpointd), and the
+  // session holds the same items.
+  assert.deepEqual(cpModel.inputs, memModel.inputs);
+  const items = await mem.getItems();
+  assert.deepEqual(await cp.getItems(), items);
+  assert.deepEqual(
+    items.map((it) => ("type" in it && it.type) || "message"),
+    ["message", "reasoning", "function_call", "function_call_result", "message", "message", "message"],
+  );
+
+  // The Go CLI restores exactly the bytes stored, which are openai-responses items...
+  const stored = await c.restore("runner");
+  assert.equal(stored.record.dialect, "openai-responses");
+  assert.deepEqual(stored.record.counts, { messages: 7, user: 2, assistant: 4, toolResult: 1, extension: 0, toolCalls: 1 });
+  const fromGo = (await d.ctl(["restore", "runner"])).toString();
+  assert.equal(fromGo, stored.text());
+  assert.deepEqual(splitRaw(fromGo).map((r) => fromResponsesItem(JSON.parse(r))), items);
+  const toolResult = JSON.parse(splitRaw(fromGo)[3]);
+  assert.equal(toolResult.type, "function_call_output");
+  assert.equal(toolResult.call_id, "call_1");
+  // (the tool's big number is inside its output string: kept digit for digit)
+  assert.match(toolResult.output, /"station":9007199254740993/);
+
+  // ...which the Go side converts like any Responses history (here to Anthropic messages: the
+  // reasoning summary becomes a thinking block, the call a tool_use, its output a tool_result).
+  const anth = JSON.parse((await d.ctl(["restore", "runner", "--as", "anthropic"])).toString());
+  assert.deepEqual(
+    anth.map((m: { role: string; content: string | { type: string }[] }) =>
+      [m.role, typeof m.content === "string" ? "string" : m.content.map((b) => b.type).join("+")].join(":"),
+    ),
+    ["user:string", "assistant:thinking", "assistant:tool_use", "user:tool_result", "assistant:text", "user:string", "assistant:text"],
+  );
+
+  // A fresh CheckpointSession in another process reads the same items.
+  const run = promisify(execFile);
+  const { stdout } = await run(process.execPath, [join(pkgRoot, "dist/test/support/agents-read.js"), d.natsURL, "runner"]);
+  const other = JSON.parse(stdout);
+  assert.deepEqual(other.all, items);
+  assert.deepEqual(other.last2, items.slice(-2));
+  assert.equal(other.version, stored.record.version);
+});
+
+test("writes build on the head last seen: a stale writer gets conflict, never overwrites", { skip }, async () => {
+  const a = session("two-writers");
+  const b = session("two-writers");
+  await a.addItems([catalogue[1]]);
+  assert.equal((await b.getItems()).length, 1);
+  await a.addItems([catalogue[8]]); // b has not seen this version
+  for (const op of [() => b.addItems([catalogue[6]]), () => b.popItem(), () => b.clearSession()]) {
+    await assert.rejects(op(), (e: unknown) => e instanceof CheckpointError && e.code === "conflict" && e.head === 2);
+  }
+  assert.deepEqual(await b.getItems(), [catalogue[1], catalogue[8]]); // reading catches up
+  assert.deepEqual(await b.popItem(), catalogue[8]);
+  assert.equal(a.version, 2);
+  await assert.rejects(a.addItems([catalogue[6]]), (e: unknown) => e instanceof CheckpointError && e.code === "conflict");
+});
+
+test("popItem rewrites the other items' JSON text as stored, every digit kept", { skip }, async () => {
+  // A Go writer's items, with a number beyond 2^53 in a member the dialect does not know.
+  const first = '{"type":"message","role":"user","content":"hi","meta":{"trace":9007199254740993,"x":1.50}}';
+  const second = '{"type":"function_call","call_id":"c9","name":"f","arguments":"{}"}';
+  await c.save("digits", joinRaw([first, second]), { dialect: "openai-responses" });
+  const s = session("digits");
+  assert.deepEqual(await s.popItem(), { type: "function_call", callId: "c9", name: "f", arguments: "{}" });
+  await s.addItems([catalogue[1]]);
+  const raw = (await c.restore("digits")).rawMessages();
+  assert.equal(raw[0], first);
+  assert.deepEqual(JSON.parse(raw[1]), catalogue[1]);
+});
+
+test("a session in another dialect is refused whole, not misread", { skip }, async () => {
+  await c.save("native", '[{"role":"user","content":"hi","timestamp":1}]');
+  const s = session("native");
+  for (const op of [() => s.getItems(), () => s.addItems([catalogue[1]]), () => s.popItem()]) {
+    await assert.rejects(op(), (e: unknown) => e instanceof CheckpointError && e.code === "bad_request" && /holds native/.test(e.message));
+  }
+  assert.equal((await c.get("native")).version, 1);
+});
+
+/**
+ * SDK items the openai-responses dialect does not know today: the daemon refuses them, typed, naming
+ * the item and field, and stores nothing. (What the lead was told; a dialect that learns one of
+ * them fails this test, which then moves the item to the catalogue above.)
+ */
+const refusedItems: [string, AgentInputItem, string][] = [
+  ["hosted_tool_call", { type: "hosted_tool_call", name: "web_search_call", status: "completed" }, "type"],
+  ["computer_call", { type: "computer_call", callId: "cc1", status: "completed", action: { type: "screenshot" } }, "type"],
+  ["computer_call_result", { type: "computer_call_result", callId: "cc1", output: { type: "computer_screenshot", data: "iVBO" } }, "type"],
+  ["shell_call", { type: "shell_call", callId: "sh1", action: { commands: ["ls"] } }, "type"],
+  ["shell_call_output", { type: "shell_call_output", callId: "sh1", output: [{ stdout: "", stderr: "", outcome: { type: "exit", exitCode: 0 } }] }, "type"],
+  ["apply_patch_call", { type: "apply_patch_call", callId: "ap1", status: "completed", operation: { type: "delete_file", path: "x" } }, "type"],
+  ["apply_patch_call_output", { type: "apply_patch_call_output", callId: "ap1", status: "completed" }, "type"],
+  ["tool_search_call", { type: "tool_search_call", callId: "ts1", arguments: {} }, "type"],
+  ["tool_search_output", { type: "tool_search_output", callId: "ts1", tools: [] }, "type"],
+  ["program", { type: "program", callId: "p1", code: "1", fingerprint: "f" }, "type"],
+  ["program_output", { type: "program_output", callId: "p1", output: "1", status: "completed" }, "type"],
+  ["compaction", { type: "compaction", encrypted_content: "gAAAA" }, "type"],
+  ["unknown", { type: "unknown", providerData: { x: 1 } }, "type"],
+  [
+    "assistant image part",
+    { role: "assistant", status: "completed", content: [{ type: "image", image: "iVBO" }] },
+    "content[0].type",
+  ],
+  [
+    "assistant audio part",
+    { role: "assistant", status: "completed", content: [{ type: "audio", audio: "UklG", format: "wav" }] },
+    "content[0].type",
+  ],
+  ["user audio part without a format", { role: "user", content: [{ type: "audio", audio: "UklG" }] }, "content[0].type"],
+  ["user audio part by file id", { role: "user", content: [{ type: "audio", audio: { id: "file-a" }, format: "wav" }] }, "content[0].type"],
+  [
+    "function result {type: image}",
+    { type: "function_call_result", name: "f", callId: "c1", status: "completed", output: { type: "image", image: "https://example.com/a.png" } },
+    "output",
+  ],
+  [
+    "function result {type: file}",
+    { type: "function_call_result", name: "f", callId: "c1", status: "completed", output: { type: "file", file: { id: "file-1" } } },
+    "output",
+  ],
+];
+
+test("SDK items the openai-responses dialect does not know are refused, typed, and nothing is stored", { skip }, async () => {
+  const s = session("refusals");
+  await s.addItems([catalogue[1]]);
+  const found: string[] = [];
+  for (const [what, item, field] of refusedItems) {
+    const e = await s.addItems([catalogue[1], item]).then(
+      () => assert.fail(`${what}: stored`),
+      (e: unknown) => e,
+    );
+    assert.ok(e instanceof CheckpointError, `${what}: ${e}`);
+    assert.equal(e.code, "invalid", `${what}: ${e.message}`);
+    assert.equal(e.index, 2, `${what}: ${e.message}`);
+    assert.equal(e.field, field, `${what}: ${e.message}`);
+    found.push(`${what}: ${e.field}: ${e.message}`);
+  }
+  assert.equal((await c.get("refusals")).version, 1);
+  assert.equal((await s.getItems()).length, 1);
+  if (process.env.CP_AGENTS_REPORT) console.log(found.join("\n"));
+});
