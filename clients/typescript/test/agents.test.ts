@@ -6,6 +6,8 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { AgentInputItem, Model, ModelRequest, ModelResponse, Session, StreamEvent } from "@openai/agents-core";
@@ -274,6 +276,53 @@ test("runner: the SDK writes its items into checkpointd; the Go CLI and another 
   assert.deepEqual(other.all, items);
   assert.deepEqual(other.last2, items.slice(-2));
   assert.equal(other.version, stored.record.version);
+});
+
+test("pause in Node, resume in Go, continue in Node: the lease's epoch rides on every write", { skip }, async () => {
+  const key = { session: "handover" };
+  // Node: the agent holds the lease; its session's writes carry the epoch.
+  const lease = await c.acquire(key, "node-agent", 60_000);
+  const node = new CheckpointSession({ client: c, session: key, saveOptions: { epoch: lease.epoch } });
+  await runTwoTurns(node);
+  await lease.release(); // pause: every item is already stored
+  const paused = await c.get(key);
+
+  // Go: take the lease, restore, answer one more turn in the Responses API's shape, append it.
+  const goLease = JSON.parse((await d.ctl(["lease", "acquire", "handover", "--owner", "go-process", "-o", "json"])).toString());
+  assert.equal((await d.ctl(["restore", "handover"])).toString(), (await c.restore(key)).text());
+  const goItems = [
+    '{"type":"message","role":"user","content":[{"type":"input_text","text":"And tomorrow?"}]}',
+    '{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Rain: take the umbrella.","annotations":[]}]}',
+  ];
+  const dir = mkdtempSync(join(tmpdir(), "cp-agents-"));
+  try {
+    writeFileSync(join(dir, "turn.json"), joinRaw(goItems));
+    const args = ["--append-to", String(paused.version), "--epoch", String(goLease.epoch), "--dialect", "openai-responses", "--reason", "turn"];
+    await d.ctl(["put", "handover", join(dir, "turn.json"), ...args]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  await d.ctl(["lease", "release", "handover", "--epoch", String(goLease.epoch)]);
+
+  // Node's old session object is fenced: its epoch is over.
+  await assert.rejects(node.addItems([{ role: "user", content: "late" }]), (e: unknown) => e instanceof CheckpointError && e.code === "fenced");
+
+  // Node again: a new lease, a new session object; the model sees Go's turn in the SDK's shape.
+  const again = await c.acquire(key, "node-agent", 60_000);
+  const resumed = new CheckpointSession({ client: c, session: key, saveOptions: { epoch: again.epoch } });
+  const model = new ScriptedModel([[{ type: "message", id: "msg_3", role: "assistant", status: "completed", content: [{ type: "output_text", text: "Yes." }] }]]);
+  const agent = new sdk!.Agent({ name: "weather", instructions: "Answer briefly.", model });
+  const r = await sdk!.run(agent, "Really?", { session: resumed });
+  assert.equal(r.finalOutput, "Yes.");
+  const seen = model.inputs[0] as AgentInputItem[];
+  assert.deepEqual(seen.slice(-3), [
+    { type: "message", role: "user", content: [{ type: "input_text", text: "And tomorrow?" }] },
+    { type: "message", role: "assistant", content: [{ type: "output_text", text: "Rain: take the umbrella.", annotations: [] }] },
+    { type: "message", role: "user", content: "Really?" },
+  ]);
+  const items = await resumed.getItems();
+  assert.equal(items.length, 7 + 2 + 2);
+  await again.release();
 });
 
 test("writes build on the head last seen: a stale writer gets conflict, never overwrites", async () => {
