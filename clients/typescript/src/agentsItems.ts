@@ -45,6 +45,7 @@ function refuseHint(o: Obj, where: string): void {
 /** toResponsesItem maps one SDK item to the openai-responses item stored for it (a new object). */
 export function toResponsesItem(item: unknown, where = "item"): Obj {
   if (!isObj(item)) throw new TypeError(`${where}: an Agents SDK item is an object, got ${describe(item)}`);
+  refuseBytes(item, where);
   refuseHint(item, where);
   const o: Obj = { ...item };
   switch (o.type) {
@@ -236,6 +237,17 @@ function partFromAPI(p: unknown): unknown {
   }
   if (hint) o[HINT] = hint;
   return o;
+}
+
+/**
+ * refuseBytes throws on a Uint8Array anywhere in v (the SDK allows raw bytes for inline image and
+ * file data): JSON.stringify would store it as an object of numbered bytes, which reads back as
+ * something else. Its runner passes base64 strings there.
+ */
+function refuseBytes(v: unknown, where: string): void {
+  if (v instanceof Uint8Array) throw new TypeError(`${where}: raw bytes (Uint8Array) have no JSON form; give them as base64`);
+  if (Array.isArray(v)) v.forEach((x, i) => refuseBytes(x, `${where}[${i}]`));
+  else if (typeof v === "object" && v !== null) for (const [k, x] of Object.entries(v)) refuseBytes(x, `${where}.${k}`);
 }
 
 function describe(v: unknown): string {

@@ -136,6 +136,8 @@ test("mapping: every SDK item comes back equal, stored in the Responses API's sp
   // A member it would overwrite, or the reserved one, is refused before anything is sent.
   assert.throws(() => toResponsesItem({ ...catalogue[4], call_id: "x" } as AgentInputItem), /both "callId" and "call_id"/);
   assert.throws(() => toResponsesItem({ ...catalogue[1], [HINT]: 1 }), /reserved/);
+  const bytes = { type: "function_call_result", name: "f", callId: "c", status: "completed", output: { type: "image", image: { data: new Uint8Array([1]) } } };
+  assert.throws(() => toResponsesItem(bytes, "items[0]"), /items\[0\]\.output\.image\.data: raw bytes/);
 });
 
 test("contract: the same operations on CheckpointSession and the SDK's MemorySession give the same results", { skip }, async () => {
