@@ -1,10 +1,17 @@
 package codec
 
+import (
+	"maps"
+	"slices"
+	"strings"
+)
+
 // The openai-responses dialect: the input items of OpenAI's Responses API (what a stateless client
 // resends every turn). An item is a message (with or without "type": "message"), a function_call,
-// its function_call_output, or a reasoning item. Messages count by role (system and developer as
-// System); function_call and reasoning items are the model's output and count as Assistant, a
-// function_call also as a tool call; a function_call_output counts as ToolResult.
+// its function_call_output, a reasoning item, or one of the API's other input items (responsesItems:
+// hosted and built-in tools, their outputs, MCP, compaction, references). Messages count by role
+// (system and developer as System); calls and reasoning are the model's output and count as
+// Assistant, calls also as tool calls; their outputs count as ToolResult.
 
 var responsesMessageParts = map[string][]string{
 	"user":      {"input_text", "input_image", "input_file", "input_audio"},
@@ -48,7 +55,91 @@ func checkOpenAIResponses(c checker, m object, _ bool, s *Stats) error {
 		}
 		return c.parts(m, "", "content", false, true, s, responsesPart("", "reasoning_text"))
 	}
-	return c.fail(ErrUnknownContentType, "type", "%q (want message, function_call, function_call_output or reasoning)", typ)
+	if it, ok := responsesItems[typ]; ok {
+		return it.check(c, m, s)
+	}
+	return c.fail(ErrUnknownContentType, "type", "%q (want message, function_call, function_call_output, reasoning or another input item of the Responses API: %s)",
+		typ, strings.Join(slices.Sorted(maps.Keys(responsesItems)), ", "))
+}
+
+// responsesItem is the schema of one of the Responses API's other input items: the members it must
+// have, each of a JSON kind (null allowed where the API allows it), and how it counts. Members not
+// listed, and what is inside those listed (a computer action, an MCP tool list), are kept as they
+// are: their shapes change with every new tool, and nothing here reads them.
+type responsesItem struct {
+	count    func(s *Stats)
+	required []responsesMember
+}
+
+type responsesMember struct {
+	name     string
+	kinds    string // the JSON kinds accepted: '"', '[', '{', 't', or 'n' for null
+	nonEmpty bool   // a string that must not be ""
+}
+
+func (it responsesItem) check(c checker, m object, s *Stats) error {
+	for _, r := range it.required {
+		raw, ok := m[r.name]
+		if !ok {
+			return c.fail(ErrMalformed, r.name, "missing")
+		}
+		if !strings.ContainsRune(r.kinds, rune(kind(raw))) {
+			var want []string
+			for _, k := range []byte(r.kinds) {
+				want = append(want, kindNames[k])
+			}
+			return c.fail(ErrMalformed, r.name, "want %s, found %s", strings.Join(want, " or "), describe(raw))
+		}
+		if r.nonEmpty && stringValue(raw) == "" {
+			return c.fail(ErrMalformed, r.name, "must not be empty")
+		}
+	}
+	it.count(s)
+	return nil
+}
+
+func toolCall(s *Stats)    { s.Assistant++; s.ToolCalls++ }
+func modelOutput(s *Stats) { s.Assistant++ }
+func toolOutput(s *Stats)  { s.ToolResult++ }
+func userInput(s *Stats)   { s.User++ }
+func instruction(s *Stats) { s.System++ }
+func otherItem(s *Stats)   { s.Extension++ }
+
+// id is a call's or item's id: a non-empty string.
+func id(name string) responsesMember        { return responsesMember{name: name, kinds: `"`, nonEmpty: true} }
+func of(name, kinds string) responsesMember { return responsesMember{name: name, kinds: kinds} }
+
+// responsesItems are the input items of the Responses API besides messages, function calls and
+// their outputs, and reasoning (ResponseInputItem in OpenAI's API reference and SDKs), with the
+// members the API requires.
+var responsesItems = map[string]responsesItem{
+	"file_search_call":        {toolCall, []responsesMember{id("id"), of("queries", "["), of("status", `"`)}},
+	"computer_call":           {toolCall, []responsesMember{id("id"), id("call_id"), of("pending_safety_checks", "["), of("status", `"`)}},
+	"computer_call_output":    {toolOutput, []responsesMember{id("call_id"), of("output", "{")}},
+	"web_search_call":         {toolCall, []responsesMember{id("id"), of("action", "{"), of("status", `"`)}},
+	"tool_search_call":        {toolCall, []responsesMember{of("arguments", `{["0tn`)}},
+	"tool_search_output":      {toolOutput, []responsesMember{of("tools", "[")}},
+	"additional_tools":        {instruction, []responsesMember{of("role", `"`), of("tools", "[")}},
+	"configuration_update":    {otherItem, nil},
+	"compaction":              {otherItem, []responsesMember{of("encrypted_content", `"`)}},
+	"compaction_trigger":      {otherItem, nil},
+	"image_generation_call":   {toolCall, []responsesMember{id("id"), of("result", `"n`), of("status", `"`)}},
+	"code_interpreter_call":   {toolCall, []responsesMember{id("id"), of("code", `"n`), of("container_id", `"`), of("outputs", "[n"), of("status", `"`)}},
+	"local_shell_call":        {toolCall, []responsesMember{id("id"), of("action", "{"), id("call_id"), of("status", `"`)}},
+	"local_shell_call_output": {toolOutput, []responsesMember{id("id"), of("output", `"`)}},
+	"shell_call":              {toolCall, []responsesMember{of("action", "{"), id("call_id")}},
+	"shell_call_output":       {toolOutput, []responsesMember{id("call_id"), of("output", "[")}},
+	"apply_patch_call":        {toolCall, []responsesMember{id("call_id"), of("operation", "{"), of("status", `"`)}},
+	"apply_patch_call_output": {toolOutput, []responsesMember{id("call_id"), of("status", `"`)}},
+	"mcp_list_tools":          {modelOutput, []responsesMember{id("id"), of("server_label", `"`), of("tools", "[")}},
+	"mcp_approval_request":    {modelOutput, []responsesMember{id("id"), of("arguments", `"`), of("name", `"`), of("server_label", `"`)}},
+	"mcp_approval_response":   {userInput, []responsesMember{id("approval_request_id"), of("approve", "t")}},
+	"mcp_call":                {toolCall, []responsesMember{id("id"), of("arguments", `"`), of("name", `"`), of("server_label", `"`)}},
+	"custom_tool_call":        {toolCall, []responsesMember{id("call_id"), of("input", `"`), of("name", `"`)}},
+	"custom_tool_call_output": {toolOutput, []responsesMember{id("call_id"), of("output", `"[`)}},
+	"item_reference":          {otherItem, []responsesMember{id("id")}},
+	"program":                 {toolCall, []responsesMember{id("id"), id("call_id"), of("code", `"`), of("fingerprint", `"`)}},
+	"program_output":          {toolOutput, []responsesMember{id("id"), id("call_id"), of("result", `"`), of("status", `"`)}},
 }
 
 func responsesMessage(c checker, m object, s *Stats) error {

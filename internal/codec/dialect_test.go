@@ -207,7 +207,11 @@ func TestParse_AgentSquadRefusals(t *testing.T) {
 
 func TestParse_OpenAIResponsesRefusals(t *testing.T) {
 	checkRefusals(t, "openai-responses", []refusal{
-		{"unknown item type", `{"type":"web_search_call","id":"ws_1"}`, ErrUnknownContentType, "message 0: type:"},
+		{"unknown item type", `{"type":"hosted_tool_call","id":"h_1"}`, ErrUnknownContentType, "message 0: type:"},
+		{"web_search_call without its action", `{"type":"web_search_call","id":"ws_1","status":"completed"}`, ErrMalformed, "message 0: action: malformed checkpoint: missing"},
+		{"computer_call_output whose output is a string", `{"type":"computer_call_output","call_id":"c1","output":"png"}`, ErrMalformed, "message 0: output: malformed checkpoint: want an object"},
+		{"mcp approval that is not a boolean", `{"type":"mcp_approval_response","approval_request_id":"a1","approve":"yes"}`, ErrMalformed, "message 0: approve: malformed checkpoint: want a boolean"},
+		{"custom tool call with an empty call_id", `{"type":"custom_tool_call","call_id":"","input":"x","name":"n"}`, ErrMalformed, "message 0: call_id: malformed checkpoint: must not be empty"},
 		{"neither type nor role", `{"content":"x"}`, ErrMalformed, "message 0: type:"},
 		{"tool role", `{"role":"tool","content":"x"}`, ErrUnknownRole, "message 0: role:"},
 		{"output_text in a user message", `{"role":"user","content":[{"type":"output_text","text":"x"}]}`, ErrUnknownContentType, "message 0: content[0].type:"},
@@ -240,4 +244,51 @@ func TestParse_AntigravityRefusals(t *testing.T) {
 		{"tool call without name", `{"id":"s","step_index":0,"type":"ToolCall","tool_calls":[{"id":"t"}]}`, ErrMalformed, "message 0: tool_calls[0].name:"},
 		{"negative token count", `{"id":"s","step_index":0,"type":"Finish","usage_metadata":{"total_token_count":-3}}`, ErrMalformed, "message 0: usage_metadata.total_token_count:"},
 	})
+}
+
+// Every input item of the Responses API is accepted with the members the API requires, kept as it
+// is, and counted: calls as the assistant's tool calls, outputs as tool results.
+func TestParse_OpenAIResponsesEveryInputItem(t *testing.T) {
+	items := []string{
+		`{"role":"user","content":"go"}`,
+		`{"type":"file_search_call","id":"fs_1","queries":["q"],"status":"completed","results":null}`,
+		`{"type":"computer_call","id":"cu_1","call_id":"c1","pending_safety_checks":[],"status":"completed","action":{"type":"click","x":1,"y":2,"button":"left"}}`,
+		`{"type":"computer_call_output","call_id":"c1","output":{"type":"computer_screenshot","image_url":"data:image/png;base64,AAAA"}}`,
+		`{"type":"web_search_call","id":"ws_1","action":{"type":"search","query":"q"},"status":"completed"}`,
+		`{"type":"tool_search_call","arguments":{"q":"x"},"execution":"server"}`,
+		`{"type":"tool_search_output","tools":[]}`,
+		`{"type":"additional_tools","role":"developer","tools":[]}`,
+		`{"type":"configuration_update","reasoning":{"effort":"low"}}`,
+		`{"type":"compaction","encrypted_content":"gAAAA"}`,
+		`{"type":"compaction_trigger"}`,
+		`{"type":"image_generation_call","id":"ig_1","result":null,"status":"generating"}`,
+		`{"type":"code_interpreter_call","id":"ci_1","code":"print(1)","container_id":"cntr","outputs":null,"status":"completed"}`,
+		`{"type":"local_shell_call","id":"ls_1","call_id":"c2","action":{"type":"exec","command":["ls"]},"status":"completed"}`,
+		`{"type":"local_shell_call_output","id":"c2","output":"a\nb"}`,
+		`{"type":"shell_call","call_id":"c3","action":{"commands":["ls"]}}`,
+		`{"type":"shell_call_output","call_id":"c3","output":[]}`,
+		`{"type":"apply_patch_call","call_id":"c4","operation":{"type":"delete_file","path":"x"},"status":"completed"}`,
+		`{"type":"apply_patch_call_output","call_id":"c4","status":"completed","output":null}`,
+		`{"type":"mcp_list_tools","id":"ml_1","server_label":"s","tools":[]}`,
+		`{"type":"mcp_approval_request","id":"ma_1","arguments":"{}","name":"n","server_label":"s"}`,
+		`{"type":"mcp_approval_response","approval_request_id":"ma_1","approve":true}`,
+		`{"type":"mcp_call","id":"mc_1","arguments":"{}","name":"n","server_label":"s","output":"ok"}`,
+		`{"type":"custom_tool_call","call_id":"c5","input":"x","name":"grammar"}`,
+		`{"type":"custom_tool_call_output","call_id":"c5","output":[{"type":"input_text","text":"ok"}]}`,
+		`{"type":"item_reference","id":"msg_1"}`,
+		`{"type":"program","id":"p_1","call_id":"c6","code":"x","fingerprint":"f"}`,
+		`{"type":"program_output","id":"po_1","call_id":"c6","result":"1","status":"completed"}`,
+	}
+	payload := "[" + strings.Join(items, ",") + "]"
+	c, err := ParseLimited([]byte(payload), Limits{Dialect: "openai-responses"})
+	require.NoError(t, err)
+	require.Equal(t, payload, string(c.Encode()), "kept as it is")
+	st := c.Stats()
+	require.Equal(t, len(items), st.Messages)
+	require.Equal(t, 12, st.ToolCalls)
+	require.Equal(t, 14, st.Assistant)
+	require.Equal(t, 7, st.ToolResult)
+	require.Equal(t, 2, st.User)
+	require.Equal(t, 1, st.System)
+	require.Equal(t, 4, st.Extension)
 }

@@ -52,6 +52,12 @@ func TestView_ApplyKnowsEveryDialect(t *testing.T) {
 			{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"w","input":{}}]},
 			{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"22C"}]},
 			{"role":"assistant","content":"22C"}]`)), want: []int{3}},
+		{dialect: "openai-responses", view: View{Kind: ViewRequest}, msgs: parsed(t, "openai-responses", []byte(`[
+			{"role":"developer","content":"be brief"},
+			{"role":"user","content":"a"},
+			{"type":"compaction","encrypted_content":"gAAAA"},
+			{"type":"compaction_trigger"},
+			{"role":"user","content":"b"}]`)), want: []int{0, 2, 3, 4}},
 		{dialect: "native", view: View{Kind: ViewRequest}, msgs: parsed(t, "", []byte(`[
 			{"role":"user","content":"a"},
 			{"role":"extension","kind":"compaction","data":{}},
