@@ -1,0 +1,106 @@
+package codec
+
+import (
+	"bytes"
+	"io"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Reads served compressed (the read encoding "zstd", docs/protocol.md §5) are stored frames passed
+// through where possible, with the bytes around them compressed here: brackets, commas, and the
+// messages of an extent a version cuts short.
+
+// fastEncoder compresses what a read re-encodes: the fastest level (its window is 4 MiB, below
+// MaxBodyWindow), one goroutine, and entropy coding of every literal, so that base64 still shrinks.
+var fastEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+	zstd.WithAllLitEntropyCompression(true))
+
+// AppendZstdFast appends raw, compressed as one zstd frame at the fastest level, to dst.
+func AppendZstdFast(dst, raw []byte) []byte { return fastEncoder.EncodeAll(raw, dst) }
+
+// BlobFrames returns what a stored blob holds after its header: its zstd frames (compressed true),
+// or its raw bytes as they are (compressed false, a blob written without compression). A payload
+// that does not start as zstd frames do (a frame or a skippable frame) is refused as malformed, so
+// that what is passed through to a reader at least has the shape of zstd.
+func BlobFrames(blob []byte) (payload []byte, compressed bool, err error) {
+	payload, err = BlobPayload(blob)
+	if err != nil {
+		return nil, false, err
+	}
+	if blob[5] == compressionNone {
+		return payload, false, nil
+	}
+	if !startsFrame(payload) {
+		return nil, false, payloadError(ErrMalformed, HeaderSize, "blob payload does not start with a zstd frame")
+	}
+	return payload, true, nil
+}
+
+// startsFrame reports whether b starts with the magic number of a zstd frame or of a skippable frame
+// (RFC 8878 §3.1.1, §3.1.2).
+func startsFrame(b []byte) bool {
+	if len(b) < 4 {
+		return false
+	}
+	if bytes.Equal(b[:4], []byte{0x28, 0xB5, 0x2F, 0xFD}) {
+		return true
+	}
+	return b[0]&0xF0 == 0x50 && bytes.Equal(b[1:4], []byte{0x2A, 0x4D, 0x18})
+}
+
+// DecompressExact decompresses the zstd frames of data, which must decode to exactly size bytes (a
+// read reply: its Cp-Raw-Total), with a decoder whose window is capped at MaxBodyWindow. The buffer
+// is size+1 bytes, allocated once: a reply that decodes to more is refused without growing it
+// (ErrTooLarge), one that decodes to less is refused as malformed, and so is a frame needing a
+// larger window. each, if not nil, is given the decoded bytes as they come, in order, in pieces of
+// at least DecodedPiece bytes (but the last), so that a caller can hash them while the rest is
+// decoded; a piece's bytes are not written to again.
+func DecompressExact(data []byte, size int64, each func([]byte)) ([]byte, error) {
+	if size < 0 {
+		return nil, payloadError(ErrMalformed, -1, "negative decompressed size %d", size)
+	}
+	dec, err := getBodyDecoder()
+	if err != nil {
+		return nil, err
+	}
+	if err := dec.Reset(bytes.NewReader(data)); err != nil {
+		return nil, payloadError(ErrMalformed, -1, "zstd: %v", err)
+	}
+	out, err := decodeExact(dec, size, each)
+	_ = dec.Reset(nil)
+	if size <= pooledWindow {
+		bodyDecoders.Put(dec) // kept for the next small reply, as a small body's decoder is
+	} // else its history goes with it, as a large body's does
+	return out, err
+}
+
+// DecodedPiece is the least DecompressExact gives its each at a time.
+const DecodedPiece = 256 << 10
+
+func decodeExact(r io.Reader, size int64, each func([]byte)) ([]byte, error) {
+	out := make([]byte, 0, size+1)
+	r = io.LimitReader(r, size+1) // a bomb costs at most size+1 bytes
+	given := 0
+	for {
+		n, err := r.Read(out[len(out):cap(out)])
+		out = out[:len(out)+n]
+		if int64(len(out)) > size {
+			return nil, payloadError(ErrTooLarge, -1, "decompresses to more than the %d bytes announced", size)
+		}
+		if each != nil && len(out) > given && (len(out)-given >= DecodedPiece || err != nil) {
+			each(out[given:])
+			given = len(out)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, bodyEnd(err)
+		}
+	}
+	if int64(len(out)) != size {
+		return nil, payloadError(ErrMalformed, -1, "zstd: decodes to %d bytes, %d announced", len(out), size)
+	}
+	return out, nil
+}
