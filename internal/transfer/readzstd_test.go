@@ -299,3 +299,113 @@ func TestRead_HeldReadIsNotServedToAnotherNamespace(t *testing.T) {
 		require.Equal(t, "404", m.Header.Get(wire.HdrServiceErrorCode), "%s: %.100s", enc, m.Data)
 	}
 }
+
+// fakeDaemon answers get and read on env's server in place of checkpointd (stopped), through
+// serveRead, so that the SDK can be tested against daemons that are not this one: an older one, a
+// hostile one. It records the encodings the reads asked for.
+func fakeDaemon(t *testing.T, env *testenv.Env, v wire.Version, serveRead func(req wire.ReadRequest) *nats.Msg) *[]string {
+	t.Helper()
+	env.StopDaemon()
+	nc := env.Conn()
+	var asked []string
+	_, err := nc.Subscribe("cp.api.*."+wire.OpGet, func(m *nats.Msg) {
+		data, _ := json.Marshal(v)
+		_ = m.Respond(data)
+	})
+	require.NoError(t, err)
+	_, err = nc.Subscribe("cp.api.*."+wire.OpRead, func(m *nats.Msg) {
+		var req wire.ReadRequest
+		require.NoError(t, json.Unmarshal(m.Data, &req))
+		asked = append(asked, req.Encoding)
+		reply := serveRead(req)
+		reply.Subject = m.Reply
+		_ = nc.PublishMsg(reply)
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	return &asked
+}
+
+// readReply is a read's piece as a daemon sends it.
+func readReply(body []byte, offset int, enc, hash string, total, rawTotal int) *nats.Msg {
+	m := nats.NewMsg("")
+	m.Data = body[offset:min(offset+32<<10, len(body))]
+	m.Header.Set(wire.HdrTotal, strconv.Itoa(total))
+	m.Header.Set(wire.HdrOffset, strconv.Itoa(offset))
+	m.Header.Set(wire.HdrEncoding, enc)
+	m.Header.Set(wire.HdrHash, hash)
+	if enc == wire.EncodingZstd {
+		m.Header.Set(wire.HdrRawTotal, strconv.Itoa(rawTotal))
+	}
+	return m
+}
+
+// The SDK asks for zstd; a daemon from before zstd reads refuses that as a bad request, and the
+// SDK reads identity instead, checking it as before.
+func TestSDK_RestoreFromADaemonThatServesOnlyIdentity(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "old"}
+	conv := arrayOf(corpusMessages(t, "claude_code_spotter_258c7280.json"))
+	v, err := env.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+	asked := fakeDaemon(t, env, v, func(req wire.ReadRequest) *nats.Msg {
+		if req.Encoding != "" && req.Encoding != wire.EncodingIdentity {
+			m := nats.NewMsg("")
+			m.Header.Set(wire.HdrServiceErrorCode, "400")
+			m.Data, _ = json.Marshal(wire.Error{Code: wire.CodeBadRequest, Message: `bad request: unknown encoding "zstd" (reads are served as identity)`})
+			return m
+		}
+		return readReply(conv, int(req.Offset), wire.EncodingIdentity, v.Hash, len(conv), 0)
+	})
+	got, _, err := env.Client.Restore(ctx, key, 0)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(conv, got))
+	require.Equal(t, wire.EncodingZstd, (*asked)[0])
+	require.Equal(t, wire.EncodingIdentity, (*asked)[1])
+}
+
+// What a zstd reply announces bounds what the SDK decodes, and what it decodes must be what was
+// announced: a raw length above the version's, a compressed length no stream of that raw length
+// needs, a body that decodes to more than announced, or to other bytes, are refused.
+func TestSDK_RestoreBoundsWhatItDecodes(t *testing.T) {
+	conv := arrayOf(corpusMessages(t, "claude_code_spotter_258c7280.json"))
+	z := codec.CompressZstd(conv)
+	padded := codec.CompressZstd(append(conv[:len(conv):len(conv)], "         "...))
+	for _, c := range []struct {
+		name  string
+		reply func(v wire.Version, offset int) *nats.Msg
+		want  error
+	}{
+		{"raw total above the record's", func(v wire.Version, off int) *nats.Msg {
+			return readReply(z, off, wire.EncodingZstd, v.Hash, len(z), len(conv)+1)
+		}, checkpoint.ErrTooLarge},
+		{"compressed total no stream needs", func(v wire.Version, off int) *nats.Msg {
+			return readReply(z, off, wire.EncodingZstd, v.Hash, 1<<40, len(conv))
+		}, nil},
+		{"decodes to more than announced", func(v wire.Version, off int) *nats.Msg {
+			return readReply(padded, off, wire.EncodingZstd, v.Hash, len(padded), len(conv))
+		}, checkpoint.ErrCorrupt},
+		{"decodes to other bytes", func(v wire.Version, off int) *nats.Msg {
+			other := bytes.Clone(conv)
+			other[10] ^= 1
+			oz := codec.CompressZstd(other)
+			return readReply(oz, off, wire.EncodingZstd, v.Hash, len(oz), len(conv))
+		}, checkpoint.ErrCorrupt},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := testenv.Start(t)
+			ctx := ctxT(t)
+			key := checkpoint.Key{Session: "hostile"}
+			v, err := env.Client.Save(ctx, key, conv)
+			require.NoError(t, err)
+			fakeDaemon(t, env, v, func(req wire.ReadRequest) *nats.Msg { return c.reply(v, int(req.Offset)) })
+			_, _, err = env.Client.Restore(ctx, key, 0)
+			require.Error(t, err)
+			t.Log(err)
+			if c.want != nil {
+				require.ErrorIs(t, err, c.want)
+			}
+		})
+	}
+}
