@@ -53,13 +53,16 @@ func (c *Client) Restore(ctx context.Context, key Key, version uint64, opts ...R
 
 // read fetches the conversation (or view) of v piece by piece and returns it with its SHA-256, which
 // it checked against the hash the daemon gives for it (ErrCorrupt). The body travels compressed
-// (zstd) and is decoded here, into at most limit bytes. A daemon
-// that serves only identity (before checkpointd 0.4) refuses zstd as a bad request: the read is
-// then asked again as identity. (A genuinely bad request is refused twice.)
+// (zstd) and is decoded here, into at most limit bytes. It is asked for again as identity when the
+// zstd read is refused as a bad request (a daemon before checkpointd 0.4 serves only identity; a
+// request bad for another reason is refused twice), or when it does not decode to bytes of the
+// right hash: its pieces may have come from daemons of different builds, whose re-encoded frames
+// can differ, while identity bytes are the same from every daemon (which checks them before
+// sending them).
 func (c *Client) read(ctx context.Context, v Version, req wire.ReadRequest, limit int64) ([]byte, string, error) {
 	req.Encoding = wire.EncodingZstd
 	out, hash, err := c.readAs(ctx, v, req, limit)
-	if e := (*Error)(nil); errors.As(err, &e) && e.Code == wire.CodeBadRequest {
+	if e := (*Error)(nil); errors.As(err, &e) && e.Code == wire.CodeBadRequest || errors.Is(err, ErrCorrupt) {
 		req.Encoding = wire.EncodingIdentity
 		return c.readAs(ctx, v, req, limit)
 	}
