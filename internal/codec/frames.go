@@ -24,18 +24,28 @@ func AppendZstdFast(dst, raw []byte) []byte { return fastEncoder.EncodeAll(raw, 
 // that does not start as zstd frames do (a frame or a skippable frame) is refused as malformed, so
 // that what is passed through to a reader at least has the shape of zstd.
 func BlobFrames(blob []byte) (payload []byte, compressed bool, err error) {
-	payload, err = BlobPayload(blob)
-	if err != nil {
+	if compressed, err = BlobCompressed(blob); err != nil {
 		return nil, false, err
 	}
-	if blob[5] == compressionNone {
-		return payload, false, nil
-	}
-	if !startsFrame(payload) {
+	payload = blob[HeaderSize:]
+	if compressed && !IsZstd(payload) {
 		return nil, false, payloadError(ErrMalformed, HeaderSize, "blob payload does not start with a zstd frame")
 	}
-	return payload, true, nil
+	return payload, compressed, nil
 }
+
+// BlobCompressed checks a blob's header (its first HeaderSize bytes) and says whether its payload
+// is compressed.
+func BlobCompressed(header []byte) (bool, error) {
+	if _, err := BlobPayload(header); err != nil {
+		return false, err
+	}
+	return header[5] == compressionZstd, nil
+}
+
+// IsZstd reports whether b starts as zstd frames do: with the magic number of a frame or of a
+// skippable frame (RFC 8878 §3.1.1, §3.1.2).
+func IsZstd(b []byte) bool { return startsFrame(b) }
 
 // startsFrame reports whether b starts with the magic number of a zstd frame or of a skippable frame
 // (RFC 8878 §3.1.1, §3.1.2).

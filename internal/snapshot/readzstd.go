@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -42,7 +44,8 @@ func ReadZstd(ctx context.Context, st Store, v wire.Version, cache SegmentCache)
 
 // assembleZstd is assemble, compressed: the first n messages of a layout, rawBytes long.
 func assembleZstd(ctx context.Context, st Store, l Layout, n int, rawBytes int64, cache SegmentCache) ([]byte, error) {
-	z := &zstdBuilder{}
+	// No more than any stream of rawBytes needs, whatever the references say.
+	z := &zstdBuilder{out: make([]byte, 0, min(zstdSizeHint(l, n), rawBytes+rawBytes/128+64<<10))}
 	z.raw([]byte{'['})
 	have := 0
 	for _, e := range l.Extents {
@@ -73,6 +76,27 @@ func assembleZstd(ctx context.Context, st Store, l Layout, n int, rawBytes int64
 	return z.out, nil
 }
 
+// zstdSizeHint guesses the length of the stream of the first n messages of a layout, so that it is
+// allocated once: the stored sizes of the blobs it passes through, a third of what it compresses.
+func zstdSizeHint(l Layout, n int) int64 {
+	hint, have := int64(1024), 0
+	for _, e := range l.Extents {
+		if have >= n {
+			break
+		}
+		if min(e.Count, n-have) == e.Segment.Messages {
+			hint += e.Segment.StoredBytes
+			for _, v := range e.Segment.Values {
+				hint += v.StoredBytes
+			}
+		} else {
+			hint += e.RawBytes / 3
+		}
+		have += e.Count
+	}
+	return hint
+}
+
 // zstdBuilder writes a zstd stream: stored frames as they are, raw bytes gathered until the next
 // stored frames (or the end) and then compressed as one frame.
 type zstdBuilder struct {
@@ -93,24 +117,69 @@ func (z *zstdBuilder) flush() {
 	}
 }
 
-// blob adds the bytes of a stored blob that decodes to rawLen bytes: its frames as they are (its raw
-// bytes, if it was stored uncompressed).
-func (z *zstdBuilder) blob(blob []byte, rawLen int64, id string) error {
-	payload, compressed, err := codec.BlobFrames(blob)
+// blob adds the bytes of a stored blob (ref: a segment's or a value's) that decodes to ref.RawBytes
+// bytes: its frames as they are (its raw bytes, if it was stored uncompressed), read piece by piece
+// straight onto the stream, so that no copy of the blob is held beside it.
+func (z *zstdBuilder) blob(ctx context.Context, st Store, key wire.Key, ref SegmentRef, what string) error {
+	r := &errReader{r: st.OpenSegment(ctx, key, ref)}
+	var header [codec.HeaderSize]byte
+	if _, err := io.ReadFull(r, header[:]); err != nil {
+		if r.err != nil {
+			return r.err // storage (a segment compacted away: ErrNotFound)
+		}
+		return fmt.Errorf("%w: %s %s: blob header: %v", ErrCorrupt, what, ref.ID, err)
+	}
+	compressed, err := codec.BlobCompressed(header[:])
 	if err != nil {
-		return fmt.Errorf("%w: blob %s: %v", ErrCorrupt, id, err)
+		return fmt.Errorf("%w: %s %s: %v", ErrCorrupt, what, ref.ID, err)
 	}
 	if !compressed {
-		if int64(len(payload)) != rawLen {
-			return fmt.Errorf("%w: blob %s holds %d bytes, its reference says %d", ErrCorrupt, id, len(payload), rawLen)
+		start := len(z.pending)
+		z.pending, err = appendAll(z.pending, r, ref.RawBytes)
+		if err == nil && int64(len(z.pending)-start) != ref.RawBytes {
+			err = fmt.Errorf("%w: %s %s holds %d bytes, its reference says %d", ErrCorrupt, what, ref.ID, len(z.pending)-start, ref.RawBytes)
 		}
-		z.raw(payload)
-		return nil
+		z.rawLen += ref.RawBytes
+		return errOf(r, err)
 	}
 	z.flush()
-	z.out = append(z.out, payload...)
-	z.rawLen += rawLen
-	return nil
+	start := len(z.out)
+	// Compressed, a blob is at most its raw length and a little (incompressible blocks are stored).
+	z.out, err = appendAll(z.out, r, ref.RawBytes+ref.RawBytes/128+1024)
+	if err == nil && !codec.IsZstd(z.out[start:]) {
+		err = fmt.Errorf("%w: %s %s: its payload does not start with a zstd frame", ErrCorrupt, what, ref.ID)
+	}
+	z.rawLen += ref.RawBytes
+	return errOf(r, err)
+}
+
+// errOf prefers the error of storage, which r kept, to what reading its bytes made of it.
+func errOf(r *errReader, err error) error {
+	if r.err != nil {
+		return r.err
+	}
+	return err
+}
+
+// appendAll appends what r holds to dst, refusing more than limit bytes.
+func appendAll(dst []byte, r io.Reader, limit int64) ([]byte, error) {
+	start := len(dst)
+	for {
+		if len(dst) == cap(dst) {
+			dst = slices.Grow(dst, 64<<10)
+		}
+		n, err := r.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if int64(len(dst)-start) > limit {
+			return dst, fmt.Errorf("%w: a blob holds more than the %d bytes it can", ErrCorrupt, limit)
+		}
+		if err == io.EOF {
+			return dst, nil
+		}
+		if err != nil {
+			return dst, err
+		}
+	}
 }
 
 // extent adds the first take messages of e's segment, need raw bytes: the segment's blob as it is
@@ -124,22 +193,15 @@ func (z *zstdBuilder) extent(ctx context.Context, st Store, key wire.Key, e Exte
 			need = e.Segment.RawBytes
 		}
 		return spliceValues(ctx, st, key, e.Segment, need, z.raw, func(v ValueRef) error {
-			blob, err := st.GetSegment(ctx, ValuesKey(key.Namespace), v.segment())
+			err := z.blob(ctx, st, ValuesKey(key.Namespace), v.segment(), "value blob")
 			if errors.Is(err, ErrNotFound) {
 				// Values are never replaced (compaction keeps them), so reading again cannot help.
 				return fmt.Errorf("%w: value %s of namespace %q (blob %s) is missing: %v", ErrCorrupt, v.ID, key.Namespace, v.Name, err)
 			}
-			if err != nil {
-				return err
-			}
-			return z.blob(blob, v.RawBytes, "of value "+v.ID)
+			return err
 		})
 	case whole:
-		blob, err := st.GetSegment(ctx, key, e.Segment)
-		if err != nil {
-			return err
-		}
-		return z.blob(blob, e.Segment.RawBytes, e.Segment.ID)
+		return z.blob(ctx, st, key, e.Segment, "segment")
 	default:
 		pending, err := appendSegmentPrefix(ctx, st, key, e, take, need, z.pending, cache)
 		if err != nil {
