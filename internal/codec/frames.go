@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"io"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -70,20 +71,27 @@ func DecompressExact(data []byte, size int64, each func([]byte)) ([]byte, error)
 	if size < 0 {
 		return nil, payloadError(ErrMalformed, -1, "negative decompressed size %d", size)
 	}
-	dec, err := getBodyDecoder()
-	if err != nil {
-		return nil, err
+	dec, _ := replyDecoders.Get().(*zstd.Decoder)
+	if dec == nil {
+		var err error
+		if dec, err = newBodyDecoder(); err != nil {
+			return nil, err
+		}
 	}
+	defer replyDecoders.Put(dec)
 	if err := dec.Reset(bytes.NewReader(data)); err != nil {
 		return nil, payloadError(ErrMalformed, -1, "zstd: %v", err)
 	}
 	out, err := decodeExact(dec, size, each)
 	_ = dec.Reset(nil)
-	if size <= pooledWindow {
-		bodyDecoders.Put(dec) // kept for the next small reply, as a small body's decoder is
-	} // else its history goes with it, as a large body's does
 	return out, err
 }
+
+// replyDecoders are the decoders of read replies (the SDK's restores), kept for reuse whatever their
+// window (at most MaxBodyWindow): a client restores conversations one after another, and building a
+// decoder and its history for each costs more than decoding a small one. Unlike a daemon's
+// bodyDecoders, they are not for bytes anyone may send.
+var replyDecoders sync.Pool
 
 // DecodedPiece is the least DecompressExact gives its each at a time.
 const DecodedPiece = 256 << 10
