@@ -24,16 +24,21 @@ func readKey(ns string, req wire.ReadRequest, enc string) string {
 }
 
 // fullZstd returns the whole conversation of v as a zstd stream, stored frames passed through
-// (snapshot.ReadZstd), cached under the version's hash as the identity bytes are.
+// (snapshot.ReadZstd), cached under the version's hash as the identity bytes are, and only when
+// they would be (the conversation fits the cache): a conversation too large to cache is held for
+// its read only, as before, rather than kept compressed afterwards beside everything else.
 func (s *service) fullZstd(ctx context.Context, v wire.Version) (readBody, error) {
-	key := "zstd/conv/" + wire.EncodeID(v.Key.Namespace) + "/" + v.Hash
-	return s.cache.GetOrLoadBody(key, func() (readBody, error) {
+	load := func() (readBody, error) {
 		if err := takeLoad(ctx, 1, v); err != nil {
 			return readBody{}, err
 		}
 		data, err := snapshot.ReadZstd(ctx, s.store, v, s.cache)
 		return readBody{data: data, hash: v.Hash, raw: v.RawBytes, enc: wire.EncodingZstd}, err
-	})
+	}
+	if v.RawBytes > s.cache.max {
+		return load()
+	}
+	return s.cache.GetOrLoadBody("zstd/conv/"+wire.EncodeID(v.Key.Namespace)+"/"+v.Hash, load)
 }
 
 // encode returns b, whose bytes are cached under key, in encoding enc: as it is for identity,
