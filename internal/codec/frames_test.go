@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
@@ -113,4 +115,26 @@ func TestBlobFrames_RefusesWhatIsNotZstd(t *testing.T) {
 	require.ErrorIs(t, err, ErrMalformed)
 	_, _, err = BlobFrames([]byte("CPKT"))
 	require.ErrorIs(t, err, ErrMalformed)
+}
+
+// The encoder keeps nothing of what AppendZstdFast appended to: a read's whole reply (dst) must not
+// stay alive in the shared encoder after the read (klauspost/compress's EncodeAll, given dst,
+// kept a reference to it).
+func TestAppendZstdFast_KeepsNoReferenceToDst(t *testing.T) {
+	freed := make(chan struct{})
+	func() {
+		dst := make([]byte, 0, 8<<20)
+		runtime.SetFinalizer(&dst[:1][0], func(*byte) { close(freed) })
+		dst = AppendZstdFast(dst, bytes.Repeat([]byte("abc,"), 1000))
+		require.NotEmpty(t, dst)
+	}()
+	for i := 0; i < 50; i++ {
+		runtime.GC()
+		select {
+		case <-freed:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal("the buffer appended to is still referenced after AppendZstdFast returned")
 }
