@@ -18,8 +18,9 @@ var fastEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest
 	zstd.WithAllLitEntropyCompression(true))
 
 // AppendZstdFast appends raw, compressed as one zstd frame at the fastest level, to dst. The frame
-// is written apart and then copied: given dst itself, the encoder keeps a reference to it after it
-// returns (in its block's output), which kept a whole read's reply alive until the next encoding.
+// is written apart and then copied: given dst itself and an input that fits one block, the encoder
+// keeps a reference to dst after it returns, which kept a whole read's reply alive until the next
+// encoding.
 func AppendZstdFast(dst, raw []byte) []byte { return append(dst, fastEncoder.EncodeAll(raw, nil)...) }
 
 // BlobFrames returns what a stored blob holds after its header: its zstd frames (compressed true),
