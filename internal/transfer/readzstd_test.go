@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go"
@@ -408,4 +409,63 @@ func TestSDK_RestoreBoundsWhatItDecodes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gauge returns the value of a gauge env's daemon exports.
+func gauge(t *testing.T, env *testenv.Env, name string) float64 {
+	t.Helper()
+	families, err := env.Registry.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// A client that asks for later pieces of many different reads at once, none from its start, is
+// answered every piece right (each read assembled for it, within the read budget: at most 8 of them
+// held between pieces), and once answered nothing of them is reserved any more.
+func TestRead_LaterPiecesOfManyReadsAtOnce(t *testing.T) {
+	env := testenv.StartWithMaxPayload(t, 64<<10, func(c *transfer.Config) { c.CompactIdle = 0 })
+	ctx := ctxT(t)
+	nc := env.Conn()
+	corpus := corpusMessages(t, "claude_code_spotter_258c7280.json")
+	const sessions = 12
+	whole := map[int][]byte{}
+	for i := range sessions {
+		key := checkpoint.Key{Session: fmt.Sprint("s", i)}
+		conv := arrayOf(append(corpus[:len(corpus):len(corpus)], json.RawMessage(fmt.Sprintf(`{"role":"user","content":"%d"}`, i))))
+		_, err := env.Client.Save(ctx, key, conv)
+		require.NoError(t, err)
+		whole[i], _, _ = rawRead(t, nc, wire.DefaultNamespace, wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: key.Session}, Version: 1, Encoding: wire.EncodingZstd})
+	}
+	errs := make(chan error, sessions*3)
+	for i := range sessions {
+		for _, offset := range []int{len(whole[i]) / 3, len(whole[i]) / 2, len(whole[i]) - 100} {
+			go func() {
+				req := wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: fmt.Sprint("s", i)}, Version: 1, Encoding: wire.EncodingZstd, Offset: int64(offset)}
+				data, _ := json.Marshal(req)
+				m, err := nc.Request(wire.APISubject(wire.DefaultNamespace, wire.OpRead), data, 10e9)
+				switch {
+				case err != nil:
+				case m.Header.Get(wire.HdrServiceErrorCode) == "429":
+					err = nil // refused at a limit: fine, that is what the limits are for
+				case m.Header.Get(wire.HdrServiceErrorCode) != "":
+					err = fmt.Errorf("session %d offset %d: %s", i, offset, m.Data)
+				case !bytes.Equal(m.Data, whole[i][offset:offset+len(m.Data)]) || len(m.Data) == 0:
+					err = fmt.Errorf("session %d offset %d: the piece is not the bytes of the read there", i, offset)
+				}
+				errs <- err
+			}()
+		}
+	}
+	for range sessions * 3 {
+		require.NoError(t, <-errs)
+	}
+	// A request gives its bytes back just after its reply is sent.
+	require.Eventually(t, func() bool { return gauge(t, env, "checkpointd_read_in_use_bytes") == 0 }, 5*time.Second, 5*time.Millisecond,
+		"nothing is reserved once every piece is answered")
 }
