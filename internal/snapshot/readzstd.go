@@ -203,11 +203,40 @@ func (z *zstdBuilder) extent(ctx context.Context, st Store, key wire.Key, e Exte
 	case whole:
 		return z.blob(ctx, st, key, e.Segment, "segment")
 	default:
-		pending, err := appendSegmentPrefix(ctx, st, key, e, take, need, z.pending, cache)
+		return z.cut(ctx, st, key, e, take, need, cache)
+	}
+}
+
+// cutFramesFrom is the length of a cut from which cut looks for whole stored blocks to pass
+// through: below it, compressing the bytes again costs less than fetching the blob to look.
+const cutFramesFrom = 256 << 10
+
+// cut adds the first need raw bytes of e's segment, which a version takes only part of: the stored
+// frame's whole blocks before the cut as they are (codec.ZstdFramePrefix), then the rest of the
+// bytes compressed again.
+func (z *zstdBuilder) cut(ctx context.Context, st Store, key wire.Key, e Extent, take int, need int64, cache SegmentCache) error {
+	raw, err := readSegment(ctx, st, key, e.Segment, cache)
+	if err != nil {
+		return err
+	}
+	if need < 0 || need > int64(len(raw)) || need < int64(len(raw)) && raw[need] != ',' {
+		return fmt.Errorf("%w: segment %s: the first %d of its messages are not %d bytes", ErrCorrupt, e.Segment.ID, take, need)
+	}
+	done := 0
+	if need >= cutFramesFrom {
+		blob, err := st.GetSegment(ctx, key, e.Segment)
 		if err != nil {
 			return err
 		}
-		z.pending, z.rawLen = pending, z.rawLen+need
-		return nil
+		if payload, compressed, err := codec.BlobFrames(blob); err == nil && compressed {
+			if frame, prefix, ok := codec.ZstdFramePrefix(payload, raw, int(need)); ok {
+				z.flush()
+				z.out = append(z.out, frame...)
+				z.rawLen += int64(prefix)
+				done = prefix
+			}
+		}
 	}
+	z.raw(raw[done:need])
+	return nil
 }
