@@ -14,8 +14,9 @@ import (
 // ReadZstd returns the canonical conversation of v as a zstd stream: concatenated frames whose
 // decompression is exactly what Read returns. Where the version's bytes are a stored blob whole (a
 // segment the version takes every message of, a value), its frames are passed through as stored,
-// undecoded; only what lies between them (brackets, commas, the text around values) and the
-// messages of an extent the version cuts short are compressed here, at the fastest level.
+// undecoded; of a segment the version takes only the first messages of, the stored blocks before
+// the cut are; only what lies between them (brackets, commas, the text around values, the rest of
+// a cut segment) is compressed here, at the fastest level.
 //
 // Stored frames are not decoded, so their bytes are not checked against v's hash here (lengths
 // are): the reader checks the hash of what it decodes (docs/protocol.md §5), as it must anyway.
@@ -184,7 +185,7 @@ func appendAll(dst []byte, r io.Reader, limit int64) ([]byte, error) {
 
 // extent adds the first take messages of e's segment, need raw bytes: the segment's blob as it is
 // when take is all of it and it has no values; around its values (passed through as stored) when it
-// has; else the messages taken, decoded and compressed again.
+// has; else cut short (cut).
 func (z *zstdBuilder) extent(ctx context.Context, st Store, key wire.Key, e Extent, take int, need int64, cache SegmentCache) error {
 	whole := take == e.Segment.Messages
 	switch {
