@@ -51,6 +51,8 @@ type Client struct {
 	ownConn bool
 	timeout time.Duration
 	writer  string
+	// maxRestore bounds what a restore decodes where the version record gives no size (a merge).
+	maxRestore int64
 
 	mu   sync.Mutex
 	last map[Key]lastSave // the last save of each session, for sending only what grew
@@ -62,6 +64,10 @@ type Option func(*Client)
 // WithTimeout bounds calls whose context has no deadline (default 30s).
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
+// WithMaxRestoreBytes bounds the conversation a merged restore may return (default 1 GiB); a
+// restore of one version is bounded by the size its record gives.
+func WithMaxRestoreBytes(n int64) Option { return func(c *Client) { c.maxRestore = n } }
+
 // WithWriter names this process in the versions it writes (default "host/pid").
 func WithWriter(name string) Option { return func(c *Client) { c.writer = name } }
 
@@ -72,7 +78,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	c := &Client{nc: nc, js: js, timeout: 30 * time.Second, writer: cmp.Or(host, "unknown") + "/" + strconv.Itoa(os.Getpid()),
+	c := &Client{nc: nc, js: js, timeout: 30 * time.Second, maxRestore: 1 << 30, writer: cmp.Or(host, "unknown") + "/" + strconv.Itoa(os.Getpid()),
 		last: map[Key]lastSave{}}
 	for _, o := range opts {
 		o(c)

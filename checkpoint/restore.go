@@ -1,11 +1,17 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -33,52 +39,149 @@ func (c *Client) Restore(ctx context.Context, key Key, version uint64, opts ...R
 	for _, o := range opts {
 		o(&req)
 	}
-	raw, hash, err := c.read(ctx, v, req)
+	raw, hash, err := c.read(ctx, v, req, v.RawBytes) // a view of v is never longer than v
 	if err != nil {
 		return nil, Version{}, err
 	}
 	full := (req.View == "" || req.View == snapshot.ViewFull) && req.MaxMessages == 0
-	if full {
-		err = snapshot.Verify(v, raw)
-	} else if wire.Hash(raw) != hash {
-		err = fmt.Errorf("view of version %d of %s: bytes do not match %s", v.Version, v.Key, hash)
-	}
-	if err != nil {
-		return nil, Version{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	if full && (hash != v.Hash || int64(len(raw)) != v.RawBytes) {
+		return nil, Version{}, fmt.Errorf("%w: version %d of %s: have %s, %d bytes; recorded %s, %d bytes",
+			ErrCorrupt, v.Version, v.Key, hash, len(raw), v.Hash, v.RawBytes)
 	}
 	return raw, v, nil
 }
 
-// read fetches the conversation (or view) of v piece by piece, and the hash the daemon gives for it.
-func (c *Client) read(ctx context.Context, v Version, req wire.ReadRequest) ([]byte, string, error) {
+// read fetches the conversation (or view) of v piece by piece and returns it with its SHA-256, which
+// it checked against the hash the daemon gives for it (ErrCorrupt). The body travels compressed
+// (zstd) and is decoded here, into at most limit bytes. It is asked for again as identity when the
+// zstd read is refused as a bad request (a daemon before checkpointd 0.4 serves only identity; a
+// request bad for another reason is refused twice), or when it does not decode to bytes of the
+// right hash: its pieces may have come from daemons of different builds, whose re-encoded frames
+// can differ, while identity bytes are the same from every daemon (which checks them before
+// sending them).
+func (c *Client) read(ctx context.Context, v Version, req wire.ReadRequest, limit int64) ([]byte, string, error) {
+	req.Encoding = wire.EncodingZstd
+	out, hash, err := c.readAs(ctx, v, req, limit)
+	if e := (*Error)(nil); errors.As(err, &e) && e.Code == wire.CodeBadRequest || errors.Is(err, ErrCorrupt) {
+		req.Encoding = wire.EncodingIdentity
+		return c.readAs(ctx, v, req, limit)
+	}
+	return out, hash, err
+}
+
+// readAs reads the body in the encoding req asks for, or in the one the reply says (identity from
+// an older daemon), and decodes it: no more than limit bytes, and exactly the length the reply
+// announced.
+func (c *Client) readAs(ctx context.Context, v Version, req wire.ReadRequest, limit int64) ([]byte, string, error) {
 	subject := wire.APISubject(v.Key.Namespace, wire.OpRead)
-	var out []byte
-	var hash string
+	var body []byte
+	var b readReply
 	for {
-		req.Offset = int64(len(out))
+		req.Offset = int64(len(body))
 		msg, err := c.request(ctx, subject, req)
 		if err != nil {
 			return nil, "", err
 		}
-		total, err := strconv.ParseInt(msg.Header.Get(wire.HdrTotal), 10, 64)
-		if err != nil || total < 0 {
-			return nil, "", errors.New("checkpoint: read reply without a valid " + wire.HdrTotal + " header")
+		got, err := readHeaders(msg, limit)
+		if err != nil {
+			return nil, "", fmt.Errorf("checkpoint: read of version %d: %w", v.Version, err)
 		}
-		if out == nil {
-			out = make([]byte, 0, total)
-			hash = msg.Header.Get(wire.HdrHash)
-		} else if h := msg.Header.Get(wire.HdrHash); h != hash {
-			return nil, "", fmt.Errorf("%w: read of version %d: pieces of different content (%s, %s)", ErrCorrupt, v.Version, hash, h)
+		if body == nil {
+			b, body = got, make([]byte, 0, got.total)
+		} else if got != b {
+			return nil, "", fmt.Errorf("%w: read of version %d: pieces of different content (%+v, %+v)", ErrCorrupt, v.Version, b, got)
 		}
-		out = append(out, msg.Data...)
-		if int64(len(out)) >= total {
-			return out, hash, nil
+		body = append(body, msg.Data...)
+		if int64(len(body)) >= b.total {
+			break
 		}
 		if len(msg.Data) == 0 {
-			return nil, "", fmt.Errorf("checkpoint: read of version %d stalled at %d of %d bytes", v.Version, len(out), total)
+			return nil, "", fmt.Errorf("checkpoint: read of version %d stalled at %d of %d bytes", v.Version, len(body), b.total)
 		}
 	}
+	if int64(len(body)) > b.total {
+		return nil, "", fmt.Errorf("%w: read of version %d: %d bytes received, %s %d", ErrCorrupt, v.Version, len(body), wire.HdrTotal, b.total)
+	}
+	raw, hash := body, ""
+	if b.encoding == wire.EncodingIdentity {
+		hash = wire.Hash(raw)
+	} else {
+		var err error
+		if raw, hash, err = decode(body, b, v); err != nil {
+			return nil, "", err
+		}
+	}
+	if hash != b.hash {
+		return nil, "", fmt.Errorf("%w: read of version %d of %s: bytes do not match %s (they hash to %s)", ErrCorrupt, v.Version, v.Key, b.hash, hash)
+	}
+	return raw, hash, nil
 }
+
+// decode decompresses a zstd read body, hashing the decoded bytes on another goroutine as they come,
+// so that the check of the hash costs (almost) no time after the decoding: it returns the decoded
+// bytes and their hash.
+func decode(body []byte, b readReply, v Version) ([]byte, string, error) {
+	pieces := make(chan []byte, 64)
+	sum := make(chan string, 1)
+	go func() {
+		h := sha256.New()
+		for p := range pieces {
+			h.Write(p)
+		}
+		sum <- "sha256:" + hex.EncodeToString(h.Sum(nil))
+	}()
+	raw, err := codec.DecompressExact(body, b.raw, func(p []byte) { pieces <- p })
+	close(pieces)
+	hash := <-sum
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: read of version %d: %v", ErrCorrupt, v.Version, err)
+	}
+	return raw, hash, nil
+}
+
+// readReply is what the headers of a read's piece say of the whole body; every piece of one read
+// says the same.
+type readReply struct {
+	total    int64  // Cp-Total: the body's length as it travels
+	raw      int64  // its length decoded (Cp-Raw-Total, or Cp-Total for identity)
+	encoding string // Cp-Encoding
+	hash     string // Cp-Hash
+}
+
+// readHeaders reads and checks the headers of a read's piece: a decoded length above limit, or a
+// compressed one that no zstd stream of that many bytes can have, is refused before anything is
+// allocated for it.
+func readHeaders(msg *nats.Msg, limit int64) (readReply, error) {
+	r := readReply{encoding: cmp.Or(msg.Header.Get(wire.HdrEncoding), wire.EncodingIdentity), hash: msg.Header.Get(wire.HdrHash)}
+	var err error
+	if r.total, err = strconv.ParseInt(msg.Header.Get(wire.HdrTotal), 10, 64); err != nil || r.total < 0 {
+		return r, errors.New("reply without a valid " + wire.HdrTotal + " header")
+	}
+	switch r.encoding {
+	case wire.EncodingIdentity:
+		r.raw = r.total
+	case wire.EncodingZstd:
+		if r.raw, err = strconv.ParseInt(msg.Header.Get(wire.HdrRawTotal), 10, 64); err != nil || r.raw < 0 {
+			return r, errors.New("zstd reply without a valid " + wire.HdrRawTotal + " header")
+		}
+		if r.total > maxZstdBytes(r.raw) {
+			return r, fmt.Errorf("%s %d is more than any zstd stream of %d bytes needs", wire.HdrTotal, r.total, r.raw)
+		}
+	default:
+		return r, fmt.Errorf("reply in unknown encoding %q", r.encoding)
+	}
+	if r.raw > limit {
+		return r, fmt.Errorf("%w: the reply holds %d bytes, more than the %d expected", ErrTooLarge, r.raw, limit)
+	}
+	return r, nil
+}
+
+// maxZstdBytes bounds the length of a zstd stream of raw bytes as checkpointd writes one:
+// incompressible blocks are stored as they are (3 bytes of header per block of up to 128 KiB), and
+// a frame's header and checksum take under 20 bytes, a frame per extent and per value (each value
+// at least 32 KiB, so raw/128 leaves 256 bytes for each) and one between each, and 64 KiB covers the
+// frames of any layout's extents.
+func maxZstdBytes(raw int64) int64 { return raw + raw/128 + 64<<10 }
 
 // RestoreMerged returns the merged view of every agent of a session: their head versions'
 // messages interleaved by timestamp, each with an "agentId" member added (and, with prefix, its
@@ -103,12 +206,9 @@ func (c *Client) RestoreMerged(ctx context.Context, namespace, session string, p
 	for _, o := range opts {
 		o(&req)
 	}
-	raw, hash, err := c.read(ctx, Version{Key: k}, req)
+	raw, _, err := c.read(ctx, Version{Key: k}, req, c.maxRestore) // checked against the daemon's hash
 	if err != nil {
 		return nil, nil, err
-	}
-	if wire.Hash(raw) != hash {
-		return nil, nil, fmt.Errorf("%w: merged view of %s: bytes do not match %s", ErrCorrupt, session, hash)
 	}
 	return raw, req.Merge, nil
 }

@@ -95,6 +95,11 @@ func getBodyDecoder() (*zstd.Decoder, error) {
 	if dec, _ := bodyDecoders.Get().(*zstd.Decoder); dec != nil {
 		return dec, nil
 	}
+	return newBodyDecoder()
+}
+
+// newBodyDecoder makes a decoder whose window is capped at MaxBodyWindow.
+func newBodyDecoder() (*zstd.Decoder, error) {
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(MaxBodyWindow),
 		zstd.WithDecoderMaxMemory(MaxBodyWindow)) // in a stream, max memory bounds the window too, not the output
 	if err != nil {

@@ -144,20 +144,29 @@ func assemble(ctx context.Context, st Store, l Layout, n int, rawBytes int64, ca
 			have += take
 			continue
 		}
-		raw, err := readSegment(ctx, st, l.Key, e.Segment, cache)
-		if err != nil {
+		var err error
+		if out, err = appendSegmentPrefix(ctx, st, l.Key, e, take, need, out, cache); err != nil {
 			return nil, err
 		}
-		if need < 0 || need > int64(len(raw)) || need < int64(len(raw)) && raw[need] != ',' {
-			return nil, fmt.Errorf("%w: segment %s: the first %d of its messages are not %d bytes", ErrCorrupt, e.Segment.ID, take, need)
-		}
-		out = append(out, raw[:need]...) // messages are contiguous, one comma apart
 		have += take
 	}
 	if have != n {
 		return nil, fmt.Errorf("%w: generation %d holds %d messages, wanted %d", ErrCorrupt, l.Gen, have, n)
 	}
 	return append(out, ']'), nil
+}
+
+// appendSegmentPrefix appends to out the first need raw bytes of e's segment, the bytes of its first
+// take messages, from its decoded raw bytes (cached), checking that they end a message.
+func appendSegmentPrefix(ctx context.Context, st Store, key wire.Key, e Extent, take int, need int64, out []byte, cache SegmentCache) ([]byte, error) {
+	raw, err := readSegment(ctx, st, key, e.Segment, cache)
+	if err != nil {
+		return nil, err
+	}
+	if need < 0 || need > int64(len(raw)) || need < int64(len(raw)) && raw[need] != ',' {
+		return nil, fmt.Errorf("%w: segment %s: the first %d of its messages are not %d bytes", ErrCorrupt, e.Segment.ID, take, need)
+	}
+	return append(out, raw[:need]...), nil // messages are contiguous, one comma apart
 }
 
 // readSegment returns a segment's raw bytes, decoded no further than its reference allows.
@@ -188,40 +197,56 @@ func readStripped(ctx context.Context, st Store, key wire.Key, ref SegmentRef) (
 // appendRawPrefix appends the first n raw bytes of a segment of messages to out, n being its
 // length or the length of its first messages, and fetches only the values among them.
 func appendRawPrefix(ctx context.Context, st Store, key wire.Key, ref SegmentRef, n int64, out []byte) ([]byte, error) {
-	if n < 0 || n > ref.RawBytes {
-		return nil, fmt.Errorf("%w: segment %s: wanted its first %d bytes, it has %d", ErrCorrupt, ref.ID, n, ref.RawBytes)
+	if out == nil {
+		out = make([]byte, 0, max(n, 0))
 	}
-	stripped, err := readStripped(ctx, st, key, ref)
+	start := len(out)
+	err := spliceValues(ctx, st, key, ref, n, func(p []byte) { out = append(out, p...) }, func(v ValueRef) error {
+		var err error
+		out, err = appendValue(ctx, st, key.Namespace, v, out)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	if out == nil {
-		out = make([]byte, 0, n)
+	if got := int64(len(out) - start); got != n {
+		return nil, fmt.Errorf("%w: segment %s: its first %d bytes read back as %d", ErrCorrupt, ref.ID, n, got)
 	}
-	start, at, cut := len(out), int64(0), int64(0)
+	return out, nil
+}
+
+// spliceValues walks the first n raw bytes of a segment with values, n being its length or the
+// length of its first messages: plain is given the bytes of its blob between its values, value each
+// value among them, in order. Only the segment's blob is fetched here; value fetches its values.
+func spliceValues(ctx context.Context, st Store, key wire.Key, ref SegmentRef, n int64, plain func([]byte), value func(ValueRef) error) error {
+	if n < 0 || n > ref.RawBytes {
+		return fmt.Errorf("%w: segment %s: wanted its first %d bytes, it has %d", ErrCorrupt, ref.ID, n, ref.RawBytes)
+	}
+	stripped, err := readStripped(ctx, st, key, ref)
+	if err != nil {
+		return err
+	}
+	at, cut := int64(0), int64(0)
 	for _, v := range ref.Values {
 		if v.At >= n {
 			break // in a message after the prefix
 		}
 		end := v.At - cut // where the value was, in the stripped bytes
 		if end < at || end > int64(len(stripped)) || v.At+v.RawBytes > n {
-			return nil, fmt.Errorf("%w: segment %s: value %s is out of place", ErrCorrupt, ref.ID, v.ID)
+			return fmt.Errorf("%w: segment %s: value %s is out of place", ErrCorrupt, ref.ID, v.ID)
 		}
-		out = append(out, stripped[at:end]...)
-		if out, err = appendValue(ctx, st, key.Namespace, v, out); err != nil {
-			return nil, err
+		plain(stripped[at:end])
+		if err := value(v); err != nil {
+			return err
 		}
 		at, cut = end, cut+v.RawBytes
 	}
 	rest := n - cut // stripped bytes up to the end of the prefix
 	if rest < at || rest > int64(len(stripped)) || rest < int64(len(stripped)) && stripped[rest] != ',' {
-		return nil, fmt.Errorf("%w: segment %s: its first %d bytes do not end a message", ErrCorrupt, ref.ID, n)
+		return fmt.Errorf("%w: segment %s: its first %d bytes do not end a message", ErrCorrupt, ref.ID, n)
 	}
-	out = append(out, stripped[at:rest]...)
-	if got := int64(len(out) - start); got != n {
-		return nil, fmt.Errorf("%w: segment %s: its first %d bytes read back as %d", ErrCorrupt, ref.ID, n, got)
-	}
-	return out, nil
+	plain(stripped[at:rest])
+	return nil
 }
 
 // appendBlob decodes the blob of a segment, ref.RawBytes long, onto out: a small blob whole, a

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -427,4 +429,121 @@ func BenchmarkRestore_LargeAtOnce(b *testing.B) {
 			wg.Wait()
 		})
 	}
+}
+
+// BenchmarkRestore_VsDirectGet restores the head of three corpus conversations (19 KB, 598 KB,
+// 2.3 MB) through the SDK (get, then read in pieces, decode, verify) and, interleaved with it on
+// the same server and the same client connection, does what the parts alone do with the same
+// conversation: one direct get of zstd(conversation) from a plain stream, then a zstd decode. It
+// reports the p50 of each and their ratio (restore-p50 / floor-p50, the figure the target of
+// issue 12 is about: ≤ 1.5), the ratio to the floor plus the SHA-256 of the conversation (which a
+// restore must check, docs/protocol.md §5, and the floor does not), and the bytes the read moved
+// over NATS. get-p50 is the p50 of the restore's first request alone (the version record).
+func BenchmarkRestore_VsDirectGet(b *testing.B) {
+	for _, name := range benchConversations {
+		conv := readCorpus(b, name)
+		b.Run(name, func(b *testing.B) {
+			env := testenv.Start(b)
+			ctx := context.Background()
+			key := checkpoint.Key{Session: "bench"}
+			_, err := env.Client.Save(ctx, key, conv)
+			require.NoError(b, err)
+			canonical, _, err := env.Client.Restore(ctx, key, 0)
+			require.NoError(b, err)
+			floor := directGetFloor(b, env, canonical)
+			moved := readBytesMoved(b, env, func() {
+				_, _, err := env.Client.Restore(ctx, key, 0)
+				require.NoError(b, err)
+			})
+			restore := make([]time.Duration, 0, b.N)
+			raw := make([]time.Duration, 0, b.N)
+			hashed := make([]time.Duration, 0, b.N)
+			gets := make([]time.Duration, 0, b.N)
+			b.SetBytes(int64(len(canonical)))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				if _, _, err := env.Client.Restore(ctx, key, 0); err != nil {
+					b.Fatal(err)
+				}
+				restore = append(restore, time.Since(start))
+				start = time.Now()
+				got := floor()
+				raw = append(raw, time.Since(start))
+				_ = wire.Hash(got)
+				hashed = append(hashed, time.Since(start))
+				start = time.Now()
+				if _, err := env.Client.Get(ctx, key, 0); err != nil {
+					b.Fatal(err)
+				}
+				gets = append(gets, time.Since(start))
+			}
+			b.StopTimer()
+			r, f := p50(restore), p50(raw)
+			b.ReportMetric(float64(r.Microseconds())/1000, "restore-p50-ms")
+			b.ReportMetric(float64(f.Microseconds())/1000, "floor-p50-ms")
+			b.ReportMetric(float64(r)/float64(f), "ratio")
+			b.ReportMetric(float64(r)/float64(p50(hashed)), "ratio-to-floor+sha256")
+			b.ReportMetric(float64(p50(gets).Microseconds())/1000, "get-p50-ms") // the first of a restore's two requests
+			b.ReportMetric(float64(moved), "read-bytes")
+		})
+	}
+}
+
+// directGetFloor stores zstd(canonical) (default level, as the SDK compresses a save) in a plain
+// stream of its own on env's server, and returns what reading it back costs at the least: a direct
+// get by subject over the test client's connection, then a zstd decode straight into a buffer of the
+// right size (a plain decoder's DecodeAll, faster than the SDK's bounded stream decoding), checked.
+func directGetFloor(b *testing.B, env *testenv.Env, canonical []byte) func() []byte {
+	ctx := context.Background()
+	nc := env.Conn()
+	js, err := jetstream.New(nc)
+	require.NoError(b, err)
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH_FLOOR", Subjects: []string{"bench.floor.>"}, AllowDirect: true})
+	require.NoError(b, err)
+	_, err = js.Publish(ctx, "bench.floor.conv", codec.CompressZstd(canonical))
+	require.NoError(b, err)
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	require.NoError(b, err)
+	b.Cleanup(dec.Close)
+	return func() []byte {
+		m, err := s.GetLastMsgForSubject(ctx, "bench.floor.conv")
+		if err != nil {
+			b.Fatal(err)
+		}
+		got, err := dec.DecodeAll(m.Data, make([]byte, 0, len(canonical)))
+		if err != nil || len(got) != len(canonical) {
+			b.Fatalf("floor: %v (%d bytes)", err, len(got))
+		}
+		return got
+	}
+}
+
+// readBytesMoved counts the bytes of the read replies (bodies) delivered to the client while f runs.
+func readBytesMoved(b *testing.B, env *testenv.Env, f func()) int64 {
+	nc := env.Conn()
+	var mu sync.Mutex
+	var n int64
+	sub, err := nc.Subscribe("_INBOX.>", func(m *nats.Msg) {
+		if m.Header.Get(wire.HdrTotal) != "" {
+			mu.Lock()
+			n += int64(len(m.Data))
+			mu.Unlock()
+		}
+	})
+	require.NoError(b, err)
+	require.NoError(b, nc.Flush())
+	f()
+	require.NoError(b, nc.Flush())
+	time.Sleep(20 * time.Millisecond) // let the last reply reach this subscriber too
+	require.NoError(b, sub.Unsubscribe())
+	mu.Lock()
+	defer mu.Unlock()
+	return n
+}
+
+func p50(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

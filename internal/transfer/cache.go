@@ -48,7 +48,28 @@ const maxReading = 8
 type cacheEntry struct {
 	key  string
 	data []byte
-	hash string // wire.Hash(data), once asked for
+	hash string // the SHA-256 of the identity bytes: wire.Hash(data) once asked for, unless compressed
+	raw  int64  // the length of the identity bytes: len(data), unless compressed
+	enc  string // data's encoding: wire.EncodingIdentity or wire.EncodingZstd
+}
+
+// body is the read body e holds.
+func (e *cacheEntry) body() readBody {
+	return readBody{data: e.data, hash: e.hash, raw: e.raw, enc: e.enc}
+}
+
+// readBody is what a read serves in pieces: its bytes in the read's encoding, and the SHA-256 and
+// length of the identity bytes they decode to (the same bytes, for identity).
+type readBody struct {
+	data []byte
+	hash string
+	raw  int64
+	enc  string
+}
+
+// identityBody is a read body of data as they are, whose hash is hash ("": not computed yet).
+func identityBody(data []byte, hash string) readBody {
+	return readBody{data: data, hash: hash, raw: int64(len(data)), enc: wire.EncodingIdentity}
 }
 
 type heldRead struct {
@@ -67,23 +88,32 @@ func newByteCache(maxBytes int64) *byteCache {
 // GetOrLoad returns the cached bytes of key, or loads and (if they fit) caches them. Two concurrent
 // misses may both load; that costs work, never correctness.
 func (c *byteCache) GetOrLoad(key string, load func() ([]byte, error)) ([]byte, error) {
+	b, err := c.GetOrLoadBody(key, func() (readBody, error) {
+		data, err := load()
+		return identityBody(data, ""), err
+	})
+	return b.data, err
+}
+
+// GetOrLoadBody is GetOrLoad of a read body: its bytes are what the cache's bound counts.
+func (c *byteCache) GetOrLoadBody(key string, load func() (readBody, error)) (readBody, error) {
 	c.mu.Lock()
 	if e := c.lookup(key); e != nil {
 		c.mu.Unlock()
 		c.hits.Add(1)
-		return e.data, nil
+		return e.body(), nil
 	}
 	c.mu.Unlock()
 	c.misses.Add(1)
-	data, err := load()
-	if err != nil || int64(len(data)) > c.max {
-		return data, err
+	b, err := load()
+	if err != nil || int64(len(b.data)) > c.max {
+		return b, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.items[key]; !ok {
-		c.items[key] = c.order.PushFront(&cacheEntry{key: key, data: data})
-		c.size += int64(len(data))
+		c.items[key] = c.order.PushFront(&cacheEntry{key: key, data: b.data, hash: b.hash, raw: b.raw, enc: b.enc})
+		c.size += int64(len(b.data))
 	}
 	for c.size > c.max {
 		last := c.order.Back()
@@ -92,7 +122,7 @@ func (c *byteCache) GetOrLoad(key string, load func() ([]byte, error)) ([]byte, 
 		delete(c.items, ent.key)
 		c.size -= int64(len(ent.data))
 	}
-	return data, nil
+	return b, nil
 }
 
 // lookup finds key among the cached entries and the reads held; c.mu is held.
@@ -121,6 +151,11 @@ func (c *byteCache) lookup(key string) *cacheEntry {
 // reads beyond the limit would otherwise push each other out piece by piece, every one of them
 // assembling its bytes for each piece; this way only the reads beyond the limit do.
 func (c *byteCache) Hold(key string, data []byte, hash string, first bool) {
+	c.HoldBody(key, identityBody(data, hash), first)
+}
+
+// HoldBody is Hold of a read body.
+func (c *byteCache) HoldBody(key string, b readBody, first bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
@@ -145,11 +180,11 @@ func (c *byteCache) Hold(key string, data []byte, hash string, first bool) {
 		c.reading[oldest].timer.Stop()
 		delete(c.reading, oldest)
 	}
-	e := &cacheEntry{key: key, data: data, hash: hash}
+	e := &cacheEntry{key: key, data: b.data, hash: b.hash, raw: b.raw, enc: b.enc}
 	if el, ok := c.items[key]; ok {
 		e = el.Value.(*cacheEntry) // the same bytes
 		if e.hash == "" {
-			e.hash = hash
+			e.hash = b.hash
 		}
 	}
 	c.gen++
@@ -161,6 +196,21 @@ func (c *byteCache) Hold(key string, data []byte, hash string, first bool) {
 			delete(c.reading, key)
 		}
 	})}
+}
+
+// Held returns the body of the read in pieces held under key, if one is, and counts this as a piece
+// asked for (its idle timer starts again). It never looks among the cached entries: it is how the
+// pieces after a read's first find what the first assembled, without looking anything up again.
+func (c *byteCache) Held(key string) (readBody, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.reading[key]
+	if !ok {
+		return readBody{}, false
+	}
+	h.last = time.Now()
+	h.timer.Reset(c.readIdle)
+	return h.entry.body(), true
 }
 
 // Release ends one read of key: its last piece was served. The bytes are let go of once no other

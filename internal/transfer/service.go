@@ -407,47 +407,69 @@ func (s *service) version(ctx context.Context, ns string, r wire.SessionRequest,
 	return v, snapshot.CheckFormat(v)
 }
 
+// read serves a piece of a read. Its first piece finds the version and assembles the body (or
+// finds it cached); while the read has pieces to come its body is held under the read's key
+// (readKey), so that the pieces after the first are served from it with no lookup at all.
 func (s *service) read(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.ReadRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
+	enc := cmp.Or(req.Encoding, wire.EncodingIdentity)
+	if enc != wire.EncodingIdentity && enc != wire.EncodingZstd {
+		return reply{}, fmt.Errorf("%w: unknown encoding %q (reads are served as %s or %s)", errBadRequest, enc, wire.EncodingIdentity, wire.EncodingZstd)
+	}
+	key := readKey(ns, req, enc)
+	if req.Offset > 0 {
+		if b, ok := s.cache.Held(key); ok {
+			return s.piece(ctx, b, key, req.Offset)
+		}
+	}
+	b, err := s.readBody(ctx, ns, req, enc)
+	if err != nil {
+		return reply{}, err
+	}
+	return s.piece(ctx, b, key, req.Offset)
+}
+
+// readBody finds what a read names and assembles its body in encoding enc (or finds it cached).
+func (s *service) readBody(ctx context.Context, ns string, req wire.ReadRequest, enc string) (readBody, error) {
 	if len(req.Merge) > 0 {
 		data, hash, key, err := s.merged(ctx, ns, req)
 		if err != nil {
-			return reply{}, err
+			return readBody{}, err
 		}
-		return s.piece(ctx, data, hash, key, req.Offset)
+		return s.encode(ctx, identityBody(data, hash), key, enc)
 	}
 	if req.Version == 0 {
-		return reply{}, fmt.Errorf("%w: read needs an exact version (ask %s for the head first)", errBadRequest, wire.OpGet)
+		return readBody{}, fmt.Errorf("%w: read needs an exact version (ask %s for the head first)", errBadRequest, wire.OpGet)
 	}
-	if enc := cmp.Or(req.Encoding, wire.EncodingIdentity); enc != wire.EncodingIdentity {
-		return reply{}, fmt.Errorf("%w: unknown encoding %q (reads are served as identity)", errBadRequest, enc)
-	}
-	v, err := s.version(ctx, ns, req.SessionRequest, req.Version)
+	v, err := s.exactVersion(ctx, ns, req.SessionRequest, req.Version)
 	if err != nil {
-		return reply{}, err
+		return readBody{}, err
 	}
 	if v.RawBytes >= largeBytes {
 		eager.hold(2 * time.Second) // a large read comes in pieces, one request each (eagergc.go)
 	}
 	view := snapshot.View{Kind: req.View, MaxMessages: req.MaxMessages, Dialect: v.Dialect}
 	if err := view.Check(); err != nil {
-		return reply{}, fmt.Errorf("%w: %v", errBadRequest, err)
+		return readBody{}, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	if enc == wire.EncodingZstd && view.IsFull() {
+		return s.fullZstd(ctx, v)
 	}
 	data, hash, key, err := s.viewOf(ctx, v, view)
 	if err != nil {
-		return reply{}, err
+		return readBody{}, err
 	}
-	return s.piece(ctx, data, hash, key, req.Offset)
+	return s.encode(ctx, identityBody(data, hash), key, enc)
 }
 
-// piece is the reply to a read: the bytes of data (cached under key) from offset on, as many as fit
-// in one message. The cache holds a read's bytes until its last piece. The reply's bytes count
-// against the read budget until it is sent.
-func (s *service) piece(ctx context.Context, data []byte, hash, key string, offset int64) (reply, error) {
-	total := int64(len(data))
+// piece is the reply to a read: the bytes of b from offset on, as many as fit in one message. While
+// the read has pieces to come, b is held under the read's key (until its last piece, or until it
+// has been idle for readIdle). The reply's bytes count against the read budget until it is sent.
+func (s *service) piece(ctx context.Context, b readBody, key string, offset int64) (reply, error) {
+	total := int64(len(b.data))
 	if offset < 0 || offset > total {
 		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, offset, total)
 	}
@@ -456,16 +478,23 @@ func (s *service) piece(ctx context.Context, data []byte, hash, key string, offs
 		return reply{}, err
 	}
 	if end < total {
-		s.cache.Hold(key, data, hash, offset == 0) // the next pieces cost no assembly
+		if b.raw >= largeBytes {
+			eager.hold(2 * time.Second)
+		}
+		s.cache.HoldBody(key, b, offset == 0) // the next pieces cost no lookup and no assembly
 	} else if offset > 0 {
 		s.cache.Release(key)
 	}
-	return reply{data: data[offset:end], hdr: micro.Headers{
+	hdr := micro.Headers{
 		wire.HdrTotal:    {strconv.FormatInt(total, 10)},
 		wire.HdrOffset:   {strconv.FormatInt(offset, 10)},
-		wire.HdrEncoding: {wire.EncodingIdentity},
-		wire.HdrHash:     {hash},
-	}}, nil
+		wire.HdrEncoding: {b.enc},
+		wire.HdrHash:     {b.hash},
+	}
+	if b.enc != wire.EncodingIdentity {
+		hdr[wire.HdrRawTotal] = []string{strconv.FormatInt(b.raw, 10)}
+	}
+	return reply{data: b.data[offset:end], hdr: hdr}, nil
 }
 
 // merged returns the merged view of the agents and versions a read names, its hash and its cache
@@ -488,7 +517,7 @@ func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) (
 		if req.Merge[a] == 0 {
 			return nil, "", "", fmt.Errorf("%w: merge needs an exact version for agent %q", errBadRequest, a)
 		}
-		v, err := s.version(ctx, ns, wire.SessionRequest{Session: req.Session, Agent: a}, req.Merge[a])
+		v, err := s.exactVersion(ctx, ns, wire.SessionRequest{Session: req.Session, Agent: a}, req.Merge[a])
 		if err != nil {
 			return nil, "", "", err
 		}

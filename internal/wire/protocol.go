@@ -101,13 +101,16 @@ const (
 	// Reply headers of OpRead.
 	HdrTotal  = "Cp-Total"
 	HdrOffset = "Cp-Offset"
-	HdrHash   = "Cp-Hash" // "sha256:<hex>" of the whole reply body (all pieces): the version's hash for the full view; on an import, the hash the version must have
+	HdrHash   = "Cp-Hash" // "sha256:<hex>" of the whole reply body (all pieces), decoded: the version's hash for the full view; on an import, the hash the version must have
+	// HdrRawTotal, on a read served as zstd: the length of the body once decoded (what Cp-Total is
+	// for identity), so that a client bounds its decoding.
+	HdrRawTotal = "Cp-Raw-Total"
 	// Set by the service on error replies (nats.go micro convention).
 	HdrServiceErrorCode = "Nats-Service-Error-Code"
 	HdrServiceError     = "Nats-Service-Error"
 )
 
-// Encodings of a save body (identity or zstd) or a read reply (identity).
+// Encodings of a save body or of a read reply (identity or zstd).
 const (
 	EncodingIdentity = "identity"
 	EncodingZstd     = "zstd"
@@ -282,7 +285,7 @@ type ReadRequest struct {
 	SessionRequest
 	Version  uint64 `json:"version"`
 	Offset   int64  `json:"offset,omitempty"`
-	Encoding string `json:"encoding,omitempty"` // EncodingIdentity, the only one served (default)
+	Encoding string `json:"encoding,omitempty"` // EncodingIdentity (default) or EncodingZstd
 	// View selects messages: "full" (default) or "request" (from the last compaction marker on).
 	View string `json:"view,omitempty"`
 	// MaxMessages, when positive, keeps the most recent messages (rounded down to even, never

@@ -1,0 +1,76 @@
+package transfer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// readKey names one read by everything that decides its bytes (the namespace, from the subject,
+// and every member of the request but its offset, with its encoding spelled out), so that the
+// pieces of one read share it and nothing else does. It is a digest: a request's size does not
+// become the size of a key the cache keeps.
+func readKey(ns string, req wire.ReadRequest, enc string) string {
+	req.Offset, req.Encoding = 0, enc
+	j, _ := json.Marshal(req) // a map's keys (merge) are sorted: one request, one key
+	sum := sha256.Sum256(append([]byte(ns+"\x00"), j...))
+	return "read/" + hex.EncodeToString(sum[:])
+}
+
+// fullZstd returns the whole conversation of v as a zstd stream, stored frames passed through
+// (snapshot.ReadZstd), cached under the version's hash as the identity bytes are, and only when
+// they would be (the conversation fits the cache): a conversation too large to cache is held for
+// its read only, as before, rather than kept compressed afterwards beside everything else.
+func (s *service) fullZstd(ctx context.Context, v wire.Version) (readBody, error) {
+	load := func() (readBody, error) {
+		if err := takeLoad(ctx, 1, v); err != nil {
+			return readBody{}, err
+		}
+		data, err := snapshot.ReadZstd(ctx, s.store, v, s.cache)
+		return readBody{data: data, hash: v.Hash, raw: v.RawBytes, enc: wire.EncodingZstd}, err
+	}
+	if v.RawBytes > s.cache.max {
+		return load()
+	}
+	return s.cache.GetOrLoadBody("zstd/conv/"+wire.EncodeID(v.Key.Namespace)+"/"+v.Hash, load)
+}
+
+// encode returns b, whose bytes are cached under key, in encoding enc: as it is for identity,
+// else compressed at the fastest level (a view or a merge is built here, so it has no stored
+// frames to pass through), and cached beside it.
+func (s *service) encode(ctx context.Context, b readBody, key, enc string) (readBody, error) {
+	if enc == wire.EncodingIdentity {
+		return b, nil
+	}
+	return s.cache.GetOrLoadBody("zstd/"+key, func() (readBody, error) {
+		if err := ticketOf(ctx).take(int64(len(b.data))); err != nil { // at most about as large as b
+			return readBody{}, err
+		}
+		return readBody{data: codec.AppendZstdFast(nil, b.data), hash: b.hash, raw: b.raw, enc: wire.EncodingZstd}, nil
+	})
+}
+
+// exactVersion finds version n (not 0) for a read. Versions are immutable, so one that is found is
+// what it will always be, and the saves queued for its session cannot change it: only when it is not
+// found does it wait for them to be settled (read-your-writes) and look again. A read of a version
+// that exists costs no look at the ingest queue.
+func (s *service) exactVersion(ctx context.Context, ns string, r wire.SessionRequest, n uint64) (wire.Version, error) {
+	key, err := sessionKey(ns, r)
+	if err != nil {
+		return wire.Version{}, err
+	}
+	v, err := snapshot.GetVersion(ctx, s.store, key, n, s.cache)
+	if errors.Is(err, snapshot.ErrNotFound) {
+		return s.version(ctx, ns, r, n)
+	}
+	if err != nil {
+		return wire.Version{}, err
+	}
+	return v, snapshot.CheckFormat(v)
+}
