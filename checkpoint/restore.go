@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -43,7 +42,7 @@ func (c *Client) Restore(ctx context.Context, key Key, version uint64, opts ...R
 	if err != nil {
 		return nil, Version{}, err
 	}
-	full := (req.View == "" || req.View == snapshot.ViewFull) && req.MaxMessages == 0
+	full := (req.View == "" || req.View == wire.ViewFull) && req.MaxMessages == 0
 	if full && (hash != v.Hash || int64(len(raw)) != v.RawBytes) {
 		return nil, Version{}, fmt.Errorf("%w: version %d of %s: have %s, %d bytes; recorded %s, %d bytes",
 			ErrCorrupt, v.Version, v.Key, hash, len(raw), v.Hash, v.RawBytes)

@@ -6,12 +6,13 @@ import (
 	"slices"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // Views of a conversation. Full history is kept forever; a view selects what a model should see.
 const (
-	ViewFull    = "full"    // every message (the default)
-	ViewRequest = "request" // from the last compaction marker on, the marker included
+	ViewFull    = wire.ViewFull    // every message (the default)
+	ViewRequest = wire.ViewRequest // from the last compaction marker on, the marker included
 )
 
 // ErrBadView refuses an unknown view or a bad message limit.

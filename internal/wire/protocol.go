@@ -286,7 +286,7 @@ type ReadRequest struct {
 	Version  uint64 `json:"version"`
 	Offset   int64  `json:"offset,omitempty"`
 	Encoding string `json:"encoding,omitempty"` // EncodingIdentity (default) or EncodingZstd
-	// View selects messages: "full" (default) or "request" (from the last compaction marker on).
+	// View selects messages: ViewFull (default) or ViewRequest (from the last compaction marker on).
 	View string `json:"view,omitempty"`
 	// MaxMessages, when positive, keeps the most recent messages (rounded down to even, never
 	// starting on a tool result).
@@ -297,6 +297,12 @@ type ReadRequest struct {
 	// AgentPrefix, with Merge, prefixes each message's first text with "[agentId] ".
 	AgentPrefix bool `json:"agentPrefix,omitempty"`
 }
+
+// The views a read may ask for (docs/protocol.md §5).
+const (
+	ViewFull    = "full"    // every message (the default)
+	ViewRequest = "request" // from the last compaction marker on, the marker included
+)
 
 // PruneRequest removes the versions a retention policy does not keep, from one session or (Session
 // empty) every session of the namespace. The head is always kept. Unset limits fall back to the
