@@ -399,6 +399,22 @@ test("mapping: every SDK item comes back equal, stored in the Responses API's sp
     fromResponsesItem({ type: "computer_call", id: "cu_9", call_id: "c9", status: "completed", action: { type: "wait" }, pending_safety_checks: [] }),
     { type: "computer_call", id: "cu_9", callId: "c9", status: "completed", action: { type: "wait" }, providerData: { pending_safety_checks: [] } },
   );
+  // ...and goes back to the API shape it was stored in (plus the hint), so a Go writer's tool items
+  // survive a turn of the SDK unchanged.
+  const foreign: Record<string, unknown>[] = [
+    { type: "shell_call", call_id: "s9", action: { commands: ["ls"], timeout_ms: null }, caller: { type: "program", caller_id: "p9" } },
+    { type: "shell_call_output", call_id: "s9", output: [{ stdout: "", stderr: "", outcome: { type: "exit", exit_code: 1 } }] },
+    { type: "computer_call_output", call_id: "c9", output: { type: "computer_screenshot", file_id: "file-9" } },
+    { type: "tool_search_output", call_id: "t9", tools: [{ type: "tool_reference", function_name: "f" }] },
+    { type: "image_generation_call", id: "ig_9", status: "failed", result: null },
+    { type: "mcp_call", id: "mcp_9", name: "f", arguments: "{}", server_label: "s", output: "x", status: "completed" },
+    { type: "mcp_approval_response", approval_request_id: "r9", approve: false },
+    { type: "program_output", id: "po_9", call_id: "g9", result: "2", status: "incomplete" },
+  ];
+  for (const item of foreign) {
+    const { [HINT]: _hint, ...again } = toResponsesItem(fromResponsesItem(item));
+    assert.deepEqual(again, item, String(item.type));
+  }
   // A member it would overwrite, or the reserved one, is refused before anything is sent.
   assert.throws(() => toResponsesItem({ ...catalogue[4], call_id: "x" } as AgentInputItem), /both "callId" and "call_id"/);
   assert.throws(() => toResponsesItem({ ...catalogue[1], [HINT]: 1 }), /reserved/);
