@@ -22,7 +22,9 @@ var responsesMessageParts = map[string][]string{
 
 func checkOpenAIResponses(c checker, m object, _ bool, s *Stats) error {
 	typ := "message"
-	if raw, ok := m["type"]; ok || !present(m, "role") {
+	if !present(m, "type") && !present(m, "role") && present(m, "id") {
+		typ = "item_reference" // its type is optional (null or absent) in the API
+	} else if raw, ok := m["type"]; ok || !present(m, "role") {
 		if kind(raw) != '"' {
 			_, err := c.requireString(m, "", "type", true)
 			return err

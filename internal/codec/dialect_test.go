@@ -276,6 +276,8 @@ func TestParse_OpenAIResponsesEveryInputItem(t *testing.T) {
 		`{"type":"custom_tool_call","call_id":"c5","input":"x","name":"grammar"}`,
 		`{"type":"custom_tool_call_output","call_id":"c5","output":[{"type":"input_text","text":"ok"}]}`,
 		`{"type":"item_reference","id":"msg_1"}`,
+		`{"id":"msg_2"}`,
+		`{"type":null,"id":"msg_3"}`,
 		`{"type":"program","id":"p_1","call_id":"c6","code":"x","fingerprint":"f"}`,
 		`{"type":"program_output","id":"po_1","call_id":"c6","result":"1","status":"completed"}`,
 	}
@@ -290,5 +292,5 @@ func TestParse_OpenAIResponsesEveryInputItem(t *testing.T) {
 	require.Equal(t, 7, st.ToolResult)
 	require.Equal(t, 2, st.User)
 	require.Equal(t, 1, st.System)
-	require.Equal(t, 4, st.Extension)
+	require.Equal(t, 6, st.Extension)
 }
