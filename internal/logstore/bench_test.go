@@ -1,0 +1,557 @@
+package logstore
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// The benchmarks below print the figures of docs/format.md §8, each run once:
+//
+//	go test -run '^$' -bench . -benchtime 1x ./internal/logstore/
+//
+// The workload is the real corpus (testdata/corpus/pi_before_compaction.json, 1,003 messages)
+// saved after every assistant turn: 485 saves, each adding what grew. CP_BENCH_PACE (a Go
+// duration, default 0) paces the saves of the disk benchmark as an agent would.
+
+// corpus is the conversation and its saves: save i adds messages cuts[i-1]..cuts[i]-1.
+type corpus struct {
+	conv *codec.Conversation
+	cuts []int
+}
+
+func loadCorpus(b *testing.B) corpus {
+	b.Helper()
+	raw, err := os.ReadFile("../../testdata/corpus/pi_before_compaction.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := codec.Parse(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var cuts []int
+	for i, m := range c.Messages {
+		if codec.MessageRole(m) == "assistant" {
+			cuts = append(cuts, i+1)
+		}
+	}
+	if cuts[len(cuts)-1] != len(c.Messages) {
+		cuts = append(cuts, len(c.Messages))
+	}
+	return corpus{conv: c, cuts: cuts}
+}
+
+// save returns the messages save i adds, and the JSON array a client would send for them.
+func (c corpus) save(i int) ([][]byte, []byte) {
+	from := 0
+	if i > 0 {
+		from = c.cuts[i-1]
+	}
+	span := c.conv.Span(from, c.cuts[i])
+	return asBytes(c.conv.Messages[from:c.cuts[i]]), append(append([]byte{'['}, span...), ']')
+}
+
+func asBytes(msgs []json.RawMessage) [][]byte {
+	out := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		out[i] = m
+	}
+	return out
+}
+
+// version is the conversation after save i (version i+1).
+func (c corpus) version(i int) []byte {
+	return append(append([]byte{'['}, c.conv.Span(0, c.cuts[i])...), ']')
+}
+
+// benchServer is an embedded nats-server as the daemon runs it, in a directory on disk.
+type benchServer struct {
+	dir string
+	s   *server.Server
+}
+
+func startBenchServer(b *testing.B, dir string) *benchServer {
+	b.Helper()
+	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bs := &benchServer{dir: dir, s: s}
+	b.Cleanup(bs.stop)
+	return bs
+}
+
+func (bs *benchServer) stop() {
+	if bs.s != nil {
+		bs.s.Shutdown()
+		bs.s.WaitForShutdown()
+		bs.s = nil
+	}
+}
+
+func benchConnect(b *testing.B, url string) *nats.Conn {
+	b.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	return nc
+}
+
+func must(b *testing.B, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+func addStream(b *testing.B, js jetstream.JetStream, cfg jetstream.StreamConfig) jetstream.Stream {
+	b.Helper()
+	st, err := js.CreateOrUpdateStream(context.Background(), cfg)
+	must(b, err)
+	return st
+}
+
+// percentiles returns p50 and p99 of ds.
+func percentiles(ds []time.Duration) (time.Duration, time.Duration) {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2], s[len(s)*99/100]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/1e6) }
+
+func table(title string) *tabwriter.Writer {
+	fmt.Printf("\n%s\n", title)
+	return tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+}
+
+// BenchmarkSaveLatency: each save of the corpus, interleaved: a raw sync publish of the new
+// messages; the engine's save (one compare-and-swap publish); and the whole pipeline an agent
+// sees, through a work-queue ingest stream to a daemon (push and pull consumer) that validates,
+// saves, publishes the result and acks.
+func BenchmarkSaveLatency(b *testing.B) {
+	c := loadCorpus(b)
+	srv := startBenchServer(b, b.TempDir())
+	client, daemon := benchConnect(b, srv.s.ClientURL()), benchConnect(b, srv.s.ClientURL())
+	ctx := context.Background()
+	js, err := jetstream.New(client)
+	must(b, err)
+	addStream(b, js, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}, Storage: jetstream.FileStorage, AllowDirect: true})
+	for _, name := range []string{"ING_PUSH", "ING_PULL"} {
+		addStream(b, js, jetstream.StreamConfig{Name: name, Subjects: []string{strings.ToLower(name) + ".>"},
+			Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy})
+	}
+	st := open(b, client, Config{})
+	dst := open(b, daemon, Config{})
+	startPushDaemon(b, daemon, dst)
+	startPullDaemon(b, daemon, dst)
+
+	keys := map[string]wire.Key{}
+	for _, v := range []string{"engine", "push", "pull"} {
+		keys[v] = wire.Key{Namespace: "bench", Session: v, Agent: "main"}
+	}
+	lat := map[string][]time.Duration{}
+	var entryBytes, pieceBytes int
+	for i := range c.cuts {
+		msgs, body := c.save(i)
+		t0 := time.Now()
+		_, err := js.Publish(ctx, "raw.s", body)
+		must(b, err)
+		lat["raw"] = append(lat["raw"], time.Since(t0))
+
+		before := streamBytes(b, st)
+		t0 = time.Now()
+		_, err = st.Save(ctx, SaveRequest{Key: keys["engine"], SaveID: "e" + strconv.Itoa(i), Messages: msgs})
+		must(b, err)
+		lat["engine"] = append(lat["engine"], time.Since(t0))
+		entryBytes += int(streamBytes(b, st) - before)
+		pieceBytes += len(body)
+		_, err = st.Maintain(ctx, keys["engine"])
+		must(b, err)
+
+		for _, v := range []string{"push", "pull"} {
+			lat[v] = append(lat[v], pipelineSave(b, client, js, "ing_"+v+"."+keys[v].Token(), strconv.Itoa(i), body, i > 0))
+		}
+	}
+	p50raw, p99raw := percentiles(lat["raw"])
+	w := table(fmt.Sprintf("Save latency, %d saves of the corpus, interleaved (uptime: %s)", len(c.cuts), uptime()))
+	fmt.Fprintln(w, "what\tp50\tp99\tp50 / raw\tp99 / raw")
+	for _, v := range []struct{ key, what string }{{"raw", "raw sync publish of the new messages"},
+		{"engine", "engine save: one CAS publish of the entry"},
+		{"push", "pipeline, push consumer: ingest PubAck + validate + save + result"},
+		{"pull", "pipeline, pull consumer (Consume): same"}} {
+		p50, p99 := percentiles(lat[v.key])
+		fmt.Fprintf(w, "%s\t%s\t%s\t%.2f×\t%.2f×\n", v.what, ms(p50), ms(p99), float64(p50)/float64(p50raw), float64(p99)/float64(p99raw))
+	}
+	must(b, w.Flush())
+	fmt.Printf("stream bytes per save: engine %d (entry + JetStream record), raw JSON of the new messages %d\n",
+		entryBytes/len(c.cuts), pieceBytes/len(c.cuts))
+
+	benchRestore(b, c, st, js, keys["engine"])
+	benchFork(b, c, st, keys["engine"])
+}
+
+func streamBytes(b *testing.B, st *Store) uint64 {
+	info, err := st.stream.Info(context.Background())
+	must(b, err)
+	return info.State.Bytes
+}
+
+// pipelineSave is one save as an agent makes it: publish to the ingest stream (waiting for the
+// PubAck), then wait for the daemon's result.
+func pipelineSave(b *testing.B, nc *nats.Conn, js jetstream.JetStream, subject, id string, body []byte, continues bool) time.Duration {
+	res, err := nc.SubscribeSync("res." + subject + "." + id)
+	must(b, err)
+	defer func() { _ = res.Unsubscribe() }()
+	m := nats.NewMsg(subject)
+	m.Data = body
+	m.Header.Set("Cp-Save-Id", id)
+	if continues {
+		m.Header.Set("Cp-Continues", "1")
+	}
+	t0 := time.Now()
+	_, err = js.PublishMsg(context.Background(), m)
+	must(b, err)
+	r, err := res.NextMsg(10 * time.Second)
+	must(b, err)
+	if len(r.Data) > 0 && r.Data[0] == '!' {
+		b.Fatalf("daemon: %s", r.Data[1:])
+	}
+	return time.Since(t0)
+}
+
+// handleIngest is the daemon's work on one ingested save: validate with internal/codec, save,
+// publish the result (core NATS), ack, then merge if due (after answering).
+func handleIngest(st *Store, nc *nats.Conn, subject string, hdr nats.Header, data []byte, ack func() error) {
+	result := "res." + subject + "." + hdr.Get("Cp-Save-Id")
+	key, err := wire.ParseToken(strings.SplitN(subject, ".", 2)[1])
+	var conv *codec.Conversation
+	if err == nil {
+		conv, err = codec.ParseLimited(data, codec.Limits{MaxBytes: 64 << 20, Continues: hdr.Get("Cp-Continues") != ""})
+	}
+	var rec Record
+	if err == nil {
+		rec, err = st.Save(context.Background(), SaveRequest{Key: key, SaveID: hdr.Get("Cp-Save-Id"), Messages: asBytes(conv.Messages)})
+	}
+	if err != nil {
+		_ = nc.Publish(result, []byte("!"+err.Error()))
+	} else {
+		_ = nc.Publish(result, []byte(strconv.FormatUint(rec.Version, 10)))
+	}
+	_ = ack()
+	if err == nil {
+		_, _ = st.Maintain(context.Background(), key)
+	}
+}
+
+func startPushDaemon(b *testing.B, nc *nats.Conn, st *Store) {
+	js, err := nc.JetStream()
+	must(b, err)
+	sub, err := js.Subscribe("ing_push.>", func(m *nats.Msg) {
+		handleIngest(st, nc, m.Subject, m.Header, m.Data, func() error { return m.Ack() })
+	}, nats.BindStream("ING_PUSH"), nats.ManualAck(), nats.AckExplicit())
+	must(b, err)
+	b.Cleanup(func() { _ = sub.Unsubscribe() })
+}
+
+func startPullDaemon(b *testing.B, nc *nats.Conn, st *Store) {
+	js, err := jetstream.New(nc)
+	must(b, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "ING_PULL", jetstream.ConsumerConfig{
+		Durable: "daemon", AckPolicy: jetstream.AckExplicitPolicy})
+	must(b, err)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		handleIngest(st, nc, m.Subject(), m.Headers(), m.Data(), m.Ack)
+	})
+	must(b, err)
+	b.Cleanup(cc.Stop)
+}
+
+// benchRestore: the head and an old version, through the engine (last entry, then every extent
+// in one pipelined batch, zstd decode, SHA-256 check), against one direct get and zstd decode of
+// the same conversation stored whole.
+func benchRestore(b *testing.B, c corpus, st *Store, js jetstream.JetStream, k wire.Key) {
+	ctx := context.Background()
+	old := len(c.cuts) / 2
+	for i, raw := range map[int][]byte{len(c.cuts) - 1: c.version(len(c.cuts) - 1), old: c.version(old)} {
+		_, err := js.Publish(ctx, "raw.whole."+strconv.Itoa(i), codec.CompressZstd(raw))
+		must(b, err)
+	}
+	raws, err := js.Stream(ctx, "RAW")
+	must(b, err)
+	baseline := func(i int) []byte {
+		m, err := raws.GetLastMsgForSubject(ctx, "raw.whole."+strconv.Itoa(i))
+		must(b, err)
+		out, err := codec.DecompressZstd(m.Data, 64<<20)
+		must(b, err)
+		return out
+	}
+	lat := map[string][]time.Duration{}
+	timed := func(name string, f func() []byte, want []byte) {
+		t0 := time.Now()
+		got := f()
+		lat[name] = append(lat[name], time.Since(t0))
+		if string(got) != string(want) {
+			b.Fatalf("%s: wrong conversation", name)
+		}
+	}
+	restore := func(v uint64, cold bool) func() []byte {
+		return func() []byte {
+			if cold {
+				st.Forget()
+			}
+			got, _, err := st.Restore(ctx, k, v)
+			must(b, err)
+			return got
+		}
+	}
+	head, oldConv := c.version(len(c.cuts)-1), c.version(old)
+	for range 40 {
+		timed("raw head", func() []byte { return baseline(len(c.cuts) - 1) }, head)
+		timed("engine head", restore(0, false), head)
+		timed("engine head, cold cache", restore(0, true), head)
+		timed("raw old", func() []byte { return baseline(old) }, oldConv)
+		timed("engine old", restore(uint64(old+1), false), oldConv)
+	}
+	sess, err := st.session(ctx, k)
+	must(b, err)
+	layout, err := st.fullLayout(ctx, sess)
+	must(b, err)
+	w := table(fmt.Sprintf("Restore, %d B head (%d extents) and version %d, 40 rounds interleaved", len(head), len(layout), old+1))
+	fmt.Fprintln(w, "what\tp50\tp50 / raw")
+	for _, r := range []struct{ name, raw string }{{"raw head", "raw head"}, {"engine head", "raw head"},
+		{"engine head, cold cache", "raw head"}, {"raw old", "raw old"}, {"engine old", "raw old"}} {
+		p50, _ := percentiles(lat[r.name])
+		p50raw, _ := percentiles(lat[r.raw])
+		fmt.Fprintf(w, "%s\t%s\t%.2f×\n", r.name, ms(p50), float64(p50)/float64(p50raw))
+	}
+	must(b, w.Flush())
+}
+
+// benchFork: a fork of an old version writes one entry; the fork reads back as the source's
+// version.
+func benchFork(b *testing.B, c corpus, st *Store, k wire.Key) {
+	ctx := context.Background()
+	before := streamBytes(b, st)
+	dst := wire.Key{Namespace: "bench", Session: "fork", Agent: "main"}
+	v := len(c.cuts) - 10
+	_, err := st.Fork(ctx, k, uint64(v), dst, "fork")
+	must(b, err)
+	written := streamBytes(b, st) - before
+	got, _, err := st.Restore(ctx, dst, 0)
+	must(b, err)
+	if string(got) != string(c.version(v-1)) {
+		b.Fatal("fork: wrong conversation")
+	}
+	fmt.Printf("\nFork of version %d (%d B): %d B written to the stream (one entry)\n", v, len(got), written)
+}
+
+// BenchmarkDiskAndWrites: the corpus saved turn by turn into a fresh store; then the server is
+// stopped, the bytes the process wrote read from /proc/self/io, the server restarted and its
+// directory measured with du. Against zstd of the final conversation.
+func BenchmarkDiskAndWrites(b *testing.B) {
+	c := loadCorpus(b)
+	final := len(codec.CompressZstd(c.version(len(c.cuts) - 1)))
+	pace, _ := time.ParseDuration(os.Getenv("CP_BENCH_PACE"))
+	w := table(fmt.Sprintf("Disk and bytes written, %d saves paced %v; zstd(final) = %d B (uptime: %s)", len(c.cuts), pace, final, uptime()))
+	fmt.Fprintln(w, "engine\twrite_bytes\tcancelled\tnet written / zstd\tdu store / zstd\tdu CP_LOG\tdu skeleton\tentries left")
+	for _, run := range []struct {
+		name   string
+		cfg    Config
+		ingest bool
+	}{
+		{"merge factor 8", Config{MergeFactor: 8}, false},
+		{"merge factor 16", Config{MergeFactor: 16}, false},
+		{"no merges", Config{MergeFactor: -1}, false},
+		{"merge factor 8, + ingest work queue", Config{MergeFactor: 8}, true},
+		{"raw: zstd of each save alone, sync publish", Config{}, false},
+	} {
+		r := diskRun(b, c, run.cfg, run.ingest, run.name[:3] == "raw", pace)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%.2f×\t%.2f×\t%d\t%d\t%d\n", run.name, r.written, r.cancelled,
+			float64(r.written-r.cancelled)/float64(final), float64(r.du)/float64(final), r.duLog, r.du-r.duLog, r.msgs)
+	}
+	must(b, w.Flush())
+}
+
+type diskResult struct {
+	written, cancelled, du, duLog int64
+	msgs                          uint64
+}
+
+func diskRun(b *testing.B, c corpus, cfg Config, ingest, raw bool, pace time.Duration) diskResult {
+	ctx := context.Background()
+	dir := b.TempDir()
+	srv := startBenchServer(b, dir)
+	nc := benchConnect(b, srv.s.ClientURL())
+	js, err := jetstream.New(nc)
+	must(b, err)
+	st := open(b, nc, cfg)
+	k := wire.Key{Namespace: "bench", Session: "disk", Agent: "main"}
+	var cons jetstream.Consumer
+	if ingest {
+		addStream(b, js, jetstream.StreamConfig{Name: "ING", Subjects: []string{"ing.>"}, Storage: jetstream.FileStorage,
+			Retention: jetstream.WorkQueuePolicy})
+		cons, err = js.CreateOrUpdateConsumer(ctx, "ING", jetstream.ConsumerConfig{Durable: "d", AckPolicy: jetstream.AckExplicitPolicy})
+		must(b, err)
+	}
+	w0, c0 := procIO(b)
+	for i := range c.cuts {
+		msgs, body := c.save(i)
+		switch {
+		case raw:
+			_, err = js.Publish(ctx, "cp.log.raw", codec.CompressZstd(body))
+		case ingest:
+			if _, err = js.Publish(ctx, "ing."+k.Token(), body); err == nil {
+				var batch jetstream.MessageBatch
+				if batch, err = cons.Fetch(1); err == nil {
+					for m := range batch.Messages() {
+						_, err = st.Save(ctx, SaveRequest{Key: k, SaveID: strconv.Itoa(i), Messages: msgs})
+						must(b, m.Ack())
+					}
+				}
+			}
+		default:
+			_, err = st.Save(ctx, SaveRequest{Key: k, SaveID: strconv.Itoa(i), Messages: msgs})
+		}
+		must(b, err)
+		if !raw {
+			_, err = st.Maintain(ctx, k)
+			must(b, err)
+		}
+		time.Sleep(pace)
+	}
+	info, err := st.stream.Info(ctx)
+	must(b, err)
+	nc.Close()
+	srv.stop()
+	w1, c1 := procIO(b)
+	srv = startBenchServer(b, dir) // restarted: what is on disk is what stays
+	defer srv.stop()
+	return diskResult{written: w1 - w0, cancelled: c1 - c0, du: du(b, dir), duLog: du(b, filepath.Join(dir, "jetstream", "$G", "streams", "CP_LOG")),
+		msgs: info.State.Msgs}
+}
+
+// procIO reads write_bytes and cancelled_write_bytes of this process (the embedded server runs
+// in it): bytes it dirtied in the page cache, and those it deleted before they were written back.
+func procIO(b *testing.B) (written, cancelled int64) {
+	f, err := os.Open("/proc/self/io")
+	if err != nil {
+		b.Skipf("no /proc/self/io: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, v, _ := strings.Cut(sc.Text(), ": ")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch name {
+		case "write_bytes":
+			written = n
+		case "cancelled_write_bytes":
+			cancelled = n
+		}
+	}
+	return written, cancelled
+}
+
+// du is what `du -s --block-size=1` reports: allocated blocks, not apparent sizes.
+func du(b *testing.B, dir string) int64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			n += st.Blocks * 512
+		}
+		return nil
+	})
+	if err != nil && !os.IsNotExist(err) {
+		b.Fatal(err)
+	}
+	return n
+}
+
+func uptime() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return "load " + strings.Join(f[:3], " ")
+}
+
+// BenchmarkFindVersion: the time to read version 1 of a session of 10,000 versions (tiny
+// messages, one per save, merge factor 8), against a session of 10.
+func BenchmarkFindVersion(b *testing.B) {
+	srv := startBenchServer(b, b.TempDir())
+	nc := benchConnect(b, srv.s.ClientURL())
+	st := open(b, nc, Config{})
+	ctx := context.Background()
+	w := table("Finding version 1 (record by version range in the layout, then its extents)")
+	fmt.Fprintln(w, "versions\tentries on the subjects\tlayout extents\tp50 read of version 1\tp50 record of version 1")
+	for _, n := range []int{10, 10000} {
+		k := wire.Key{Namespace: "bench", Session: "find" + strconv.Itoa(n), Agent: "main"}
+		for i := 0; i < n; i++ {
+			_, err := st.Save(ctx, SaveRequest{Key: k, SaveID: strconv.Itoa(i), Messages: [][]byte{message(i)}})
+			must(b, err)
+			_, err = st.Maintain(ctx, k)
+			must(b, err)
+		}
+		sess, err := st.session(ctx, k)
+		must(b, err)
+		layout, err := st.fullLayout(ctx, sess)
+		must(b, err)
+		var reads, recs []time.Duration
+		for range 30 {
+			t0 := time.Now()
+			_, err := st.record(ctx, k, layout, 1)
+			must(b, err)
+			recs = append(recs, time.Since(t0))
+			t0 = time.Now()
+			got, _, err := st.Restore(ctx, k, 1)
+			must(b, err)
+			reads = append(reads, time.Since(t0))
+			if string(got) != string(conversation(1)) {
+				b.Fatal("wrong version 1")
+			}
+		}
+		info, err := st.stream.Info(ctx, jetstream.WithSubjectFilter("cp.*."+k.Token()+".>"))
+		must(b, err)
+		entries := 0
+		for subj, m := range info.State.Subjects {
+			if strings.Contains(subj, k.Token()) {
+				entries += int(m)
+			}
+		}
+		r50, _ := percentiles(reads)
+		c50, _ := percentiles(recs)
+		fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\n", n, entries, len(layout), ms(r50), ms(c50))
+	}
+	must(b, w.Flush())
+}
