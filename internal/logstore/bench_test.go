@@ -188,8 +188,6 @@ func BenchmarkSaveLatency(b *testing.B) {
 		lat["engine"] = append(lat["engine"], time.Since(t0))
 		entryBytes += int(streamBytes(b, st) - before)
 		pieceBytes += len(body)
-		_, err = st.Maintain(ctx, keys["engine"])
-		must(b, err)
 
 		for _, v := range []string{"push", "pull"} {
 			lat[v] = append(lat[v], pipelineSave(b, client, js, "ing_"+v+"."+keys[v].Token(), strconv.Itoa(i), body, i > 0))
@@ -209,7 +207,7 @@ func BenchmarkSaveLatency(b *testing.B) {
 	fmt.Printf("stream bytes per save: engine %d (entry + JetStream record), raw JSON of the new messages %d\n",
 		entryBytes/len(c.cuts), pieceBytes/len(c.cuts))
 
-	benchRestore(b, c, st, js, keys["engine"])
+	benchRestore(b, c, st, open(b, client, Config{NoVerify: true}), js, keys["engine"])
 	benchFork(b, c, st, keys["engine"])
 }
 
@@ -243,7 +241,7 @@ func pipelineSave(b *testing.B, nc *nats.Conn, js jetstream.JetStream, subject, 
 }
 
 // handleIngest is the daemon's work on one ingested save: validate with internal/codec, save,
-// publish the result (core NATS), ack, then merge if due (after answering).
+// publish the result (core NATS), ack.
 func handleIngest(st *Store, nc *nats.Conn, subject string, hdr nats.Header, data []byte, ack func() error) {
 	result := "res." + subject + "." + hdr.Get("Cp-Save-Id")
 	key, err := wire.ParseToken(strings.SplitN(subject, ".", 2)[1])
@@ -261,9 +259,6 @@ func handleIngest(st *Store, nc *nats.Conn, subject string, hdr nats.Header, dat
 		_ = nc.Publish(result, []byte(strconv.FormatUint(rec.Version, 10)))
 	}
 	_ = ack()
-	if err == nil {
-		_, _ = st.Maintain(context.Background(), key)
-	}
 }
 
 func startPushDaemon(b *testing.B, nc *nats.Conn, st *Store) {
@@ -289,10 +284,10 @@ func startPullDaemon(b *testing.B, nc *nats.Conn, st *Store) {
 	b.Cleanup(cc.Stop)
 }
 
-// benchRestore: the head and an old version, through the engine (last entry, then every extent
-// in one pipelined batch, zstd decode, SHA-256 check), against one direct get and zstd decode of
-// the same conversation stored whole.
-func benchRestore(b *testing.B, c corpus, st *Store, js jetstream.JetStream, k wire.Key) {
+// benchRestore: the head and an old version, through the engine (the last entry, then the
+// entries in one batched direct get, zstd decode, SHA-256 check), against one direct get and
+// zstd decode of the same conversation stored whole.
+func benchRestore(b *testing.B, c corpus, st, noVerify *Store, js jetstream.JetStream, k wire.Key) {
 	ctx := context.Background()
 	old := len(c.cuts) / 2
 	for i, raw := range map[int][]byte{len(c.cuts) - 1: c.version(len(c.cuts) - 1), old: c.version(old)} {
@@ -317,7 +312,7 @@ func benchRestore(b *testing.B, c corpus, st *Store, js jetstream.JetStream, k w
 			b.Fatalf("%s: wrong conversation", name)
 		}
 	}
-	restore := func(v uint64, cold bool) func() []byte {
+	restore := func(st *Store, v uint64, cold bool) func() []byte {
 		return func() []byte {
 			if cold {
 				st.Forget()
@@ -330,19 +325,18 @@ func benchRestore(b *testing.B, c corpus, st *Store, js jetstream.JetStream, k w
 	head, oldConv := c.version(len(c.cuts)-1), c.version(old)
 	for range 40 {
 		timed("raw head", func() []byte { return baseline(len(c.cuts) - 1) }, head)
-		timed("engine head", restore(0, false), head)
-		timed("engine head, cold cache", restore(0, true), head)
+		timed("engine head", restore(st, 0, false), head)
+		timed("engine head, no SHA-256 check", restore(noVerify, 0, false), head)
 		timed("raw old", func() []byte { return baseline(old) }, oldConv)
-		timed("engine old", restore(uint64(old+1), false), oldConv)
+		timed("engine old", restore(st, uint64(old+1), false), oldConv)
+		timed("engine old, no SHA-256 check", restore(noVerify, uint64(old+1), false), oldConv)
 	}
-	sess, err := st.session(ctx, k)
-	must(b, err)
-	layout, err := st.fullLayout(ctx, sess)
-	must(b, err)
-	w := table(fmt.Sprintf("Restore, %d B head (%d extents) and version %d, 40 rounds interleaved", len(head), len(layout), old+1))
+	w := table(fmt.Sprintf("Restore, %d B head (%d entries, batched direct get: %v) and version %d, 40 rounds interleaved",
+		len(head), len(c.cuts), st.batch, old+1))
 	fmt.Fprintln(w, "what\tp50\tp50 / raw")
 	for _, r := range []struct{ name, raw string }{{"raw head", "raw head"}, {"engine head", "raw head"},
-		{"engine head, cold cache", "raw head"}, {"raw old", "raw old"}, {"engine old", "raw old"}} {
+		{"engine head, no SHA-256 check", "raw head"}, {"raw old", "raw old"}, {"engine old", "raw old"},
+		{"engine old, no SHA-256 check", "raw old"}} {
 		p50, _ := percentiles(lat[r.name])
 		p50raw, _ := percentiles(lat[r.raw])
 		fmt.Fprintf(w, "%s\t%s\t%.2f×\n", r.name, ms(p50), float64(p50)/float64(p50raw))
@@ -357,7 +351,7 @@ func benchFork(b *testing.B, c corpus, st *Store, k wire.Key) {
 	before := streamBytes(b, st)
 	dst := wire.Key{Namespace: "bench", Session: "fork", Agent: "main"}
 	v := len(c.cuts) - 10
-	_, err := st.Fork(ctx, k, uint64(v), dst, "fork")
+	_, err := st.Fork(ctx, k, uint64(v), dst, "fork-"+strconv.FormatInt(time.Now().UnixNano(), 10))
 	must(b, err)
 	written := streamBytes(b, st) - before
 	got, _, err := st.Restore(ctx, dst, 0)
@@ -382,10 +376,8 @@ func BenchmarkDiskAndWrites(b *testing.B) {
 		cfg    Config
 		ingest bool
 	}{
-		{"merge factor 8", Config{MergeFactor: 8}, false},
-		{"merge factor 16", Config{MergeFactor: 16}, false},
-		{"no merges", Config{MergeFactor: -1}, false},
-		{"merge factor 8, + ingest work queue", Config{MergeFactor: 8}, true},
+		{"engine", Config{}, false},
+		{"engine, each save through a work-queue ingest stream", Config{}, true},
 		{"raw: zstd of each save alone, sync publish", Config{}, false},
 	} {
 		r := diskRun(b, c, run.cfg, run.ingest, run.name[:3] == "raw", pace)
@@ -436,10 +428,6 @@ func diskRun(b *testing.B, c corpus, cfg Config, ingest, raw bool, pace time.Dur
 			_, err = st.Save(ctx, SaveRequest{Key: k, SaveID: strconv.Itoa(i), Messages: msgs})
 		}
 		must(b, err)
-		if !raw {
-			_, err = st.Maintain(ctx, k)
-			must(b, err)
-		}
 		time.Sleep(pace)
 	}
 	info, err := st.stream.Info(ctx)
@@ -506,52 +494,46 @@ func uptime() string {
 	return "load " + strings.Join(f[:3], " ")
 }
 
-// BenchmarkFindVersion: the time to read version 1 of a session of 10,000 versions (tiny
-// messages, one per save, merge factor 8), against a session of 10.
+// BenchmarkFindVersion: reading version 1, a middle version and the history of a session of
+// 10,000 versions (tiny messages, one per save), against a session of 10.
 func BenchmarkFindVersion(b *testing.B) {
 	srv := startBenchServer(b, b.TempDir())
 	nc := benchConnect(b, srv.s.ClientURL())
 	st := open(b, nc, Config{})
 	ctx := context.Background()
-	w := table("Finding version 1 (record by version range in the layout, then its extents)")
-	fmt.Fprintln(w, "versions\tentries on the subjects\tlayout extents\tp50 read of version 1\tp50 record of version 1")
+	w := table(fmt.Sprintf("Finding a version: the subject read from its first entry, batched direct get: %v", st.batch))
+	fmt.Fprintln(w, "versions\tp50 restore of version 1\tp50 restore of version n/2\tp50 history (all records)")
 	for _, n := range []int{10, 10000} {
 		k := wire.Key{Namespace: "bench", Session: "find" + strconv.Itoa(n), Agent: "main"}
 		for i := 0; i < n; i++ {
 			_, err := st.Save(ctx, SaveRequest{Key: k, SaveID: strconv.Itoa(i), Messages: [][]byte{message(i)}})
 			must(b, err)
-			_, err = st.Maintain(ctx, k)
-			must(b, err)
 		}
-		sess, err := st.session(ctx, k)
-		must(b, err)
-		layout, err := st.fullLayout(ctx, sess)
-		must(b, err)
-		var reads, recs []time.Duration
-		for range 30 {
+		var first, middle, history []time.Duration
+		for range 20 {
 			t0 := time.Now()
-			_, err := st.record(ctx, k, layout, 1)
-			must(b, err)
-			recs = append(recs, time.Since(t0))
-			t0 = time.Now()
 			got, _, err := st.Restore(ctx, k, 1)
 			must(b, err)
-			reads = append(reads, time.Since(t0))
+			first = append(first, time.Since(t0))
 			if string(got) != string(conversation(1)) {
 				b.Fatal("wrong version 1")
 			}
-		}
-		info, err := st.stream.Info(ctx, jetstream.WithSubjectFilter("cp.*."+k.Token()+".>"))
-		must(b, err)
-		entries := 0
-		for subj, m := range info.State.Subjects {
-			if strings.Contains(subj, k.Token()) {
-				entries += int(m)
+			t0 = time.Now()
+			_, _, err = st.Restore(ctx, k, uint64(n/2))
+			must(b, err)
+			middle = append(middle, time.Since(t0))
+			t0 = time.Now()
+			recs, err := st.History(ctx, k)
+			must(b, err)
+			history = append(history, time.Since(t0))
+			if len(recs) != n {
+				b.Fatalf("history has %d versions, want %d", len(recs), n)
 			}
 		}
-		r50, _ := percentiles(reads)
-		c50, _ := percentiles(recs)
-		fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\n", n, entries, len(layout), ms(r50), ms(c50))
+		p1, _ := percentiles(first)
+		pm, _ := percentiles(middle)
+		ph, _ := percentiles(history)
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", n, ms(p1), ms(pm), ms(ph))
 	}
 	must(b, w.Flush())
 }

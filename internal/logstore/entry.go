@@ -3,117 +3,182 @@ package logstore
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 )
 
-// An entry is the body of one message of the log stream:
+// An entry is the body of one message on a session's log subject, all integers unsigned
+// varints (encoding/binary Uvarint) unless said otherwise:
 //
-//	offset  size  content
-//	0       4     magic "CPL1"
-//	4       1     kind (KindSave, KindMerge, KindLease, KindFork, KindData)
-//	5       n     uvarint: length m of the meta
-//	5+n     m     meta: JSON (Meta)
-//	5+n+m   …     data: bytes of the session's zstd stream (see stream.go); may be empty
+//	magic      4    "CPL1"
+//	kind       1    KindSave, KindLease or KindFork
+//	flags      1    bit 0: the data starts a zstd frame; bit 1: keep present (a rewrite);
+//	                bit 2: lease present; bits 3-7: zero
+//	version, messages, rawBytes                 the head after the entry (Head)
+//	state      108  the SHA-256 state after "[" and the head's messages (crypto/sha256 MarshalBinary)
+//	lease      if flag 2: owner (length, bytes), epoch, expires (unix ms)
+//	save/fork  saveID (length, bytes), time (unix ms)
+//	save       piece messages, piece rawBytes, then keep if flag 1
+//	fork       source subject (length, bytes), upTo, rawBytes
+//	data       the rest: the next bytes of the session's zstd stream (saves only)
 //
-// No NATS headers are read: a direct get returns the whole entry as one byte slice.
+// No NATS headers are needed: a direct get returns the whole entry as one byte slice. A save's
+// meta is about 140 bytes.
 var entryMagic = [4]byte{'C', 'P', 'L', '1'}
 
 // Kind says what an entry is.
 type Kind byte
 
 const (
-	KindSave  Kind = 1 // a version: its record, the head state, its new messages
-	KindMerge Kind = 2 // commit of a merge: the head state with a full layout, no data
-	KindLease Kind = 3 // a lease taken or released: the head state, no data
-	KindFork  Kind = 4 // first entry of a fork: the head state, layout referring to the source
-	KindData  Kind = 5 // merged data (on a level subject), with the records of its versions
+	KindSave  Kind = 1 // a version: the head state after it, its save id and time, its new messages
+	KindLease Kind = 2 // a lease taken: the head state with the new lease, no data
+	KindFork  Kind = 3 // first entry of a fork: version 1, whose messages are another session's
 )
 
 // ErrMalformed is returned for stored bytes that are not an entry this code can read.
 var ErrMalformed = errors.New("logstore: malformed entry")
 
-// Meta is the JSON part of an entry. Which fields are set depends on the kind: log entries
-// (save, merge, lease, fork) carry the head state; a save also its record; data entries the
-// records of the versions they hold.
+// Meta is an entry's fields (its byte layout is above).
 type Meta struct {
-	Head    *Head    `json:"head,omitempty"`
-	Record  *Record  `json:"rec,omitempty"`
-	Records []Record `json:"recs,omitempty"`
-	// Own describes the entry's data (saves, forks and data entries): messages, raw and stored
-	// bytes, and whether it starts a new zstd frame (stream.go). Its Seq is the entry's own.
-	Own *Extent `json:"own,omitempty"`
+	// Head is the session's state after the entry: all a save needs, so that a daemon without
+	// a cache reads one message (the subject's last) before it saves.
+	Head   Head
+	SaveID string // saves and forks: the version's save id
+	Time   int64  // saves and forks: unix ms
+	Piece  *Piece
+	Fork   *Fork
 }
 
-// Head is the state of a session after an entry: everything a save needs, so that a save reads
-// one entry (or none: the daemon caches it).
+// Head is the state of a session after an entry.
 type Head struct {
-	Version  uint64 `json:"v"`
-	Messages int    `json:"n"`   // messages in the head version
-	RawBytes int64  `json:"raw"` // bytes of those messages joined by "," (no brackets)
-	// State is the SHA-256 state (crypto/sha256 MarshalBinary) after "[" and the messages, so a
-	// save hashes only its new bytes.
-	State []byte `json:"st"`
-	// Layout is set in entries written by a merge or a fork: the extents before Since. Other
-	// entries leave it out and name Base, the entry that holds it (0: none, the layout starts
-	// with Since). Since is the saves (and fork) after Base, oldest first, the entry itself
-	// excluded. The head's layout is Layout (or Base's), then Since, then the entry's own extent.
-	Layout []Extent `json:"layout,omitempty"`
-	Base   uint64   `json:"base,omitempty"`
-	Since  []Extent `json:"since,omitempty"`
-	Lease  *Lease   `json:"lease,omitempty"`
+	Version  uint64
+	Messages int   // messages in the head version
+	RawBytes int64 // bytes of those messages joined by "," (no brackets)
+	// State is the SHA-256 state (crypto/sha256 MarshalBinary) after "[" and the messages: a
+	// save hashes only its new bytes, and the version's hash is this state finished with "]".
+	State []byte
+	Lease *Lease
 }
 
-// Extent is a stored run of messages: the data of entry Seq (a save on the log subject, or a
-// merged data entry on level subject Level), holding versions From..To.
-type Extent struct {
-	Seq      uint64 `json:"s"`
-	Level    int    `json:"l,omitempty"`
-	From     uint64 `json:"f"`
-	To       uint64 `json:"t"`
-	Messages int    `json:"n"`
-	RawBytes int64  `json:"r"` // raw bytes it contributes (a leading "," included, after the first)
-	Stored   int    `json:"z"` // bytes of its data as stored
-	Frame    bool   `json:"fr,omitempty"`
-	// Cut is set on an extent of which only the first RawBytes are used (a fork's last extent):
-	// the next extent starts a new frame.
-	Cut bool `json:"cut,omitempty"`
-	// Shared is set on an extent of another session's subject (a fork's): this session never
-	// merges or deletes it, and it holds none of this session's versions (From, To are 0).
-	Shared bool `json:"sh,omitempty"`
+// Piece describes a save's data.
+type Piece struct {
+	Messages int
+	RawBytes int64 // bytes the data decodes to (a leading "," included, after the first)
+	// Frame is set when the data starts a new zstd frame (the daemon had no encoder for the
+	// session: first save, restart, eviction, lost compare-and-swap).
+	Frame bool
+	// Keep, on a rewrite, is how many bytes of the log before this entry the new version keeps;
+	// the entry's data follows them (docs/format.md §8, "Rewrites").
+	Keep *int64
 }
 
-// Record is a version record (the prototype's subset of docs/protocol.md §6).
-type Record struct {
-	Version  uint64 `json:"v"`
-	SaveID   string `json:"id"`
-	Time     int64  `json:"t"` // unix ms
-	Messages int    `json:"n"`
-	RawBytes int64  `json:"raw"` // of the whole conversation, brackets included
-	Hash     string `json:"h"`   // hex SHA-256 of the conversation
+// Fork says that the log of a fork starts with the first RawBytes bytes of the log of another
+// session's subject, read up to (and including) stream sequence UpTo.
+type Fork struct {
+	Subject  string
+	UpTo     uint64
+	RawBytes int64
 }
 
-// Lease is a session's lease: a save must name its owner and epoch.
+// Lease is a session's lease: a save must name its owner and epoch while it is held.
 type Lease struct {
-	Owner   string `json:"o"`
-	Epoch   uint64 `json:"e"`
-	Expires int64  `json:"x"` // unix ms
+	Owner   string
+	Epoch   uint64
+	Expires int64 // unix ms
 }
+
+const (
+	flagFrame = 1 << iota
+	flagKeep
+	flagLease
+	flagsKnown = flagFrame | flagKeep | flagLease
+	stateSize  = 108 // crypto/sha256's MarshalBinary
+	maxString  = 1024
+)
 
 // encodeEntry builds an entry's bytes.
 func encodeEntry(k Kind, m Meta, data []byte) ([]byte, error) {
-	meta, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
+	if len(m.Head.State) != stateSize {
+		return nil, fmt.Errorf("logstore: a hash state of %d bytes, want %d", len(m.Head.State), stateSize)
 	}
-	out := make([]byte, 0, 5+binary.MaxVarintLen64+len(meta)+len(data))
-	out = append(out, entryMagic[:]...)
-	out = append(out, byte(k))
-	out = binary.AppendUvarint(out, uint64(len(meta)))
-	out = append(out, meta...)
+	var flags byte
+	if m.Piece != nil && m.Piece.Frame {
+		flags |= flagFrame
+	}
+	if m.Piece != nil && m.Piece.Keep != nil {
+		flags |= flagKeep
+	}
+	if m.Head.Lease != nil {
+		flags |= flagLease
+	}
+	out := make([]byte, 0, 256+len(data))
+	out = append(append(out, entryMagic[:]...), byte(k), flags)
+	out = binary.AppendUvarint(out, m.Head.Version)
+	out = binary.AppendUvarint(out, uint64(m.Head.Messages))
+	out = binary.AppendUvarint(out, uint64(m.Head.RawBytes))
+	out = append(out, m.Head.State...)
+	if l := m.Head.Lease; l != nil {
+		out = appendString(out, l.Owner)
+		out = binary.AppendUvarint(out, l.Epoch)
+		out = binary.AppendUvarint(out, uint64(l.Expires))
+	}
+	if k == KindSave || k == KindFork {
+		out = appendString(out, m.SaveID)
+		out = binary.AppendUvarint(out, uint64(m.Time))
+	}
+	switch k {
+	case KindSave:
+		out = binary.AppendUvarint(out, uint64(m.Piece.Messages))
+		out = binary.AppendUvarint(out, uint64(m.Piece.RawBytes))
+		if m.Piece.Keep != nil {
+			out = binary.AppendUvarint(out, uint64(*m.Piece.Keep))
+		}
+	case KindFork:
+		out = appendString(out, m.Fork.Subject)
+		out = binary.AppendUvarint(out, m.Fork.UpTo)
+		out = binary.AppendUvarint(out, uint64(m.Fork.RawBytes))
+	}
 	return append(out, data...), nil
 }
+
+func appendString(out []byte, s string) []byte {
+	return append(binary.AppendUvarint(out, uint64(len(s))), s...)
+}
+
+// reader reads an entry's fields, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uint(what string, max uint64) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 || v > max {
+		r.err = fmt.Errorf("%w: %s", ErrMalformed, what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes(what string, n uint64) []byte {
+	if r.err == nil && n > uint64(len(r.b)) {
+		r.err = fmt.Errorf("%w: %s is cut short", ErrMalformed, what)
+	}
+	if r.err != nil {
+		return nil
+	}
+	out := r.b[:n:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *reader) string(what string) string { return string(r.bytes(what, r.uint(what, maxString))) }
+
+const maxInt = 1<<63 - 1
 
 // decodeEntry splits an entry into its kind, meta and data (a slice of b).
 func decodeEntry(b []byte) (Kind, Meta, []byte, error) {
@@ -121,20 +186,42 @@ func decodeEntry(b []byte) (Kind, Meta, []byte, error) {
 	if len(b) < 6 || !bytes.Equal(b[:4], entryMagic[:]) {
 		return 0, m, nil, fmt.Errorf("%w: bad magic", ErrMalformed)
 	}
-	k := Kind(b[4])
-	if k < KindSave || k > KindData {
+	k, flags := Kind(b[4]), b[5]
+	if k < KindSave || k > KindFork {
 		return 0, m, nil, fmt.Errorf("%w: unknown kind %d", ErrMalformed, k)
 	}
-	n, w := binary.Uvarint(b[5:])
-	if w <= 0 || n > uint64(len(b)-5-w) {
-		return 0, m, nil, fmt.Errorf("%w: meta length", ErrMalformed)
+	if flags&^flagsKnown != 0 || k != KindSave && flags&(flagFrame|flagKeep) != 0 {
+		return 0, m, nil, fmt.Errorf("%w: flags %#x in an entry of kind %d", ErrMalformed, flags, k)
 	}
-	rest := b[5+w:]
-	if err := json.Unmarshal(rest[:n], &m); err != nil {
-		return 0, m, nil, fmt.Errorf("%w: meta: %v", ErrMalformed, err)
+	r := &reader{b: b[6:]}
+	m.Head.Version = r.uint("version", maxInt)
+	m.Head.Messages = int(r.uint("messages", maxInt))
+	m.Head.RawBytes = int64(r.uint("rawBytes", maxInt))
+	m.Head.State = r.bytes("state", stateSize)
+	if flags&flagLease != 0 {
+		m.Head.Lease = &Lease{Owner: r.string("lease owner"), Epoch: r.uint("lease epoch", maxInt),
+			Expires: int64(r.uint("lease expiry", maxInt))}
 	}
-	if k != KindData && m.Head == nil {
-		return 0, m, nil, fmt.Errorf("%w: log entry of kind %d without head", ErrMalformed, k)
+	if k == KindSave || k == KindFork {
+		m.SaveID = r.string("save id")
+		m.Time = int64(r.uint("time", maxInt))
 	}
-	return k, m, rest[n:], nil
+	switch k {
+	case KindSave:
+		m.Piece = &Piece{Messages: int(r.uint("piece messages", maxInt)), RawBytes: int64(r.uint("piece rawBytes", maxInt)),
+			Frame: flags&flagFrame != 0}
+		if flags&flagKeep != 0 {
+			keep := int64(r.uint("keep", maxInt))
+			m.Piece.Keep = &keep
+		}
+	case KindFork:
+		m.Fork = &Fork{Subject: r.string("fork subject"), UpTo: r.uint("fork upTo", maxInt), RawBytes: int64(r.uint("fork rawBytes", maxInt))}
+	}
+	if r.err != nil {
+		return 0, m, nil, r.err
+	}
+	if k != KindSave && len(r.b) > 0 {
+		return 0, m, nil, fmt.Errorf("%w: %d bytes of data in an entry of kind %d", ErrMalformed, len(r.b), k)
+	}
+	return k, m, r.b, nil
 }

@@ -33,7 +33,7 @@ func (s *Store) TakeLease(ctx context.Context, k wire.Key, owner string, ttl tim
 func (s *Store) takeLease(ctx context.Context, sess *session, owner string, ttl time.Duration) (Lease, error) {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	old := sess.head.Lease
+	old := sess.last.Head.Lease
 	if old != nil && old.Owner != owner && old.Expires > nowMillis() {
 		return Lease{}, fmt.Errorf("%w: %s held by %q until %s", ErrLeased, sess.key, old.Owner,
 			time.UnixMilli(old.Expires).UTC().Format(time.RFC3339))
@@ -42,9 +42,9 @@ func (s *Store) takeLease(ctx context.Context, sess *session, owner string, ttl 
 	if old != nil {
 		l.Epoch = old.Epoch + 1
 	}
-	head := sess.next()
-	head.Lease = &l
-	body, err := encodeEntry(KindLease, Meta{Head: &head}, nil)
+	meta := Meta{Head: sess.last.Head}
+	meta.Head.Lease = &l
+	body, err := encodeEntry(KindLease, meta, nil)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -52,6 +52,6 @@ func (s *Store) takeLease(ctx context.Context, sess *session, owner string, ttl 
 	if err != nil {
 		return Lease{}, err
 	}
-	sess.commit(seq, head, nil, nil)
+	sess.lastSeq, sess.last = seq, meta
 	return l, nil
 }

@@ -79,8 +79,6 @@ func saveTurns(t testing.TB, st *Store, k wire.Key, from, to int) {
 		}
 		_, err := st.Save(ctx, SaveRequest{Key: k, SaveID: fmt.Sprintf("save-%d", i), Messages: msgs})
 		require.NoError(t, err, "saving messages from %d", i)
-		_, err = st.Maintain(ctx, k)
-		require.NoError(t, err, "merging after the save of message %d", i)
 	}
 }
 
@@ -103,11 +101,11 @@ func checkVersions(t testing.TB, st *Store, k wire.Key, versions int) {
 	}
 }
 
-func TestStore_SaveRestoreMerge(t *testing.T) {
+func TestStore_SaveRestore(t *testing.T) {
 	nc, _ := startServer(t)
-	st := open(t, nc, Config{MergeFactor: 4})
+	st := open(t, nc, Config{})
 	k := wire.Key{Namespace: "team", Session: "s.1 *", Agent: "main"}
-	saveTurns(t, st, k, 0, 140) // 70 versions: merges up to level 3
+	saveTurns(t, st, k, 0, 140) // 70 versions, one entry each
 	checkVersions(t, st, k, 70)
 
 	// A daemon that restarts reads the head from the stream; its next save starts a new frame.
@@ -117,26 +115,69 @@ func TestStore_SaveRestoreMerge(t *testing.T) {
 	st.Forget()
 	checkVersions(t, st, k, 80)
 
-	// Merges purged what they superseded: the log subject holds its last entry and the saves
-	// since the last merge; each level fewer than MergeFactor extents (plus one garbage at most).
-	info, err := st.stream.Info(context.Background(), jetstream.WithSubjectFilter("cp.>"))
+	// One entry per save, nothing else: the subject is the session's whole history.
+	info, err := st.stream.Info(context.Background(), jetstream.WithSubjectFilter(LogSubject(k)))
 	require.NoError(t, err)
-	require.LessOrEqual(t, info.State.Msgs, uint64(4*4), "entries left: %v", info.State.Subjects)
+	require.Equal(t, uint64(80), info.State.Msgs)
+
+	history, err := st.History(context.Background(), k)
+	require.NoError(t, err)
+	require.Len(t, history, 80)
+	for i, rec := range history {
+		require.Equal(t, uint64(i+1), rec.Version)
+		require.Equal(t, fmt.Sprintf("save-%d", 2*i), rec.SaveID)
+		require.Equal(t, 2*(i+1), rec.Messages)
+	}
+
+	// A save delivered again is answered with its version, and writes nothing.
+	rec, err := st.Save(context.Background(), SaveRequest{Key: k, SaveID: "save-158", Messages: [][]byte{message(158)}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(80), rec.Version)
+	_, _, err = st.Restore(context.Background(), k, 81)
+	require.ErrorIs(t, err, ErrNoVersion)
 }
 
-func TestStore_NoMerges(t *testing.T) {
+// A rewrite keeps a prefix of the head and adds other messages: the new head has them, and every
+// older version still reads as it was saved.
+func TestStore_Rewrite(t *testing.T) {
 	nc, _ := startServer(t)
-	st := open(t, nc, Config{MergeFactor: -1})
+	st := open(t, nc, Config{})
+	ctx := context.Background()
 	k := wire.Key{Namespace: "n", Session: "s", Agent: "a"}
-	saveTurns(t, st, k, 0, 40)
-	checkVersions(t, st, k, 20)
+	saveTurns(t, st, k, 0, 20) // versions 1..10
+	kept := conversation(6)    // the first 6 messages, then two others
+	other := [][]byte{[]byte(`{"role":"user","content":"edited"}`), []byte(`{"role":"assistant","content":"again"}`)}
+	rec, err := st.Save(ctx, SaveRequest{Key: k, SaveID: "rw", Messages: other,
+		Keep: &Kept{Messages: 6, RawBytes: int64(len(kept) - 2)}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(11), rec.Version)
+	require.Equal(t, 8, rec.Messages)
+	want := string(kept[:len(kept)-1]) + "," + string(other[0]) + "," + string(other[1]) + "]"
+
+	for _, cold := range []bool{false, true} {
+		if cold {
+			st.Forget()
+		}
+		got, _, err := st.Restore(ctx, k, 0)
+		require.NoError(t, err)
+		require.Equal(t, want, string(got))
+		got, _, err = st.Restore(ctx, k, 10)
+		require.NoError(t, err)
+		require.Equal(t, string(conversation(20)), string(got))
+	}
+	// Appends go on from the rewritten head.
+	_, err = st.Save(ctx, SaveRequest{Key: k, SaveID: "after", Messages: [][]byte{message(99)}})
+	require.NoError(t, err)
+	got, _, err := st.Restore(ctx, k, 0)
+	require.NoError(t, err)
+	require.Equal(t, want[:len(want)-1]+","+string(message(99))+"]", string(got))
 }
 
 // Two daemons on one stream: each one's cache goes stale when the other saves; the
 // compare-and-swap catches it and the save is made again on the real head.
 func TestStore_CompareAndSwap(t *testing.T) {
 	nc, _ := startServer(t)
-	a, b := open(t, nc, Config{MergeFactor: 4}), open(t, nc, Config{MergeFactor: 4})
+	a, b := open(t, nc, Config{}), open(t, nc, Config{})
 	k := wire.Key{Namespace: "n", Session: "s", Agent: "a"}
 	saveTurns(t, a, k, 0, 10)
 	saveTurns(t, b, k, 10, 20) // a's cache is stale from here
@@ -178,7 +219,7 @@ func TestStore_Lease(t *testing.T) {
 
 func TestStore_Fork(t *testing.T) {
 	nc, _ := startServer(t)
-	st := open(t, nc, Config{MergeFactor: 4})
+	st := open(t, nc, Config{})
 	ctx := context.Background()
 	src, dst := wire.Key{Namespace: "n", Session: "src", Agent: "a"}, wire.Key{Namespace: "n", Session: "dst", Agent: "a"}
 	saveTurns(t, st, src, 0, 60)
@@ -198,8 +239,7 @@ func TestStore_Fork(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(conversation(34)), string(got))
 
-	// The fork goes on on its own (message 34 onwards, as the source did), and merges its own
-	// extents, never the shared ones.
+	// The fork goes on on its own (message 34 onwards, as the source did).
 	saveTurns(t, st, dst, 34, 60)
 	st.Forget()
 	got, _, err = st.Restore(ctx, dst, 0)
@@ -210,21 +250,50 @@ func TestStore_Fork(t *testing.T) {
 	require.Equal(t, string(conversation(34)), string(got))
 }
 
-// Bad stored bytes are refused with ErrMalformed, never a panic.
-func TestDecodeEntry_Malformed(t *testing.T) {
-	good, err := encodeEntry(KindSave, Meta{Head: &Head{Version: 1}}, []byte("data"))
+// Bad stored bytes are refused with ErrMalformed, never a panic; every entry reads back as written.
+func TestDecodeEntry(t *testing.T) {
+	state, _, err := extendHash(nil, []byte("x"))
+	require.NoError(t, err)
+	keep := int64(7)
+	entries := map[string]struct {
+		kind Kind
+		meta Meta
+		data string
+	}{
+		"save": {KindSave, Meta{Head: Head{Version: 3, Messages: 9, RawBytes: 1234, State: state}, SaveID: "id-3", Time: 1700000000000,
+			Piece: &Piece{Messages: 2, RawBytes: 300, Frame: true}}, "zstd bytes"},
+		"rewrite with lease": {KindSave, Meta{Head: Head{Version: 4, Messages: 1, RawBytes: 10, State: state,
+			Lease: &Lease{Owner: "host-a", Epoch: 2, Expires: 1700000009999}}, SaveID: "id-4", Time: 1, Piece: &Piece{Messages: 1, RawBytes: 3, Keep: &keep}}, "z"},
+		"lease": {KindLease, Meta{Head: Head{Version: 4, State: state, Lease: &Lease{Owner: "o", Epoch: 1, Expires: 5}}}, ""},
+		"fork":  {KindFork, Meta{Head: Head{Version: 1, State: state}, SaveID: "f", Time: 2, Fork: &Fork{Subject: "cp.log.a.b.c", UpTo: 77, RawBytes: 99}}, ""},
+	}
+	for name, e := range entries {
+		b, err := encodeEntry(e.kind, e.meta, []byte(e.data))
+		require.NoError(t, err, name)
+		k, meta, data, err := decodeEntry(b)
+		require.NoError(t, err, name)
+		require.Equal(t, e.kind, k, name)
+		require.Equal(t, e.meta, meta, name)
+		require.Equal(t, e.data, string(data), name)
+		// Every cut of it is refused, or (cut inside the data of a save) reads as shorter data.
+		for n := range len(b) - len(e.data) {
+			_, _, _, err := decodeEntry(b[:n])
+			require.ErrorIs(t, err, ErrMalformed, "%s cut to %d bytes", name, n)
+		}
+	}
+	save, err := encodeEntry(KindSave, entries["save"].meta, nil)
 	require.NoError(t, err)
 	for name, b := range map[string][]byte{
-		"empty": nil, "bad magic": []byte("CPKT\x01\x00"), "unknown kind": append([]byte("CPL1\x09"), good[5:]...),
-		"meta too long": append([]byte("CPL1\x01\x7f"), good[6:]...), "no head": mustEntry(t, KindSave, Meta{}),
-		"truncated": good[:8],
+		"empty": nil, "bad magic": append([]byte("CPKT"), save[4:]...), "unknown kind": append([]byte("CPL1\x09"), save[5:]...),
+		"unknown flag": append([]byte("CPL1\x01\x80"), save[6:]...), "frame flag on a lease": append([]byte("CPL1\x02\x01"), save[6:]...),
+		"huge version": append([]byte("CPL1\x01\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), save[7:]...),
+		"lease with data": append(mustEntry(t, KindLease, entries["lease"].meta), 'x'),
 	} {
 		_, _, _, err := decodeEntry(b)
 		require.ErrorIs(t, err, ErrMalformed, name)
 	}
-	_, _, data, err := decodeEntry(good)
-	require.NoError(t, err)
-	require.Equal(t, "data", string(data))
+	_, err = encodeEntry(KindSave, Meta{Piece: &Piece{}}, nil)
+	require.Error(t, err, "an entry without a hash state is not written")
 }
 
 func mustEntry(t *testing.T, k Kind, m Meta) []byte {
@@ -241,7 +310,7 @@ func TestStore_Cluster(t *testing.T) {
 	}
 	c := testenv.StartCluster(t, 3)
 	nc := connect(t, c.URLs())
-	st := open(t, nc, Config{Replicas: 3, MergeFactor: 4, LeaderReads: true})
+	st := open(t, nc, Config{Replicas: 3, LeaderReads: true})
 	k := wire.Key{Namespace: "n", Session: "s", Agent: "a"}
 	saveTurns(t, st, k, 0, 40)
 	st.Forget()
@@ -249,8 +318,8 @@ func TestStore_Cluster(t *testing.T) {
 }
 
 // The engine runs on Debian's nats-server 2.9.10 (the oldest single server checkpointd supports):
-// direct get (last_by_subj, seq), Nats-Expected-Last-Subject-Sequence and purge by subject below
-// a sequence all exist there.
+// direct get (last_by_subj, seq, next_by_subj) and Nats-Expected-Last-Subject-Sequence exist
+// there; batched direct gets do not (2.11), so reads go entry by entry.
 func TestStore_OldNATS(t *testing.T) {
 	bin := "/usr/sbin/nats-server"
 	if p, err := exec.LookPath("nats-server"); err == nil {
@@ -264,16 +333,17 @@ func TestStore_OldNATS(t *testing.T) {
 	t.Logf("running against %s", strings.TrimSpace(string(out)))
 	url := startProcess(t, bin)
 	nc := connect(t, url)
-	st := open(t, nc, Config{MergeFactor: 4})
+	st := open(t, nc, Config{})
+	require.False(t, st.batch, "2.9 has no batched direct get: entries are read one by one")
 	k := wire.Key{Namespace: "n", Session: "s", Agent: "a"}
 	saveTurns(t, st, k, 0, 80)
 	st.Forget()
 	checkVersions(t, st, k, 40)
 	_, err = st.publish(context.Background(), LogSubject(k), []byte("x"), 1)
 	require.ErrorIs(t, err, ErrConflict)
-	info, err := st.stream.Info(context.Background())
+	_, err = st.TakeLease(context.Background(), k, "me", time.Minute)
 	require.NoError(t, err)
-	require.LessOrEqual(t, info.State.Msgs, uint64(16))
+	checkVersions(t, st, k, 40)
 }
 
 // startProcess runs bin with JetStream on a temp dir and a free port, and returns its URL.

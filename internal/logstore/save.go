@@ -12,33 +12,61 @@ import (
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
-// session is what the daemon caches of one session: its last log entry (sequence and head
-// state) and its compressor. A lost compare-and-swap means the cache is stale: it is dropped.
+// Record is a version record (the prototype's subset of docs/protocol.md §6), derived from the
+// version's entry.
+type Record struct {
+	Version  uint64
+	SaveID   string
+	Time     int64 // unix ms
+	Messages int
+	RawBytes int64  // of the whole conversation, brackets included
+	Hash     string // hex SHA-256 of the conversation
+}
+
+// recordOf derives a version's record from its entry's meta.
+func recordOf(m Meta) (Record, error) {
+	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(m.Head.State); err != nil {
+		return Record{}, fmt.Errorf("%w: hash state: %v", ErrMalformed, err)
+	}
+	h.Write([]byte{']'})
+	return Record{Version: m.Head.Version, SaveID: m.SaveID, Time: m.Time, Messages: m.Head.Messages,
+		RawBytes: m.Head.RawBytes + 2, Hash: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// session is what the daemon caches of one session: its last entry (sequence and meta) and its
+// compressor. A lost compare-and-swap means the cache was stale: it is dropped.
 type session struct {
 	mu      sync.Mutex
 	key     wire.Key
 	subject string
 	lastSeq uint64 // 0: the subject is empty
-	head    Head
-	// own is the last entry's own extent when it is a save or fork (nil otherwise).
-	own        *Extent
-	lastRecord *Record  // the last save's record, if the last entry is a save
-	layout     []Extent // the layout of head.Base, once read (nil: not read yet)
-	enc        *encoder // nil: the next save starts a new frame
+	last    Meta   // the last entry's meta (zero if none)
+	enc     *encoder
 }
 
-// SaveRequest appends messages (canonical JSON, validated by the caller) to a session.
+// SaveRequest adds a version to a session: its messages (canonical JSON, validated by the
+// caller) appended to the head's, or, on a rewrite, to the first Keep of them.
 type SaveRequest struct {
 	Key      wire.Key
 	SaveID   string
 	Messages [][]byte
+	Keep     *Kept
 	// Owner and Epoch must match the session's lease while it is held.
 	Owner string
 	Epoch uint64
 }
 
-// Save commits one version in one publish: its record, the new head state and the new messages.
-// A lost compare-and-swap (another writer, or a stale cache) re-reads the head and tries again.
+// Kept is what a rewrite keeps of the head: its first Messages messages, RawBytes bytes of the
+// log (the daemon knows both from comparing the saved array with the head's).
+type Kept struct {
+	Messages int
+	RawBytes int64
+}
+
+// Save commits one version with one publish: the new head state, the save id and time, and the
+// new messages. A lost compare-and-swap (another writer, or a stale cache) reads the head again
+// and tries again.
 func (s *Store) Save(ctx context.Context, req SaveRequest) (Record, error) {
 	for attempt := 0; ; attempt++ {
 		sess, err := s.session(ctx, req.Key)
@@ -57,81 +85,74 @@ func (s *Store) Save(ctx context.Context, req SaveRequest) (Record, error) {
 func (s *Store) saveOnce(ctx context.Context, sess *session, req SaveRequest) (Record, error) {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	if r := sess.lastRecord; r != nil && r.SaveID == req.SaveID {
-		return *r, nil // delivered again: answer with what was committed
+	if sess.lastSeq != 0 && req.SaveID != "" && sess.last.SaveID == req.SaveID {
+		return recordOf(sess.last) // delivered again: answer with what was committed
 	}
-	if l := sess.head.Lease; l != nil && l.Expires > nowMillis() && (l.Owner != req.Owner || l.Epoch != req.Epoch) {
+	if l := sess.last.Head.Lease; l != nil && l.Expires > nowMillis() && (l.Owner != req.Owner || l.Epoch != req.Epoch) {
 		return Record{}, fmt.Errorf("%w: %s held by %q epoch %d", ErrFenced, req.Key, l.Owner, l.Epoch)
 	}
-	piece := joinMessages(req.Messages, sess.head.Messages > 0)
-	frame := sess.enc == nil
-	if frame {
-		enc, err := newEncoder(s.cfg.Window)
-		if err != nil {
+	head, state := sess.last.Head, sess.last.Head.State
+	piece := &Piece{Messages: len(req.Messages)}
+	if req.Keep != nil {
+		var err error
+		if state, err = s.keptState(ctx, sess, req.Keep); err != nil {
 			return Record{}, err
 		}
-		sess.enc = enc
+		head.Messages, head.RawBytes = req.Keep.Messages, req.Keep.RawBytes
+		piece.Keep = &req.Keep.RawBytes
 	}
-	data, err := sess.enc.add(piece)
+	raw := joinMessages(req.Messages, head.Messages > 0)
+	piece.RawBytes = int64(len(raw))
+	var err error
+	if head.State, _, err = extendHash(state, raw); err != nil {
+		return Record{}, err
+	}
+	head.Version++
+	head.Messages += len(req.Messages)
+	head.RawBytes += int64(len(raw))
+
+	piece.Frame = sess.enc == nil
+	if piece.Frame {
+		if sess.enc, err = newEncoder(s.cfg.Window); err != nil {
+			return Record{}, err
+		}
+	}
+	data, err := sess.enc.add(raw)
 	if err != nil {
 		sess.enc = nil
 		return Record{}, err
 	}
-	head := sess.next()
-	head.Version++
-	head.Messages += len(req.Messages)
-	head.RawBytes += int64(len(piece))
-	var hash string
-	if head.State, hash, err = extendHash(sess.head.State, piece); err != nil {
-		return Record{}, err
-	}
-	rec := Record{Version: head.Version, SaveID: req.SaveID, Time: nowMillis(), Messages: head.Messages,
-		RawBytes: head.RawBytes + 2, Hash: hash}
-	own := &Extent{From: rec.Version, To: rec.Version, Messages: len(req.Messages), RawBytes: int64(len(piece)),
-		Stored: len(data), Frame: frame}
-	body, err := encodeEntry(KindSave, Meta{Head: &head, Record: &rec, Own: own}, data)
+	meta := Meta{Head: head, SaveID: req.SaveID, Time: nowMillis(), Piece: piece}
+	body, err := encodeEntry(KindSave, meta, data)
 	if err != nil {
 		return Record{}, err
 	}
 	seq, err := s.publish(ctx, sess.subject, body, int64(sess.lastSeq))
 	if err != nil {
-		sess.enc = nil // its state has the piece; the stream stored does not
+		sess.enc = nil // it has compressed the piece; the stored stream has not
 		return Record{}, err
 	}
-	sess.commit(seq, head, own, &rec)
-	return rec, nil
+	sess.lastSeq, sess.last = seq, meta
+	return recordOf(meta)
 }
 
-// next is the head state a new log entry starts from: the last one's, with Base and Since
-// moved on past the last entry.
-func (sess *session) next() Head {
-	h := sess.head
-	h.Layout, h.Since = nil, append([]Extent(nil), h.Since...)
-	if sess.head.Layout != nil {
-		h.Base, h.Since = sess.lastSeq, nil
+// keptState is the SHA-256 state after "[" and the first kept.RawBytes bytes of the head's log:
+// a rewrite reads the log (rewrites are rare; appends never read).
+func (s *Store) keptState(ctx context.Context, sess *session, kept *Kept) ([]byte, error) {
+	log, err := s.buildLog(ctx, sess.subject, sess.lastSeq, 0, nil)
+	if err != nil {
+		return nil, err
 	}
-	if sess.own != nil {
-		h.Since = append(h.Since, *sess.own)
+	if kept.RawBytes < 0 || kept.RawBytes > int64(len(log)-1) || kept.Messages < 0 || kept.Messages > sess.last.Head.Messages {
+		return nil, fmt.Errorf("logstore: a rewrite keeps %d messages, %d bytes of a head of %d, %d", kept.Messages,
+			kept.RawBytes, sess.last.Head.Messages, len(log)-1)
 	}
-	return h
-}
-
-// commit records a log entry the stream acknowledged.
-func (sess *session) commit(seq uint64, h Head, own *Extent, rec *Record) {
-	if sess.head.Layout != nil && h.Base == sess.lastSeq {
-		sess.layout = sess.head.Layout // the new entry's base is the last one
-	}
-	if h.Layout != nil {
-		sess.layout = nil
-	}
-	if own != nil {
-		own.Seq = seq
-	}
-	sess.lastSeq, sess.head, sess.own, sess.lastRecord = seq, h, own, rec
+	state, _, err := extendHash(nil, log[1:1+kept.RawBytes])
+	return state, err
 }
 
 // joinMessages is the raw bytes a save adds: its messages joined by ",", after a "," when the
-// session has messages already.
+// log has messages already.
 func joinMessages(msgs [][]byte, continues bool) []byte {
 	n := len(msgs)
 	for _, m := range msgs {
@@ -147,8 +168,8 @@ func joinMessages(msgs [][]byte, continues bool) []byte {
 	return out
 }
 
-// extendHash continues the SHA-256 of "[" + messages with piece, and returns the new state and
-// the hex hash of the conversation it ends (with "]").
+// extendHash continues the SHA-256 of "[" + messages with piece (state nil: from the start), and
+// returns the new state and the hex hash of the conversation it ends (with "]").
 func extendHash(state, piece []byte) ([]byte, string, error) {
 	h := sha256.New()
 	if state == nil {
@@ -165,7 +186,7 @@ func extendHash(state, piece []byte) ([]byte, string, error) {
 	return st, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// session returns key's cached session, reading its last entry if it is not cached.
+// session returns key's cached session, reading the subject's last entry if it is not cached.
 func (s *Store) session(ctx context.Context, k wire.Key) (*session, error) {
 	subject := LogSubject(k)
 	s.mu.Lock()
@@ -181,14 +202,11 @@ func (s *Store) session(ctx context.Context, k wire.Key) (*session, error) {
 	case err != nil:
 		return nil, err
 	default:
-		_, meta, _, err := decodeEntry(body)
+		e, err := decodeAt(subject, seq, body)
 		if err != nil {
-			return nil, fmt.Errorf("%s seq %d: %w", subject, seq, err)
+			return nil, err
 		}
-		sess.lastSeq, sess.head, sess.own, sess.lastRecord = seq, *meta.Head, meta.Own, meta.Record
-		if sess.own != nil {
-			sess.own.Seq = seq
-		}
+		sess.lastSeq, sess.last = seq, e.meta
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

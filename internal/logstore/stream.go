@@ -14,9 +14,13 @@ import (
 // 2.42× for each save compressed alone (docs/format.md §8).
 //
 // The encoder lives in the daemon's session cache. When it is lost (restart, eviction, a lost
-// compare-and-swap) the next save starts a new frame (Meta.Frame): the frame before it is never
-// closed with a last block, so readers close it themselves with frameEnd before the next.
-// Frames carry no checksum (a version's SHA-256 checks what is read).
+// compare-and-swap) the next save starts a new frame (Piece.Frame): the frame before it is never
+// closed with a last block, so a reader closes each frame itself with frameEnd. Frames carry no
+// checksum (a version's SHA-256 checks what is read).
+//
+// A rewrite (a save that changes or drops earlier messages) does not start a frame: the decoder
+// decodes every byte of the stream; the log is what the pieces say once each rewrite's Keep has
+// cut it (logBuilder).
 
 // frameEnd is an empty raw block flagged last: it ends a frame that was only flushed.
 var frameEnd = []byte{0x01, 0x00, 0x00}
@@ -57,53 +61,91 @@ const maxDecoded = 256 << 20
 var decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(maxDecoded),
 	zstd.WithDecoderMaxWindow(8<<20))
 
-// joinData concatenates the data of consecutive extents into one stored byte string, ending
-// each frame before an extent that starts a new one. The result continues the frame of the last
-// extent (it is not closed). A merge stores it; a reader decodes it (decodeExtents).
-func joinData(exts []Extent, data [][]byte) []byte {
-	n := 0
-	for _, d := range data {
-		n += len(d) + len(frameEnd)
-	}
-	out := make([]byte, 0, n)
-	for i, d := range data {
-		if len(out) > 0 && exts[i].Frame {
-			out = append(out, frameEnd...)
-		}
-		out = append(out, d...)
-	}
-	return out
+// logBuilder rebuilds a session's log (its messages joined by ",") from its save entries, in
+// subject order: the data of a run of entries sharing a frame is decoded at once, then each
+// entry's piece is appended, after cutting the log to its Keep on a rewrite.
+type logBuilder struct {
+	out    []byte // "[" then the log: a restore adds "]" and has the conversation, copied never
+	data   [][]byte
+	pieces []*Piece
 }
 
-// decodeExtents returns the raw bytes of exts (messages joined by ","), given their stored data.
-// Extents are decoded in runs that share frames; a run ends at a cut extent or before an extent
-// that starts a frame, and contributes exactly its extents' RawBytes.
-func decodeExtents(exts []Extent, data [][]byte, want int64) ([]byte, error) {
-	out := make([]byte, 0, want)
-	for start := 0; start < len(exts); {
-		end := start + 1
-		for end < len(exts) && !exts[end].Frame && !exts[end-1].Cut {
-			end++
+// add queues a save entry's piece; a piece that starts a frame first finishes the run before it.
+func (lb *logBuilder) add(p *Piece, data []byte) error {
+	if p.Frame {
+		if err := lb.flush(); err != nil {
+			return err
 		}
-		var raw int64
-		for _, e := range exts[start:end] {
-			raw += e.RawBytes
-		}
-		stream := joinData(exts[start:end], data[start:end])
-		if len(stream) == 0 && raw == 0 {
-			start = end // a fork's own extent: a version, no bytes
-			continue
-		}
-		got, err := decoder.DecodeAll(append(stream, frameEnd...), make([]byte, 0, raw))
-		if err != nil {
-			return nil, fmt.Errorf("%w: extents at seq %d..%d: %v", ErrMalformed, exts[start].Seq, exts[end-1].Seq, err)
-		}
-		if int64(len(got)) < raw {
-			return nil, fmt.Errorf("%w: extents at seq %d..%d decode to %d bytes, want %d", ErrMalformed,
-				exts[start].Seq, exts[end-1].Seq, len(got), raw)
-		}
-		out = append(out, got[:raw]...)
-		start = end
+	} else if len(lb.pieces) == 0 && len(lb.out) <= 1 {
+		return fmt.Errorf("%w: the first save entry does not start a frame", ErrMalformed)
 	}
-	return out, nil
+	lb.pieces, lb.data = append(lb.pieces, p), append(lb.data, data)
+	return nil
+}
+
+// flush decodes the queued run and applies its pieces.
+func (lb *logBuilder) flush() error {
+	if len(lb.pieces) == 0 {
+		return nil
+	}
+	var stored, raw int64
+	for i, p := range lb.pieces {
+		stored += int64(len(lb.data[i]))
+		raw += p.RawBytes
+	}
+	stream := make([]byte, 0, stored+int64(len(frameEnd)))
+	for _, d := range lb.data {
+		stream = append(stream, d...)
+	}
+	rewrites := false
+	for _, p := range lb.pieces {
+		rewrites = rewrites || p.Keep != nil
+	}
+	if !rewrites { // the common case: decode straight onto the log
+		n := len(lb.out)
+		out, err := decoder.DecodeAll(append(stream, frameEnd...), lb.out)
+		if err != nil {
+			return fmt.Errorf("%w: zstd: %v", ErrMalformed, err)
+		}
+		if int64(len(out)-n) != raw {
+			return fmt.Errorf("%w: %d saves decode to %d bytes, their pieces say %d", ErrMalformed, len(lb.pieces), len(out)-n, raw)
+		}
+		lb.out = out
+		lb.pieces, lb.data = lb.pieces[:0], lb.data[:0]
+		return nil
+	}
+	plain, err := decoder.DecodeAll(append(stream, frameEnd...), make([]byte, 0, raw))
+	if err != nil {
+		return fmt.Errorf("%w: zstd: %v", ErrMalformed, err)
+	}
+	if int64(len(plain)) != raw {
+		return fmt.Errorf("%w: %d saves decode to %d bytes, their pieces say %d", ErrMalformed, len(lb.pieces), len(plain), raw)
+	}
+	for _, p := range lb.pieces {
+		if err := lb.keep(p.Keep); err != nil {
+			return err
+		}
+		lb.out = append(lb.out, plain[:p.RawBytes]...)
+		plain = plain[p.RawBytes:]
+	}
+	lb.pieces, lb.data = lb.pieces[:0], lb.data[:0]
+	return nil
+}
+
+// keep cuts the log to its first n bytes (a rewrite; nil: an append).
+func (lb *logBuilder) keep(n *int64) error {
+	if n == nil {
+		return nil
+	}
+	if *n < 0 || *n > int64(len(lb.out)-1) {
+		return fmt.Errorf("%w: a rewrite keeps %d bytes of a log of %d", ErrMalformed, *n, len(lb.out)-1)
+	}
+	lb.out = lb.out[:1+*n]
+	return nil
+}
+
+// result finishes the last run and returns "[" followed by the log.
+func (lb *logBuilder) result() ([]byte, error) {
+	err := lb.flush()
+	return lb.out, err
 }
