@@ -167,13 +167,14 @@ func BenchmarkSaveLatency(b *testing.B) {
 	dst := open(b, daemon, Config{})
 	startPushDaemon(b, daemon, dst)
 	startPullDaemon(b, daemon, dst)
+	startRequestDaemon(b, daemon, dst)
 
 	keys := map[string]wire.Key{}
-	for _, v := range []string{"engine", "push", "pull"} {
+	for _, v := range []string{"engine", "push", "pull", "request"} {
 		keys[v] = wire.Key{Namespace: "bench", Session: v, Agent: "main"}
 	}
 	lat := map[string][]time.Duration{}
-	var entryBytes, pieceBytes int
+	var entryBytes, dataBytes, pieceBytes int
 	for i := range c.cuts {
 		msgs, body := c.save(i)
 		t0 := time.Now()
@@ -181,17 +182,21 @@ func BenchmarkSaveLatency(b *testing.B) {
 		must(b, err)
 		lat["raw"] = append(lat["raw"], time.Since(t0))
 
-		before := streamBytes(b, st)
 		t0 = time.Now()
 		_, err = st.Save(ctx, SaveRequest{Key: keys["engine"], SaveID: "e" + strconv.Itoa(i), Messages: msgs})
 		must(b, err)
 		lat["engine"] = append(lat["engine"], time.Since(t0))
-		entryBytes += int(streamBytes(b, st) - before)
+		sess, err := st.session(ctx, keys["engine"])
+		must(b, err)
+		entryBytes, dataBytes = entryBytes+sess.size[0], dataBytes+sess.size[1]
 		pieceBytes += len(body)
+		_, err = st.Pack(ctx, keys["engine"], false) // after the answer, as the daemon would
+		must(b, err)
 
 		for _, v := range []string{"push", "pull"} {
 			lat[v] = append(lat[v], pipelineSave(b, client, js, "ing_"+v+"."+keys[v].Token(), strconv.Itoa(i), body, i > 0))
 		}
+		lat["request"] = append(lat["request"], requestSave(b, client, "req."+keys["request"].Token(), strconv.Itoa(i), body, i > 0))
 	}
 	p50raw, p99raw := percentiles(lat["raw"])
 	w := table(fmt.Sprintf("Save latency, %d saves of the corpus, interleaved (uptime: %s)", len(c.cuts), uptime()))
@@ -199,15 +204,16 @@ func BenchmarkSaveLatency(b *testing.B) {
 	for _, v := range []struct{ key, what string }{{"raw", "raw sync publish of the new messages"},
 		{"engine", "engine save: one CAS publish of the entry"},
 		{"push", "pipeline, push consumer: ingest PubAck + validate + save + result"},
-		{"pull", "pipeline, pull consumer (Consume): same"}} {
+		{"pull", "pipeline, pull consumer (Consume): same"},
+		{"request", "request to the daemon (no ingest stream): validate + save + reply"}} {
 		p50, p99 := percentiles(lat[v.key])
 		fmt.Fprintf(w, "%s\t%s\t%s\t%.2f×\t%.2f×\n", v.what, ms(p50), ms(p99), float64(p50)/float64(p50raw), float64(p99)/float64(p99raw))
 	}
 	must(b, w.Flush())
-	fmt.Printf("stream bytes per save: engine %d (entry + JetStream record), raw JSON of the new messages %d\n",
-		entryBytes/len(c.cuts), pieceBytes/len(c.cuts))
+	fmt.Printf("per save, on average: entry %d B (meta %d B, zstd stream %d B); the new messages' JSON %d B\n",
+		entryBytes/len(c.cuts), (entryBytes-dataBytes)/len(c.cuts), dataBytes/len(c.cuts), pieceBytes/len(c.cuts))
 
-	benchRestore(b, c, st, open(b, client, Config{NoVerify: true}), js, keys["engine"])
+	benchRestore(b, c, client, js)
 	benchFork(b, c, st, keys["engine"])
 }
 
@@ -241,9 +247,14 @@ func pipelineSave(b *testing.B, nc *nats.Conn, js jetstream.JetStream, subject, 
 }
 
 // handleIngest is the daemon's work on one ingested save: validate with internal/codec, save,
-// publish the result (core NATS), ack.
-func handleIngest(st *Store, nc *nats.Conn, subject string, hdr nats.Header, data []byte, ack func() error) {
+// publish the result (core NATS), ack, then pack if due.
+func handleIngest(st *Store, nc *nats.Conn, subject string, hdr nats.Header, data []byte, ack func() error,
+	reply ...func([]byte) error) {
 	result := "res." + subject + "." + hdr.Get("Cp-Save-Id")
+	answer := func(b []byte) error { return nc.Publish(result, b) }
+	if len(reply) > 0 {
+		answer = reply[0]
+	}
 	key, err := wire.ParseToken(strings.SplitN(subject, ".", 2)[1])
 	var conv *codec.Conversation
 	if err == nil {
@@ -254,11 +265,40 @@ func handleIngest(st *Store, nc *nats.Conn, subject string, hdr nats.Header, dat
 		rec, err = st.Save(context.Background(), SaveRequest{Key: key, SaveID: hdr.Get("Cp-Save-Id"), Messages: asBytes(conv.Messages)})
 	}
 	if err != nil {
-		_ = nc.Publish(result, []byte("!"+err.Error()))
+		_ = answer([]byte("!" + err.Error()))
 	} else {
-		_ = nc.Publish(result, []byte(strconv.FormatUint(rec.Version, 10)))
+		_ = answer([]byte(strconv.FormatUint(rec.Version, 10)))
 	}
 	_ = ack()
+	if err == nil {
+		_, _ = st.Pack(context.Background(), key, false)
+	}
+}
+
+// requestSave is one save sent as a core NATS request to the daemon, whose CAS publish is the
+// durability point; the reply carries the version.
+func requestSave(b *testing.B, nc *nats.Conn, subject, id string, body []byte, continues bool) time.Duration {
+	m := nats.NewMsg(subject)
+	m.Data = body
+	m.Header.Set("Cp-Save-Id", id)
+	if continues {
+		m.Header.Set("Cp-Continues", "1")
+	}
+	t0 := time.Now()
+	r, err := nc.RequestMsg(m, 10*time.Second)
+	must(b, err)
+	if len(r.Data) > 0 && r.Data[0] == '!' {
+		b.Fatalf("daemon: %s", r.Data[1:])
+	}
+	return time.Since(t0)
+}
+
+func startRequestDaemon(b *testing.B, nc *nats.Conn, st *Store) {
+	sub, err := nc.QueueSubscribe("req.>", "daemon", func(m *nats.Msg) {
+		handleIngest(st, nc, m.Subject, m.Header, m.Data, func() error { return nil }, m.Respond)
+	})
+	must(b, err)
+	b.Cleanup(func() { _ = sub.Unsubscribe() })
 }
 
 func startPushDaemon(b *testing.B, nc *nats.Conn, st *Store) {
@@ -285,9 +325,10 @@ func startPullDaemon(b *testing.B, nc *nats.Conn, st *Store) {
 }
 
 // benchRestore: the head and an old version, through the engine (the last entry, then the
-// entries in one batched direct get, zstd decode, SHA-256 check), against one direct get and
-// zstd decode of the same conversation stored whole.
-func benchRestore(b *testing.B, c corpus, st, noVerify *Store, js jetstream.JetStream, k wire.Key) {
+// entries in one batched direct get, zstd decode, SHA-256 check or not), against one direct get
+// and zstd decode of the same conversation stored whole. The corpus is saved once more for each
+// packing policy, each in a session of its own.
+func benchRestore(b *testing.B, c corpus, nc *nats.Conn, js jetstream.JetStream) {
 	ctx := context.Background()
 	old := len(c.cuts) / 2
 	for i, raw := range map[int][]byte{len(c.cuts) - 1: c.version(len(c.cuts) - 1), old: c.version(old)} {
@@ -303,6 +344,28 @@ func benchRestore(b *testing.B, c corpus, st, noVerify *Store, js jetstream.JetS
 		must(b, err)
 		return out
 	}
+	type policy struct {
+		name   string
+		cfg    Config
+		k      wire.Key
+		st, nv *Store // nv: without the SHA-256 check
+	}
+	policies := []*policy{{name: "no packs", cfg: Config{NoPack: true}},
+		{name: "packs 64 KiB/64", cfg: Config{}}, {name: "packs 256 KiB/256", cfg: Config{PackBytes: 256 << 10, PackEntries: 256}}}
+	for i, p := range policies {
+		p.k = wire.Key{Namespace: "bench", Session: "restore" + strconv.Itoa(i), Agent: "main"}
+		p.st = open(b, nc, p.cfg)
+		cfg := p.cfg
+		cfg.NoVerify = true
+		p.nv = open(b, nc, cfg)
+		for j := range c.cuts {
+			msgs, _ := c.save(j)
+			_, err := p.st.Save(ctx, SaveRequest{Key: p.k, SaveID: strconv.Itoa(j), Messages: msgs})
+			must(b, err)
+			_, err = p.st.Pack(ctx, p.k, false)
+			must(b, err)
+		}
+	}
 	lat := map[string][]time.Duration{}
 	timed := func(name string, f func() []byte, want []byte) {
 		t0 := time.Now()
@@ -312,34 +375,41 @@ func benchRestore(b *testing.B, c corpus, st, noVerify *Store, js jetstream.JetS
 			b.Fatalf("%s: wrong conversation", name)
 		}
 	}
-	restore := func(st *Store, v uint64, cold bool) func() []byte {
+	restore := func(st *Store, k wire.Key, v uint64) func() []byte {
 		return func() []byte {
-			if cold {
-				st.Forget()
-			}
 			got, _, err := st.Restore(ctx, k, v)
 			must(b, err)
 			return got
 		}
 	}
 	head, oldConv := c.version(len(c.cuts)-1), c.version(old)
-	for range 40 {
+	for range 30 {
 		timed("raw head", func() []byte { return baseline(len(c.cuts) - 1) }, head)
-		timed("engine head", restore(st, 0, false), head)
-		timed("engine head, no SHA-256 check", restore(noVerify, 0, false), head)
 		timed("raw old", func() []byte { return baseline(old) }, oldConv)
-		timed("engine old", restore(st, uint64(old+1), false), oldConv)
-		timed("engine old, no SHA-256 check", restore(noVerify, uint64(old+1), false), oldConv)
+		for _, p := range policies {
+			timed(p.name+" head", restore(p.st, p.k, 0), head)
+			timed(p.name+" head nv", restore(p.nv, p.k, 0), head)
+			timed(p.name+" old", restore(p.st, p.k, uint64(old+1)), oldConv)
+			timed(p.name+" old nv", restore(p.nv, p.k, uint64(old+1)), oldConv)
+		}
 	}
-	w := table(fmt.Sprintf("Restore, %d B head (%d entries, batched direct get: %v) and version %d, 40 rounds interleaved",
-		len(head), len(c.cuts), st.batch, old+1))
-	fmt.Fprintln(w, "what\tp50\tp50 / raw")
-	for _, r := range []struct{ name, raw string }{{"raw head", "raw head"}, {"engine head", "raw head"},
-		{"engine head, no SHA-256 check", "raw head"}, {"raw old", "raw old"}, {"engine old", "raw old"},
-		{"engine old, no SHA-256 check", "raw old"}} {
-		p50, _ := percentiles(lat[r.name])
-		p50raw, _ := percentiles(lat[r.raw])
-		fmt.Fprintf(w, "%s\t%s\t%.2f×\n", r.name, ms(p50), float64(p50)/float64(p50raw))
+	info, err := js.Stream(ctx, "CP_LOG")
+	must(b, err)
+	si, err := info.Info(ctx, jetstream.WithSubjectFilter("cp.log.bench.>"))
+	must(b, err)
+	rawHead, _ := percentiles(lat["raw head"])
+	rawOld, _ := percentiles(lat["raw old"])
+	w := table(fmt.Sprintf("Restore of the %d B head and of version %d, 30 rounds interleaved, batched direct get: %v;\n"+
+		"raw: one direct get + zstd decode of the conversation stored whole: head %s, old %s",
+		len(head), old+1, policies[0].st.batch, ms(rawHead), ms(rawOld)))
+	fmt.Fprintln(w, "policy\tentries\thead p50\t/ raw\tno SHA-256\t/ raw\told p50\t/ raw\tno SHA-256\t/ raw")
+	for _, p := range policies {
+		ratio := func(what string, raw time.Duration) string {
+			d, _ := percentiles(lat[p.name+" "+what])
+			return fmt.Sprintf("%s\t%.2f×", ms(d), float64(d)/float64(raw))
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", p.name, si.State.Subjects[LogSubject(p.k)],
+			ratio("head", rawHead), ratio("head nv", rawHead), ratio("old", rawOld), ratio("old nv", rawOld))
 	}
 	must(b, w.Flush())
 }
@@ -376,8 +446,10 @@ func BenchmarkDiskAndWrites(b *testing.B) {
 		cfg    Config
 		ingest bool
 	}{
-		{"engine", Config{}, false},
-		{"engine, each save through a work-queue ingest stream", Config{}, true},
+		{"engine, packs of 64 KiB or 64 entries (default)", Config{}, false},
+		{"engine, packs of 256 KiB or 256 entries", Config{PackBytes: 256 << 10, PackEntries: 256}, false},
+		{"engine, no packs", Config{NoPack: true}, false},
+		{"engine, packs, each save through a work-queue ingest stream", Config{}, true},
 		{"raw: zstd of each save alone, sync publish", Config{}, false},
 	} {
 		r := diskRun(b, c, run.cfg, run.ingest, run.name[:3] == "raw", pace)
@@ -428,6 +500,10 @@ func diskRun(b *testing.B, c corpus, cfg Config, ingest, raw bool, pace time.Dur
 			_, err = st.Save(ctx, SaveRequest{Key: k, SaveID: strconv.Itoa(i), Messages: msgs})
 		}
 		must(b, err)
+		if !raw {
+			_, err = st.Pack(ctx, k, false)
+			must(b, err)
+		}
 		time.Sleep(pace)
 	}
 	info, err := st.stream.Info(ctx)
@@ -507,6 +583,8 @@ func BenchmarkFindVersion(b *testing.B) {
 		k := wire.Key{Namespace: "bench", Session: "find" + strconv.Itoa(n), Agent: "main"}
 		for i := 0; i < n; i++ {
 			_, err := st.Save(ctx, SaveRequest{Key: k, SaveID: strconv.Itoa(i), Messages: [][]byte{message(i)}})
+			must(b, err)
+			_, err = st.Pack(ctx, k, false)
 			must(b, err)
 		}
 		var first, middle, history []time.Duration

@@ -2,7 +2,9 @@ package logstore
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 )
@@ -16,11 +18,15 @@ import (
 //	                bit 2: lease present; bits 3-7: zero
 //	version, messages, rawBytes                 the head after the entry (Head)
 //	state      108  the SHA-256 state after "[" and the head's messages (crypto/sha256 MarshalBinary)
+//	pack, tailEntries, tailBytes               where the last pack is, what came after it (Head)
 //	lease      if flag 2: owner (length, bytes), epoch, expires (unix ms)
 //	save/fork  saveID (length, bytes), time (unix ms)
 //	save       piece messages, piece rawBytes, then keep if flag 1
-//	fork       source subject (length, bytes), upTo, rawBytes
-//	data       the rest: the next bytes of the session's zstd stream (saves only)
+//	fork       source subject (length, bytes), upTo, source version, rawBytes
+//	pack       count, then per version: version, saveID (length, bytes), time, messages,
+//	           rawBytes, hash (32 bytes), piece rawBytes, piece flags (bit 0: frame, bit 1:
+//	           keep), keep if flag 1
+//	data       the rest: bytes of the session's zstd stream (saves and packs only)
 //
 // No NATS headers are needed: a direct get returns the whole entry as one byte slice. A save's
 // meta is about 140 bytes.
@@ -33,6 +39,7 @@ const (
 	KindSave  Kind = 1 // a version: the head state after it, its save id and time, its new messages
 	KindLease Kind = 2 // a lease taken: the head state with the new lease, no data
 	KindFork  Kind = 3 // first entry of a fork: version 1, whose messages are another session's
+	KindPack  Kind = 4 // the saves since the previous pack, joined: their records and data
 )
 
 // ErrMalformed is returned for stored bytes that are not an entry this code can read.
@@ -47,6 +54,13 @@ type Meta struct {
 	Time   int64  // saves and forks: unix ms
 	Piece  *Piece
 	Fork   *Fork
+	Packed []Packed // a pack's versions
+}
+
+// Packed is one version in a pack: its record and its piece.
+type Packed struct {
+	Record Record
+	Piece  Piece
 }
 
 // Head is the state of a session after an entry.
@@ -58,6 +72,12 @@ type Head struct {
 	// save hashes only its new bytes, and the version's hash is this state finished with "]".
 	State []byte
 	Lease *Lease
+	// Pack is the sequence of the last pack before the entry (0: none); TailEntries and
+	// TailBytes count the saves and leases after it, and their data, the entry included (a pack
+	// entry: 0, 0).
+	Pack        uint64
+	TailEntries int
+	TailBytes   int64
 }
 
 // Piece describes a save's data.
@@ -77,6 +97,7 @@ type Piece struct {
 type Fork struct {
 	Subject  string
 	UpTo     uint64
+	Version  uint64 // the source's version: the fork's log is the source's log at it
 	RawBytes int64
 }
 
@@ -117,6 +138,9 @@ func encodeEntry(k Kind, m Meta, data []byte) ([]byte, error) {
 	out = binary.AppendUvarint(out, uint64(m.Head.Messages))
 	out = binary.AppendUvarint(out, uint64(m.Head.RawBytes))
 	out = append(out, m.Head.State...)
+	out = binary.AppendUvarint(out, m.Head.Pack)
+	out = binary.AppendUvarint(out, uint64(m.Head.TailEntries))
+	out = binary.AppendUvarint(out, uint64(m.Head.TailBytes))
 	if l := m.Head.Lease; l != nil {
 		out = appendString(out, l.Owner)
 		out = binary.AppendUvarint(out, l.Epoch)
@@ -136,9 +160,75 @@ func encodeEntry(k Kind, m Meta, data []byte) ([]byte, error) {
 	case KindFork:
 		out = appendString(out, m.Fork.Subject)
 		out = binary.AppendUvarint(out, m.Fork.UpTo)
+		out = binary.AppendUvarint(out, m.Fork.Version)
 		out = binary.AppendUvarint(out, uint64(m.Fork.RawBytes))
+	case KindPack:
+		var err error
+		if out, err = appendPacked(out, m.Packed); err != nil {
+			return nil, err
+		}
 	}
 	return append(out, data...), nil
+}
+
+func appendPacked(out []byte, packed []Packed) ([]byte, error) {
+	out = binary.AppendUvarint(out, uint64(len(packed)))
+	for _, p := range packed {
+		hash, err := hex.DecodeString(p.Record.Hash)
+		if err != nil || len(hash) != sha256.Size {
+			return nil, fmt.Errorf("logstore: version %d has hash %q", p.Record.Version, p.Record.Hash)
+		}
+		out = binary.AppendUvarint(out, p.Record.Version)
+		out = appendString(out, p.Record.SaveID)
+		out = binary.AppendUvarint(out, uint64(p.Record.Time))
+		out = binary.AppendUvarint(out, uint64(p.Record.Messages))
+		out = binary.AppendUvarint(out, uint64(p.Record.RawBytes))
+		out = append(out, hash...)
+		out = binary.AppendUvarint(out, uint64(p.Piece.RawBytes))
+		var flags byte
+		if p.Piece.Frame {
+			flags |= flagFrame
+		}
+		if p.Piece.Keep != nil {
+			flags |= flagKeep
+		}
+		out = append(out, flags)
+		if p.Piece.Keep != nil {
+			out = binary.AppendUvarint(out, uint64(*p.Piece.Keep))
+		}
+	}
+	return out, nil
+}
+
+// readPacked reads a pack's versions.
+func (r *reader) readPacked() []Packed {
+	n := r.uint("pack count", uint64(len(r.b)))
+	out := make([]Packed, 0, n)
+	for range n {
+		var p Packed
+		p.Record.Version = r.uint("packed version", maxInt)
+		p.Record.SaveID = r.string("packed save id")
+		p.Record.Time = int64(r.uint("packed time", maxInt))
+		p.Record.Messages = int(r.uint("packed messages", maxInt))
+		p.Record.RawBytes = int64(r.uint("packed rawBytes", maxInt))
+		p.Record.Hash = hex.EncodeToString(r.bytes("packed hash", sha256.Size))
+		p.Piece.RawBytes = int64(r.uint("packed piece", maxInt))
+		flags := r.bytes("packed flags", 1)
+		if r.err != nil {
+			return nil
+		}
+		if flags[0]&^(flagFrame|flagKeep) != 0 {
+			r.err = fmt.Errorf("%w: packed flags %#x", ErrMalformed, flags[0])
+			return nil
+		}
+		p.Piece.Frame = flags[0]&flagFrame != 0
+		if flags[0]&flagKeep != 0 {
+			keep := int64(r.uint("packed keep", maxInt))
+			p.Piece.Keep = &keep
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 func appendString(out []byte, s string) []byte {
@@ -187,10 +277,10 @@ func decodeEntry(b []byte) (Kind, Meta, []byte, error) {
 		return 0, m, nil, fmt.Errorf("%w: bad magic", ErrMalformed)
 	}
 	k, flags := Kind(b[4]), b[5]
-	if k < KindSave || k > KindFork {
+	if k < KindSave || k > KindPack {
 		return 0, m, nil, fmt.Errorf("%w: unknown kind %d", ErrMalformed, k)
 	}
-	if flags&^flagsKnown != 0 || k != KindSave && flags&(flagFrame|flagKeep) != 0 {
+	if flags&^flagsKnown != 0 || k != KindSave && k != KindPack && flags&(flagFrame|flagKeep) != 0 || k == KindPack && flags&flagKeep != 0 {
 		return 0, m, nil, fmt.Errorf("%w: flags %#x in an entry of kind %d", ErrMalformed, flags, k)
 	}
 	r := &reader{b: b[6:]}
@@ -198,6 +288,9 @@ func decodeEntry(b []byte) (Kind, Meta, []byte, error) {
 	m.Head.Messages = int(r.uint("messages", maxInt))
 	m.Head.RawBytes = int64(r.uint("rawBytes", maxInt))
 	m.Head.State = r.bytes("state", stateSize)
+	m.Head.Pack = r.uint("pack", maxInt)
+	m.Head.TailEntries = int(r.uint("tail entries", maxInt))
+	m.Head.TailBytes = int64(r.uint("tail bytes", maxInt))
 	if flags&flagLease != 0 {
 		m.Head.Lease = &Lease{Owner: r.string("lease owner"), Epoch: r.uint("lease epoch", maxInt),
 			Expires: int64(r.uint("lease expiry", maxInt))}
@@ -215,12 +308,18 @@ func decodeEntry(b []byte) (Kind, Meta, []byte, error) {
 			m.Piece.Keep = &keep
 		}
 	case KindFork:
-		m.Fork = &Fork{Subject: r.string("fork subject"), UpTo: r.uint("fork upTo", maxInt), RawBytes: int64(r.uint("fork rawBytes", maxInt))}
+		m.Fork = &Fork{Subject: r.string("fork subject"), UpTo: r.uint("fork upTo", maxInt), Version: r.uint("fork version", maxInt),
+			RawBytes: int64(r.uint("fork rawBytes", maxInt))}
+	case KindPack:
+		m.Packed = r.readPacked()
+		if r.err == nil && len(m.Packed) == 0 {
+			r.err = fmt.Errorf("%w: an empty pack", ErrMalformed)
+		}
 	}
 	if r.err != nil {
 		return 0, m, nil, r.err
 	}
-	if k != KindSave && len(r.b) > 0 {
+	if k != KindSave && k != KindPack && len(r.b) > 0 {
 		return 0, m, nil, fmt.Errorf("%w: %d bytes of data in an entry of kind %d", ErrMalformed, len(r.b), k)
 	}
 	return k, m, r.b, nil

@@ -19,13 +19,25 @@ func (s *Store) Fork(ctx context.Context, src wire.Key, v uint64, dst wire.Key, 
 	if err != nil {
 		return Record{}, fmt.Errorf("%s: %w", src, err)
 	}
-	entries, err := s.readLog(ctx, subject, last, int(min(v, 1<<20))+8, func(e entry) bool { return e.kind != KindLease && e.meta.Head.Version == v })
+	entries, err := s.readLog(ctx, subject, last, int(min(v, 1<<20))+8, holds(v))
 	if err != nil {
 		return Record{}, err
 	}
 	at := entries[len(entries)-1]
-	if at.kind == KindLease || at.meta.Head.Version != v {
+	if !holds(v)(at) {
 		return Record{}, fmt.Errorf("%w: %s has no version %d", ErrNoVersion, src, v)
+	}
+	if at.kind == KindPack {
+		// The state at v is not kept in a pack: hash v's conversation again (forks are rare).
+		conv, _, err := s.Restore(ctx, src, v)
+		if err != nil {
+			return Record{}, err
+		}
+		rec, _ := packedRecord(at, v)
+		at.meta.Head.Messages, at.meta.Head.RawBytes = rec.Messages, rec.RawBytes-2
+		if at.meta.Head.State, _, err = extendHash(nil, conv[1:len(conv)-1]); err != nil {
+			return Record{}, err
+		}
 	}
 	target, err := s.session(ctx, dst)
 	if err != nil {
@@ -38,8 +50,9 @@ func (s *Store) Fork(ctx context.Context, src wire.Key, v uint64, dst wire.Key, 
 	}
 	head := at.meta.Head
 	head.Version, head.Lease = 1, nil
+	head.Pack, head.TailEntries, head.TailBytes = 0, 0, 0
 	meta := Meta{Head: head, SaveID: saveID, Time: nowMillis(),
-		Fork: &Fork{Subject: subject, UpTo: at.seq, RawBytes: head.RawBytes}}
+		Fork: &Fork{Subject: subject, UpTo: at.seq, Version: v, RawBytes: head.RawBytes}}
 	body, err := encodeEntry(KindFork, meta, nil)
 	if err != nil {
 		return Record{}, err

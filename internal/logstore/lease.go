@@ -44,6 +44,8 @@ func (s *Store) takeLease(ctx context.Context, sess *session, owner string, ttl 
 	}
 	meta := Meta{Head: sess.last.Head}
 	meta.Head.Lease = &l
+	meta.Head.Pack = sess.lastPack()
+	meta.Head.TailEntries++
 	body, err := encodeEntry(KindLease, meta, nil)
 	if err != nil {
 		return Lease{}, err

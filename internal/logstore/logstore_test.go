@@ -79,6 +79,8 @@ func saveTurns(t testing.TB, st *Store, k wire.Key, from, to int) {
 		}
 		_, err := st.Save(ctx, SaveRequest{Key: k, SaveID: fmt.Sprintf("save-%d", i), Messages: msgs})
 		require.NoError(t, err, "saving messages from %d", i)
+		_, err = st.Pack(ctx, k, false) // as the daemon does after answering
+		require.NoError(t, err, "packing after the save of message %d", i)
 	}
 }
 
@@ -103,7 +105,7 @@ func checkVersions(t testing.TB, st *Store, k wire.Key, versions int) {
 
 func TestStore_SaveRestore(t *testing.T) {
 	nc, _ := startServer(t)
-	st := open(t, nc, Config{})
+	st := open(t, nc, Config{PackEntries: 8})
 	k := wire.Key{Namespace: "team", Session: "s.1 *", Agent: "main"}
 	saveTurns(t, st, k, 0, 140) // 70 versions, one entry each
 	checkVersions(t, st, k, 70)
@@ -115,10 +117,11 @@ func TestStore_SaveRestore(t *testing.T) {
 	st.Forget()
 	checkVersions(t, st, k, 80)
 
-	// One entry per save, nothing else: the subject is the session's whole history.
+	// Every 8 entries were packed into one, and the packed ones deleted: 80 saves and a restart
+	// (whose first save started a new frame) leave 10 packs.
 	info, err := st.stream.Info(context.Background(), jetstream.WithSubjectFilter(LogSubject(k)))
 	require.NoError(t, err)
-	require.Equal(t, uint64(80), info.State.Msgs)
+	require.Equal(t, uint64(10), info.State.Msgs)
 
 	history, err := st.History(context.Background(), k)
 	require.NoError(t, err)
@@ -129,7 +132,7 @@ func TestStore_SaveRestore(t *testing.T) {
 		require.Equal(t, 2*(i+1), rec.Messages)
 	}
 
-	// A save delivered again is answered with its version, and writes nothing.
+	// A save delivered again is answered with its version (here from the pack), writes nothing.
 	rec, err := st.Save(context.Background(), SaveRequest{Key: k, SaveID: "save-158", Messages: [][]byte{message(158)}})
 	require.NoError(t, err)
 	require.Equal(t, uint64(80), rec.Version)
@@ -171,6 +174,54 @@ func TestStore_Rewrite(t *testing.T) {
 	got, _, err := st.Restore(ctx, k, 0)
 	require.NoError(t, err)
 	require.Equal(t, want[:len(want)-1]+","+string(message(99))+"]", string(got))
+}
+
+// Without packs every save stays an entry; with them, a crash between a pack's commit and the
+// deletion of what it packed leaves entries that readers skip and the next pack deletes.
+func TestStore_Pack(t *testing.T) {
+	nc, _ := startServer(t)
+	k := wire.Key{Namespace: "n", Session: "s", Agent: "a"}
+	entries := func(st *Store) uint64 {
+		info, err := st.stream.Info(context.Background(), jetstream.WithSubjectFilter(LogSubject(k)))
+		require.NoError(t, err)
+		return info.State.Msgs
+	}
+	none := open(t, nc, Config{NoPack: true})
+	saveTurns(t, none, k, 0, 40)
+	require.Equal(t, uint64(20), entries(none))
+	checkVersions(t, none, k, 20)
+
+	st := open(t, nc, Config{PackEntries: 6})
+	st.crashBeforeDeletes = true
+	saveTurns(t, st, k, 40, 44) // 22 entries: packed, none deleted
+	require.Equal(t, uint64(23), entries(st))
+	st.Forget()
+	checkVersions(t, st, k, 22)
+	history, err := st.History(context.Background(), k)
+	require.NoError(t, err)
+	require.Len(t, history, 22)
+
+	st.crashBeforeDeletes = false
+	saveTurns(t, st, k, 44, 56) // 6 more saves: packed; they and the 21 left deleted
+	require.Equal(t, uint64(3), entries(st), "two packs and the last save")
+	checkVersions(t, st, k, 28)
+
+	// A rewrite inside a pack: old versions keep their bytes, the head has the rewrite.
+	kept := conversation(4)
+	_, err = st.Save(context.Background(), SaveRequest{Key: k, SaveID: "rw", Messages: [][]byte{message(100)},
+		Keep: &Kept{Messages: 4, RawBytes: int64(len(kept) - 2)}})
+	require.NoError(t, err)
+	_, err = st.Pack(context.Background(), k, true)
+	require.NoError(t, err)
+	st.Forget()
+	got, _, err := st.Restore(context.Background(), k, 0)
+	require.NoError(t, err)
+	require.Equal(t, string(kept[:len(kept)-1])+","+string(message(100))+"]", string(got))
+	for _, v := range []int{1, 21, 22, 27, 28} {
+		got, _, err := st.Restore(context.Background(), k, uint64(v))
+		require.NoError(t, err)
+		require.Equal(t, string(conversation(2*v)), string(got), "version %d", v)
+	}
 }
 
 // Two daemons on one stream: each one's cache goes stale when the other saves; the

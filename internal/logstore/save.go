@@ -42,6 +42,7 @@ type session struct {
 	subject string
 	lastSeq uint64 // 0: the subject is empty
 	last    Meta   // the last entry's meta (zero if none)
+	size    [2]int // bytes of the last save's entry and of its data (benchmarks)
 	enc     *encoder
 }
 
@@ -88,6 +89,9 @@ func (s *Store) saveOnce(ctx context.Context, sess *session, req SaveRequest) (R
 	if sess.lastSeq != 0 && req.SaveID != "" && sess.last.SaveID == req.SaveID {
 		return recordOf(sess.last) // delivered again: answer with what was committed
 	}
+	if n := len(sess.last.Packed); n > 0 && req.SaveID != "" && sess.last.Packed[n-1].Record.SaveID == req.SaveID {
+		return sess.last.Packed[n-1].Record, nil
+	}
 	if l := sess.last.Head.Lease; l != nil && l.Expires > nowMillis() && (l.Owner != req.Owner || l.Epoch != req.Epoch) {
 		return Record{}, fmt.Errorf("%w: %s held by %q epoch %d", ErrFenced, req.Key, l.Owner, l.Epoch)
 	}
@@ -110,7 +114,11 @@ func (s *Store) saveOnce(ctx context.Context, sess *session, req SaveRequest) (R
 	head.Version++
 	head.Messages += len(req.Messages)
 	head.RawBytes += int64(len(raw))
+	head.Pack = sess.lastPack()
 
+	if sess.last.Packed != nil {
+		sess.enc = nil // a pack ended the frames before it (pack.go)
+	}
 	piece.Frame = sess.enc == nil
 	if piece.Frame {
 		if sess.enc, err = newEncoder(s.cfg.Window); err != nil {
@@ -122,6 +130,8 @@ func (s *Store) saveOnce(ctx context.Context, sess *session, req SaveRequest) (R
 		sess.enc = nil
 		return Record{}, err
 	}
+	head.TailEntries++
+	head.TailBytes += int64(len(data))
 	meta := Meta{Head: head, SaveID: req.SaveID, Time: nowMillis(), Piece: piece}
 	body, err := encodeEntry(KindSave, meta, data)
 	if err != nil {
@@ -132,14 +142,14 @@ func (s *Store) saveOnce(ctx context.Context, sess *session, req SaveRequest) (R
 		sess.enc = nil // it has compressed the piece; the stored stream has not
 		return Record{}, err
 	}
-	sess.lastSeq, sess.last = seq, meta
+	sess.lastSeq, sess.last, sess.size = seq, meta, [2]int{len(body), len(data)}
 	return recordOf(meta)
 }
 
 // keptState is the SHA-256 state after "[" and the first kept.RawBytes bytes of the head's log:
 // a rewrite reads the log (rewrites are rare; appends never read).
 func (s *Store) keptState(ctx context.Context, sess *session, kept *Kept) ([]byte, error) {
-	log, err := s.buildLog(ctx, sess.subject, sess.lastSeq, 0, nil)
+	log, _, err := s.logAt(ctx, sess.subject, sess.lastSeq, 0)
 	if err != nil {
 		return nil, err
 	}

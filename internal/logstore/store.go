@@ -30,6 +30,12 @@ type Config struct {
 	// LeaderReads makes head reads go to the stream leader (STREAM.MSG.GET), as a cluster needs
 	// for read-your-writes; default: direct get.
 	LeaderReads bool
+	// PackBytes and PackEntries: the saves since the last pack are packed into one entry once
+	// their data reaches PackBytes (default 64 KiB) or they are PackEntries (default 64).
+	// NoPack: never (each save stays an entry of its own).
+	PackBytes   int64
+	PackEntries int
+	NoPack      bool
 	// NoVerify skips the check of a restored version against its SHA-256 (2.3 MB: 1.4–1.8 ms
 	// here); a wrong byte count is refused all the same.
 	NoVerify bool
@@ -44,6 +50,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Window == 0 {
 		c.Window = 1 << 20
+	}
+	if c.PackBytes == 0 {
+		c.PackBytes = 64 << 10
+	}
+	if c.PackEntries == 0 {
+		c.PackEntries = 64
 	}
 	return c
 }
@@ -64,6 +76,8 @@ type Store struct {
 	cfg    Config
 
 	batch bool // the server answers batched direct gets (nats-server ≥ 2.11)
+	// crashBeforeDeletes makes packs stop after their commit, as a crash would (tests).
+	crashBeforeDeletes bool
 
 	mu       sync.Mutex
 	sessions map[string]*session // by log subject
@@ -172,8 +186,13 @@ type entry struct {
 // first, 0 meaning all, and up to 8 MiB a batch); on older servers one direct get per entry
 // (next_by_subj).
 func (s *Store) readLog(ctx context.Context, subject string, upTo uint64, want int, stop func(entry) bool) ([]entry, error) {
+	return s.readLogFrom(ctx, subject, 1, upTo, want, stop)
+}
+
+// readLogFrom is readLog from sequence from on.
+func (s *Store) readLogFrom(ctx context.Context, subject string, from, upTo uint64, want int, stop func(entry) bool) ([]entry, error) {
 	var out []entry
-	for from := uint64(1); from <= upTo; {
+	for from <= upTo {
 		page, more, err := s.readPage(ctx, subject, from, want)
 		want = 0
 		if err != nil {

@@ -61,11 +61,52 @@ const maxDecoded = 256 << 20
 var decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(maxDecoded),
 	zstd.WithDecoderMaxWindow(8<<20))
 
+// compressFrame compresses b as one whole zstd frame (a pack's data).
+func compressFrame(b []byte) []byte { return packEncoder.EncodeAll(b, nil) }
+
+var packEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithAllLitEntropyCompression(true),
+	zstd.WithEncoderCRC(false))
+
+// decodeRuns decodes the data of consecutive save entries (their pieces as stored, Keep not
+// applied): each run of entries sharing a frame at once.
+func decodeRuns(pieces []*Piece, datas [][]byte) ([]byte, error) {
+	var out []byte
+	for start := 0; start < len(pieces); {
+		if !pieces[start].Frame {
+			return nil, fmt.Errorf("%w: a run of saves that does not start a frame", ErrMalformed)
+		}
+		end := start + 1
+		for end < len(pieces) && !pieces[end].Frame {
+			end++
+		}
+		var stream []byte
+		var raw int64
+		for i := start; i < end; i++ {
+			stream = append(stream, datas[i]...)
+			raw += pieces[i].RawBytes
+		}
+		n := len(out)
+		var err error
+		if out, err = decoder.DecodeAll(append(stream, frameEnd...), out); err != nil {
+			return nil, fmt.Errorf("%w: zstd: %v", ErrMalformed, err)
+		}
+		if int64(len(out)-n) != raw {
+			return nil, fmt.Errorf("%w: saves decode to %d bytes, their pieces say %d", ErrMalformed, len(out)-n, raw)
+		}
+		start = end
+	}
+	return out, nil
+}
+
 // logBuilder rebuilds a session's log (its messages joined by ",") from its save entries, in
 // subject order: the data of a run of entries sharing a frame is decoded at once, then each
 // entry's piece is appended, after cutting the log to its Keep on a rewrite.
 type logBuilder struct {
-	out    []byte // "[" then the log: a restore adds "]" and has the conversation, copied never
+	// partial: the last run's data holds more than its pieces (a pack read up to one of its
+	// versions); the rest is decoded and dropped.
+	partial bool
+	closed  bool // the last data queued ends its frame (a pack's): no frameEnd to add
+	out     []byte // "[" then the log: a restore adds "]" and has the conversation, copied never
 	data   [][]byte
 	pieces []*Piece
 }
@@ -79,7 +120,23 @@ func (lb *logBuilder) add(p *Piece, data []byte) error {
 	} else if len(lb.pieces) == 0 && len(lb.out) <= 1 {
 		return fmt.Errorf("%w: the first save entry does not start a frame", ErrMalformed)
 	}
-	lb.pieces, lb.data = append(lb.pieces, p), append(lb.data, data)
+	lb.pieces, lb.data, lb.closed = append(lb.pieces, p), append(lb.data, data), false
+	return nil
+}
+
+// addPack queues a pack: its data holds its pieces' frames, each ended but the last (pack.go).
+func (lb *logBuilder) addPack(packed []Packed, data []byte) error {
+	if packed[0].Piece.Frame {
+		if err := lb.flush(); err != nil {
+			return err
+		}
+	} else if len(lb.pieces) == 0 && len(lb.out) <= 1 {
+		return fmt.Errorf("%w: the first pack does not start a frame", ErrMalformed)
+	}
+	for i := range packed {
+		lb.pieces = append(lb.pieces, &packed[i].Piece)
+	}
+	lb.data, lb.closed = append(lb.data, data), true
 	return nil
 }
 
@@ -89,13 +146,18 @@ func (lb *logBuilder) flush() error {
 		return nil
 	}
 	var stored, raw int64
-	for i, p := range lb.pieces {
-		stored += int64(len(lb.data[i]))
+	for _, d := range lb.data {
+		stored += int64(len(d))
+	}
+	for _, p := range lb.pieces {
 		raw += p.RawBytes
 	}
 	stream := make([]byte, 0, stored+int64(len(frameEnd)))
 	for _, d := range lb.data {
 		stream = append(stream, d...)
+	}
+	if !lb.closed {
+		stream = append(stream, frameEnd...)
 	}
 	rewrites := false
 	for _, p := range lb.pieces {
@@ -103,9 +165,12 @@ func (lb *logBuilder) flush() error {
 	}
 	if !rewrites { // the common case: decode straight onto the log
 		n := len(lb.out)
-		out, err := decoder.DecodeAll(append(stream, frameEnd...), lb.out)
+		out, err := decoder.DecodeAll(stream, lb.out)
 		if err != nil {
 			return fmt.Errorf("%w: zstd: %v", ErrMalformed, err)
+		}
+		if lb.partial && int64(len(out)-n) > raw {
+			out = out[:int64(n)+raw]
 		}
 		if int64(len(out)-n) != raw {
 			return fmt.Errorf("%w: %d saves decode to %d bytes, their pieces say %d", ErrMalformed, len(lb.pieces), len(out)-n, raw)
@@ -114,9 +179,12 @@ func (lb *logBuilder) flush() error {
 		lb.pieces, lb.data = lb.pieces[:0], lb.data[:0]
 		return nil
 	}
-	plain, err := decoder.DecodeAll(append(stream, frameEnd...), make([]byte, 0, raw))
+	plain, err := decoder.DecodeAll(stream, make([]byte, 0, raw))
 	if err != nil {
 		return fmt.Errorf("%w: zstd: %v", ErrMalformed, err)
+	}
+	if lb.partial && int64(len(plain)) > raw {
+		plain = plain[:raw]
 	}
 	if int64(len(plain)) != raw {
 		return fmt.Errorf("%w: %d saves decode to %d bytes, their pieces say %d", ErrMalformed, len(lb.pieces), len(plain), raw)
