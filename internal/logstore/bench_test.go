@@ -351,7 +351,8 @@ func benchRestore(b *testing.B, c corpus, nc *nats.Conn, js jetstream.JetStream)
 		st, nv *Store // nv: without the SHA-256 check
 	}
 	policies := []*policy{{name: "no packs", cfg: Config{NoPack: true}},
-		{name: "packs 64 KiB/64", cfg: Config{}}, {name: "packs 256 KiB/256", cfg: Config{PackBytes: 256 << 10, PackEntries: 256}}}
+		{name: "packs 64 KiB/64", cfg: Config{}}, {name: "packs 128 KiB/128", cfg: Config{PackBytes: 128 << 10, PackEntries: 128}},
+		{name: "packs 256 KiB/256", cfg: Config{PackBytes: 256 << 10, PackEntries: 256}}}
 	for i, p := range policies {
 		p.k = wire.Key{Namespace: "bench", Session: "restore" + strconv.Itoa(i), Agent: "main"}
 		p.st = open(b, nc, p.cfg)
@@ -447,6 +448,7 @@ func BenchmarkDiskAndWrites(b *testing.B) {
 		ingest bool
 	}{
 		{"engine, packs of 64 KiB or 64 entries (default)", Config{}, false},
+		{"engine, packs of 128 KiB or 128 entries", Config{PackBytes: 128 << 10, PackEntries: 128}, false},
 		{"engine, packs of 256 KiB or 256 entries", Config{PackBytes: 256 << 10, PackEntries: 256}, false},
 		{"engine, no packs", Config{NoPack: true}, false},
 		{"engine, packs, each save through a work-queue ingest stream", Config{}, true},

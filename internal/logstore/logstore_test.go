@@ -337,7 +337,7 @@ func TestDecodeEntry(t *testing.T) {
 	for name, b := range map[string][]byte{
 		"empty": nil, "bad magic": append([]byte("CPKT"), save[4:]...), "unknown kind": append([]byte("CPL1\x09"), save[5:]...),
 		"unknown flag": append([]byte("CPL1\x01\x80"), save[6:]...), "frame flag on a lease": append([]byte("CPL1\x02\x01"), save[6:]...),
-		"huge version": append([]byte("CPL1\x01\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), save[7:]...),
+		"huge version":    append([]byte("CPL1\x01\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), save[7:]...),
 		"lease with data": append(mustEntry(t, KindLease, entries["lease"].meta), 'x'),
 	} {
 		_, _, _, err := decodeEntry(b)
