@@ -105,10 +105,10 @@ type logBuilder struct {
 	// partial: the last run's data holds more than its pieces (a pack read up to one of its
 	// versions); the rest is decoded and dropped.
 	partial bool
-	closed  bool // the last data queued ends its frame (a pack's): no frameEnd to add
+	closed  bool   // the last data queued ends its frame (a pack's): no frameEnd to add
 	out     []byte // "[" then the log: a restore adds "]" and has the conversation, copied never
-	data   [][]byte
-	pieces []*Piece
+	data    [][]byte
+	pieces  []*Piece
 }
 
 // add queues a save entry's piece; a piece that starts a frame first finishes the run before it.
