@@ -31,7 +31,8 @@ import (
 //
 // The workload is the real corpus (testdata/corpus/pi_before_compaction.json, 1,003 messages)
 // saved after every assistant turn: 485 saves, each adding what grew. CP_BENCH_PACE (a Go
-// duration, default 0) paces the saves of the disk benchmark as an agent would.
+// duration, default 0) paces the saves of the disk benchmark as an agent would; CP_BENCH_DISK
+// runs only its policies whose name contains it.
 
 // corpus is the conversation and its saves: save i adds messages cuts[i-1]..cuts[i]-1.
 type corpus struct {
@@ -351,7 +352,8 @@ func benchRestore(b *testing.B, c corpus, nc *nats.Conn, js jetstream.JetStream)
 		st, nv *Store // nv: without the SHA-256 check
 	}
 	policies := []*policy{{name: "no packs", cfg: Config{NoPack: true}},
-		{name: "packs 64 KiB/64", cfg: Config{}}, {name: "packs 128 KiB/128", cfg: Config{PackBytes: 128 << 10, PackEntries: 128}},
+		{name: "packs 64 KiB/64", cfg: Config{}}, {name: "open packs 64 KiB/64", cfg: Config{PackOpen: true}},
+		{name: "packs 128 KiB/128", cfg: Config{PackBytes: 128 << 10, PackEntries: 128}},
 		{name: "packs 256 KiB/256", cfg: Config{PackBytes: 256 << 10, PackEntries: 256}}}
 	for i, p := range policies {
 		p.k = wire.Key{Namespace: "bench", Session: "restore" + strconv.Itoa(i), Agent: "main"}
@@ -448,12 +450,16 @@ func BenchmarkDiskAndWrites(b *testing.B) {
 		ingest bool
 	}{
 		{"engine, packs of 64 KiB or 64 entries (default)", Config{}, false},
+		{"engine, open packs of 64 KiB or 64 entries", Config{PackOpen: true}, false},
 		{"engine, packs of 128 KiB or 128 entries", Config{PackBytes: 128 << 10, PackEntries: 128}, false},
 		{"engine, packs of 256 KiB or 256 entries", Config{PackBytes: 256 << 10, PackEntries: 256}, false},
 		{"engine, no packs", Config{NoPack: true}, false},
 		{"engine, packs, each save through a work-queue ingest stream", Config{}, true},
 		{"raw: zstd of each save alone, sync publish", Config{}, false},
 	} {
+		if only := os.Getenv("CP_BENCH_DISK"); only != "" && !strings.Contains(run.name, only) {
+			continue
+		}
 		r := diskRun(b, c, run.cfg, run.ingest, run.name[:3] == "raw", pace)
 		fmt.Fprintf(w, "%s\t%d\t%d\t%.2f×\t%.2f×\t%d\t%d\t%d\n", run.name, r.written, r.cancelled,
 			float64(r.written-r.cancelled)/float64(final), float64(r.du)/float64(final), r.duLog, r.du-r.duLog, r.msgs)

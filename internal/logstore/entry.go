@@ -15,7 +15,8 @@ import (
 //	magic      4    "CPL1"
 //	kind       1    KindSave, KindLease or KindFork
 //	flags      1    bit 0: the data starts a zstd frame; bit 1: keep present (a rewrite);
-//	                bit 2: lease present; bits 3-7: zero
+//	                bit 2: lease present; bit 3 (packs): the data is the saves' stored bytes,
+//	                its last frame left open; bits 4-7: zero
 //	version, messages, rawBytes                 the head after the entry (Head)
 //	state      108  the SHA-256 state after "[" and the head's messages (crypto/sha256 MarshalBinary)
 //	pack, tailEntries, tailBytes               where the last pack is, what came after it (Head)
@@ -55,9 +56,14 @@ type Meta struct {
 	Piece  *Piece
 	Fork   *Fork
 	Packed []Packed // a pack's versions
+	// Open, on a pack, says its data is the packed saves' stored bytes as they were (frames
+	// ended where a new one starts, the last left open for the saves after it); otherwise the
+	// data is one whole frame of its own (pack.go).
+	Open bool
 }
 
-// Packed is one version in a pack: its record and its piece.
+// Packed is one version in a pack: its record and its piece (whose Messages is not stored: the
+// record has the count).
 type Packed struct {
 	Record Record
 	Piece  Piece
@@ -112,7 +118,8 @@ const (
 	flagFrame = 1 << iota
 	flagKeep
 	flagLease
-	flagsKnown = flagFrame | flagKeep | flagLease
+	flagOpen
+	flagsKnown = flagFrame | flagKeep | flagLease | flagOpen
 	stateSize  = 108 // crypto/sha256's MarshalBinary
 	maxString  = 1024
 )
@@ -131,6 +138,9 @@ func encodeEntry(k Kind, m Meta, data []byte) ([]byte, error) {
 	}
 	if m.Head.Lease != nil {
 		flags |= flagLease
+	}
+	if m.Open {
+		flags |= flagOpen
 	}
 	out := make([]byte, 0, 256+len(data))
 	out = append(append(out, entryMagic[:]...), byte(k), flags)
@@ -280,7 +290,8 @@ func decodeEntry(b []byte) (Kind, Meta, []byte, error) {
 	if k < KindSave || k > KindPack {
 		return 0, m, nil, fmt.Errorf("%w: unknown kind %d", ErrMalformed, k)
 	}
-	if flags&^flagsKnown != 0 || k != KindSave && k != KindPack && flags&(flagFrame|flagKeep) != 0 || k == KindPack && flags&flagKeep != 0 {
+	if flags&^flagsKnown != 0 || k != KindSave && k != KindPack && flags&(flagFrame|flagKeep) != 0 ||
+		k == KindPack && flags&flagKeep != 0 || k != KindPack && flags&flagOpen != 0 {
 		return 0, m, nil, fmt.Errorf("%w: flags %#x in an entry of kind %d", ErrMalformed, flags, k)
 	}
 	r := &reader{b: b[6:]}
@@ -311,6 +322,7 @@ func decodeEntry(b []byte) (Kind, Meta, []byte, error) {
 		m.Fork = &Fork{Subject: r.string("fork subject"), UpTo: r.uint("fork upTo", maxInt), Version: r.uint("fork version", maxInt),
 			RawBytes: int64(r.uint("fork rawBytes", maxInt))}
 	case KindPack:
+		m.Open = flags&flagOpen != 0
 		m.Packed = r.readPacked()
 		if r.err == nil && len(m.Packed) == 0 {
 			r.err = fmt.Errorf("%w: an empty pack", ErrMalformed)

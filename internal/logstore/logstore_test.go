@@ -181,17 +181,24 @@ func TestStore_Rewrite(t *testing.T) {
 func TestStore_Pack(t *testing.T) {
 	nc, _ := startServer(t)
 	k := wire.Key{Namespace: "n", Session: "s", Agent: "a"}
+	for _, openPacks := range []bool{false, true} {
+		t.Run(fmt.Sprintf("open=%v", openPacks), func(t *testing.T) { testPack(t, nc, k, openPacks) })
+	}
+}
+
+func testPack(t *testing.T, nc *nats.Conn, k wire.Key, openPacks bool) {
 	entries := func(st *Store) uint64 {
 		info, err := st.stream.Info(context.Background(), jetstream.WithSubjectFilter(LogSubject(k)))
 		require.NoError(t, err)
-		return info.State.Msgs
+		return info.State.Subjects[LogSubject(k)]
 	}
+	k.Session += fmt.Sprint(openPacks)
 	none := open(t, nc, Config{NoPack: true})
 	saveTurns(t, none, k, 0, 40)
 	require.Equal(t, uint64(20), entries(none))
 	checkVersions(t, none, k, 20)
 
-	st := open(t, nc, Config{PackEntries: 6})
+	st := open(t, nc, Config{PackEntries: 6, PackOpen: openPacks})
 	st.crashBeforeDeletes = true
 	saveTurns(t, st, k, 40, 44) // 22 entries: packed, none deleted
 	require.Equal(t, uint64(23), entries(st))
@@ -316,7 +323,11 @@ func TestDecodeEntry(t *testing.T) {
 		"rewrite with lease": {KindSave, Meta{Head: Head{Version: 4, Messages: 1, RawBytes: 10, State: state,
 			Lease: &Lease{Owner: "host-a", Epoch: 2, Expires: 1700000009999}}, SaveID: "id-4", Time: 1, Piece: &Piece{Messages: 1, RawBytes: 3, Keep: &keep}}, "z"},
 		"lease": {KindLease, Meta{Head: Head{Version: 4, State: state, Lease: &Lease{Owner: "o", Epoch: 1, Expires: 5}}}, ""},
-		"fork":  {KindFork, Meta{Head: Head{Version: 1, State: state}, SaveID: "f", Time: 2, Fork: &Fork{Subject: "cp.log.a.b.c", UpTo: 77, RawBytes: 99}}, ""},
+		"fork":  {KindFork, Meta{Head: Head{Version: 1, State: state}, SaveID: "f", Time: 2, Fork: &Fork{Subject: "cp.log.a.b.c", UpTo: 77, Version: 5, RawBytes: 99}}, ""},
+		"open pack": {KindPack, Meta{Head: Head{Version: 9, Messages: 20, RawBytes: 999, State: state, Pack: 12}, Open: true,
+			Packed: []Packed{{Record: Record{Version: 8, SaveID: "a", Time: 3, Messages: 18, RawBytes: 900, Hash: strings.Repeat("ab", 32)},
+				Piece: Piece{RawBytes: 50, Frame: true}}, {Record: Record{Version: 9, SaveID: "b", Time: 4, Messages: 20,
+				RawBytes: 1001, Hash: strings.Repeat("cd", 32)}, Piece: Piece{RawBytes: 99, Keep: &keep}}}}, "frames"},
 	}
 	for name, e := range entries {
 		b, err := encodeEntry(e.kind, e.meta, []byte(e.data))
@@ -384,17 +395,28 @@ func TestStore_OldNATS(t *testing.T) {
 	t.Logf("running against %s", strings.TrimSpace(string(out)))
 	url := startProcess(t, bin)
 	nc := connect(t, url)
-	st := open(t, nc, Config{})
+	st := open(t, nc, Config{PackEntries: 8})
 	require.False(t, st.batch, "2.9 has no batched direct get: entries are read one by one")
 	k := wire.Key{Namespace: "n", Session: "s", Agent: "a"}
-	saveTurns(t, st, k, 0, 80)
+	saveTurns(t, st, k, 0, 80) // packs, and deletes what they packed
 	st.Forget()
 	checkVersions(t, st, k, 40)
+	info, err := st.stream.Info(context.Background(), jetstream.WithSubjectFilter(LogSubject(k)))
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), info.State.Subjects[LogSubject(k)])
 	_, err = st.publish(context.Background(), LogSubject(k), []byte("x"), 1)
 	require.ErrorIs(t, err, ErrConflict)
 	_, err = st.TakeLease(context.Background(), k, "me", time.Minute)
 	require.NoError(t, err)
 	checkVersions(t, st, k, 40)
+	// Purge by subject below a sequence (what deleting a session uses) exists there too.
+	sess, err := st.session(context.Background(), k)
+	require.NoError(t, err)
+	require.NoError(t, st.stream.Purge(context.Background(), jetstream.WithPurgeSubject(LogSubject(k)),
+		jetstream.WithPurgeSequence(sess.lastSeq)))
+	info, err = st.stream.Info(context.Background(), jetstream.WithSubjectFilter(LogSubject(k)))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.Subjects[LogSubject(k)])
 }
 
 // startProcess runs bin with JetStream on a temp dir and a free port, and returns its URL.

@@ -91,18 +91,11 @@ func (s *Store) pack(ctx context.Context, sess *session) (PackResult, error) {
 	if len(packed) == 0 {
 		return PackResult{}, nil
 	}
-	// The pack is one zstd frame of its own, compressed as a whole: a stream cut at every save
-	// decodes 1.7× slower than the same bytes compressed at once (many small blocks, each with
-	// its tables). Its pieces keep their sizes and Keep; only the first starts a frame.
-	plain, err := decodeRuns(pieces, datas)
+	data, err := s.packData(packed, pieces, datas)
 	if err != nil {
 		return PackResult{}, fmt.Errorf("%s: packing: %w", sess.subject, err)
 	}
-	data := compressFrame(plain)
-	for i := range packed {
-		packed[i].Piece.Frame = i == 0
-	}
-	meta := Meta{Head: sess.last.Head, Packed: packed}
+	meta := Meta{Head: sess.last.Head, Packed: packed, Open: s.cfg.PackOpen}
 	meta.Head.Pack, meta.Head.TailEntries, meta.Head.TailBytes = prev, 0, 0
 	body, err := encodeEntry(KindPack, meta, data)
 	if err != nil {
@@ -112,13 +105,33 @@ func (s *Store) pack(ctx context.Context, sess *session) (PackResult, error) {
 	if err != nil {
 		return PackResult{}, err
 	}
-	// The next save starts a new frame: the pack replaced the frames the encoder continued.
-	sess.lastSeq, sess.last, sess.enc = seq, meta, nil
+	sess.lastSeq, sess.last = seq, meta
+	if !meta.Open {
+		sess.enc = nil // the next save starts a new frame: the pack replaced the frames it continued
+	}
 	res := PackResult{Entries: len(seqs), Bytes: len(data), Seq: seq}
 	if s.crashBeforeDeletes {
 		return res, nil
 	}
 	return res, s.deleteMsgs(ctx, seqs)
+}
+
+// packData is a pack's data. By default the packed saves are decoded and compressed again as one
+// zstd frame (a stream cut at every save decodes 1.7× slower than the same bytes compressed at
+// once: many small blocks, each with its tables); the pieces keep their sizes and Keep, and only
+// the first starts a frame. With PackOpen, their stored bytes as they are.
+func (s *Store) packData(packed []Packed, pieces []*Piece, datas [][]byte) ([]byte, error) {
+	if s.cfg.PackOpen {
+		return joinStored(pieces, datas), nil
+	}
+	plain, err := decodeRuns(pieces, datas)
+	if err != nil {
+		return nil, err
+	}
+	for i := range packed {
+		packed[i].Piece.Frame = i == 0
+	}
+	return compressFrame(plain), nil
 }
 
 // lastPack is the sequence of the session's last pack (0: none).

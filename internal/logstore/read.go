@@ -147,7 +147,7 @@ func (s *Store) logAt(ctx context.Context, subject string, upTo, v uint64) ([]by
 				_, n := packedRecord(e, v)
 				packed, lb.partial = packed[:n+1], n+1 < len(packed)
 			}
-			err = lb.addPack(packed, e.data)
+			err = lb.addPack(packed, e.data, e.meta.Open)
 		}
 		if err != nil {
 			return nil, Record{}, fmt.Errorf("%s seq %d: %w", subject, e.seq, err)

@@ -116,7 +116,7 @@ func (s *Store) saveOnce(ctx context.Context, sess *session, req SaveRequest) (R
 	head.RawBytes += int64(len(raw))
 	head.Pack = sess.lastPack()
 
-	if sess.last.Packed != nil {
+	if sess.last.Packed != nil && !sess.last.Open {
 		sess.enc = nil // a pack ended the frames before it (pack.go)
 	}
 	piece.Frame = sess.enc == nil

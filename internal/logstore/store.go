@@ -36,6 +36,10 @@ type Config struct {
 	PackBytes   int64
 	PackEntries int
 	NoPack      bool
+	// PackOpen makes packs keep the saves' stored bytes as they are (no decoding, no new
+	// frame: the saves after a pack go on compressing against it) instead of compressing them
+	// again as one frame (which decodes faster, and ends the session's frame).
+	PackOpen bool
 	// NoVerify skips the check of a restored version against its SHA-256 (2.3 MB: 1.4–1.8 ms
 	// here); a wrong byte count is refused all the same.
 	NoVerify bool

@@ -61,6 +61,19 @@ const maxDecoded = 256 << 20
 var decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(maxDecoded),
 	zstd.WithDecoderMaxWindow(8<<20))
 
+// joinStored joins the stored data of consecutive saves, ending each frame before a save that
+// starts a new one; the last frame stays open (an open pack's data).
+func joinStored(pieces []*Piece, datas [][]byte) []byte {
+	var out []byte
+	for i, d := range datas {
+		if len(out) > 0 && pieces[i].Frame {
+			out = append(out, frameEnd...)
+		}
+		out = append(out, d...)
+	}
+	return out
+}
+
 // compressFrame compresses b as one whole zstd frame (a pack's data).
 func compressFrame(b []byte) []byte { return packEncoder.EncodeAll(b, nil) }
 
@@ -124,8 +137,9 @@ func (lb *logBuilder) add(p *Piece, data []byte) error {
 	return nil
 }
 
-// addPack queues a pack: its data holds its pieces' frames, each ended but the last (pack.go).
-func (lb *logBuilder) addPack(packed []Packed, data []byte) error {
+// addPack queues a pack: one whole frame, or (open) its saves' stored bytes, which the saves
+// after it may continue (pack.go).
+func (lb *logBuilder) addPack(packed []Packed, data []byte, open bool) error {
 	if packed[0].Piece.Frame {
 		if err := lb.flush(); err != nil {
 			return err
@@ -136,7 +150,7 @@ func (lb *logBuilder) addPack(packed []Packed, data []byte) error {
 	for i := range packed {
 		lb.pieces = append(lb.pieces, &packed[i].Piece)
 	}
-	lb.data, lb.closed = append(lb.data, data), true
+	lb.data, lb.closed = append(lb.data, data), !open
 	return nil
 }
 
