@@ -174,6 +174,11 @@ func TestStore_Rewrite(t *testing.T) {
 	got, _, err := st.Restore(ctx, k, 0)
 	require.NoError(t, err)
 	require.Equal(t, want[:len(want)-1]+","+string(message(99))+"]", string(got))
+
+	// The same save delivered again is answered with its version, and writes nothing.
+	rec, err = st.Save(ctx, SaveRequest{Key: k, SaveID: "after", Messages: [][]byte{message(99)}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(12), rec.Version)
 }
 
 // Without packs every save stays an entry; with them, a crash between a pack's commit and the
