@@ -623,3 +623,48 @@ func BenchmarkFindVersion(b *testing.B) {
 	}
 	must(b, w.Flush())
 }
+
+// BenchmarkStreamCompression: the corpus's 485 saves compressed each alone, and as one zstd stream
+// per session cut at every save (§8.4), by window; and the time to decode the stream against the
+// same conversation compressed at once.
+func BenchmarkStreamCompression(b *testing.B) {
+	c := loadCorpus(b)
+	final := c.version(len(c.cuts) - 1)
+	whole := codec.CompressZstd(final)
+	alone := 0
+	for i := range c.cuts {
+		_, body := c.save(i)
+		alone += len(codec.CompressZstd(body[1 : len(body)-1]))
+	}
+	w := table(fmt.Sprintf("Compression of %d saves; zstd(final) = %d B", len(c.cuts), len(whole)))
+	fmt.Fprintln(w, "how\tbytes\t/ zstd(final)\tp50 decode of all")
+	fmt.Fprintf(w, "each save compressed alone\t%d\t%.2f×\t\n", alone, float64(alone)/float64(len(whole)))
+	decode := func(data []byte) time.Duration {
+		var ds []time.Duration
+		for range 20 {
+			t0 := time.Now()
+			if _, err := decoder.DecodeAll(data, make([]byte, 0, len(final))); err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, time.Since(t0))
+		}
+		p, _ := percentiles(ds)
+		return p
+	}
+	for _, window := range []int{256 << 10, 1 << 20, 4 << 20} {
+		enc, err := newEncoder(window)
+		must(b, err)
+		var stream []byte
+		for i := range c.cuts {
+			msgs, _ := c.save(i)
+			data, err := enc.add(joinMessages(msgs, i > 0))
+			must(b, err)
+			stream = append(stream, data...)
+		}
+		stream = append(stream, frameEnd...)
+		fmt.Fprintf(w, "one stream, cut at every save, %d KiB window\t%d\t%.3f×\t%s\n", window>>10, len(stream),
+			float64(len(stream))/float64(len(whole)), ms(decode(stream)))
+	}
+	fmt.Fprintf(w, "the final conversation compressed at once\t%d\t1×\t%s\n", len(whole), ms(decode(whole)))
+	must(b, w.Flush())
+}

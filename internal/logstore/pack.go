@@ -117,7 +117,7 @@ func (s *Store) pack(ctx context.Context, sess *session) (PackResult, error) {
 }
 
 // packData is a pack's data. By default the packed saves are decoded and compressed again as one
-// zstd frame (a stream cut at every save decodes 1.7× slower than the same bytes compressed at
+// zstd frame (a stream cut at every save decodes 1.3–1.7× slower than the same bytes compressed at
 // once: many small blocks, each with its tables); the pieces keep their sizes and Keep, and only
 // the first starts a frame. With PackOpen, their stored bytes as they are.
 func (s *Store) packData(packed []Packed, pieces []*Piece, datas [][]byte) ([]byte, error) {
