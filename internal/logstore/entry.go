@@ -22,11 +22,11 @@ import (
 //	pack, tailEntries, tailBytes               where the last pack is, what came after it (Head)
 //	lease      if flag 2: owner (length, bytes), epoch, expires (unix ms)
 //	save/fork  saveID (length, bytes), time (unix ms)
-//	save       piece messages, piece rawBytes, then keep if flag 1
+//	save       piece messages, piece rawBytes, piece CRC-32C (4 bytes, big-endian), keep if flag 1
 //	fork       source subject (length, bytes), upTo, source version, rawBytes
 //	pack       count, then per version: version, saveID (length, bytes), time, messages,
-//	           rawBytes, hash (32 bytes), piece rawBytes, piece flags (bit 0: frame, bit 1:
-//	           keep), keep if flag 1
+//	           rawBytes, hash (32 bytes), piece rawBytes, piece CRC-32C (4 bytes), piece flags
+//	           (bit 0: frame, bit 1: keep), keep if flag 1
 //	data       the rest: bytes of the session's zstd stream (saves and packs only)
 //
 // No NATS headers are needed: a direct get returns the whole entry as one byte slice. A save's
@@ -93,6 +93,9 @@ type Piece struct {
 	// Frame is set when the data starts a new zstd frame (the daemon had no encoder for the
 	// session: first save, restart, eviction, lost compare-and-swap).
 	Frame bool
+	// CRC is the CRC-32C (Castagnoli) of the piece's raw bytes: readers check every piece with it
+	// (0.1 ms for 2.3 MB, against 1–2 ms for the version's SHA-256).
+	CRC uint32
 	// Keep, on a rewrite, is how many bytes of the log before this entry the new version keeps;
 	// the entry's data follows them (docs/format.md §8, "Rewrites").
 	Keep *int64
@@ -164,6 +167,7 @@ func encodeEntry(k Kind, m Meta, data []byte) ([]byte, error) {
 	case KindSave:
 		out = binary.AppendUvarint(out, uint64(m.Piece.Messages))
 		out = binary.AppendUvarint(out, uint64(m.Piece.RawBytes))
+		out = binary.BigEndian.AppendUint32(out, m.Piece.CRC)
 		if m.Piece.Keep != nil {
 			out = binary.AppendUvarint(out, uint64(*m.Piece.Keep))
 		}
@@ -195,6 +199,7 @@ func appendPacked(out []byte, packed []Packed) ([]byte, error) {
 		out = binary.AppendUvarint(out, uint64(p.Record.RawBytes))
 		out = append(out, hash...)
 		out = binary.AppendUvarint(out, uint64(p.Piece.RawBytes))
+		out = binary.BigEndian.AppendUint32(out, p.Piece.CRC)
 		var flags byte
 		if p.Piece.Frame {
 			flags |= flagFrame
@@ -223,6 +228,7 @@ func (r *reader) readPacked() []Packed {
 		p.Record.RawBytes = int64(r.uint("packed rawBytes", maxInt))
 		p.Record.Hash = hex.EncodeToString(r.bytes("packed hash", sha256.Size))
 		p.Piece.RawBytes = int64(r.uint("packed piece", maxInt))
+		p.Piece.CRC = binary.BigEndian.Uint32(append(r.bytes("packed piece CRC", 4), 0, 0, 0, 0))
 		flags := r.bytes("packed flags", 1)
 		if r.err != nil {
 			return nil
@@ -314,6 +320,7 @@ func decodeEntry(b []byte) (Kind, Meta, []byte, error) {
 	case KindSave:
 		m.Piece = &Piece{Messages: int(r.uint("piece messages", maxInt)), RawBytes: int64(r.uint("piece rawBytes", maxInt)),
 			Frame: flags&flagFrame != 0}
+		m.Piece.CRC = binary.BigEndian.Uint32(append(r.bytes("piece CRC", 4), 0, 0, 0, 0))
 		if flags&flagKeep != 0 {
 			keep := int64(r.uint("keep", maxInt))
 			m.Piece.Keep = &keep

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -457,4 +458,38 @@ func startProcess(t *testing.T, bin string) string {
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond)
 	return url
+}
+
+// A piece whose bytes do not match its CRC-32C is refused, in a run decoded concurrently or not.
+func TestLogBuilder_CRC(t *testing.T) {
+	enc, err := newEncoder(1 << 20)
+	require.NoError(t, err)
+	var pieces []*Piece
+	var datas [][]byte
+	for i := range 3 {
+		raw := joinMessages([][]byte{message(i)}, i > 0)
+		data, err := enc.add(raw)
+		require.NoError(t, err)
+		pieces = append(pieces, &Piece{Messages: 1, RawBytes: int64(len(raw)), CRC: crc32.Checksum(raw, castagnoli), Frame: i == 0})
+		datas = append(datas, append([]byte(nil), data...))
+	}
+	build := func(capacity int) ([]byte, error) {
+		lb := logBuilder{out: append(make([]byte, 0, capacity), '[')}
+		for i := range pieces {
+			if err := lb.add(pieces[i], datas[i]); err != nil {
+				return nil, err
+			}
+		}
+		return lb.result()
+	}
+	want := string(conversation(3))
+	for _, capacity := range []int{len(want), 1} { // room to decode in place (concurrently), or not
+		got, err := build(capacity)
+		require.NoError(t, err)
+		require.Equal(t, want[:len(want)-1], string(got))
+		pieces[1].CRC++
+		_, err = build(capacity)
+		require.ErrorIs(t, err, ErrMalformed)
+		pieces[1].CRC--
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"sync"
 
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -106,7 +107,7 @@ func (s *Store) saveOnce(ctx context.Context, sess *session, req SaveRequest) (R
 		piece.Keep = &req.Keep.RawBytes
 	}
 	raw := joinMessages(req.Messages, head.Messages > 0)
-	piece.RawBytes = int64(len(raw))
+	piece.RawBytes, piece.CRC = int64(len(raw)), crc32.Checksum(raw, castagnoli)
 	var err error
 	if head.State, _, err = extendHash(state, raw); err != nil {
 		return Record{}, err
