@@ -460,7 +460,7 @@ func startProcess(t *testing.T, bin string) string {
 	return url
 }
 
-// A piece whose bytes do not match its CRC-32C is refused, in a run decoded concurrently or not.
+// A piece whose bytes do not match its CRC-32C is refused, in a run decoded in place or not.
 func TestLogBuilder_CRC(t *testing.T) {
 	enc, err := newEncoder(1 << 20)
 	require.NoError(t, err)
@@ -483,7 +483,7 @@ func TestLogBuilder_CRC(t *testing.T) {
 		return lb.result()
 	}
 	want := string(conversation(3))
-	for _, capacity := range []int{len(want), 1} { // room to decode in place (concurrently), or not
+	for _, capacity := range []int{len(want), 1} { // room to decode in place, or not
 		got, err := build(capacity)
 		require.NoError(t, err)
 		require.Equal(t, want[:len(want)-1], string(got))

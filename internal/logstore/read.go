@@ -123,7 +123,7 @@ func (s *Store) logAt(ctx context.Context, subject string, upTo, v uint64) ([]by
 	if err != nil {
 		return nil, Record{}, err
 	}
-	lb := logBuilder{out: append(make([]byte, 0, rec.RawBytes), '[')}
+	lb := logBuilder{out: append(make([]byte, 0, rec.RawBytes+64), '[')} // room for "]", and for the decoder
 	for i, e := range entries {
 		switch e.kind {
 		case KindFork:
