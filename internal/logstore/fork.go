@@ -9,9 +9,9 @@ import (
 
 // Fork starts session dst at version v of src, sharing src's stored messages: dst's first entry
 // says "the first RawBytes of src's log, read up to sequence UpTo" (a stream sequence names one
-// message of the stream, whatever its subject). Nothing is copied. Entries are never deleted
-// while a session lives, so the shared ones stay; docs/format.md §8 ("Forks") says what deleting
-// the source must do.
+// message of the stream, whatever its subject). Nothing is copied. The prototype does not guard
+// the shared entries: a pack of src deletes those it packs, and dst can no longer be read;
+// docs/format.md §8.11 says what the engine must do (pins).
 func (s *Store) Fork(ctx context.Context, src wire.Key, v uint64, dst wire.Key, saveID string) (Record, error) {
 	// The fork's head needs the SHA-256 state at v, which only v's own entry holds: read it.
 	subject := LogSubject(src)
