@@ -13,10 +13,11 @@ import (
 // however small it is (a batched direct get of the corpus's 485 entries took 5.6–7.8 ms, one get
 // of the same bytes in one message 0.2 ms), so the saves since the last pack are joined into one
 // pack entry once they hold PackBytes of data or PackEntries entries. A pack holds their records
-// and their messages compressed again as one zstd frame; it is appended
-// to the log subject with the compare-and-swap of a save (it carries the head, so it is the head
-// until the next save), and the entries it packed are then deleted one by one. Each stored byte
-// is thus written twice, and a read fetches at most size/PackBytes + PackEntries entries.
+// and their messages, compressed again as one zstd frame (or, PackOpen, as they were stored); it
+// is appended to the log subject with the compare-and-swap of a save (it carries the head, so it
+// is the head until the next save), and the entries it packed are then deleted one by one. Each
+// stored byte is thus written at most twice, and a read fetches at most size/PackBytes +
+// PackEntries entries.
 //
 // A reader that finds packed entries not yet deleted (a crash between the pack and the deletes)
 // skips them: a pack covers every save and lease between the previous pack and itself. The next
