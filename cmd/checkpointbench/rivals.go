@@ -251,4 +251,3 @@ func loadPostgres(ctx context.Context, pg *pgx.Conn, msgs []json.RawMessage) err
 	}
 	return nil
 }
-
