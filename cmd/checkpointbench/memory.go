@@ -60,7 +60,7 @@ func runMemory(ctx context.Context, b *bench) error {
 		"moment", "peak RSS (VmHWM)", "× checkpoint size", "took")
 	t.row("idle, before", mib(idle), times(float64(idle)/n), "")
 	t.row("after the save", mib(afterSave), times(float64(afterSave)/n), saved.Round(time.Millisecond).String())
-	t.row("after the restore", mib(peak), times(float64(peak)/n), restored.Round(time.Millisecond).String()).
+	t.row("peak, save and restore", mib(peak), times(float64(peak)/n), restored.Round(time.Millisecond).String()).
 		check(fmt.Sprintf("< %g×", rssFactor), times(float64(peak)/n), float64(peak) < rssFactor*n).value("bytes", float64(peak))
 	t.note("the checkpoint: pairs of a tool call and its result, each result a different %s stretch of %s's text; saved with checkpoint.Client.Save, restored with Restore.",
 		mib(int64(toolOutputBytes(b.o.scale.LargeBytes))), largeFile)
