@@ -87,6 +87,10 @@ func (b *bench) startDaemon(ctx context.Context, name string, extra ...string) (
 	return d, d.start(ctx)
 }
 
+// maxPendingPublishes: the asynchronous publishes a connection keeps in flight. With 50 agents
+// nats.go's default (4000 each) goes past the server's limit of publishes in flight per stream.
+const maxPendingPublishes = 256
+
 // conn is one client connection to a daemon's server, used both by the SDK and for raw JetStream,
 // as one agent process would.
 type conn struct {
@@ -105,7 +109,7 @@ func (b *bench) connect(d *daemon) (*conn, error) {
 		nc.Close()
 		return nil, err
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(64)) // under the server's limit of requests in flight, with 50 agents
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPendingPublishes))
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -33,6 +33,7 @@ func runIngest(ctx context.Context, b *bench) error {
 		appenders[i] = &appender{c: c, conv: b.corpus.large, prefix: fmt.Sprintf("agent%02d", i)}
 	}
 	var cpRates, rawRates []float64
+	var refused int64
 	for round := range sc.IngestRounds {
 		b.logf("ingest: round %d of %d, %d agents, %s each side", round+1, sc.IngestRounds, len(agents), sc.IngestPhase)
 		r, err := saveFlood(ctx, appenders, sc.IngestPhase)
@@ -40,10 +41,11 @@ func runIngest(ctx context.Context, b *bench) error {
 			return err
 		}
 		cpRates = append(cpRates, r)
-		if r, err = publishFlood(ctx, agents, b.corpus.large, sc.IngestPhase); err != nil {
+		r, n, err := publishFlood(ctx, agents, b.corpus.large, sc.IngestPhase)
+		if err != nil {
 			return err
 		}
-		rawRates = append(rawRates, r)
+		rawRates, refused = append(rawRates, r), refused+n
 	}
 	cp, raw := median(cpRates), median(rawRates)
 	t := b.report.add("ingest", fmt.Sprintf("Ingest: %d agents, each appending 2 messages per save", len(agents)),
@@ -53,6 +55,8 @@ func runIngest(ctx context.Context, b *bench) error {
 	t.note("median of %d rounds; each round %s of saves (checkpoint.Client.Append, one after another per agent), then %s of "+
 		"jetstream.PublishAsync by the same agents on the same connections, every publish acknowledged. Rounds, saves/s: %v; publishes/s: %v.",
 		sc.IngestRounds, sc.IngestPhase, sc.IngestPhase, rounded(cpRates), rounded(rawRates))
+	t.note("each agent keeps at most %d publishes in flight (nats.go's default, 4000, makes the server refuse some with 429); refused and not counted: %d.",
+		maxPendingPublishes, refused)
 	return d.stop()
 }
 
@@ -90,9 +94,10 @@ func saveFlood(ctx context.Context, appenders []*appender, phase time.Duration) 
 }
 
 // publishFlood has every agent publish pairs asynchronously for the phase, then waits for every
-// acknowledgement; it returns the acknowledged publishes per second, waiting included.
-func publishFlood(ctx context.Context, agents []*conn, conv conversation, phase time.Duration) (float64, error) {
-	var acked atomic.Int64
+// acknowledgement; it returns the acknowledged publishes per second, waiting included, and how
+// many the server refused (a server past its limit of publishes in flight says 429: not counted).
+func publishFlood(ctx context.Context, agents []*conn, conv conversation, phase time.Duration) (float64, int64, error) {
+	var acked, refused atomic.Int64
 	errs := make(chan error, len(agents))
 	deadline := time.Now().Add(phase)
 	start := time.Now()
@@ -115,9 +120,8 @@ func publishFlood(ctx context.Context, agents []*conn, conv conversation, phase 
 				select {
 				case <-f.Ok():
 					acked.Add(1)
-				case err := <-f.Err():
-					errs <- err
-					return
+				case <-f.Err():
+					refused.Add(1)
 				case <-ctx.Done():
 					errs <- ctx.Err()
 					return
@@ -128,9 +132,12 @@ func publishFlood(ctx context.Context, agents []*conn, conv conversation, phase 
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(acked.Load()) / time.Since(start).Seconds(), nil
+	if acked.Load() == 0 {
+		return 0, refused.Load(), fmt.Errorf("none of %d publishes was acknowledged", refused.Load())
+	}
+	return float64(acked.Load()) / time.Since(start).Seconds(), refused.Load(), nil
 }
 
 func median(xs []float64) float64 {
