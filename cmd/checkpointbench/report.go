@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 // report is everything a run measured, printed as aligned tables or as JSON.
@@ -144,7 +146,8 @@ func (t *table) write(w io.Writer) {
 	for _, rw := range t.Rows {
 		hasTarget = hasTarget || rw.Met != nil
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	cols := t.Columns
 	if hasTarget {
 		cols = append(append([]string{}, cols...), "target", "")
@@ -152,7 +155,7 @@ func (t *table) write(w io.Writer) {
 	fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	dashes := make([]string, len(cols))
 	for i, c := range cols {
-		dashes[i] = strings.Repeat("-", max(len(c), 3))
+		dashes[i] = strings.Repeat("-", max(utf8.RuneCountInString(c), 3))
 	}
 	fmt.Fprintln(tw, strings.Join(dashes, "\t"))
 	for _, rw := range t.Rows {
@@ -167,6 +170,9 @@ func (t *table) write(w io.Writer) {
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	tw.Flush()
+	for _, line := range strings.SplitAfter(buf.String(), "\n") {
+		fmt.Fprint(w, strings.TrimRight(line, " \n"), strings.Repeat("\n", strings.Count(line, "\n")))
+	}
 	for _, n := range t.Notes {
 		fmt.Fprintf(w, "  %s\n", n)
 	}
