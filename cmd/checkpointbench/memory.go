@@ -62,7 +62,7 @@ func runMemory(ctx context.Context, b *bench) error {
 	t.row("after the save", mib(afterSave), times(float64(afterSave)/n), saved.Round(time.Millisecond).String())
 	t.row("peak, save and restore", mib(peak), times(float64(peak)/n), restored.Round(time.Millisecond).String()).
 		check(fmt.Sprintf("< %g×", rssFactor), times(float64(peak)/n), float64(peak) < rssFactor*n).value("bytes", float64(peak))
-	t.note("the checkpoint: pairs of a tool call and its result, each result a different %s stretch of %s's text; saved with checkpoint.Client.Save, restored with Restore.",
+	t.note("the checkpoint: pairs of a tool call and its result, each result a different stretch of about %s of %s's text; saved with checkpoint.Client.Save, restored with Restore.",
 		mib(int64(toolOutputBytes(b.o.scale.LargeBytes))), largeFile)
 	return d.stop()
 }
@@ -71,13 +71,25 @@ func runMemory(ctx context.Context, b *bench) error {
 // less for a small one, so that it still has several.
 func toolOutputBytes(n int64) int { return int(min(4<<20, n/16)) }
 
-// largeCheckpoint builds a conversation of at least n bytes: tool calls whose outputs are
+// largeCheckpoint builds a conversation of about n bytes: tool calls whose outputs are
 // multi-MiB stretches of the corpus's text, each starting elsewhere so that no two are the same.
+// JSON escaping makes the outputs larger than their text, so a first try that overshoots is built
+// again with outputs shorter in proportion.
 func largeCheckpoint(src conversation, n int64) []byte {
 	text, each := corpusText(src), toolOutputBytes(n)
+	conv := toolOutputs(text, each, n)
+	if over := float64(len(conv)) / float64(n); over > 1.01 {
+		conv = toolOutputs(text, int(float64(each)/over), n)
+	}
+	return conv
+}
+
+// toolOutputs makes pairs of a tool call and an output of each bytes of text until the
+// conversation holds n bytes (the outputs escaped), or one more pair would exceed it by far.
+func toolOutputs(text string, each int, n int64) []byte {
 	var msgs []json.RawMessage
 	var total int64
-	for i := 0; total < n; i++ {
+	for i := 0; total+int64(each)/2 < n; i++ {
 		start := (i * 7919) % len(text)
 		var out strings.Builder
 		fmt.Fprintf(&out, "tool output %d\n", i)
