@@ -18,14 +18,13 @@ import (
 // bench is what the sections share: a temporary directory, the checkpointd binary, the corpus,
 // the report, and the processes started so far (stopped by close).
 type bench struct {
-	o       options
-	tmp     string
-	bin     string
-	corpus  *corpus
-	report  *report
-	stderr  io.Writer
-	daemons []*daemon
-	stops   []func()
+	o      options
+	tmp    string
+	bin    string
+	corpus *corpus
+	report *report
+	stderr io.Writer
+	stops  []func() // what close undoes, in reverse order: processes, connections
 }
 
 func newBench(ctx context.Context, o options, stderr io.Writer) (*bench, error) {
@@ -55,12 +54,7 @@ func newBench(ctx context.Context, o options, stderr io.Writer) (*bench, error) 
 
 // close stops every process the run started and removes the temporary directory (unless --keep).
 func (b *bench) close() {
-	for i := len(b.stops) - 1; i >= 0; i-- {
-		b.stops[i]()
-	}
-	for _, d := range b.daemons {
-		d.kill()
-	}
+	b.closeSince(0)
 	if !b.o.keep {
 		_ = os.RemoveAll(b.tmp)
 	}
@@ -68,6 +62,17 @@ func (b *bench) close() {
 
 // onClose registers a function close runs (in reverse order).
 func (b *bench) onClose(f func()) { b.stops = append(b.stops, f) }
+
+// mark and closeSince let a section stop what it started when it ends, so that its processes
+// and connections do not run on beside the next section.
+func (b *bench) mark() int { return len(b.stops) }
+
+func (b *bench) closeSince(mark int) {
+	for i := len(b.stops) - 1; i >= mark; i-- {
+		b.stops[i]()
+	}
+	b.stops = b.stops[:mark]
+}
 
 // logf prints a progress line on stderr (not with -q).
 func (b *bench) logf(format string, args ...any) {
@@ -83,7 +88,7 @@ func (b *bench) startDaemon(ctx context.Context, name string, extra ...string) (
 	if err != nil {
 		return nil, err
 	}
-	b.daemons = append(b.daemons, d)
+	b.onClose(func() { d.kill(); d.log.Close() })
 	return d, d.start(ctx)
 }
 

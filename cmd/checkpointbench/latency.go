@@ -26,7 +26,7 @@ func runLatency(ctx context.Context, b *bench) error {
 	n := b.o.scale.Iterations
 	steps := []struct {
 		what string
-		f    func(context.Context, *conn, int) (cpOp, rawOp op, err error)
+		ops  opPair
 		raw  string
 		max  float64
 	}{
@@ -40,7 +40,7 @@ func runLatency(ctx context.Context, b *bench) error {
 	}
 	for _, s := range steps {
 		b.logf("latency: %s (%d samples each)", s.what, n)
-		cpOp, rawOp, err := s.f(ctx, c, n)
+		cpOp, rawOp, err := s.ops(ctx, c)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.what, err)
 		}
@@ -55,6 +55,9 @@ func runLatency(ctx context.Context, b *bench) error {
 	t.note("raw operations publish to (and direct-get from) a plain file stream created on the daemon's embedded server.")
 	return d.stop()
 }
+
+// opPair prepares a checkpointd operation and the raw operation it is measured against.
+type opPair func(ctx context.Context, c *conn) (cp, raw op, err error)
 
 // ratioRow adds a row of checkpointd against raw, with the target ratio of the p50s.
 func ratioRow(t *table, what, rawWhat string, cp, raw samples, limit float64) {
@@ -107,8 +110,8 @@ func (a *appender) append(ctx context.Context) error {
 	return err
 }
 
-func appendOps(conv conversation) func(context.Context, *conn, int) (op, op, error) {
-	return func(ctx context.Context, c *conn, _ int) (op, op, error) {
+func appendOps(conv conversation) opPair {
+	return func(ctx context.Context, c *conn) (op, op, error) {
 		a := &appender{c: c, conv: conv, prefix: "append"}
 		var pair []byte
 		return op{name: "append", setup: func(int) error { return a.prepare(ctx) }, run: func(int) error { return a.append(ctx) }},
@@ -117,10 +120,12 @@ func appendOps(conv conversation) func(context.Context, *conn, int) (op, op, err
 	}
 }
 
-func wholeArrayOps(conv conversation) func(context.Context, *conn, int) (op, op, error) {
-	return func(ctx context.Context, c *conn, n int) (op, op, error) { return wholeArray(ctx, c, conv) }
+func wholeArrayOps(conv conversation) opPair {
+	return func(ctx context.Context, c *conn) (op, op, error) { return wholeArray(ctx, c, conv) }
 }
 
+// wholeArray saves a growing prefix of conv, 2 messages longer each time, against a publish of
+// those 2 messages.
 func wholeArray(ctx context.Context, c *conn, conv conversation) (op, op, error) {
 	session, upTo := 0, 0
 	var whole, grew []byte
@@ -141,8 +146,8 @@ func wholeArray(ctx context.Context, c *conn, conv conversation) (op, op, error)
 		op{name: "publish", run: func(int) error { _, err := c.js.Publish(ctx, "bench.latency.grew", grew); return err }}, nil
 }
 
-func firstSaveOps(conv conversation) func(context.Context, *conn, int) (op, op, error) {
-	return func(ctx context.Context, c *conn, _ int) (op, op, error) {
+func firstSaveOps(conv conversation) opPair {
+	return func(ctx context.Context, c *conn) (op, op, error) {
 		body := conv.bytes()
 		return op{name: "first save", run: func(i int) error {
 				_, err := c.cp.Save(ctx, checkpoint.Key{Session: fmt.Sprintf("first-%s-%d", conv.name, i)}, body, checkpoint.ExpectVersion(0))
@@ -155,8 +160,8 @@ func firstSaveOps(conv conversation) func(context.Context, *conn, int) (op, op, 
 	}
 }
 
-func restoreOps(conv conversation) func(context.Context, *conn, int) (op, op, error) {
-	return func(ctx context.Context, c *conn, _ int) (op, op, error) {
+func restoreOps(conv conversation) opPair {
+	return func(ctx context.Context, c *conn) (op, op, error) {
 		body := conv.bytes()
 		key := checkpoint.Key{Session: "restore-" + conv.name}
 		if _, err := c.cp.Save(ctx, key, body); err != nil {

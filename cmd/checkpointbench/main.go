@@ -76,7 +76,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		b.logf("== %s", s.name)
-		if err := s.run(ctx, b); err != nil {
+		mark := b.mark()
+		err := s.run(ctx, b)
+		b.closeSince(mark)
+		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		if ctx.Err() != nil {

@@ -136,7 +136,6 @@ func (b *bench) checkpointdSystems(ctx context.Context, sync bool) (*system, *sy
 	if err != nil {
 		return nil, nil, err
 	}
-	b.onClose(func() { _ = d.stop() })
 	c, err := b.connect(d)
 	if err != nil {
 		return nil, nil, err
