@@ -74,17 +74,17 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.quiet, "q", false, "no progress lines on stderr")
 	// Each figure of the scale, after --quick/--full.
 	var sc scale
-	fs.IntVar(&sc.Iterations, "iterations", 0, "samples per latency row")
-	fs.DurationVar(&sc.IngestPhase, "ingest-phase", 0, "length of each ingest phase")
-	fs.IntVar(&sc.IngestRounds, "ingest-rounds", 0, "ingest rounds (checkpointd, then raw publish)")
-	fs.DurationVar(&sc.Pace, "pace", 0, "pause between turns of the checkpoint-per-turn session (the issue's realistic run: 3s)")
-	fs.IntVar(&sc.Turns, "turns", 0, "assistant turns of the checkpoint-per-turn session (0: all)")
-	fs.DurationVar(&sc.Settle, "settle", 0, "idle time after the session's last save before the restart")
-	fs.IntVar(&sc.Sessions, "sessions", 0, "sessions of the large listing")
-	fs.IntVar(&sc.SmallSessions, "small-sessions", 0, "sessions of the small listing")
-	fs.IntVar(&sc.Versions, "versions", 0, "versions of the long history")
-	fs.IntVar(&sc.SmallVersions, "small-versions", 0, "versions of the short history")
-	fs.Int64Var(&sc.LargeBytes, "large-bytes", 0, "size of the large checkpoint (memory section)")
+	fs.IntVar(&sc.Iterations, "iterations", 0, "samples per latency row (default: the scale's)")
+	fs.DurationVar(&sc.IngestPhase, "ingest-phase", 0, "length of each ingest phase (default: the scale's)")
+	fs.IntVar(&sc.IngestRounds, "ingest-rounds", 0, "ingest rounds (checkpointd, then raw publish) (default: the scale's)")
+	fs.DurationVar(&sc.Pace, "pace", 0, "pause between turns of the checkpoint-per-turn session (default: the scale's; the issue's realistic run: 3s)")
+	fs.IntVar(&sc.Turns, "turns", 0, "assistant turns of the checkpoint-per-turn session (default and 0: all)")
+	fs.DurationVar(&sc.Settle, "settle", 0, "idle time after the session's last save before the restart (default: the scale's)")
+	fs.IntVar(&sc.Sessions, "sessions", 0, "sessions of the large listing (default: the scale's)")
+	fs.IntVar(&sc.SmallSessions, "small-sessions", 0, "sessions of the small listing (default: the scale's)")
+	fs.IntVar(&sc.Versions, "versions", 0, "versions of the long history (default: the scale's)")
+	fs.IntVar(&sc.SmallVersions, "small-versions", 0, "versions of the short history (default: the scale's)")
+	fs.Int64Var(&sc.LargeBytes, "large-bytes", 0, "bytes of the large checkpoint (memory section; default: the scale's)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: go run ./cmd/checkpointbench [flags]\n\n"+
 			"Measures a checkpointd process against raw JetStream, zstd, Redis and PostgreSQL on the same bytes\n"+
