@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,4 +72,28 @@ func TestParseOptions(t *testing.T) {
 		_, err := parseOptions(bad, io.Discard)
 		require.Error(t, err, "%v", bad)
 	}
+}
+
+// Without Redis and PostgreSQL the rivals section still measures checkpointd and raw JetStream,
+// and says which targets it could not check, and why.
+func TestRun_RivalsSkippedWhenNotInstalled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs checkpointd")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"-o", "json", "-q", "--only", "rivals", "--iterations", "2",
+		"--redis-server", "no-such-redis-server", "--postgres-bin", t.TempDir()}, &stdout, &stderr)
+	require.NoError(t, err, stderr.String())
+	var rep report
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep))
+	require.Len(t, rep.Summary, 3)
+	for _, s := range rep.Summary {
+		require.True(t, s.Skipped, s.Row)
+		require.False(t, s.Met, s.Row)
+	}
+	notes := rep.Tables[0].Notes
+	require.Contains(t, strings.Join(notes, "\n"), "no-such-redis-server not found")
+	require.Contains(t, strings.Join(notes, "\n"), "postgres not found")
 }

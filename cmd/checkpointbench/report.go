@@ -53,6 +53,7 @@ type result struct {
 	Target  string `json:"target"`
 	Got     string `json:"got"`
 	Met     bool   `json:"met"`
+	Skipped bool   `json:"skipped,omitempty"` // not measured (a rival not installed): neither met nor not
 }
 
 func newReport(args []string, o options) *report {
@@ -85,6 +86,12 @@ func (rw *row) check(target, got string, met bool) *row {
 	return rw
 }
 
+// skip says the row's target could not be checked.
+func (rw *row) skip(target string) *row {
+	rw.Target, rw.Got = target, "skipped"
+	return rw
+}
+
 // value records a number behind the row's cells.
 func (rw *row) value(name string, v float64) *row {
 	if rw.Values == nil {
@@ -104,8 +111,9 @@ func (r *report) finish() {
 	r.Summary = nil
 	for _, t := range r.Tables {
 		for _, rw := range t.Rows {
-			if rw.Met != nil {
-				r.Summary = append(r.Summary, result{Section: t.Section, Row: rw.Cells[0], Target: rw.Target, Got: rw.Got, Met: *rw.Met})
+			if rw.Target != "" {
+				r.Summary = append(r.Summary, result{Section: t.Section, Row: rw.Cells[0], Target: rw.Target, Got: rw.Got,
+					Met: rw.Met != nil && *rw.Met, Skipped: rw.Met == nil})
 			}
 		}
 	}
@@ -128,15 +136,26 @@ func (r *report) writeText(w io.Writer) error {
 		fmt.Fprintf(w, "\n## %s\n\n", t.Title)
 		t.write(w)
 	}
-	met := 0
+	met, skipped := 0, 0
 	for _, s := range r.Summary {
 		if s.Met {
 			met++
 		}
+		if s.Skipped {
+			skipped++
+		}
 	}
-	fmt.Fprintf(w, "\n## Summary: %d of %d targets met\n\n", met, len(r.Summary))
+	fmt.Fprintf(w, "\n## Summary: %d of %d targets met", met, len(r.Summary)-skipped)
+	if skipped > 0 {
+		fmt.Fprintf(w, " (%d skipped)", skipped)
+	}
+	fmt.Fprint(w, "\n\n")
 	for _, s := range r.Summary {
-		fmt.Fprintf(w, "- %-7s  %-7s %s: %s (target %s)\n", verdict(s.Met), s.Section, s.Row, s.Got, s.Target)
+		v := verdict(s.Met)
+		if s.Skipped {
+			v = "SKIPPED"
+		}
+		fmt.Fprintf(w, "- %-7s  %-7s %s: %s (target %s)\n", v, s.Section, s.Row, s.Got, s.Target)
 	}
 	return nil
 }
@@ -144,7 +163,7 @@ func (r *report) writeText(w io.Writer) error {
 func (t *table) write(w io.Writer) {
 	hasTarget := false
 	for _, rw := range t.Rows {
-		hasTarget = hasTarget || rw.Met != nil
+		hasTarget = hasTarget || rw.Target != ""
 	}
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
@@ -164,6 +183,8 @@ func (t *table) write(w io.Writer) {
 			v := ""
 			if rw.Met != nil {
 				v = verdict(*rw.Met)
+			} else if rw.Target != "" {
+				v = "SKIPPED"
 			}
 			cells = append(append([]string{}, cells...), rw.Target, v)
 		}

@@ -93,7 +93,10 @@ func runRivals(ctx context.Context, b *bench) error {
 		a, ok1 := got[cp]
 		r, ok2 := got[rival]
 		if !ok1 || !ok2 {
-			matched.row(label, "", "", "skipped")
+			rw := matched.row(label, "", "", "skipped")
+			if target {
+				rw.skip("≤ 1×")
+			}
 			return
 		}
 		x := ratio(a[which].pct(50), r[which].pct(50))
