@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,7 @@ func runScale(ctx context.Context, b *bench) error {
 			return err
 		}
 	}
+	var setup []string // how long creating each took: a figure of its own
 	for _, ns := range []struct {
 		name string
 		n    int
@@ -40,16 +42,18 @@ func runScale(ctx context.Context, b *bench) error {
 		if err := createSessions(ctx, clients, ns.name, ns.n); err != nil {
 			return err
 		}
-		b.logf("scale: %d sessions in %s", ns.n, time.Since(began).Round(time.Millisecond))
+		setup = append(setup, rate(ns.n, "sessions", time.Since(began)))
 	}
 	for _, s := range []struct {
 		name string
 		n    int
 	}{{"short", sc.SmallVersions}, {"long", sc.Versions}} {
 		b.logf("scale: saving %d versions of session %s", s.n, s.name)
+		began := time.Now()
 		if err := createVersions(ctx, clients[0], checkpoint.Key{Namespace: "history", Session: s.name}, s.n); err != nil {
 			return err
 		}
+		setup = append(setup, rate(s.n, "versions", time.Since(began)))
 	}
 	nc := clients[0].nc
 	t := b.report.add("scale", fmt.Sprintf("list and history at %d sessions and %d versions against %d sessions and %d versions (one request: the first page)",
@@ -77,6 +81,8 @@ func runScale(ctx context.Context, b *bench) error {
 	scaleRow(t, "history", got, pages)
 	t.note("raw requests per docs/protocol.md §5 (cp.api.<ns>.list with offset 0; cp.api.<ns>.history of one session): a reply holds " +
 		"as much as fits in one message, so a large namespace answers with its first page (\"more\": true).")
+	t.note("created with one-message saves, %d at once for sessions, one after another (appends) for versions: %s.",
+		createWorkers, strings.Join(setup, "; "))
 	return d.stop()
 }
 
@@ -139,9 +145,16 @@ func request(ctx context.Context, nc *nats.Conn, subject string, body any, p *pa
 	}
 }
 
+// createWorkers: the saves creating sessions at once.
+const createWorkers = 64
+
+func rate(n int, what string, d time.Duration) string {
+	return fmt.Sprintf("%d %s in %s (%.0f/s)", n, what, d.Round(time.Millisecond), float64(n)/d.Seconds())
+}
+
 // createSessions saves n one-message sessions in namespace ns, many at once over the clients.
 func createSessions(ctx context.Context, clients []*conn, ns string, n int) error {
-	const workers = 64
+	const workers = createWorkers
 	var next atomic.Int64
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
