@@ -21,6 +21,7 @@ type config struct {
 	NATSListen      string
 	NATSURL         string
 	NATSCreds       string
+	Sync            string // --sync: "default" or "always" (fsync every JetStream write; embedded server only)
 	ConfigFile      string // --config FILE: settings as CHECKPOINTD_<FLAG>=VALUE lines, re-read on SIGHUP (reload.go)
 	Tenants         string // --tenants FILE: logins and namespaces of the embedded server (tenants.go)
 	PrintNATSConfig bool
@@ -32,6 +33,12 @@ type config struct {
 	Daemon          transfer.Config
 	Security        securityConfig // TLS and encryption at rest (security.go)
 }
+
+// The values of --sync.
+const (
+	syncDefault = "default"
+	syncAlways  = "always"
+)
 
 // envPrefix: every flag may also be set as CHECKPOINTD_<FLAG>, e.g. --data-dir as CHECKPOINTD_DATA_DIR.
 // A flag on the command line wins over the environment.
@@ -46,6 +53,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.NATSListen, "nats-listen", "127.0.0.1:4222", "address the embedded NATS server listens on for clients")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "use this NATS server or cluster (comma-separated URLs) instead of the embedded one")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
+	fs.StringVar(&c.Sync, "sync", syncDefault, "`mode` of the embedded server's JetStream writes: default (flushed to disk every 2 minutes, nats-server's default: an acknowledged save survives a crash of the daemon, and of the machine once flushed) or always (fsync before every acknowledgement: it survives a power loss too, at the cost of an fsync per write; see BENCHMARKS.md). With --nats-url set it on that server instead: sync_interval: always")
 	fs.StringVar(&c.Tenants, "tenants", "", "JSON file of logins: each tenant reaches only its namespace, admins every namespace; anonymous clients are refused (re-read on SIGHUP; see docs/security.md)")
 	fs.BoolVar(&c.PrintVersion, "version", false, "print the version, commit, Go version, protocol and storage format versions, and exit")
 	fs.BoolVar(&c.PrintNATSConfig, "print-nats-config", false, "print the NATS accounts that isolate the --tenants for an external nats-server, and exit")
@@ -126,6 +134,12 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 func (c config) validate() error {
 	if c.NATSURL == "" && c.DataDir == "" {
 		return errors.New("--data-dir: required when running the embedded NATS server")
+	}
+	if c.Sync != syncDefault && c.Sync != syncAlways {
+		return fmt.Errorf("--sync: %q is not default or always", c.Sync)
+	}
+	if c.Sync == syncAlways && c.NATSURL != "" {
+		return errors.New("--sync always: configures the embedded NATS server; with --nats-url, set `sync_interval: always` in the JetStream block of that server's configuration")
 	}
 	if c.NATSCreds != "" && c.NATSURL == "" {
 		return errors.New("--nats-creds: only meaningful with --nats-url")

@@ -12,30 +12,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/procfs"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
 // peakRSS reads a process's peak resident set size (VmHWM) in bytes.
 func peakRSS(b *testing.B, pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	n, err := procfs.PeakRSS(pid)
 	require.NoError(b, err)
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			require.NoError(b, err)
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmHWM in /proc status")
-	return 0
+	return n
 }
 
 // BenchmarkLarge_64MiB saves and restores a 64 MiB conversation (64 tool results, each an inline

@@ -96,8 +96,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		defer lock.release() // deferred first, so released after the server below has shut down
-		srv := transfer.ServerConfig{DataDir: cfg.DataDir, Listen: cfg.NATSListen,
-			TLS: cfg.Security.ServerTLS, Encryption: cfg.Security.encryption}
+		srv := cfg.embeddedServer()
 		login, err := withTenants(&srv, cfg, log) // tenants.go
 		if err != nil {
 			return err
@@ -107,7 +106,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-		log.Info("embedded NATS server with JetStream started", "url", ns.ClientURL(), "data_dir", cfg.DataDir)
+		log.Info("embedded NATS server with JetStream started", "url", ns.ClientURL(), "data_dir", cfg.DataDir, "sync", cfg.Sync)
 		rl.ns, rl.srv, rl.tenants = ns, srv, cfg.Tenants
 		nc, err = nats.Connect(transfer.InProcessURL(ns), append(login, nats.InProcessServer(ns), nats.Name("checkpointd"))...)
 	} else {
@@ -166,6 +165,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("checkpointd stopped")
 	return err
+}
+
+// embeddedServer is the configuration of the embedded NATS server that cfg asks for.
+func (c config) embeddedServer() transfer.ServerConfig {
+	return transfer.ServerConfig{DataDir: c.DataDir, Listen: c.NATSListen, SyncAlways: c.Sync == syncAlways,
+		TLS: c.Security.ServerTLS, Encryption: c.Security.encryption}
 }
 
 // stopRefused stops a daemon that NATS reconnected to a server too old for it (a cluster of mixed

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/internal/procfs"
 )
 
 // Helpers of the harnesses that run checkpointd as a real OS process (crash_test.go, load_test.go).
@@ -158,17 +160,8 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 
 // peakRSSOf reads a process's peak resident set size (VmHWM) in bytes, 0 if unreadable.
 func peakRSSOf(pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	n, _ := procfs.PeakRSS(pid)
+	return n
 }
 
 // corpusMessages returns the messages of every transcript of testdata/corpus, compacted (the

@@ -1,16 +1,12 @@
 package metrics
 
 import (
-	"bufio"
-	"bytes"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/checkpointd/checkpointd/internal/procfs"
 )
 
 // processIO reports the bytes the daemon's process caused to be written to storage, from
@@ -24,25 +20,15 @@ var writtenDesc = prometheus.NewDesc(namespace+"_process_written_bytes_total",
 func (processIO) Describe(ch chan<- *prometheus.Desc) { ch <- writtenDesc }
 
 func (processIO) Collect(ch chan<- prometheus.Metric) {
-	if n, ok := procWriteBytes("/proc/self/io"); ok {
+	if n, ok := procWriteBytes(); ok {
 		ch <- prometheus.MustNewConstMetric(writtenDesc, prometheus.CounterValue, float64(n))
 	}
 }
 
-// procWriteBytes reads the write_bytes line of a /proc/PID/io file.
-func procWriteBytes(path string) (uint64, bool) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		if v, ok := bytes.CutPrefix(sc.Bytes(), []byte("write_bytes: ")); ok {
-			n, err := strconv.ParseUint(string(v), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
+// procWriteBytes reads the write_bytes of this process's /proc/self/io.
+func procWriteBytes() (uint64, bool) {
+	io, err := procfs.ReadIO(0)
+	return uint64(io.WriteBytes), err == nil
 }
 
 // DirSize reports the bytes on disk of a directory tree (the embedded server's data directory) as
@@ -81,17 +67,6 @@ func (d *dirSize) Collect(ch chan<- prometheus.Metric) {
 
 // treeBytes sums the sizes of the regular files under dir; files vanishing meanwhile are skipped.
 func treeBytes(dir string) (int64, bool) {
-	var n int64
-	err := filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // a file removed while walking (JetStream compacts): not an error of the size
-		}
-		if e.Type().IsRegular() {
-			if info, err := e.Info(); err == nil {
-				n += info.Size()
-			}
-		}
-		return nil
-	})
-	return n, err == nil
+	u, err := procfs.TreeUsage(dir)
+	return u.Apparent, err == nil
 }

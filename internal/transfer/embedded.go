@@ -18,6 +18,10 @@ type ServerConfig struct {
 	Name    string // server name; stable across restarts so JetStream finds its own data
 	// MaxPayload is the largest message the server accepts (0: NATS's default, 1 MiB).
 	MaxPayload int32
+	// SyncAlways makes JetStream fsync every write before acknowledging it (nats-server's
+	// `sync_interval: always`). Off, it syncs every 2 minutes, as nats-server does by default:
+	// an acknowledged save then survives a crash of the process, not always one of the machine.
+	SyncAlways bool
 	// Cluster, when ClusterListen is set, joins a JetStream cluster: the routes listen there and
 	// connect to Routes (nats-route://host:port of every node). Tests build clusters with it;
 	// production clusters are run as nats-server processes and reached with --nats-url.
@@ -90,6 +94,7 @@ func serverOptions(cfg ServerConfig) (*server.Options, error) {
 		NoSigs:     true, // checkpointd owns the signals and shuts the server down itself
 		NoLog:      true,
 		MaxPayload: cfg.MaxPayload,
+		SyncAlways: cfg.SyncAlways,
 	}
 	if cfg.ClusterListen != "" {
 		chost, cport, err := net.SplitHostPort(cfg.ClusterListen)

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+)
+
+// runLatency: each checkpointd operation against the raw JetStream operation on the same bytes,
+// on the same server and client connection, interleaved (issue 12, first table).
+func runLatency(ctx context.Context, b *bench) error {
+	d, err := b.startDaemon(ctx, "latency")
+	if err != nil {
+		return err
+	}
+	c, err := b.connect(d)
+	if err != nil {
+		return err
+	}
+	if _, err := c.rawStream(ctx, "latency"); err != nil {
+		return err
+	}
+	t := b.report.add("latency", "Latency against the raw JetStream operation on the same bytes (interleaved, same server and connection)",
+		"checkpointd operation", "raw operation", "checkpointd p50", "raw p50", "ratio p50", "checkpointd p99", "raw p99", "ratio p99")
+	n := b.o.scale.Iterations
+	steps := []struct {
+		what string
+		ops  opPair
+		raw  string
+		max  float64
+	}{
+		{"append 2 messages, until the version is known", appendOps(b.corpus.large), "sync publish of the 2 messages", 3},
+		{"whole-array save of a grown array (SDK)", wholeArrayOps(b.corpus.large), "sync publish of what grew", 3},
+		{"first save, " + size(int64(len(b.corpus.small.bytes()))), firstSaveOps(b.corpus.small), "zstd + sync publish", 2},
+		{"first save, " + size(int64(len(b.corpus.medium.bytes()))), firstSaveOps(b.corpus.medium), "zstd + sync publish", 2},
+		{"restore head, " + size(int64(len(b.corpus.small.bytes()))), restoreOps(b.corpus.small), "direct get + zstd decode", 1.5},
+		{"restore head, " + size(int64(len(b.corpus.medium.bytes()))), restoreOps(b.corpus.medium), "direct get + zstd decode", 1.5},
+		{"restore head, " + size(int64(len(b.corpus.large.bytes()))), restoreOps(b.corpus.large), "direct get + zstd decode", 1.5},
+	}
+	for _, s := range steps {
+		b.logf("latency: %s (%d samples each)", s.what, n)
+		cpOp, rawOp, err := s.ops(ctx, c)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.what, err)
+		}
+		got, err := interleave(n, cpOp, rawOp)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.what, err)
+		}
+		ratioRow(t, s.what, s.raw, got[0], got[1], s.max)
+	}
+	t.note("append: checkpoint.Client.Append of 2 consecutive messages of %s (%d bytes on average) onto the session's head; "+
+		"whole-array: checkpoint.Client.Save of the whole array after the previous save of it (the SDK sends what grew).", largeFile, avgPair(b.corpus.large))
+	t.note("raw operations publish to (and direct-get from) a plain file stream created on the daemon's embedded server.")
+	return d.stop()
+}
+
+// opPair prepares a checkpointd operation and the raw operation it is measured against.
+type opPair func(ctx context.Context, c *conn) (cp, raw op, err error)
+
+// ratioRow adds a row of checkpointd against raw, with the target ratio of the p50s.
+func ratioRow(t *table, what, rawWhat string, cp, raw samples, limit float64) {
+	r50, r99 := ratio(cp.pct(50), raw.pct(50)), ratio(cp.pct(99), raw.pct(99))
+	t.row(what, rawWhat, ms(cp.pct(50)), ms(raw.pct(50)), times(r50), ms(cp.pct(99)), ms(raw.pct(99)), times(r99)).
+		check(fmt.Sprintf("p50 ≤ %g×", limit), times(r50), r50 <= limit).
+		value("checkpointd_p50_s", cp.pct(50).Seconds()).value("raw_p50_s", raw.pct(50).Seconds()).
+		value("checkpointd_p99_s", cp.pct(99).Seconds()).value("raw_p99_s", raw.pct(99).Seconds()).
+		value("ratio_p50", r50).value("ratio_p99", r99)
+}
+
+func avgPair(c conversation) int {
+	n := 0
+	for i := range len(c.msgs) / 2 {
+		n += len(c.pair(i))
+	}
+	return n / (len(c.msgs) / 2)
+}
+
+// appender appends the pairs of a conversation to a session one after the other, starting a new
+// session when the conversation is used up.
+type appender struct {
+	c       *conn
+	conv    conversation
+	prefix  string
+	session int
+	base    uint64
+	next    int // the next pair
+}
+
+func (a *appender) key() checkpoint.Key {
+	return checkpoint.Key{Session: fmt.Sprintf("%s-%d", a.prefix, a.session)}
+}
+
+// prepare makes sure the session has a head to append the next pair to.
+func (a *appender) prepare(ctx context.Context) error {
+	if a.base != 0 && a.next < len(a.conv.msgs)/2 {
+		return nil
+	}
+	a.session++
+	v, err := a.c.cp.Save(ctx, a.key(), a.conv.pair(0))
+	a.base, a.next = v.Version, 1
+	return err
+}
+
+func (a *appender) append(ctx context.Context) error {
+	v, err := a.c.cp.Append(ctx, a.key(), a.base, a.conv.pair(a.next))
+	a.base = v.Version
+	a.next++
+	return err
+}
+
+func appendOps(conv conversation) opPair {
+	return func(ctx context.Context, c *conn) (op, op, error) {
+		a := &appender{c: c, conv: conv, prefix: "append"}
+		var pair []byte
+		return op{name: "append", setup: func(int) error { return a.prepare(ctx) }, run: func(int) error { return a.append(ctx) }},
+			op{name: "publish", setup: func(i int) error { pair = conv.pair(i + 1); return nil },
+				run: func(int) error { _, err := c.js.Publish(ctx, "bench.latency.append", pair); return err }}, nil
+	}
+}
+
+func wholeArrayOps(conv conversation) opPair {
+	return func(ctx context.Context, c *conn) (op, op, error) { return wholeArray(ctx, c, conv) }
+}
+
+// wholeArray saves a growing prefix of conv, 2 messages longer each time, against a publish of
+// those 2 messages.
+func wholeArray(ctx context.Context, c *conn, conv conversation) (op, op, error) {
+	session, upTo := 0, 0
+	var whole, grew []byte
+	key := func() checkpoint.Key { return checkpoint.Key{Session: fmt.Sprintf("whole-%d", session)} }
+	setup := func(int) error {
+		if upTo == 0 || upTo+2 > len(conv.msgs) {
+			session++
+			upTo = 2
+			if _, err := c.cp.Save(ctx, key(), joinMessages(conv.msgs[:upTo])); err != nil {
+				return err
+			}
+		}
+		upTo += 2
+		whole, grew = joinMessages(conv.msgs[:upTo]), joinMessages(conv.msgs[upTo-2:upTo])
+		return nil
+	}
+	return op{name: "save", setup: setup, run: func(int) error { _, err := c.cp.Save(ctx, key(), whole); return err }},
+		op{name: "publish", run: func(int) error { _, err := c.js.Publish(ctx, "bench.latency.grew", grew); return err }}, nil
+}
+
+func firstSaveOps(conv conversation) opPair {
+	return func(ctx context.Context, c *conn) (op, op, error) {
+		body := conv.bytes()
+		return op{name: "first save", run: func(i int) error {
+				_, err := c.cp.Save(ctx, checkpoint.Key{Session: fmt.Sprintf("first-%s-%d", conv.name, i)}, body, checkpoint.ExpectVersion(0))
+				return err
+			}},
+			op{name: "zstd + publish", run: func(int) error {
+				_, err := c.js.Publish(ctx, "bench.latency.first", zenc.EncodeAll(body, nil))
+				return err
+			}}, nil
+	}
+}
+
+func restoreOps(conv conversation) opPair {
+	return func(ctx context.Context, c *conn) (op, op, error) {
+		body := conv.bytes()
+		key := checkpoint.Key{Session: "restore-" + conv.name}
+		if _, err := c.cp.Save(ctx, key, body); err != nil {
+			return op{}, op{}, err
+		}
+		subject := "bench.latency.conv." + fmt.Sprint(len(body))
+		if _, err := c.js.Publish(ctx, subject, zenc.EncodeAll(body, nil)); err != nil {
+			return op{}, op{}, err
+		}
+		stream, err := c.js.Stream(ctx, "latency")
+		if err != nil {
+			return op{}, op{}, err
+		}
+		return op{name: "restore", run: func(int) error {
+				got, _, err := c.cp.Restore(ctx, key, 0)
+				if err == nil && len(got) != len(body) {
+					err = fmt.Errorf("restored %d bytes, saved %d", len(got), len(body))
+				}
+				return err
+			}},
+			op{name: "direct get + decode", run: func(int) error {
+				m, err := stream.GetLastMsgForSubject(ctx, subject)
+				if err != nil {
+					return err
+				}
+				got, err := zdec.DecodeAll(m.Data, nil)
+				if err == nil && len(got) != len(body) {
+					err = fmt.Errorf("decoded %d bytes, published %d", len(got), len(body))
+				}
+				return err
+			}}, nil
+	}
+}
