@@ -72,6 +72,19 @@ type SegmentCache interface {
 // Read returns the canonical conversation of v, verified against v's hash. A read that races a
 // compaction (which replaces segments) starts again from the new layout.
 func Read(ctx context.Context, st Store, v wire.Version, cache SegmentCache) ([]byte, error) {
+	out, err := readLayout(ctx, st, v, func(l Layout) ([]byte, error) {
+		return assemble(ctx, st, l, v.Counts.Messages, v.RawBytes, cache)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, Verify(v, out)
+}
+
+// readLayout checks v's format, then builds its bytes from the layout of its generation with build,
+// starting again from the layout (up to three times) when build finds a segment gone: a compaction
+// replaced it under the read.
+func readLayout(ctx context.Context, st Store, v wire.Version, build func(Layout) ([]byte, error)) ([]byte, error) {
 	if err := CheckFormat(v); err != nil {
 		return nil, err
 	}
@@ -82,14 +95,14 @@ func Read(ctx context.Context, st Store, v wire.Version, cache SegmentCache) ([]
 			return nil, err
 		}
 		var out []byte
-		out, err = assemble(ctx, st, layout, v.Counts.Messages, v.RawBytes, cache)
+		out, err = build(layout)
 		if errors.Is(err, ErrNotFound) {
 			continue // compacted under us: the head now names other segments
 		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("version %d of %s: %w", v.Version, v.Key, err)
 		}
-		return out, Verify(v, out)
+		return out, nil
 	}
 	return nil, fmt.Errorf("version %d of %s: %w", v.Version, v.Key, err)
 }

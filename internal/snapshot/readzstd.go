@@ -21,26 +21,9 @@ import (
 // Stored frames are not decoded, so their bytes are not checked against v's hash here (lengths
 // are): the reader checks the hash of what it decodes (docs/protocol.md §5), as it must anyway.
 func ReadZstd(ctx context.Context, st Store, v wire.Version, cache SegmentCache) ([]byte, error) {
-	if err := CheckFormat(v); err != nil {
-		return nil, err
-	}
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		var layout Layout
-		if layout, err = layoutOf(ctx, st, v); err != nil {
-			return nil, err
-		}
-		var out []byte
-		out, err = assembleZstd(ctx, st, layout, v.Counts.Messages, v.RawBytes, cache)
-		if errors.Is(err, ErrNotFound) {
-			continue // compacted under us: the head now names other segments
-		}
-		if err != nil {
-			return nil, fmt.Errorf("version %d of %s: %w", v.Version, v.Key, err)
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("version %d of %s: %w", v.Version, v.Key, err)
+	return readLayout(ctx, st, v, func(l Layout) ([]byte, error) {
+		return assembleZstd(ctx, st, l, v.Counts.Messages, v.RawBytes, cache)
+	})
 }
 
 // assembleZstd is assemble, compressed: the first n messages of a layout, rawBytes long.
