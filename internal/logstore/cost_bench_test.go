@@ -249,10 +249,13 @@ func BenchmarkRequestPath(b *testing.B) {
 	inproc, err := nats.Connect("", nats.InProcessServer(srv.s))
 	must(b, err)
 	b.Cleanup(inproc.Close)
-	leanIP := leanDaemon{b: b, nc: inproc}
+	leanIP, engIP := leanDaemon{b: b, nc: inproc}, open(b, inproc, Config{})
 	for subject, f := range map[string]nats.MsgHandler{
 		"ip.echo":  func(m *nats.Msg) { _ = m.Respond([]byte("1")) },
 		"ip.seq.>": func(m *nats.Msg) { leanIP.save(m, false) },
+		"ipeng.>": func(m *nats.Msg) {
+			handleIngest(engIP, inproc, m.Subject, m.Header, m.Data, func() error { return nil }, m.Respond)
+		},
 	} {
 		sub, err := inproc.Subscribe(subject, f)
 		must(b, err)
@@ -282,6 +285,9 @@ func BenchmarkRequestPath(b *testing.B) {
 				requestSave(b, client, "fast.par.p"+strconv.Itoa(pass), id, body, i > 0)
 			})
 			t.time("request, daemon on an in-process connection echoes", func() { requestSave(b, client, "ip.echo", id, body, i > 0) })
+			t.time("request, daemon on an in-process connection validates + saves (engine)", func() {
+				requestSave(b, client, "ipeng.bench.e"+strconv.Itoa(pass)+".main", id, body, i > 0)
+			})
 			t.time("request, lean daemon on an in-process connection", func() {
 				requestSave(b, client, "ip.seq.p"+strconv.Itoa(pass), id, body, i > 0)
 			})
@@ -304,14 +310,26 @@ func BenchmarkIngestFloor(b *testing.B) {
 	dst := open(b, daemon, Config{})
 	djs, err := daemon.JetStream()
 	must(b, err)
+	inproc, err := nats.Connect("", nats.InProcessServer(srv.s)) // as cmd/checkpointd connects
+	must(b, err)
+	b.Cleanup(inproc.Close)
+	ijs, err := inproc.JetStream()
+	must(b, err)
+	ist := open(b, inproc, Config{})
 	type ingest struct {
 		name    string
 		storage jetstream.StorageType
 		wq      bool // work queue with explicit acks; else limits and AckNone
+		inproc  bool // the daemon's connection is in-process
 	}
-	variants := []ingest{{"file_wq", jetstream.FileStorage, true}, {"file_none", jetstream.FileStorage, false},
-		{"mem_wq", jetstream.MemoryStorage, true}, {"mem_none", jetstream.MemoryStorage, false}}
+	variants := []ingest{{"file_wq", jetstream.FileStorage, true, false}, {"file_none", jetstream.FileStorage, false, false},
+		{"mem_wq", jetstream.MemoryStorage, true, false}, {"mem_none", jetstream.MemoryStorage, false, false},
+		{"file_wq_inproc", jetstream.FileStorage, true, true}, {"mem_none_inproc", jetstream.MemoryStorage, false, true}}
 	for _, v := range variants {
+		djs, dst, daemon := djs, dst, daemon
+		if v.inproc {
+			djs, dst, daemon = ijs, ist, inproc
+		}
 		cfg := jetstream.StreamConfig{Name: v.name, Subjects: []string{v.name + ".>"}, Storage: v.storage}
 		opts := []nats.SubOpt{nats.BindStream(v.name), nats.AckNone()}
 		if v.wq {
