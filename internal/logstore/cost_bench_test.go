@@ -135,7 +135,8 @@ func BenchmarkPublishCost(b *testing.B) {
 	}
 	<-js.PublishAsyncComplete()
 	st := open(b, nc, Config{NoPack: true})
-	k := wire.Key{Namespace: "bench", Session: "cost", Agent: "main"}
+	fst := open(b, nc, Config{NoPack: true, FastSaves: true})
+	k, kf := wire.Key{Namespace: "bench", Session: "cost", Agent: "main"}, wire.Key{Namespace: "bench", Session: "fast", Agent: "main"}
 
 	var t timings
 	var comp, comp2, comp3 saveCompute
@@ -208,6 +209,10 @@ func BenchmarkPublishCost(b *testing.B) {
 				_, err := st.Save(ctx, SaveRequest{Key: k, SaveID: fmt.Sprintf("%d-%d", pass, i), Messages: msgs})
 				must(b, err)
 			})
+			t.time("engine Save, FastSaves", func() {
+				_, err := fst.Save(ctx, SaveRequest{Key: kf, SaveID: fmt.Sprintf("%d-%d", pass, i), Messages: msgs})
+				must(b, err)
+			})
 		}
 	}
 	t.print(b, "What a save's publish costs")
@@ -249,12 +254,15 @@ func BenchmarkRequestPath(b *testing.B) {
 	inproc, err := nats.Connect("", nats.InProcessServer(srv.s))
 	must(b, err)
 	b.Cleanup(inproc.Close)
-	leanIP, engIP := leanDaemon{b: b, nc: inproc}, open(b, inproc, Config{})
+	leanIP, engIP, fastIP := leanDaemon{b: b, nc: inproc}, open(b, inproc, Config{}), open(b, inproc, Config{FastSaves: true})
 	for subject, f := range map[string]nats.MsgHandler{
 		"ip.echo":  func(m *nats.Msg) { _ = m.Respond([]byte("1")) },
 		"ip.seq.>": func(m *nats.Msg) { leanIP.save(m, false) },
 		"ipeng.>": func(m *nats.Msg) {
 			handleIngest(engIP, inproc, m.Subject, m.Header, m.Data, func() error { return nil }, m.Respond)
+		},
+		"ipfast.>": func(m *nats.Msg) {
+			handleIngest(fastIP, inproc, m.Subject, m.Header, m.Data, func() error { return nil }, m.Respond)
 		},
 	} {
 		sub, err := inproc.Subscribe(subject, f)
@@ -287,6 +295,9 @@ func BenchmarkRequestPath(b *testing.B) {
 			t.time("request, daemon on an in-process connection echoes", func() { requestSave(b, client, "ip.echo", id, body, i > 0) })
 			t.time("request, daemon on an in-process connection validates + saves (engine)", func() {
 				requestSave(b, client, "ipeng.bench.e"+strconv.Itoa(pass)+".main", id, body, i > 0)
+			})
+			t.time("request, daemon on an in-process connection validates + saves (engine, FastSaves)", func() {
+				requestSave(b, client, "ipfast.bench.f"+strconv.Itoa(pass)+".main", id, body, i > 0)
 			})
 			t.time("request, lean daemon on an in-process connection", func() {
 				requestSave(b, client, "ip.seq.p"+strconv.Itoa(pass), id, body, i > 0)
