@@ -141,6 +141,30 @@ func TestStore_SaveRestore(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoVersion)
 }
 
+// FastSaves compresses saves at zstd.SpeedFastest: every version reads back as saved, across
+// packs and a restart (a new frame), and the stream is not the default level's.
+func TestStore_FastSaves(t *testing.T) {
+	nc, _ := startServer(t)
+	ctx := context.Background()
+	fast := open(t, nc, Config{PackEntries: 8, FastSaves: true})
+	k := wire.Key{Namespace: "team", Session: "fast", Agent: "main"}
+	saveTurns(t, fast, k, 0, 40)
+	fast.Forget()
+	saveTurns(t, fast, k, 40, 60)
+	checkVersions(t, fast, k, 30)
+
+	// The same saves, unpacked, at each level: the stored streams differ.
+	tail := func(cfg Config, session string) int64 {
+		st, k := open(t, nc, cfg), wire.Key{Namespace: "team", Session: session, Agent: "main"}
+		saveTurns(t, st, k, 0, 60)
+		sess, err := st.session(ctx, k)
+		require.NoError(t, err)
+		return sess.last.Head.TailBytes
+	}
+	require.NotEqual(t, tail(Config{NoPack: true}, "default"), tail(Config{NoPack: true, FastSaves: true}, "fast-nopack"),
+		"saves at SpeedFastest stored the default level's bytes")
+}
+
 // A rewrite keeps a prefix of the head and adds other messages: the new head has them, and every
 // older version still reads as it was saved.
 func TestStore_Rewrite(t *testing.T) {

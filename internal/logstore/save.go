@@ -122,7 +122,7 @@ func (s *Store) saveOnce(ctx context.Context, sess *session, req SaveRequest) (R
 	}
 	piece.Frame = sess.enc == nil
 	if piece.Frame {
-		if sess.enc, err = newEncoder(s.cfg.Window); err != nil {
+		if sess.enc, err = newEncoder(s.cfg.Window, s.cfg.FastSaves); err != nil {
 			return Record{}, err
 		}
 	}

@@ -32,10 +32,15 @@ type encoder struct {
 	z   *zstd.Encoder
 }
 
-func newEncoder(window int) (*encoder, error) {
+// newEncoder makes a session's encoder; fast picks zstd.SpeedFastest (Config.FastSaves).
+func newEncoder(window int, fast ...bool) (*encoder, error) {
 	e := &encoder{}
+	level := zstd.SpeedDefault
+	if len(fast) > 0 && fast[0] {
+		level = zstd.SpeedFastest
+	}
 	z, err := zstd.NewWriter(&e.buf, zstd.WithEncoderConcurrency(1), zstd.WithAllLitEntropyCompression(true),
-		zstd.WithWindowSize(window), zstd.WithEncoderCRC(false))
+		zstd.WithWindowSize(window), zstd.WithEncoderCRC(false), zstd.WithEncoderLevel(level))
 	if err != nil {
 		return nil, err
 	}
