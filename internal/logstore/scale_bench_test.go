@@ -50,12 +50,12 @@ func BenchmarkSessionsAtScale(b *testing.B) {
 	big := newScaleStore(b, entry)
 
 	w := table("Growth, restart and disk of the grown store (heap: runtime.MemStats.HeapAlloc after GC, whole process)")
-	fmt.Fprintln(w, "sessions in ns a\tcreated/s\theap Δ per added subject\tVmRSS\tdu\tindex.db\trestart until STREAM.INFO answers\theap Δ per subject after restart")
+	fmt.Fprintln(w, "sessions in ns a\tcreated/s\theap Δ per added subject\tVmRSS\tdu\tindex.db\trestart until STREAM.INFO answers\tthe same without index.db\theap Δ per subject after restart")
 	for _, n := range scales {
 		g := big.grow(b, n)
-		fmt.Fprintf(w, "%d\t%.0f\t%.0f B\t%.1f MB\t%.1f MB\t%.1f kB\t%s\t%.0f B\n", n, g.rate, g.heapPerSubject,
-			float64(vmRSS(b))/1e6, float64(du(b, big.dir))/1e6, float64(indexDBSize(big.dir))/1e3,
-			ms(g.restart), g.heapAfterRestart)
+		fmt.Fprintf(w, "%d\t%.0f\t%.0f B\t%.1f MB\t%.1f MB\t%.1f kB\t%s\t%s\t%.0f B\n", n, g.rate, g.heapPerSubject,
+			float64(vmRSS(b))/1e6, float64(du(b, big.dir))/1e6, float64(g.indexDB)/1e3,
+			ms(g.restart), ms(g.recover), g.heapAfterRestart)
 		must(b, w.Flush())
 
 		w2 := table(fmt.Sprintf("Point operations, p50 of 200 interleaved: the store at %d against the store at 1,000", n))
@@ -73,7 +73,7 @@ func BenchmarkSessionsAtScale(b *testing.B) {
 		}
 		must(b, w3.Flush())
 		w = table("Growth, restart and disk of the grown store (continued)")
-		fmt.Fprintln(w, "sessions in ns a\tcreated/s\theap Δ per added subject\tVmRSS\tdu\tindex.db\trestart until STREAM.INFO answers\theap Δ per subject after restart")
+		fmt.Fprintln(w, "sessions in ns a\tcreated/s\theap Δ per added subject\tVmRSS\tdu\tindex.db\trestart until STREAM.INFO answers\tthe same without index.db\theap Δ per subject after restart")
 	}
 }
 
@@ -168,7 +168,9 @@ type growth struct {
 	rate             float64 // sessions created per second
 	heapPerSubject   float64
 	restart          time.Duration
-	heapAfterRestart float64 // heap Δ per subject of namespace a, the server stopped and started again
+	indexDB          int64         // bytes of index.db after the clean shutdown
+	recover          time.Duration // the same without index.db (as after a crash, at worst)
+	heapAfterRestart float64       // heap Δ per subject of namespace a, the server stopped and started again
 }
 
 // grow creates namespace a's sessions up to n, then restarts the server.
@@ -187,15 +189,35 @@ func (s *scaleStore) grow(b *testing.B, n int) growth {
 	withoutServer := heapAlloc()
 	t0 = time.Now()
 	s.start(b)
+	s.waitStream(b)
+	g.restart = time.Since(t0)
+	g.indexDB = indexDBSize(s.dir)
+	g.heapAfterRestart = float64(int64(heapAlloc())-int64(withoutServer)) / float64(n+3000)
+
+	// The worst case after a crash: no index.db, the state rebuilt from the blocks.
+	s.nc.Close()
+	s.srv.stop()
+	must(b, filepath.WalkDir(s.dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "index.db" {
+			return os.Remove(path)
+		}
+		return err
+	}))
+	t0 = time.Now()
+	s.start(b)
+	s.waitStream(b)
+	g.recover = time.Since(t0)
+	return g
+}
+
+// waitStream waits until the stream answers STREAM.INFO.
+func (s *scaleStore) waitStream(b *testing.B) {
 	for {
 		if _, err := s.js.Stream(context.Background(), scaleStream); err == nil {
-			break
+			return
 		}
 		time.Sleep(time.Millisecond)
 	}
-	g.restart = time.Since(t0)
-	g.heapAfterRestart = float64(int64(heapAlloc())-int64(withoutServer)) / float64(n+3000)
-	return g
 }
 
 func heapAlloc() uint64 {
@@ -457,4 +479,95 @@ func readIndex(b *testing.B, s *scaleStore, from uint64, batch int) ([]string, u
 		must(b, err)
 		tokens, next = append(tokens, string(m.Data)), seq+1
 	}
+}
+
+// BenchmarkHistoryPage: the 100 newest records of a session of 10 and of 10,000 versions, read
+// by walking back the chain of packs that entries already carry (every entry's Head.Pack is the
+// last pack before it, a pack's is the pack before it), against History, which reads every entry
+// from the first (docs/format.md §8.15b).
+//
+//	go test -run '^$' -bench HistoryPage -benchtime 1x ./internal/logstore/
+func BenchmarkHistoryPage(b *testing.B) {
+	srv := startBenchServer(b, b.TempDir())
+	nc := benchConnect(b, srv.s.ClientURL())
+	st := open(b, nc, Config{})
+	ctx := context.Background()
+	keys := map[int]wire.Key{}
+	for _, n := range []int{10, 10000} {
+		k := wire.Key{Namespace: "bench", Session: "hist" + strconv.Itoa(n), Agent: "main"}
+		for i := 0; i < n; i++ {
+			_, err := st.Save(ctx, SaveRequest{Key: k, SaveID: strconv.Itoa(i), Messages: [][]byte{message(i)}})
+			must(b, err)
+			_, err = st.Pack(ctx, k, false)
+			must(b, err)
+		}
+		keys[n] = k
+	}
+	var page, all [2][]time.Duration
+	for range 20 {
+		for j, n := range []int{10, 10000} {
+			t0 := time.Now()
+			recs := historyNewest(b, st, keys[n], 100)
+			page[j] = append(page[j], time.Since(t0))
+			if want := min(n, 100); len(recs) < want || recs[len(recs)-1].Version != uint64(n) || recs[len(recs)-want].Version != uint64(n-want+1) {
+				b.Fatalf("the newest page of %d versions has %d records, last %d", n, len(recs), recs[len(recs)-1].Version)
+			}
+			t0 = time.Now()
+			full, err := st.History(ctx, keys[n])
+			must(b, err)
+			all[j] = append(all[j], time.Since(t0))
+			if len(full) != n {
+				b.Fatalf("history has %d versions, want %d", len(full), n)
+			}
+		}
+	}
+	w := table(fmt.Sprintf("History of one session, p50 of 20 interleaved (%s)", uptime()))
+	fmt.Fprintln(w, "read\t10 versions\t10,000 versions\tratio")
+	p := func(ds []time.Duration) time.Duration { d, _ := percentiles(ds); return d }
+	fmt.Fprintf(w, "newest 100 records, walking the pack chain\t%s\t%s\t%.2f×\n", ms(p(page[0])), ms(p(page[1])), float64(p(page[1]))/float64(p(page[0])))
+	fmt.Fprintf(w, "History (all records, batch read from the first entry)\t%s\t%s\t%.2f×\n", ms(p(all[0])), ms(p(all[1])), float64(p(all[1]))/float64(p(all[0])))
+	must(b, w.Flush())
+}
+
+// historyNewest returns at least the n newest records of k (all if it has fewer), oldest first:
+// the head's entry names the last pack P; one batched read from P to the head gives P's records
+// and the tail's; each further pack is one direct get by sequence, named by the pack after it.
+func historyNewest(b *testing.B, st *Store, k wire.Key, n int) []Record {
+	ctx := context.Background()
+	subject := LogSubject(k)
+	body, last, err := st.getLast(ctx, subject)
+	must(b, err)
+	head, err := decodeAt(subject, last, body)
+	must(b, err)
+	from := max(head.meta.Head.Pack, 1)
+	entries, err := st.readLogFrom(ctx, subject, from, last, 0, nil)
+	must(b, err)
+	recs := records(b, live(entries))
+	for prev := entries[0]; len(recs) < n && prev.kind == KindPack && prev.meta.Head.Pack != 0; {
+		seq := prev.meta.Head.Pack
+		body, _, err := st.directGet(ctx, `{"seq":`+strconv.FormatUint(seq, 10)+`}`)
+		must(b, err)
+		prev, err = decodeAt(subject, seq, body)
+		must(b, err)
+		recs = append(records(b, []entry{prev}), recs...)
+	}
+	return recs
+}
+
+// records lists the versions of save, fork and pack entries, oldest first.
+func records(b *testing.B, entries []entry) []Record {
+	var out []Record
+	for _, e := range entries {
+		switch e.kind {
+		case KindPack:
+			for _, p := range e.meta.Packed {
+				out = append(out, p.Record)
+			}
+		case KindSave, KindFork:
+			rec, err := recordOf(e.meta)
+			must(b, err)
+			out = append(out, rec)
+		}
+	}
+	return out
 }
