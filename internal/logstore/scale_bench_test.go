@@ -49,10 +49,10 @@ func BenchmarkSessionsAtScale(b *testing.B) {
 	ref.grow(b, 1000)
 	big := newScaleStore(b, entry)
 
-	w := table("Growth, restart and disk of the grown store (heap: runtime.MemStats.HeapAlloc after GC, whole process)")
-	fmt.Fprintln(w, "sessions in ns a\tcreated/s\theap Δ per added subject\tVmRSS\tdu\tindex.db\trestart until STREAM.INFO answers\tthe same without index.db\theap Δ per subject after restart")
 	for _, n := range scales {
 		g := big.grow(b, n)
+		w := table("Growth, restart and disk of the grown store (heap: runtime.MemStats.HeapAlloc after GC, whole process)")
+		fmt.Fprintln(w, "sessions in ns a\tcreated/s\theap Δ per added subject\tVmRSS\tdu\tindex.db\trestart until STREAM.INFO answers\tthe same without index.db\theap Δ per subject after restart")
 		fmt.Fprintf(w, "%d\t%.0f\t%.0f B\t%.1f MB\t%.1f MB\t%.1f kB\t%s\t%s\t%.0f B\n", n, g.rate, g.heapPerSubject,
 			float64(vmRSS(b))/1e6, float64(du(b, big.dir))/1e6, float64(g.indexDB)/1e3,
 			ms(g.restart), ms(g.recover), g.heapAfterRestart)
@@ -72,8 +72,6 @@ func BenchmarkSessionsAtScale(b *testing.B) {
 				float64(l.big)/float64(l.ref), l.got, l.note)
 		}
 		must(b, w3.Flush())
-		w = table("Growth, restart and disk of the grown store (continued)")
-		fmt.Fprintln(w, "sessions in ns a\tcreated/s\theap Δ per added subject\tVmRSS\tdu\tindex.db\trestart until STREAM.INFO answers\tthe same without index.db\theap Δ per subject after restart")
 	}
 }
 
