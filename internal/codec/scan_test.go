@@ -84,3 +84,42 @@ func FuzzValidCompact(f *testing.F) {
 	}
 	f.Fuzz(checkValidCompact)
 }
+
+// oldSkipString is skipString as it was, one byte at a time: a backslash skips the byte after it.
+func oldSkipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// checkSkipString: skipString finds the same end as the byte loop, from every quote of any bytes.
+func checkSkipString(t *testing.T, in []byte) {
+	t.Helper()
+	for i, c := range in {
+		if c == '"' {
+			if got, want := skipString(in, i), oldSkipString(in, i); got != want {
+				t.Fatalf("skipString(%q, %d) = %d, the byte loop says %d", in, i, got, want)
+			}
+		}
+	}
+}
+
+func TestSkipString_SameAsTheByteLoop(t *testing.T) {
+	for _, c := range []string{`""`, `"a"`, `"\""`, `"\\"`, `"\\\""`, `"\\\\"x"`, `"\`, `"\\`, `"a\"`, `"`,
+		`"\\\\\\"`, `"x\\\"y\\"z"`, `"\u0022"`, `["a\"b","c\\",{"d":"\\\"e"}]`} {
+		checkSkipString(t, []byte(c))
+	}
+}
+
+func FuzzSkipString(f *testing.F) {
+	for _, s := range []string{`"a\"b"`, `"\\\\"x"`, `"\`, `["a\"b","c\\"]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkSkipString)
+}
