@@ -1,9 +1,11 @@
 package codec
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -15,6 +17,20 @@ import (
 // is its own canonical form.
 func oldCompactAndValid(b []byte) bool {
 	return utf8.Valid(b) && isCompact(b) && json.Valid(b)
+}
+
+// oldCanonical is canonical as it was before validCompact: the errors and their order are its.
+func oldCanonical(payload []byte) ([]byte, error) {
+	if !utf8.Valid(payload) {
+		return nil, payloadError(ErrMalformed, int64(invalidUTF8At(payload)), "invalid UTF-8")
+	}
+	if len(bytes.TrimSpace(payload)) == 0 {
+		return nil, payloadError(ErrMalformed, 0, "empty payload: the conversation must be a JSON array of messages")
+	}
+	if !isCompact(payload) || !json.Valid(payload) {
+		return compact(payload)
+	}
+	return payload, nil
 }
 
 // nesting returns how deep the brackets of valid JSON b nest.
@@ -44,6 +60,12 @@ func checkValidCompact(t *testing.T, in []byte) {
 	}
 	if want && !got && nesting(in) <= maxFastDepth {
 		t.Fatalf("validCompact refuses %q, which utf8.Valid, isCompact and json.Valid accept", in)
+	}
+	// And so canonical gives what it gave before: the same bytes, or the same typed error.
+	canon, err := canonical(in)
+	oldCanon, oldErr := oldCanonical(in)
+	if !bytes.Equal(canon, oldCanon) || !reflect.DeepEqual(err, oldErr) {
+		t.Fatalf("canonical(%q) = %q, %v; before validCompact: %q, %v", in, canon, err, oldCanon, oldErr)
 	}
 }
 

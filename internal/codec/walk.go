@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 )
 
-// The walkers below read JSON that json.Compact has already validated and compacted, so they only
-// need to find where values end: one cheap pass, instead of encoding/json re-validating every nested
-// value it is asked to decode.
+// The walkers below read JSON already validated and compact (validCompact said so, or json.Compact
+// made it so: see canonical), so they only need to find where values end: one cheap pass, instead of
+// encoding/json re-validating every nested value it is asked to decode.
 
 // skipValue returns the index just past the value starting at b[i].
 func skipValue(b []byte, i int) int {
