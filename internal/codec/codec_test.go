@@ -344,3 +344,44 @@ func TestBlob_Base64ImagesCompress(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, b64, back)
 }
+
+// BenchmarkParseLimited measures the validation of a save on the real corpus: the whole conversation
+// compact (what JSON.stringify and json.Marshal send), and a 2-message append of about 4.7 KB
+// (the typical save of docs/format.md §8.15a), also compact.
+func BenchmarkParseLimited(b *testing.B) {
+	in, err := os.ReadFile("../../testdata/corpus/pi_before_compaction.json")
+	require.NoError(b, err)
+	whole, err := Parse(in)
+	require.NoError(b, err)
+	app := appendOfAbout(b, whole, 4700)
+	for _, bc := range []struct {
+		name    string
+		payload []byte
+		lim     Limits
+	}{
+		{"whole", whole.Encode(), Limits{MaxBytes: 64 << 20}},
+		{"append2", app, Limits{MaxBytes: 64 << 20, Continues: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.payload)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ParseLimited(bc.payload, bc.lim); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// appendOfAbout returns the first two consecutive messages of c (after the first) whose array is
+// within 10% of size bytes.
+func appendOfAbout(b *testing.B, c *Conversation, size int) []byte {
+	for i := 1; i+2 <= len(c.Messages); i++ {
+		if n := len(c.Span(i, i+2)) + 2; n > size*9/10 && n < size*11/10 {
+			return append(append([]byte{'['}, c.Span(i, i+2)...), ']')
+		}
+	}
+	b.Fatalf("no 2-message append of about %d bytes", size)
+	return nil
+}

@@ -43,21 +43,9 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if lim.MaxBytes > 0 && int64(len(payload)) > lim.MaxBytes {
 		return nil, payloadError(ErrTooLarge, -1, "%d bytes, the limit is %d", len(payload), lim.MaxBytes)
 	}
-	if !utf8.Valid(payload) {
-		return nil, payloadError(ErrMalformed, int64(invalidUTF8At(payload)), "invalid UTF-8")
-	}
-	if len(bytes.TrimSpace(payload)) == 0 {
-		return nil, payloadError(ErrMalformed, 0, "empty payload: the conversation must be a JSON array of messages")
-	}
-	// One pass validates the whole payload and produces its canonical form; the walk that follows
-	// reads the canonical bytes without validating them again. A payload already compact (what
-	// JSON.stringify and json.Marshal produce) is its own canonical form: validated, not copied.
-	canon := payload
-	if !isCompact(payload) || !json.Valid(payload) {
-		var err error
-		if canon, err = compact(payload); err != nil {
-			return nil, err
-		}
+	canon, err := canonical(payload)
+	if err != nil {
+		return nil, err
 	}
 	if canon[0] != '[' {
 		return nil, payloadError(ErrMalformed, -1, "the conversation must be a JSON array of messages, found %s", kindNames[kind(canon)])
@@ -79,6 +67,27 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 		return nil, err
 	}
 	return applyImagePaths(c, d, lim)
+}
+
+// canonical validates the whole payload and returns its canonical form; the walk that follows
+// reads the canonical bytes without validating them again. A payload already compact (what
+// JSON.stringify and json.Marshal produce) is its own canonical form: validated in one pass
+// (validCompact), not copied. Anything else (white space to remove, or an error to name) takes the
+// slower path, whose checks, in this order, decide which error a bad payload gets.
+func canonical(payload []byte) ([]byte, error) {
+	if validCompact(payload) {
+		return payload, nil
+	}
+	if !utf8.Valid(payload) {
+		return nil, payloadError(ErrMalformed, int64(invalidUTF8At(payload)), "invalid UTF-8")
+	}
+	if len(bytes.TrimSpace(payload)) == 0 {
+		return nil, payloadError(ErrMalformed, 0, "empty payload: the conversation must be a JSON array of messages")
+	}
+	if isCompact(payload) && json.Valid(payload) {
+		return payload, nil // only when nested deeper than validCompact goes
+	}
+	return compact(payload)
 }
 
 // compact returns the canonical form of payload, or where it is not valid JSON.

@@ -138,7 +138,7 @@ func (c checker) partType(p object, field, role string, known ...string) (string
 // strings checks that each of names is a string member of o (nonEmpty: not "").
 func (c checker) strings(o object, prefix string, nonEmpty bool, names ...string) error {
 	for _, n := range names {
-		if _, err := c.requireString(o, prefix, n, nonEmpty); err != nil {
+		if err := c.checkString(o, prefix, n, nonEmpty); err != nil {
 			return err
 		}
 	}

@@ -24,7 +24,7 @@ func checkOpenAIChat(c checker, m object, _ bool, s *Stats) error {
 		return openAIAssistant(c, m, s)
 	case "tool":
 		s.ToolResult++
-		if _, err := c.requireString(m, "", "tool_call_id", true); err != nil {
+		if err := c.checkString(m, "", "tool_call_id", true); err != nil {
 			return err
 		}
 		return c.parts(m, "", "content", true, false, s, openAIPart(role, "text"))
@@ -68,18 +68,18 @@ func openAIToolCall(c checker, p object, field string, s *Stats) error {
 	if _, err := c.partType(p, field, "", "function"); err != nil {
 		return err
 	}
-	if _, err := c.requireString(p, field+".", "id", true); err != nil {
+	if err := c.checkString(p, field+".", "id", true); err != nil {
 		return err
 	}
 	fn, err := c.member(p, field+".", "function")
 	if err != nil {
 		return err
 	}
-	if _, err := c.requireString(fn, field+".function.", "name", true); err != nil {
+	if err := c.checkString(fn, field+".function.", "name", true); err != nil {
 		return err
 	}
 	// The arguments are a JSON text in a string, as the model wrote it: kept, not parsed.
-	_, err = c.requireString(fn, field+".function.", "arguments", false)
+	err = c.checkString(fn, field+".function.", "arguments", false)
 	return err
 }
 
@@ -93,7 +93,7 @@ func openAIPart(role string, known ...string) partFunc {
 		at := field + "."
 		switch typ {
 		case "text", "refusal":
-			_, err = c.requireString(p, at, typ, false)
+			err = c.checkString(p, at, typ, false)
 		case "image_url":
 			var img object
 			if img, err = c.member(p, at, "image_url"); err == nil {

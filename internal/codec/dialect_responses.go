@@ -26,7 +26,7 @@ func checkOpenAIResponses(c checker, m object, _ bool, s *Stats) error {
 		typ = "item_reference" // its type is optional (null or absent) in the API
 	} else if raw, ok := m["type"]; ok || !present(m, "role") {
 		if kind(raw) != '"' {
-			_, err := c.requireString(m, "", "type", true)
+			err := c.checkString(m, "", "type", true)
 			return err
 		}
 		typ = stringValue(raw)

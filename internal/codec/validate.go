@@ -67,13 +67,13 @@ func checkNative(c checker, m object, _ bool, s *Stats) error {
 		return c.assistant(m, s)
 	case RoleToolResult:
 		s.ToolResult++
-		if _, err = c.requireString(m, "", "toolCallId", true); err != nil {
+		if err = c.checkString(m, "", "toolCallId", true); err != nil {
 			return err
 		}
 		return c.all(c.optional(m, "", "toolName", '"'), c.optional(m, "", "isError", 't'), c.content(m, true, s))
 	case RoleExtension:
 		s.Extension++
-		_, err = c.requireString(m, "", "kind", true)
+		err = c.checkString(m, "", "kind", true)
 		return err
 	}
 	return c.fail(ErrUnknownRole, "role", "%q (want user, assistant, toolResult or extension)", role)
@@ -136,9 +136,9 @@ func (c checker) part(raw json.RawMessage, field string, s *Stats) error {
 	}
 	switch typ {
 	case "text":
-		_, err = c.requireString(p, field+".", "text", false)
+		err = c.checkString(p, field+".", "text", false)
 	case "thinking":
-		_, err = c.requireString(p, field+".", "thinking", false)
+		err = c.checkString(p, field+".", "thinking", false)
 	case "image":
 		if !present(p, "data") && !present(p, "url") {
 			return c.fail(ErrMalformed, field, "an image needs inline base64 \"data\" or a \"url\"")
@@ -146,8 +146,8 @@ func (c checker) part(raw json.RawMessage, field string, s *Stats) error {
 		err = c.all(c.optional(p, field+".", "data", '"'), c.optional(p, field+".", "url", '"'), c.optional(p, field+".", "mimeType", '"'))
 	case "toolCall":
 		s.ToolCalls++
-		if _, err = c.requireString(p, field+".", "id", true); err == nil {
-			if _, err = c.requireString(p, field+".", "name", true); err == nil {
+		if err = c.checkString(p, field+".", "id", true); err == nil {
+			if err = c.checkString(p, field+".", "name", true); err == nil {
 				if a, ok := p["arguments"]; !ok || kind(a) != '{' {
 					return c.fail(ErrMalformed, field+".arguments", "want an object, found %s", describe(a))
 				}
@@ -161,18 +161,27 @@ func (c checker) part(raw json.RawMessage, field string, s *Stats) error {
 
 // requireString returns the string member name of o; nonEmpty refuses "".
 func (c checker) requireString(o object, prefix, name string, nonEmpty bool) (string, error) {
+	if err := c.checkString(o, prefix, name, nonEmpty); err != nil {
+		return "", err
+	}
+	return stringValue(o[name]), nil
+}
+
+// checkString checks that member name of o is a string (nonEmpty: not ""), without decoding it:
+// most strings checked (a message's text, a tool call's arguments) are long, and never read here.
+func (c checker) checkString(o object, prefix, name string, nonEmpty bool) error {
 	raw, ok := o[name]
 	if !ok {
-		return "", c.fail(ErrMalformed, prefix+name, "missing")
+		return c.fail(ErrMalformed, prefix+name, "missing")
 	}
 	if kind(raw) != '"' {
-		return "", c.fail(ErrMalformed, prefix+name, "want a string, found %s", describe(raw))
+		return c.fail(ErrMalformed, prefix+name, "want a string, found %s", describe(raw))
 	}
-	v := stringValue(raw)
-	if nonEmpty && v == "" {
-		return "", c.fail(ErrMalformed, prefix+name, "must not be empty")
+	// A string is empty only when written "": every escape decodes to at least one byte.
+	if nonEmpty && len(raw) == 2 {
+		return c.fail(ErrMalformed, prefix+name, "must not be empty")
 	}
-	return v, nil
+	return nil
 }
 
 // present reports whether member name is there and not null.

@@ -1,0 +1,147 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+)
+
+// oldCompactAndValid is what ParseLimited checked before validCompact, in three passes: the payload
+// is its own canonical form.
+func oldCompactAndValid(b []byte) bool {
+	return utf8.Valid(b) && isCompact(b) && json.Valid(b)
+}
+
+// oldCanonical is canonical as it was before validCompact: the errors and their order are its.
+func oldCanonical(payload []byte) ([]byte, error) {
+	if !utf8.Valid(payload) {
+		return nil, payloadError(ErrMalformed, int64(invalidUTF8At(payload)), "invalid UTF-8")
+	}
+	if len(bytes.TrimSpace(payload)) == 0 {
+		return nil, payloadError(ErrMalformed, 0, "empty payload: the conversation must be a JSON array of messages")
+	}
+	if !isCompact(payload) || !json.Valid(payload) {
+		return compact(payload)
+	}
+	return payload, nil
+}
+
+// nesting returns how deep the brackets of valid JSON b nest.
+func nesting(b []byte) int {
+	depth, deepest := 0, 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			i = skipString(b, i) - 1
+		case '{', '[':
+			depth++
+			deepest = max(deepest, depth)
+		case '}', ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
+// checkValidCompact: validCompact never accepts what the three passes refuse, and accepts all they
+// accept unless it nests deeper than maxFastDepth.
+func checkValidCompact(t *testing.T, in []byte) {
+	t.Helper()
+	got, want := validCompact(in), oldCompactAndValid(in)
+	if got && !want {
+		t.Fatalf("validCompact accepts %q, which utf8.Valid, isCompact and json.Valid refuse", in)
+	}
+	if want && !got && nesting(in) <= maxFastDepth {
+		t.Fatalf("validCompact refuses %q, which utf8.Valid, isCompact and json.Valid accept", in)
+	}
+	// And so canonical gives what it gave before: the same bytes, or the same typed error.
+	canon, err := canonical(in)
+	oldCanon, oldErr := oldCanonical(in)
+	if !bytes.Equal(canon, oldCanon) || !reflect.DeepEqual(err, oldErr) {
+		t.Fatalf("canonical(%q) = %q, %v; before validCompact: %q, %v", in, canon, err, oldCanon, oldErr)
+	}
+}
+
+func TestValidCompact_SameAsTheThreePasses(t *testing.T) {
+	cases := []string{
+		``, ` `, `[]`, `{}`, `""`, `0`, `-0`, `-`, `01`, `1.`, `1.5`, `.5`, `1e`, `1e+`, `1E-7`, `1e+07`,
+		`-01`, `--1`, `true`, `tru`, `truex`, `false`, `null`, `nul`, `[1,]`, `[,1]`, `[1 ]`, `[ 1]`,
+		`{"a":1,}`, `{"a" :1}`, `{"a":}`, `{a:1}`, `{"a":1}x`, `[1][2]`, `["\u00e9"]`, `["\u00G9"]`,
+		`["\ud800"]`, `["\x"]`, `["\/\b\f\n\r\t\\\""]`, "[\"\x01\"]", "[\"\x7f\"]", "[\"a\tb\"]", "[\"\xff\"]",
+		"[\"\xed\xa0\x80\"]", "[\"\xef\xbf\xbd\"]", "[\"é日本🎉\"]", "[\"\xe6\x97\"]", "\xef\xbb\xbf[]",
+		`["a"`, `["a`, `[`, `{`, `{"a"`, `{"a":`, `{"a":1`, `[{"a":[{"b":null}]},true,-1.5e3]`,
+		`"\u`, `"\u12`, `"\`, `["a b", "c"]`, "[\"a\",\n\"b\"]", "[\"x\"]\n",
+		strings.Repeat("[", maxFastDepth) + strings.Repeat("]", maxFastDepth),
+	}
+	for _, c := range cases {
+		checkValidCompact(t, []byte(c))
+	}
+	deep := strings.Repeat("[", maxFastDepth+1) + strings.Repeat("]", maxFastDepth+1)
+	require.False(t, validCompact([]byte(deep)), "deeper than maxFastDepth takes the slower path")
+	_, err := Parse([]byte(deep))
+	require.Error(t, err, "...which still decides (it is not an array of messages)")
+
+	files, err := filepath.Glob("../../testdata/corpus/*.json")
+	require.NoError(t, err)
+	for _, f := range files {
+		in, err := os.ReadFile(f)
+		require.NoError(t, err)
+		c, err := Parse(in)
+		require.NoError(t, err)
+		require.True(t, validCompact(c.Encode()), "%s, compact", f)
+		checkValidCompact(t, in)
+	}
+}
+
+func FuzzValidCompact(f *testing.F) {
+	for _, s := range []string{`[]`, `[{"role":"user","content":"a\n\u00e9"}]`, `[1,-0.5e+3,true,null]`, "[\"\xff\"]", `[ 1]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkValidCompact)
+}
+
+// oldSkipString is skipString as it was, one byte at a time: a backslash skips the byte after it.
+func oldSkipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// checkSkipString: skipString finds the same end as the byte loop, from every quote of any bytes.
+func checkSkipString(t *testing.T, in []byte) {
+	t.Helper()
+	for i, c := range in {
+		if c == '"' {
+			if got, want := skipString(in, i), oldSkipString(in, i); got != want {
+				t.Fatalf("skipString(%q, %d) = %d, the byte loop says %d", in, i, got, want)
+			}
+		}
+	}
+}
+
+func TestSkipString_SameAsTheByteLoop(t *testing.T) {
+	for _, c := range []string{`""`, `"a"`, `"\""`, `"\\"`, `"\\\""`, `"\\\\"x"`, `"\`, `"\\`, `"a\"`, `"`,
+		`"\\\\\\"`, `"x\\\"y\\"z"`, `"\u0022"`, `["a\"b","c\\",{"d":"\\\"e"}]`} {
+		checkSkipString(t, []byte(c))
+	}
+}
+
+func FuzzSkipString(f *testing.F) {
+	for _, s := range []string{`"a\"b"`, `"\\\\"x"`, `"\`, `["a\"b","c\\"]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkSkipString)
+}
