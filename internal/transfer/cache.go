@@ -151,21 +151,31 @@ func (c *byteCache) lookup(key string) *cacheEntry {
 // reads beyond the limit would otherwise push each other out piece by piece, every one of them
 // assembling its bytes for each piece; this way only the reads beyond the limit do.
 func (c *byteCache) Hold(key string, data []byte, hash string, first bool) {
-	c.HoldBody(key, identityBody(data, hash), first)
+	_ = c.HoldBody(key, identityBody(data, hash), first)
 }
 
-// HoldBody is Hold of a read body.
-func (c *byteCache) HoldBody(key string, b readBody, first bool) {
+// HoldBody is Hold of a read body, and returns the body the read's pieces are served from: b, or,
+// when a read's first piece finds a hold of the same content (the same hash and encoding, perhaps
+// other frames: assembled before a compaction), the held one, so that all readers of the key are
+// served from one body. A first piece whose bytes are not the held ones (the session was deleted and
+// saved again) replaces the hold: the later pieces of its read must continue its bytes, never
+// another body's (docs/protocol.md §5: every piece of one read carries the same headers).
+func (c *byteCache) HoldBody(key string, b readBody, first bool) readBody {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
 	if h, ok := c.reading[key]; ok {
-		h.last = now
-		h.timer.Reset(c.readIdle)
-		if first {
-			h.readers++
+		held := h.entry.body()
+		if !first || held.hash == b.hash && held.enc == b.enc && held.raw == b.raw {
+			h.last = now
+			h.timer.Reset(c.readIdle)
+			if first {
+				h.readers++
+			}
+			return held
 		}
-		return
+		h.timer.Stop()
+		delete(c.reading, key) // stale: held again below with b
 	}
 	if len(c.reading) >= maxReading {
 		oldest := ""
@@ -175,7 +185,7 @@ func (c *byteCache) HoldBody(key string, b readBody, first bool) {
 			}
 		}
 		if now.Sub(c.reading[oldest].last) < c.readIdle/10 {
-			return
+			return b
 		}
 		c.reading[oldest].timer.Stop()
 		delete(c.reading, oldest)
@@ -196,6 +206,7 @@ func (c *byteCache) HoldBody(key string, b readBody, first bool) {
 			delete(c.reading, key)
 		}
 	})}
+	return b
 }
 
 // Held returns the body of the read in pieces held under key, if one is, and counts this as a piece
