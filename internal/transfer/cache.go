@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"container/list"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -231,6 +232,19 @@ func (c *byteCache) Release(key string) {
 	defer c.mu.Unlock()
 	if h, ok := c.reading[key]; ok {
 		if h.readers--; h.readers <= 0 {
+			h.timer.Stop()
+			delete(c.reading, key)
+		}
+	}
+}
+
+// DropHeld lets go of every read held under a key that starts with prefix (a deleted session's,
+// readSession): their later pieces are looked up again, and so not served once the session is gone.
+func (c *byteCache) DropHeld(prefix string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, h := range c.reading {
+		if strings.HasPrefix(key, prefix) {
 			h.timer.Stop()
 			delete(c.reading, key)
 		}

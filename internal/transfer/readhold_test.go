@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -37,9 +38,11 @@ func TestRead_NewReadIsNotContinuedFromAStaleHold(t *testing.T) {
 			total, _ := strconv.Atoi(m.Header.Get(wire.HdrTotal))
 			require.Less(t, len(m.Data), total, "the read comes in pieces: its body is held")
 
-			// The client of that read goes away; the session is deleted and saved again, so that
-			// its version 1 is another conversation (fewer messages, so another length and hash).
-			_, err = env.Client.Delete(ctx, key, nil)
+			// The client of that read goes away; the session is deleted through another daemon of
+			// the cluster (here: in the store directly, which this daemon's holds know nothing of)
+			// and saved again, so that its version 1 is another conversation (fewer messages, so
+			// another length and hash).
+			_, err = snapshot.Delete(ctx, env.Daemon.Store, key.WithDefaults(), nil)
 			require.NoError(t, err)
 			second := arrayOf(corpus[:len(corpus)*2/3])
 			v, err := env.Client.Save(ctx, key, second)
@@ -55,6 +58,35 @@ func TestRead_NewReadIsNotContinuedFromAStaleHold(t *testing.T) {
 			} else {
 				require.Equal(t, second, plainDecode(t, body))
 			}
+		})
+	}
+}
+
+// Once a session is deleted, no piece of its conversation is served any more, not even the later
+// pieces of a read that was under way (held between its pieces) when it was deleted: a delete
+// removes the session (docs/protocol.md §10).
+func TestRead_DeletedSessionIsNotServedFromAHeldRead(t *testing.T) {
+	env := testenv.StartWithMaxPayload(t, 64<<10, func(c *transfer.Config) { c.CompactIdle = 0 })
+	ctx := ctxT(t)
+	nc := env.Conn()
+	corpus := corpusMessages(t, "claude_code_spotter_258c7280.json")
+	for _, enc := range []string{wire.EncodingIdentity, wire.EncodingZstd} {
+		t.Run(enc, func(t *testing.T) {
+			key := checkpoint.Key{Session: "gone-" + enc}
+			_, err := env.Client.Save(ctx, key, arrayOf(corpus))
+			require.NoError(t, err)
+			req := wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: key.Session}, Version: 1, Encoding: enc}
+			data, _ := json.Marshal(req)
+			m, err := nc.Request(wire.APISubject(wire.DefaultNamespace, wire.OpRead), data, 10e9)
+			require.NoError(t, err)
+			require.Empty(t, m.Header.Get(wire.HdrServiceErrorCode), "%s", m.Data)
+			_, err = env.Client.Delete(ctx, key, nil)
+			require.NoError(t, err)
+			req.Offset = int64(len(m.Data))
+			data, _ = json.Marshal(req)
+			m, err = nc.Request(wire.APISubject(wire.DefaultNamespace, wire.OpRead), data, 10e9)
+			require.NoError(t, err)
+			require.Equal(t, "404", m.Header.Get(wire.HdrServiceErrorCode), "a piece of the deleted session was served: %.80s", m.Data)
 		})
 	}
 }
