@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"container/list"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,21 +152,31 @@ func (c *byteCache) lookup(key string) *cacheEntry {
 // reads beyond the limit would otherwise push each other out piece by piece, every one of them
 // assembling its bytes for each piece; this way only the reads beyond the limit do.
 func (c *byteCache) Hold(key string, data []byte, hash string, first bool) {
-	c.HoldBody(key, identityBody(data, hash), first)
+	_ = c.HoldBody(key, identityBody(data, hash), first)
 }
 
-// HoldBody is Hold of a read body.
-func (c *byteCache) HoldBody(key string, b readBody, first bool) {
+// HoldBody is Hold of a read body, and returns the body the read's pieces are served from: b, or,
+// when a read's first piece finds a hold of the same content (the same hash and encoding, perhaps
+// other frames: assembled before a compaction), the held one, so that all readers of the key are
+// served from one body. A first piece whose bytes are not the held ones (the session was deleted and
+// saved again) replaces the hold: the later pieces of its read must continue its bytes, never
+// another body's (docs/protocol.md §5: every piece of one read carries the same headers).
+func (c *byteCache) HoldBody(key string, b readBody, first bool) readBody {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
 	if h, ok := c.reading[key]; ok {
-		h.last = now
-		h.timer.Reset(c.readIdle)
-		if first {
-			h.readers++
+		held := h.entry.body()
+		if !first || held.hash == b.hash && held.enc == b.enc && held.raw == b.raw {
+			h.last = now
+			h.timer.Reset(c.readIdle)
+			if first {
+				h.readers++
+			}
+			return held
 		}
-		return
+		h.timer.Stop()
+		delete(c.reading, key) // stale: held again below with b
 	}
 	if len(c.reading) >= maxReading {
 		oldest := ""
@@ -175,7 +186,7 @@ func (c *byteCache) HoldBody(key string, b readBody, first bool) {
 			}
 		}
 		if now.Sub(c.reading[oldest].last) < c.readIdle/10 {
-			return
+			return b
 		}
 		c.reading[oldest].timer.Stop()
 		delete(c.reading, oldest)
@@ -196,6 +207,7 @@ func (c *byteCache) HoldBody(key string, b readBody, first bool) {
 			delete(c.reading, key)
 		}
 	})}
+	return b
 }
 
 // Held returns the body of the read in pieces held under key, if one is, and counts this as a piece
@@ -220,6 +232,19 @@ func (c *byteCache) Release(key string) {
 	defer c.mu.Unlock()
 	if h, ok := c.reading[key]; ok {
 		if h.readers--; h.readers <= 0 {
+			h.timer.Stop()
+			delete(c.reading, key)
+		}
+	}
+}
+
+// DropHeld lets go of every read held under a key that starts with prefix (a deleted session's,
+// readSession): their later pieces are looked up again, and so not served once the session is gone.
+func (c *byteCache) DropHeld(prefix string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, h := range c.reading {
+		if strings.HasPrefix(key, prefix) {
 			h.timer.Stop()
 			delete(c.reading, key)
 		}

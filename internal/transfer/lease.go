@@ -104,6 +104,7 @@ func (s *service) remove(ctx context.Context, ns string, body []byte) (reply, er
 	if err != nil {
 		return reply{}, notFound(err, key)
 	}
+	s.cache.DropHeld(readSession(ns, req.Session)) // a read under way must not go on serving it
 	s.log.Info("session deleted", "session", key, "head", v.Version)
 	return jsonReply(v)
 }

@@ -15,12 +15,20 @@ import (
 // readKey names one read by everything that decides its bytes (the namespace, from the subject,
 // and every member of the request but its offset, with its encoding spelled out), so that the
 // pieces of one read share it and nothing else does. It is a digest: a request's size does not
-// become the size of a key the cache keeps.
+// become the size of a key the cache keeps. It starts with readSession's prefix, so that the
+// reads held for a session can be let go of when the session is deleted.
 func readKey(ns string, req wire.ReadRequest, enc string) string {
 	req.Offset, req.Encoding = 0, enc
 	j, _ := json.Marshal(req) // a map's keys (merge) are sorted: one request, one key
 	sum := sha256.Sum256(append([]byte(ns+"\x00"), j...))
-	return "read/" + hex.EncodeToString(sum[:])
+	return readSession(ns, req.Session) + hex.EncodeToString(sum[:])
+}
+
+// readSession is the prefix of the keys of every read of session in namespace ns (any agent, any
+// version, any view, merges): namespace and session are names a key of the store holds, so
+// bounded, and EncodeID writes no '/'.
+func readSession(ns, session string) string {
+	return "read/" + wire.EncodeID(ns) + "/" + wire.EncodeID(session) + "/"
 }
 
 // fullZstd returns the whole conversation of v as a zstd stream, stored frames passed through

@@ -474,16 +474,22 @@ func (s *service) piece(ctx context.Context, b readBody, key string, offset int6
 		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, offset, total)
 	}
 	end := min(offset+s.maxReply(), total)
-	if err := ticketOf(ctx).take(end - offset); err != nil {
-		return reply{}, err
-	}
 	if end < total {
 		if b.raw >= largeBytes {
 			eager.hold(2 * time.Second)
 		}
-		s.cache.HoldBody(key, b, offset == 0) // the next pieces cost no lookup and no assembly
+		// The next pieces cost no lookup and no assembly. A first piece is served from the body held
+		// for the key, if that is the same content, so that its later pieces continue its bytes.
+		b = s.cache.HoldBody(key, b, offset == 0)
+		if total = int64(len(b.data)); offset > total {
+			return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, offset, total)
+		}
+		end = min(offset+s.maxReply(), total)
 	} else if offset > 0 {
 		s.cache.Release(key)
+	}
+	if err := ticketOf(ctx).take(end - offset); err != nil {
+		return reply{}, err
 	}
 	hdr := micro.Headers{
 		wire.HdrTotal:    {strconv.FormatInt(total, 10)},
