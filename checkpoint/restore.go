@@ -86,7 +86,9 @@ func (c *Client) readAs(ctx context.Context, v Version, req wire.ReadRequest, li
 			return nil, "", fmt.Errorf("checkpoint: read of version %d: %w", v.Version, err)
 		}
 		if body == nil {
-			b, body = got, make([]byte, 0, got.total)
+			// Room for 16 pieces like the first, not for the announced total: a daemon may announce any
+			// size, and the buffer grows with the bytes that arrive.
+			b, body = got, make([]byte, 0, min(got.total, max(int64(len(msg.Data)), 1)*16))
 		} else if got != b {
 			return nil, "", fmt.Errorf("%w: read of version %d: pieces of different content (%+v, %+v)", ErrCorrupt, v.Version, b, got)
 		}

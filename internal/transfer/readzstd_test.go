@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -472,4 +473,30 @@ func TestRead_LaterPiecesOfManyReadsAtOnce(t *testing.T) {
 	// A request gives its bytes back just after its reply is sent.
 	require.Eventually(t, func() bool { return gauge(t, env, "checkpointd_read_in_use_bytes") == 0 }, 5*time.Second, 5*time.Millisecond,
 		"nothing is reserved once every piece is answered")
+}
+
+// A hostile daemon that announces a huge conversation (its record and its read headers agree) but
+// sends a few bytes and stalls costs the SDK what it sent, not what it announced: the buffer grows
+// with the bytes received.
+func TestSDK_RestoreAllocatesWhatArrivesNotWhatIsAnnounced(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "announced"}
+	v, err := env.Client.Save(ctx, key, []byte(`[{"role":"user","content":"hi"}]`))
+	require.NoError(t, err)
+	const announced = 1 << 30
+	v.RawBytes = announced
+	piece := []byte(`[{"role":"user","content":"hi"`)
+	fakeDaemon(t, env, v, func(req wire.ReadRequest) *nats.Msg {
+		if req.Offset > 0 {
+			return readReply(piece, len(piece), wire.EncodingIdentity, v.Hash, announced, 0) // nothing more: a stall
+		}
+		return readReply(piece, 0, wire.EncodingIdentity, v.Hash, announced, 0)
+	})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _, err = env.Client.Restore(ctx, key, 0)
+	runtime.ReadMemStats(&after)
+	require.ErrorContains(t, err, "stalled")
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "the SDK allocated for the announced size")
 }
