@@ -16,8 +16,9 @@ import (
 // A read that comes in several pieces is also held apart from that bound while it is in progress
 // (Hold, until Release after its last piece, or until no piece was asked for in readIdle): a
 // conversation bigger than the cache is assembled once per read, not once per piece, and several
-// large reads at once do not evict each other between their pieces. At most maxReading reads are
-// held at once (see Hold).
+// large reads at once do not evict each other between their pieces. At most maxReading reads, and
+// maxHeldBytes of their bodies, are held at once (see Hold): clients that keep asking for pieces
+// cannot pin more.
 type byteCache struct {
 	mu       sync.Mutex
 	max      int64
@@ -25,6 +26,8 @@ type byteCache struct {
 	order    *list.List // front = most recently used
 	items    map[string]*list.Element
 	reading  map[string]*heldRead
+	held     int64 // bytes of the bodies held in reading
+	heldMax  int64 // maxHeldBytes, but for tests
 	gen      uint64 // counts holds, so that a timer knows whether its hold is still the current one
 	readIdle time.Duration
 
@@ -45,6 +48,11 @@ const readIdle = 10 * time.Second
 
 // maxReading is how many reads in pieces are held at once.
 const maxReading = 8
+
+// maxHeldBytes bounds the bodies of the reads held at once: four of the largest conversations a
+// daemon takes by default (--max-checkpoint-bytes 64 MiB). A read past it is served without being
+// held, each of its pieces assembled anew.
+const maxHeldBytes = 256 << 20
 
 type cacheEntry struct {
 	key  string
@@ -79,11 +87,19 @@ type heldRead struct {
 	gen     uint64    // which hold this is, for its idle timer
 	last    time.Time // when a piece was last asked for
 	timer   *time.Timer
+	bytes   int64 // of the body, counted in byteCache.held
+}
+
+// unhold lets go of the read held under key. c.mu is held.
+func (c *byteCache) unhold(key string, h *heldRead) {
+	h.timer.Stop()
+	delete(c.reading, key)
+	c.held -= h.bytes
 }
 
 func newByteCache(maxBytes int64) *byteCache {
 	return &byteCache{max: maxBytes, order: list.New(), items: map[string]*list.Element{},
-		reading: map[string]*heldRead{}, readIdle: readIdle}
+		reading: map[string]*heldRead{}, heldMax: maxHeldBytes, readIdle: readIdle}
 }
 
 // GetOrLoad returns the cached bytes of key, or loads and (if they fit) caches them. Two concurrent
@@ -175,10 +191,13 @@ func (c *byteCache) HoldBody(key string, b readBody, first bool) readBody {
 			}
 			return held
 		}
-		h.timer.Stop()
-		delete(c.reading, key) // stale: held again below with b
+		c.unhold(key, h) // stale: held again below with b
 	}
-	if len(c.reading) >= maxReading {
+	size := int64(len(b.data))
+	if size > c.heldMax {
+		return b
+	}
+	for len(c.reading) >= maxReading || c.held+size > c.heldMax {
 		oldest := ""
 		for k, r := range c.reading {
 			if oldest == "" || r.last.Before(c.reading[oldest].last) {
@@ -188,8 +207,7 @@ func (c *byteCache) HoldBody(key string, b readBody, first bool) readBody {
 		if now.Sub(c.reading[oldest].last) < c.readIdle/10 {
 			return b
 		}
-		c.reading[oldest].timer.Stop()
-		delete(c.reading, oldest)
+		c.unhold(oldest, c.reading[oldest])
 	}
 	e := &cacheEntry{key: key, data: b.data, hash: b.hash, raw: b.raw, enc: b.enc}
 	if el, ok := c.items[key]; ok {
@@ -200,11 +218,12 @@ func (c *byteCache) HoldBody(key string, b readBody, first bool) readBody {
 	}
 	c.gen++
 	gen := c.gen // the timer refers to the hold by number: it must not keep the bytes alive
-	c.reading[key] = &heldRead{entry: e, readers: 1, gen: gen, last: now, timer: time.AfterFunc(c.readIdle, func() {
+	c.held += size
+	c.reading[key] = &heldRead{entry: e, readers: 1, gen: gen, last: now, bytes: size, timer: time.AfterFunc(c.readIdle, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if h, ok := c.reading[key]; ok && h.gen == gen {
-			delete(c.reading, key)
+			c.unhold(key, h)
 		}
 	})}
 	return b
@@ -232,8 +251,7 @@ func (c *byteCache) Release(key string) {
 	defer c.mu.Unlock()
 	if h, ok := c.reading[key]; ok {
 		if h.readers--; h.readers <= 0 {
-			h.timer.Stop()
-			delete(c.reading, key)
+			c.unhold(key, h)
 		}
 	}
 }
@@ -245,8 +263,7 @@ func (c *byteCache) DropHeld(prefix string) {
 	defer c.mu.Unlock()
 	for key, h := range c.reading {
 		if strings.HasPrefix(key, prefix) {
-			h.timer.Stop()
-			delete(c.reading, key)
+			c.unhold(key, h)
 		}
 	}
 }

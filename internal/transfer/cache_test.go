@@ -215,3 +215,35 @@ func TestByteCache_ConcurrentReadersHashAndRelease(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// The bodies of held reads are bounded in bytes, not only in number: a read that would pass the
+// bound takes the place of reads gone idle, else is served without being held, and a body larger
+// than the bound is never held. Clients that keep asking for pieces cannot pin more.
+func TestByteCache_HeldReadsAreBoundedInBytes(t *testing.T) {
+	c := newByteCache(1 << 10)
+	c.heldMax, c.readIdle = 100, time.Second // a hold counts as idle after 100 ms
+	body := func(n int) []byte { return bytes.Repeat([]byte("x"), n) }
+	c.Hold("a", body(60), "", true)
+	c.Hold("b", body(60), "", true)
+	_, held := c.Held("b")
+	require.False(t, held, "a second body past the bound while the first is busy")
+	_, held = c.Held("a")
+	require.True(t, held)
+	require.Equal(t, int64(60), c.held)
+
+	time.Sleep(150 * time.Millisecond) // a goes idle
+	c.Hold("b", body(60), "", true)
+	_, held = c.Held("a")
+	require.False(t, held, "the idle read made room")
+	_, held = c.Held("b")
+	require.True(t, held)
+	require.Equal(t, int64(60), c.held)
+
+	c.Hold("huge", body(101), "", true)
+	_, held = c.Held("huge")
+	require.False(t, held, "a body larger than the bound is never held")
+
+	c.Release("b")
+	require.Zero(t, c.held)
+	require.Empty(t, c.reading)
+}
