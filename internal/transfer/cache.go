@@ -26,8 +26,8 @@ type byteCache struct {
 	order    *list.List // front = most recently used
 	items    map[string]*list.Element
 	reading  map[string]*heldRead
-	held     int64 // bytes of the bodies held in reading
-	heldMax  int64 // maxHeldBytes, but for tests
+	held     int64  // bytes of the bodies held in reading
+	heldMax  int64  // maxHeldBytes, but for tests
 	gen      uint64 // counts holds, so that a timer knows whether its hold is still the current one
 	readIdle time.Duration
 
