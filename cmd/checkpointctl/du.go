@@ -138,7 +138,11 @@ func printUsage(a *App, usage []nsUsage) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", printable(ns.Namespace), printable(u.Key.Session), printable(u.Key.Agent),
 				u.Versions, size(u.RawBytes), size(u.StoredBytes))
 		}
-		fmt.Fprintf(tw, "%s\t(total: %d sessions)\t\t%d\t%s\t%s\n", printable(ns.Namespace), len(ns.Sessions), ns.Versions,
+		sessions := fmt.Sprintf("%d sessions", len(ns.Sessions))
+		if len(ns.Sessions) == 1 {
+			sessions = "1 session"
+		}
+		fmt.Fprintf(tw, "%s\t(total: %s)\t\t%d\t%s\t%s\n", printable(ns.Namespace), sessions, ns.Versions,
 			size(ns.RawBytes), size(ns.StoredBytes))
 	}
 	return tw.Flush()

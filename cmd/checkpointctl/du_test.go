@@ -89,7 +89,7 @@ func TestCheckpointctl_Du(t *testing.T) {
 	out, stderr, code := ctl(t, "", "--server="+env.URL(), "du", "-A")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "STORED")
-	require.Regexp(t, `team\s+\(total: 1 sessions\)\s+1\s`, out)
+	require.Regexp(t, `team\s+\(total: 1 session\)\s+1\s`, out)
 	require.Equal(t, 1+4+2, strings.Count(out, "\n"), out) // header, 4 sessions, 2 totals
 
 	out, _, code = ctl(t, "", "--server="+env.URL(), "du", "-n", "nobody", "-o", "json")
