@@ -169,7 +169,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 		_ = d.svc.stop(ctx)
 		return nil, err
 	}
-	d.pruner = &pruner{store: store, policy: d.policy, interval: cfg.RetentionInterval, log: cfg.Logger, m: cfg.Metrics}
+	d.pruner = &pruner{store: store, policy: d.policy, interval: cfg.RetentionInterval, log: cfg.Logger, m: cfg.Metrics,
+		pruned: d.svc.dropPrunedReads}
 	d.pruner.start()
 	go d.svc.purgeAcknowledged() // what a crash of the server may have left in the queue
 	d.health = newHealthMonitor(d.in, st, cfg)

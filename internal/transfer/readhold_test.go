@@ -90,3 +90,29 @@ func TestRead_DeletedSessionIsNotServedFromAHeldRead(t *testing.T) {
 		})
 	}
 }
+
+// A prune drops the held reads of the sessions it removed versions from: the next piece of a read
+// of a removed version is looked up again, and not found (it used to be served from the hold).
+func TestRead_PrunedVersionIsNotServedFromAHeldRead(t *testing.T) {
+	env := testenv.StartWithMaxPayload(t, 64<<10, func(c *transfer.Config) { c.CompactIdle = 0 })
+	ctx := ctxT(t)
+	nc := env.Conn()
+	corpus := corpusMessages(t, "claude_code_spotter_258c7280.json")
+	key := checkpoint.Key{Session: "pruned"}
+	_, err := env.Client.Save(ctx, key, arrayOf(corpus[:len(corpus)-1]))
+	require.NoError(t, err)
+	_, err = env.Client.Save(ctx, key, arrayOf(corpus))
+	require.NoError(t, err)
+	req := wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: key.Session}, Version: 1}
+	data, _ := json.Marshal(req)
+	m, err := nc.Request(wire.APISubject(wire.DefaultNamespace, wire.OpRead), data, 10e9)
+	require.NoError(t, err)
+	require.Empty(t, m.Header.Get(wire.HdrServiceErrorCode), "%s", m.Data)
+	_, err = env.Client.Prune(ctx, wire.DefaultNamespace, checkpoint.PruneOptions{Session: key.Session, KeepLast: 1})
+	require.NoError(t, err)
+	req.Offset = int64(len(m.Data))
+	data, _ = json.Marshal(req)
+	m, err = nc.Request(wire.APISubject(wire.DefaultNamespace, wire.OpRead), data, 10e9)
+	require.NoError(t, err)
+	require.Equal(t, "404", m.Header.Get(wire.HdrServiceErrorCode), "a piece of a pruned version was served: %.80s", m.Data)
+}

@@ -106,6 +106,7 @@ type pruner struct {
 	interval time.Duration
 	log      *slog.Logger
 	m        *metrics.Metrics
+	pruned   func([]wire.PruneResult) // told what a round removed (the service drops held reads of it)
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 }
@@ -157,6 +158,9 @@ func (p *pruner) round(ctx context.Context) bool {
 	ok := true
 	if policy := p.policy.get(); policy.Default != (snapshot.Retention{}) || len(policy.ByNamespace) > 0 {
 		res, err := pruneSessions(ctx, p.store, heads, policy.For, false)
+		if p.pruned != nil {
+			p.pruned(res)
+		}
 		if err != nil && ctx.Err() == nil {
 			ok = false
 			p.log.Warn("retention: prune failed; trying again next round", "err", err)

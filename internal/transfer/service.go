@@ -585,10 +585,23 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 		}
 	}
 	res, err := pruneSessions(ctx, s.store, heads, func(string) snapshot.Retention { return ret }, req.DryRun)
+	if !req.DryRun {
+		s.dropPrunedReads(res)
+	}
 	if err != nil {
 		return reply{}, err
 	}
 	return jsonReply(wire.PruneReply{Sessions: res})
+}
+
+// dropPrunedReads lets go of the held reads of every session a prune removed versions from: their
+// later pieces are looked up again, so a removed version is not served on from a hold.
+func (s *service) dropPrunedReads(res []wire.PruneResult) {
+	for _, r := range res {
+		if len(r.Versions) > 0 {
+			s.cache.DropHeld(readSession(r.Key.Namespace, r.Key.Session))
+		}
+	}
 }
 
 // viewOf returns the bytes of a view of v, their hash and their cache key. Versions are immutable,
