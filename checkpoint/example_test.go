@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"testing"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -16,18 +15,7 @@ import (
 // by TestMain on a random port and a temporary directory (in the README: nats://127.0.0.1:4222).
 var url string
 
-func TestMain(m *testing.M) {
-	var stop func()
-	var err error
-	url, stop, err = testenv.StartForMain()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting checkpointd for the examples:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.RunWithDaemon(m, &url) }
 
 // The package documentation's example: save after each turn, restore anywhere.
 func Example() {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
-	"os"
 	"testing"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -17,18 +16,7 @@ import (
 // by TestMain on a random port and a temporary directory.
 var url string
 
-func TestMain(m *testing.M) {
-	var stop func()
-	var err error
-	url, stop, err = testenv.StartForMain()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting checkpointd for the examples:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.RunWithDaemon(m, &url) }
 
 // Build a conversation with the model, save it, restore it anywhere and read it back typed.
 func Example() {

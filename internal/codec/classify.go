@@ -28,8 +28,8 @@ var compactionMarkers = map[string]struct {
 	DialectNative: {`"compaction"`, func(m object) bool {
 		return memberString(m, "role") == RoleExtension && memberString(m, "kind") == "compaction"
 	}},
-	"antigravity":      {`"Compaction"`, func(m object) bool { return memberString(m, "type") == "Compaction" }},
-	"openai-responses": {`"compaction"`, func(m object) bool { return memberString(m, "type") == "compaction" }},
+	"antigravity":      {`"Compaction"`, func(m object) bool { return typeIs(m, "Compaction") }},
+	"openai-responses": {`"compaction"`, func(m object) bool { return typeIs(m, "compaction") }},
 }
 
 // memberString returns member name of m if it is a string, else "".

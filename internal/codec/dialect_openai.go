@@ -144,7 +144,4 @@ func eachPart(raw []byte, fn func(i int, p object)) {
 }
 
 // typeIs reports whether part p has "type": typ.
-func typeIs(p object, typ string) bool {
-	t, ok := p["type"]
-	return ok && kind(t) == '"' && stringValue(t) == typ
-}
+func typeIs(p object, typ string) bool { return memberString(p, "type") == typ }

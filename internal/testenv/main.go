@@ -2,10 +2,12 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,4 +59,19 @@ func StartForMain() (url string, stop func(), err error) {
 		srv.WaitForShutdown()
 		os.RemoveAll(dir)
 	}, nil
+}
+
+// RunWithDaemon is a whole TestMain for a package of runnable Examples: it starts a deployment
+// (StartForMain), sets *url to its client URL, runs the package's tests and examples, stops it
+// and exits with their code.
+func RunWithDaemon(m *testing.M, url *string) {
+	u, stop, err := StartForMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting checkpointd for the examples:", err)
+		os.Exit(1)
+	}
+	*url = u
+	code := m.Run()
+	stop()
+	os.Exit(code)
 }
