@@ -202,4 +202,3 @@ func (l *Log) DeleteValue(ctx context.Context, ns, id string) error {
 }
 
 func clone(e engine.Entry) engine.Entry { return engine.Entry{Seq: e.Seq, Data: slices.Clone(e.Data)} }
-
