@@ -48,6 +48,68 @@ func TestFormat2Fixture_Serves(t *testing.T) {
 	}
 }
 
+// The comparison finds each kind of difference, so that the tests above (and the upgrade test)
+// cannot pass by comparing too little: each case changes one thing in a copy of the manifest.
+func TestCompareFormat2_FindsEveryDifference(t *testing.T) {
+	m, err := testenv.ReadFormat2Manifest(filepath.Join(format2Fixture, "manifest.json"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, testenv.ExtractTarGz(filepath.Join(format2Fixture, "store.tar.gz"), dir, maxFixtureBytes))
+	d := startInProcess(t, dir)
+	defer d.stop(t)
+	c := d.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	session := func(m *testenv.Format2Manifest, name string) *testenv.Format2Session {
+		for i := range m.Sessions {
+			if m.Sessions[i].Key.Session == name {
+				return &m.Sessions[i]
+			}
+		}
+		t.Fatalf("the fixture has no session %q", name)
+		return nil
+	}
+	for _, tc := range []struct {
+		name, want string
+		change     func(m *testenv.Format2Manifest)
+	}{
+		{"record field", "version 2 record", func(m *testenv.Format2Manifest) { session(m, "chat-appends").Versions[1].Record.Writer = "someone else" }},
+		{"record origin", "version 1 record", func(m *testenv.Format2Manifest) { session(m, "imported").Versions[0].Record.Origin = nil }},
+		{"conversation", "version 3 conversation sha256", func(m *testenv.Format2Manifest) { session(m, "openhands-todo-app").Versions[2].SHA256 = sha256Hex(nil) }},
+		{"lease", "lease", func(m *testenv.Format2Manifest) { session(m, "leased-held").Lease.Owner = "another owner" }},
+		{"lease of a session without versions", "lease", func(m *testenv.Format2Manifest) { session(m, "leased-before-first-save").Lease.Epoch++ }},
+		{"moved", "moved", func(m *testenv.Format2Manifest) { session(m, "moved-away").Moved = nil }},
+		{"pruned version back", "version 5 is not served", func(m *testenv.Format2Manifest) {
+			s := session(m, "pruned-by-retention")
+			v := s.Versions[0]
+			v.Record.Version--
+			s.Versions, s.FirstVersion = append([]testenv.Format2Version{v}, s.Versions...), 5
+		}},
+		{"session missing", "is listed but not in the manifest", func(m *testenv.Format2Manifest) { m.Sessions = m.Sessions[1:] }},
+		{"deleted session served", "deleted session", func(m *testenv.Format2Manifest) { m.Deleted = append(m.Deleted, m.Sessions[0].Key) }},
+		{"acknowledged version lost", "below the acknowledged version", func(m *testenv.Format2Manifest) {
+			m.Complete = false
+			s := session(m, "busy-appends")
+			v := s.Versions[len(s.Versions)-1]
+			v.Record.Version++
+			s.Versions, s.Head = append(s.Versions, v), v.Record.Version
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var changed testenv.Format2Manifest
+			b, err := json.Marshal(m)
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(b, &changed))
+			tc.change(&changed)
+			err = testenv.CompareFormat2(ctx, c, changed)
+			require.Error(t, err)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	require.NoError(t, testenv.CompareFormat2(ctx, c, m), "the manifest itself")
+}
+
 // checkFormat2Fixture unpacks a fixture store into a temporary directory, runs checkpointd on it
 // and compares what it serves with the manifest.
 func checkFormat2Fixture(t *testing.T, store, manifest string) {

@@ -48,13 +48,16 @@ func TestFormat2Fixture_Write(t *testing.T) {
 
 	m := writeFormat2Store(t, writer, filepath.Join(format2Fixture, "store.tar.gz"))
 	writeJSON(t, filepath.Join(format2Fixture, "manifest.json"), m)
+	began := time.Now()
 	crash := writeFormat2Crash(t, writer, filepath.Join(format2Fixture, "crash.tar.gz"))
+	t.Logf("crash variant written in %v", time.Since(began))
 	writeJSON(t, filepath.Join(format2Fixture, "crash-manifest.json"), crash)
 	writeFormat2Readme(t, m, crash)
 
 	for _, v := range format2Variants {
+		began := time.Now()
 		checkFormat2Fixture(t, filepath.Join(format2Fixture, v.store), filepath.Join(format2Fixture, v.manifest))
-		t.Logf("%s: %s", v.store, fileSize(t, filepath.Join(format2Fixture, v.store)))
+		t.Logf("%s: %s, checked in %v", v.store, fileSize(t, filepath.Join(format2Fixture, v.store)), time.Since(began))
 	}
 }
 
@@ -84,10 +87,13 @@ func writeFormat2Store(t *testing.T, writer testenv.Format2Writer, archive strin
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	w := &scenario{t: t, ctx: ctx, url: d.url, c: d.client(t, checkpoint.WithWriter("fixture-writer/1"))}
+	began := time.Now()
 	w.phaseOne()
+	t.Logf("phase one written in %v", time.Since(began))
 	w.settle()
 	w.phaseTwo()
 	d.stop(t)
+	t.Logf("phase two written and stopped after %v", time.Since(began))
 
 	d = startInProcess(t, dir)
 	c := d.client(t)
@@ -95,6 +101,7 @@ func writeFormat2Store(t *testing.T, writer testenv.Format2Writer, archive strin
 	require.NoError(t, err)
 	storage := readLayouts(t, d.url)
 	d.stop(t)
+	t.Logf("captured after %v", time.Since(began))
 	requireCoverage(t, storage)
 
 	require.NoError(t, testenv.WriteTarGz(archive, dir, lockFileName))
@@ -207,30 +214,31 @@ func (w *scenario) phaseOne() {
 	w.writeHostile()
 }
 
-// writeChat: many versions of one conversation, saved every way a client can.
+// writeChat: many versions of one conversation, saved every way a client can; 18 in phase one, so
+// that the idle housekeeping archives their records (it waits for 16).
 func (w *scenario) writeChat() {
 	k := w.key(chatAppends.Namespace, chatAppends.Session, chatAppends.Agent)
 	conv := w.turn(1, "chat")
 	v := w.save(k, conv, checkpoint.WithReason("turn"))
-	for i := 2; i <= 7; i++ { // appends: the body holds only the new messages
+	for i := 2; i <= 12; i++ { // appends: the body holds only the new messages
 		msgs := w.turn(i, "chat")
 		conv = append(conv, msgs...)
 		v = w.append(k, v.Version, msgs...)
 	}
-	for i := 8; i <= 9; i++ { // whole arrays, from a client that never saved the session
+	for i := 13; i <= 14; i++ { // whole arrays, from a client that never saved the session
 		conv = append(conv, w.turn(i, "chat")...)
 		v = w.saveWhole(k, conv)
 	}
 	// A rewrite: message 3 dropped and the last one changed (a new generation).
 	rewritten := append(append([]json.RawMessage{}, conv[:2]...), conv[3:len(conv)-1]...)
-	rewritten = append(rewritten, w.msg("assistant", "chat, answer 9, edited"))
+	rewritten = append(rewritten, w.msg("assistant", "chat, answer 14, edited"))
 	v = w.saveWhole(k, rewritten, checkpoint.WithReason("manual"))
-	require.Equal(w.t, uint64(10), v.Version)
-	conv = append(rewritten, w.turn(10, "chat")...)
+	require.Equal(w.t, uint64(15), v.Version)
+	conv = append(rewritten, w.turn(15, "chat")...)
 	v = w.save(k, conv)
-	conv = append(conv, w.msg("compaction", "The user asked ten questions about chat; all were answered."))
+	conv = append(conv, w.msg("compaction", "The user asked fifteen questions about chat; all were answered."))
 	v = w.save(k, conv)
-	conv = append(conv, w.turn(11, "chat after compaction")...)
+	conv = append(conv, w.turn(16, "chat after compaction")...)
 	w.save(k, conv, checkpoint.ExpectVersion(v.Version))
 }
 
@@ -369,8 +377,9 @@ func (w *scenario) writeImports() {
 	require.NoError(w.t, err)
 
 	sealed := w.key(nsOps, "moved-away", "")
-	w.save(sealed, w.turn(1, "moved"))
-	v := w.save(sealed, append(w.turn(1, "moved"), w.turn(2, "moved")...))
+	conv = w.turn(1, "moved")
+	w.save(sealed, conv)
+	v := w.save(sealed, append(conv, w.turn(2, "moved")...))
 	_, err = w.c.Seal(w.ctx, sealed, v.Version, "nats://new-home.example:4222")
 	require.NoError(w.t, err)
 }
@@ -506,15 +515,33 @@ func requireCoverage(t *testing.T, storage map[string]testenv.Format2Layout) {
 	require.True(t, values, "no layout refers to a value")
 }
 
-// writeFormat2Crash writes the crash variant: checkpointd as a process, four writers saving as
-// fast as they can (whole arrays of a real transcript, appends), SIGKILLed once 40 saves were
-// acknowledged; the directory as the kill left it. Its manifest lists the acknowledged saves.
+// writeFormat2Crash writes the crash variant: checkpointd as a process, six writers saving as fast
+// as they can (whole arrays of a real transcript, appends), SIGKILLed once 40 saves were
+// acknowledged; the directory as the kill left it. Its manifest lists the acknowledged saves. A
+// kill that left no save queued (published, not settled) is tried again, a few times, since the
+// directory is most useful with one.
 func writeFormat2Crash(t *testing.T, writer testenv.Format2Writer, archive string) testenv.Format2Manifest {
-	p := newDaemonProc(t)
+	bin := checkpointdBinary(t)
+	var m testenv.Format2Manifest
+	for attempt := 1; attempt <= 8; attempt++ {
+		p := &daemonProc{tb: t, bin: bin, dataDir: t.TempDir(), natsAddr: freeAddrTB(t), httpAddr: freeAddrTB(t)}
+		m = crashBurst(t, p, attempt)
+		m.WrittenBy = writer
+		require.NoError(t, testenv.WriteTarGz(archive, p.dataDir, lockFileName))
+		m.QueuedSaves = queuedSaves(t, archive)
+		t.Logf("crash attempt %d: %d saves queued at the kill", attempt, m.QueuedSaves)
+		if m.QueuedSaves > 0 {
+			break
+		}
+	}
+	return m
+}
+
+// crashBurst runs the writers against p and kills it; it returns what was acknowledged.
+func crashBurst(t *testing.T, p *daemonProc, attempt int) testenv.Format2Manifest {
 	p.start()
-	corpus := corpusMessages(t)
 	var small []json.RawMessage
-	for _, c := range corpus {
+	for _, c := range corpusMessages(t) {
 		if len(joinMessages(c)) < 20<<10 {
 			small = c
 		}
@@ -530,9 +557,10 @@ func writeFormat2Crash(t *testing.T, writer testenv.Format2Writer, archive strin
 		wg    sync.WaitGroup
 	)
 	killed := make(chan struct{})
-	keys := []checkpoint.Key{
-		{Namespace: "crash", Session: "whole-1", Agent: "main"}, {Namespace: "crash", Session: "whole-2", Agent: "main"},
-		{Namespace: "crash", Session: "append-1", Agent: "main"}, {Namespace: "crash", Session: "append-2", Agent: "main"},
+	var keys []checkpoint.Key
+	for i := range 6 {
+		kind := [...]string{"whole", "append"}[i%2]
+		keys = append(keys, checkpoint.Key{Namespace: "crash", Session: fmt.Sprintf("%s-%d", kind, i/2+1), Agent: "main"})
 	}
 	for i, k := range keys {
 		wg.Add(1)
@@ -546,7 +574,7 @@ func writeFormat2Crash(t *testing.T, writer testenv.Format2Writer, archive strin
 			var conv []json.RawMessage
 			for n := 1; ; n++ {
 				var next []json.RawMessage
-				if i < 2 {
+				if i%2 == 0 { // a growing transcript, sent whole (the client sends what grew)
 					next = small[len(conv)%len(small) : len(conv)%len(small)+1]
 				} else {
 					next = []json.RawMessage{json.RawMessage(fmt.Sprintf(`{"role":"user","content":"append %d of writer %d"}`, n, i))}
@@ -556,9 +584,8 @@ func writeFormat2Crash(t *testing.T, writer testenv.Format2Writer, archive strin
 				if err != nil {
 					return // the kill: what this save did is unknown, and nothing after it is written
 				}
-				sum := sha256Hex(joinMessages(conv))
 				mu.Lock()
-				acked[k] = append(acked[k], testenv.Format2Version{Record: v, SHA256: sum})
+				acked[k] = append(acked[k], testenv.Format2Version{Record: v, SHA256: sha256Hex(joinMessages(conv))})
 				mu.Unlock()
 				if count.Add(1) == 40 {
 					close(killed)
@@ -571,11 +598,12 @@ func writeFormat2Crash(t *testing.T, writer testenv.Format2Writer, archive strin
 	case <-ctx.Done():
 		t.Fatalf("40 saves were never acknowledged\n%s", p.logTail())
 	}
+	time.Sleep(time.Duration(attempt*100) * time.Microsecond) // a different moment of the saves in flight each attempt
 	p.kill()
 	wg.Wait()
-	require.NoError(t, testenv.WriteTarGz(archive, p.dataDir, lockFileName))
+	t.Logf("killed after %d acknowledged saves", count.Load())
 
-	m := testenv.Format2Manifest{Format: testenv.Format2ManifestFormat, WrittenBy: writer}
+	m := testenv.Format2Manifest{Format: testenv.Format2ManifestFormat}
 	for _, k := range keys {
 		vs := acked[k]
 		require.NotEmpty(t, vs, "writer of %s", k)
@@ -583,6 +611,26 @@ func writeFormat2Crash(t *testing.T, writer testenv.Format2Writer, archive strin
 			Head: vs[len(vs)-1].Record.Version, Versions: vs})
 	}
 	return m
+}
+
+// queuedSaves counts the saves a store holds in CP_INGEST (published, not settled), read by a bare
+// NATS server on a copy of it: no daemon, so nothing settles them meanwhile.
+func queuedSaves(t *testing.T, archive string) int {
+	dir := t.TempDir()
+	require.NoError(t, testenv.ExtractTarGz(archive, dir, maxFixtureBytes))
+	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: freeAddrTB(t)})
+	require.NoError(t, err)
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, wire.StreamIngest)
+	require.NoError(t, err)
+	return int(st.CachedInfo().State.Msgs)
 }
 
 func sha256Hex(b []byte) string { return strings.TrimPrefix(wire.Hash(b), "sha256:") }
@@ -597,7 +645,7 @@ func writeFormat2Readme(t *testing.T, m, crash testenv.Format2Manifest) {
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, strings.ReplaceAll(format2Readme, "^", "`"), m.WrittenBy.Commit, m.WrittenBy.At.Format(time.RFC3339), m.WrittenBy.NATSServer, m.WrittenBy.Go,
-		format2WriteCommand, len(m.Sessions), versions(m), len(m.Deleted), len(crash.Sessions), versions(crash))
+		format2WriteCommand, len(m.Sessions), versions(m), len(m.Deleted), len(crash.Sessions), versions(crash), crash.QueuedSaves)
 	require.NoError(t, os.WriteFile(filepath.Join(format2Fixture, "README.md"), b.Bytes(), 0o644))
 }
 
@@ -618,7 +666,7 @@ Regenerate, from the repository's root, with the format-2 code still in place:
 
 - ^store.tar.gz^: the data directory (^--data-dir^) of a checkpointd stopped cleanly (SIGTERM's
   path), without its lock file. %d sessions with %d versions in all, and %d deleted session(s):
-  - ^team/chat-appends^: 25 versions: a first save, appends (^Cp-Base-Version^), whole arrays from a
+  - ^team/chat-appends^: 21 versions: a first save, appends (^Cp-Base-Version^), whole arrays from a
     client that never saved the session, a rewrite that drops message 3 and edits the last one (a
     second generation), a compaction marker (extension ^compaction^), an expected-version save;
     merged and its records archived while idle, then three appends the daemon never merged (an
@@ -651,11 +699,13 @@ Regenerate, from the repository's root, with the format-2 code still in place:
   the SDK's ^History^ report it) with the SHA-256 of the conversation's bytes as restored; the
   deleted sessions; and, for information only, how format 2 laid each session out (^storage^:
   extents, older generations, archives, values), which shows what the fixture covers.
-- ^crash.tar.gz^ and ^crash-manifest.json^: the data directory of a checkpointd SIGKILLed while
-  four writers saved as fast as they could (whole arrays of the same transcript, appends), once 40
-  saves had been acknowledged: %d sessions, %d acknowledged versions. The manifest is partial
-  (^complete: false^): it lists the acknowledged saves; a session may hold later versions (saves
-  queued before the kill, settled when a daemon starts on the directory), but never fewer.
+- ^crash.tar.gz^ and ^crash-manifest.json^: the data directory of a checkpointd process SIGKILLed
+  while six writers saved as fast as they could (whole arrays of the same transcript, appends),
+  just after 40 saves had been acknowledged: %d sessions, %d acknowledged versions, and %d saves
+  published but not settled when it died (^queuedSaves^; they are in ^CP_INGEST^, and the daemon
+  started on the directory settles them as later versions). The manifest is partial
+  (^complete: false^): it lists the acknowledged saves; a session may hold later versions than
+  those, never fewer or other ones.
 
 ## How it is used
 

@@ -41,6 +41,9 @@ type Format2Manifest struct {
 	Sessions []Format2Session `json:"sessions"`
 	// Deleted sessions existed in the store and were deleted before it was captured: never served.
 	Deleted []checkpoint.Key `json:"deleted,omitempty"`
+	// QueuedSaves counts the saves the store holds published but not settled (a kill's): a daemon
+	// started on it settles them first. Information only.
+	QueuedSaves int `json:"queuedSaves,omitempty"`
 	// Storage says how format 2 stored each session (by key token), to show which layouts the
 	// fixture covers. Information only: CompareFormat2 ignores it (a new engine has no layouts).
 	Storage map[string]Format2Layout `json:"storage,omitempty"`
@@ -126,7 +129,7 @@ func listedSessions(ctx context.Context, c *checkpoint.Client) (map[checkpoint.K
 // listed with their records but no hash): for a partial manifest.
 func captureSession(ctx context.Context, c *checkpoint.Client, k checkpoint.Key, listed map[checkpoint.Key]checkpoint.Session,
 	only map[uint64]bool) (Format2Session, error) {
-	s := Format2Session{Key: k}
+	s := Format2Session{Key: k, Versions: []Format2Version{}}
 	lease, err := c.LeaseStatus(ctx, k)
 	if err != nil {
 		return s, fmt.Errorf("session %s: lease status: %w", k, err)
