@@ -665,7 +665,7 @@ Regenerate, from the repository's root, with the format-2 code still in place:
 ## Files
 
 - ^store.tar.gz^: the data directory (^--data-dir^) of a checkpointd stopped cleanly (SIGTERM's
-  path), without its lock file. %d sessions with %d versions in all, and %d deleted session(s):
+  path), without its lock file. %d sessions with %d versions in all; deleted sessions: %d.
   - ^team/chat-appends^: 21 versions: a first save, appends (^Cp-Base-Version^), whole arrays from a
     client that never saved the session, a rewrite that drops message 3 and edits the last one (a
     second generation), a compaction marker (extension ^compaction^), an expected-version save;
@@ -700,10 +700,10 @@ Regenerate, from the repository's root, with the format-2 code still in place:
   deleted sessions; and, for information only, how format 2 laid each session out (^storage^:
   extents, older generations, archives, values), which shows what the fixture covers.
 - ^crash.tar.gz^ and ^crash-manifest.json^: the data directory of a checkpointd process SIGKILLed
-  while six writers saved as fast as they could (whole arrays of the same transcript, appends),
-  just after 40 saves had been acknowledged: %d sessions, %d acknowledged versions, and %d saves
-  published but not settled when it died (^queuedSaves^; they are in ^CP_INGEST^, and the daemon
-  started on the directory settles them as later versions). The manifest is partial
+  while six writers saved as fast as they could (three saving the growing array of the same
+  transcript, three appending), just after 40 saves had been acknowledged: %d sessions, %d
+  acknowledged versions. Saves published but not settled when it died: %d (^queuedSaves^; they
+  are in ^CP_INGEST^, and a daemon started on the directory settles them as later versions). The manifest is partial
   (^complete: false^): it lists the acknowledged saves; a session may hold later versions than
   those, never fewer or other ones.
 
