@@ -74,7 +74,9 @@ func TestCompareFormat2_FindsEveryDifference(t *testing.T) {
 		name, want string
 		change     func(m *testenv.Format2Manifest)
 	}{
-		{"record field", "version 2 record", func(m *testenv.Format2Manifest) { session(m, "chat-appends").Versions[1].Record.Writer = "someone else" }},
+		{"record field", "version 2 record", func(m *testenv.Format2Manifest) {
+			session(m, "chat-appends").Versions[1].Record.Writer = "someone else"
+		}},
 		{"record origin", "version 1 record", func(m *testenv.Format2Manifest) { session(m, "imported").Versions[0].Record.Origin = nil }},
 		{"conversation", "version 3 conversation sha256", func(m *testenv.Format2Manifest) { session(m, "openhands-todo-app").Versions[2].SHA256 = sha256Hex(nil) }},
 		{"lease", "lease", func(m *testenv.Format2Manifest) { session(m, "leased-held").Lease.Owner = "another owner" }},

@@ -41,8 +41,9 @@ type Format2Manifest struct {
 	Sessions []Format2Session `json:"sessions"`
 	// Deleted sessions existed in the store and were deleted before it was captured: never served.
 	Deleted []checkpoint.Key `json:"deleted,omitempty"`
-	// QueuedSaves counts the saves the store holds published but not settled (a kill's): a daemon
-	// started on it settles them first. Information only.
+	// QueuedSaves counts the saves a killed daemon left in CP_INGEST (not settled, or settled and
+	// not yet removed from the stream): a daemon started on the store settles them first.
+	// Information only.
 	QueuedSaves int `json:"queuedSaves,omitempty"`
 	// Storage says how format 2 stored each session (by key token), to show which layouts the
 	// fixture covers. Information only: CompareFormat2 ignores it (a new engine has no layouts).
