@@ -101,7 +101,7 @@ func CaptureFormat2(ctx context.Context, c *checkpoint.Client, keys []checkpoint
 	}
 	out := make([]Format2Session, 0, len(keys))
 	for _, k := range keys {
-		s, err := captureSession(ctx, c, k.WithDefaults(), listed, nil)
+		s, err := captureSession(ctx, c, k.WithDefaults(), listed)
 		if err != nil {
 			return nil, err
 		}
@@ -126,10 +126,8 @@ func listedSessions(ctx context.Context, c *checkpoint.Client) (map[checkpoint.K
 	return m, nil
 }
 
-// captureSession reads one session. With only set, it restores just those versions (the rest are
-// listed with their records but no hash): for a partial manifest.
-func captureSession(ctx context.Context, c *checkpoint.Client, k checkpoint.Key, listed map[checkpoint.Key]checkpoint.Session,
-	only map[uint64]bool) (Format2Session, error) {
+// captureSession reads one session, restoring every version it keeps.
+func captureSession(ctx context.Context, c *checkpoint.Client, k checkpoint.Key, listed map[checkpoint.Key]checkpoint.Session) (Format2Session, error) {
 	s := Format2Session{Key: k, Versions: []Format2Version{}}
 	lease, err := c.LeaseStatus(ctx, k)
 	if err != nil {
@@ -146,16 +144,12 @@ func captureSession(ctx context.Context, c *checkpoint.Client, k checkpoint.Key,
 		return s, fmt.Errorf("session %s: history: %w", k, err)
 	}
 	for _, rec := range history {
-		v := Format2Version{Record: rec}
-		if only == nil || only[rec.Version] {
-			conv, _, err := c.Restore(ctx, k, rec.Version) // checks the bytes against rec's hash and size
-			if err != nil {
-				return s, fmt.Errorf("session %s: restoring version %d: %w", k, rec.Version, err)
-			}
-			sum := sha256.Sum256(conv)
-			v.SHA256 = hex.EncodeToString(sum[:])
+		conv, _, err := c.Restore(ctx, k, rec.Version) // checks the bytes against rec's hash and size
+		if err != nil {
+			return s, fmt.Errorf("session %s: restoring version %d: %w", k, rec.Version, err)
 		}
-		s.Versions = append(s.Versions, v)
+		sum := sha256.Sum256(conv)
+		s.Versions = append(s.Versions, Format2Version{Record: rec, SHA256: hex.EncodeToString(sum[:])})
 	}
 	if n := len(s.Versions); n > 0 {
 		s.FirstVersion, s.Head = s.Versions[0].Record.Version, s.Versions[n-1].Record.Version
@@ -200,13 +194,10 @@ func CompareFormat2(ctx context.Context, c *checkpoint.Client, m Format2Manifest
 }
 
 // compareSession compares one session of the manifest with what is served. complete: the session
-// must hold exactly the manifest's versions; else it may hold later ones too.
+// must hold exactly the manifest's versions; else it may hold later ones too (each restored and
+// checked against its own record).
 func compareSession(ctx context.Context, c *checkpoint.Client, want Format2Session, listed map[checkpoint.Key]checkpoint.Session, complete bool) []error {
-	only := map[uint64]bool{}
-	for _, v := range want.Versions {
-		only[v.Record.Version] = true
-	}
-	got, err := captureSession(ctx, c, want.Key, listed, only)
+	got, err := captureSession(ctx, c, want.Key, listed)
 	if err != nil {
 		return []error{err}
 	}
@@ -228,6 +219,12 @@ func compareSession(ctx context.Context, c *checkpoint.Client, want Format2Sessi
 		differ("versions", versionNumbers(want.Versions), versionNumbers(got.Versions))
 	} else if got.Head < want.Head {
 		diffs = append(diffs, fmt.Errorf("session %s: head %d, below the acknowledged version %d", want.Key, got.Head, want.Head))
+	}
+	for i, v := range got.Versions { // history has no gaps: retention only removes a prefix
+		if v.Record.Version != got.FirstVersion+uint64(i) {
+			diffs = append(diffs, fmt.Errorf("session %s: versions %v are not consecutive", want.Key, versionNumbers(got.Versions)))
+			break
+		}
 	}
 	served := map[uint64]Format2Version{}
 	for _, v := range got.Versions {
