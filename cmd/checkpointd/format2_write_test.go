@@ -242,12 +242,24 @@ func (w *scenario) writeChat() {
 	w.save(k, conv, checkpoint.ExpectVersion(v.Version))
 }
 
+// fixtureTranscript is the real transcript of the fixture (19.5 KB; testdata/corpus/SOURCES.md),
+// each message compacted.
+func fixtureTranscript(t *testing.T) []json.RawMessage {
+	data, err := os.ReadFile("../../testdata/corpus/openhands_gui_todo_app.json")
+	require.NoError(t, err)
+	var msgs []json.RawMessage
+	require.NoError(t, json.Unmarshal(data, &msgs))
+	for i, m := range msgs {
+		var c bytes.Buffer
+		require.NoError(t, json.Compact(&c, m))
+		msgs[i] = c.Bytes()
+	}
+	return msgs
+}
+
 // writeCorpus: a real transcript, saved as an agent would, a few messages per turn.
 func (w *scenario) writeCorpus() {
-	data, err := os.ReadFile("../../testdata/corpus/openhands_gui_todo_app.json")
-	require.NoError(w.t, err)
-	var msgs []json.RawMessage
-	require.NoError(w.t, json.Unmarshal(data, &msgs))
+	msgs := fixtureTranscript(w.t)
 	k := w.key(nsTeam, "openhands-todo-app", "")
 	for end := 3; ; end += 3 {
 		w.save(k, msgs[:min(end, len(msgs))])
@@ -540,13 +552,7 @@ func writeFormat2Crash(t *testing.T, writer testenv.Format2Writer, archive strin
 // crashBurst runs the writers against p and kills it; it returns what was acknowledged.
 func crashBurst(t *testing.T, p *daemonProc, attempt int) testenv.Format2Manifest {
 	p.start()
-	var small []json.RawMessage
-	for _, c := range corpusMessages(t) {
-		if len(joinMessages(c)) < 20<<10 {
-			small = c
-		}
-	}
-	require.NotEmpty(t, small, "the 19 KB transcript")
+	small := fixtureTranscript(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -702,8 +708,8 @@ Regenerate, from the repository's root, with the format-2 code still in place:
   deleted sessions; and, for information only, how format 2 laid each session out (^storage^:
   extents, older generations, archives, values), which shows what the fixture covers.
 - ^crash.tar.gz^ and ^crash-manifest.json^: the data directory of a checkpointd process SIGKILLed
-  while six writers saved as fast as they could (three saving the growing array of the same
-  transcript, three appending), just after 40 saves had been acknowledged: %d sessions, %d
+  while six writers saved as fast as they could (three saving the growing array of the transcript
+  above, three appending), just after 40 saves had been acknowledged: %d sessions, %d
   acknowledged versions. Saves still in ^CP_INGEST^ when it died: %d (^queuedSaves^: published,
   and either not settled yet or settled without the stream having recorded their acknowledgement;
   a daemon started on the directory settles them, as later versions or as the repeats they are). The manifest is partial
