@@ -66,7 +66,9 @@ func ctxOf(t *testing.T) context.Context {
 	return ctx
 }
 
-func key(ns, session string) engine.Key { return engine.Key{Namespace: ns, Session: session, Agent: "main"} }
+func key(ns, session string) engine.Key {
+	return engine.Key{Namespace: ns, Session: session, Agent: "main"}
+}
 
 // appendN appends n entries "<prefix>-<i>" to k, each after the one before, and returns them.
 func appendN(t *testing.T, l engine.Log, k engine.Key, prefix string, n int) []engine.Entry {
