@@ -83,7 +83,7 @@ func OpenLog(ctx context.Context, nc *nats.Conn, cfg LogConfig) (*Log, error) {
 		return nil, fmt.Errorf("logstore: creating stream %s: %w", cfg.Stream, err)
 	}
 	return &Log{nc: nc, stream: st, cfg: cfg, batch: serverAtLeast(nc, 2, 11),
-		leader: cfg.LeaderReads || cfg.Replicas > 1, maxEntry: int(nc.MaxPayload()) - headerRoom}, nil
+		leader: cfg.LeaderReads || cfg.Replicas > 1, maxEntry: max(int(nc.MaxPayload())-headerRoom, 0)}, nil
 }
 
 func (c LogConfig) withDefaults() LogConfig {

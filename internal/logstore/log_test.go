@@ -33,7 +33,14 @@ func openFresh(t *testing.T, nc *nats.Conn, cfg LogConfig) *Log {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := OpenLog(ctx, nc, cfg)
+	var l *Log
+	var err error
+	for { // a cluster just started may not have placed its peers yet ("peer offline")
+		if l, err = OpenLog(ctx, nc, cfg); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	require.NoError(t, err)
 	require.NoError(t, l.stream.Purge(ctx))
 	return l
