@@ -343,8 +343,8 @@ func (l *Log) Range(ctx context.Context, key engine.Key, from, upTo uint64, fn f
 }
 
 // scan calls fn with subject's messages whose sequence is in [from, upTo] (upTo 0: no bound),
-// in order, until fn returns false, asking for batch messages at a time. It reads with batched direct gets (nats-server ≥ 2.11; one
-// direct get per message before), from any replica. On a replicated stream a replica may be
+// in order, until fn returns false. It reads with batched direct gets of up to batch messages
+// (nats-server ≥ 2.11; one direct get per message before), from any replica. On a replicated stream a replica may be
 // behind the leader: it has every message up to some point and none after, so when the replica
 // says there is no more, the leader is asked for the next message (one STREAM.MSG.GET); if it
 // has one, the scan goes on from it. So a scan sees every message acknowledged before it began
@@ -359,7 +359,7 @@ func (l *Log) scan(ctx context.Context, subject string, from, upTo uint64, batch
 		if last > 0 {
 			from = last + 1
 		}
-		if more {
+		if more && last > 0 { // (more without a message would not move on)
 			continue
 		}
 		if !l.leader || (upTo > 0 && from > upTo) {
