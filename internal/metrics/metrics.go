@@ -17,9 +17,11 @@ const namespace = "checkpointd"
 
 // Metrics are the daemon's collectors.
 type Metrics struct {
-	// Saves counts settled saves by result: "ok", "duplicate" or the refusal's error code.
+	// Saves counts settled saves by path (SavePathRequest or SavePathIngest) and result: "ok",
+	// "duplicate" or the refusal's error code.
 	Saves *prometheus.CounterVec
-	// SaveSeconds is the time from taking a save off the ingest stream to publishing its result.
+	// SaveSeconds is the time to settle one save: from taking it off the ingest stream to
+	// publishing its result, or from receiving its request to answering it.
 	SaveSeconds prometheus.Histogram
 	// RawBytes and StoredBytes count the canonical and the newly stored (compressed) bytes of saves.
 	RawBytes, StoredBytes prometheus.Counter
@@ -65,16 +67,23 @@ func (m *Metrics) Register(c prometheus.Collector) error { return m.reg.Register
 var SaveResults = []string{"ok", "duplicate", "invalid", "too_large", "unknown_format", "conflict", "leased",
 	"fenced", "moved", "corrupt", "busy", "bad_request", "unavailable", "internal"}
 
+// The paths a save takes to the daemon (saves_total's path label): a core NATS request answered
+// when the save is durable (docs/protocol.md §4.0), or the ingest stream, the fallback (§4.1).
+const (
+	SavePathRequest = "request"
+	SavePathIngest  = "ingest"
+)
+
 // New creates the collectors and registers them, with the Go and process collectors, on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Saves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "saves_total",
-			Help: "Saves settled, by result (ok, duplicate, or the error code of a refusal).",
-		}, []string{"result"}),
+			Help: "Saves settled, by path (request, or ingest: the fallback stream) and result (ok, duplicate, or the error code of a refusal).",
+		}, []string{"path", "result"}),
 		SaveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "save_duration_seconds",
-			Help:    "Time to settle one save, from ingest to published result.",
+			Help:    "Time to settle one save, from ingest to published result, or from request to reply.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
 		}),
 		RawBytes: prometheus.NewCounter(prometheus.CounterOpts{
@@ -136,8 +145,10 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, k := range []string{"expired", "forced"} {
 		m.LeaseTakeovers.WithLabelValues(k)
 	}
-	for _, r := range SaveResults {
-		m.Saves.WithLabelValues(r)
+	for _, p := range []string{SavePathRequest, SavePathIngest} {
+		for _, r := range SaveResults {
+			m.Saves.WithLabelValues(p, r)
+		}
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.RetentionRounds.WithLabelValues(r)
