@@ -400,6 +400,11 @@ type saveHeaders struct {
 func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time, maxBytes int64) (saveHeaders, error) {
 	hs := saveHeaders{encoding: wire.EncodingIdentity,
 		req: snapshot.SaveRequest{Key: key, SaveID: saveID, Writer: h.Get(wire.HdrWriter), Reason: h.Get(wire.HdrReason), Now: now}}
+	for _, name := range []string{wire.HdrWriter, wire.HdrImportSource} {
+		if n := len(h.Get(name)); n > wire.MaxTextHeaderBytes {
+			return hs, fmt.Errorf("%w: header %s: %d bytes, at most %d (it is recorded in the version)", errBadRequest, name, n, wire.MaxTextHeaderBytes)
+		}
+	}
 	if r := hs.req.Reason; r != "" && !wire.ValidReason(r) {
 		return hs, fmt.Errorf("%w: header %s: unknown reason %q (want turn, pause, migrate, import, manual or fork)", errBadRequest, wire.HdrReason, r)
 	}

@@ -46,6 +46,21 @@ const maxSaveRequests = 256
 // saveRequestTimeout bounds the settling of one request, as for a save off the stream.
 const saveRequestTimeout = 30 * time.Second
 
+// maxHeaderBytes bounds the headers of a save request, as JetStream bounds those of a message on
+// the ingest stream (its limit, 64 KiB).
+const maxHeaderBytes = 64 << 10
+
+// headerBytes is about what h takes on the wire.
+func headerBytes(h nats.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4 // ": " and CRLF
+		}
+	}
+	return n
+}
+
 // saveRequests answers the saves sent as requests.
 type saveRequests struct {
 	in      *ingester
@@ -103,8 +118,9 @@ func (sr *saveRequests) handle(msg *nats.Msg) {
 		sr.in.log.Debug("save request without a reply subject: not acted on (send it as a request)", "subject", msg.Subject)
 		return
 	}
-	sr.in.m.ReceivedBytes.Add(float64(len(msg.Data)))
-	t, err := sr.adm.admit(classSave, int64(len(msg.Data)))
+	size := int64(len(msg.Data) + headerBytes(msg.Header))
+	sr.in.m.ReceivedBytes.Add(float64(size))
+	t, err := sr.adm.admit(classSave, size)
 	if err != nil {
 		key, saveID, _ := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
 		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: toWireError(err)}, start)
@@ -121,8 +137,12 @@ func (sr *saveRequests) handle(msg *nats.Msg) {
 // stream.
 func (sr *saveRequests) serve(msg *nats.Msg, start time.Time) {
 	key, saveID, err := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
+	if n := headerBytes(msg.Header); err == nil && n > maxHeaderBytes {
+		err = fmt.Errorf("%w: headers of %d bytes, at most %d (as on the ingest stream)", errBadRequest, n, maxHeaderBytes)
+	}
 	if err != nil {
-		// No save id, so no result subject: the reply alone carries the refusal.
+		// Refused before settling: the reply alone carries the refusal (without a save id there
+		// is no result subject).
 		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: toWireError(err)}, start)
 		return
 	}

@@ -122,6 +122,11 @@ const (
 	HdrServiceError     = "Nats-Service-Error"
 )
 
+// MaxTextHeaderBytes bounds the free-text headers of a save that the version record keeps as
+// sent (Cp-Writer, Cp-Import-Source): each is stored in every version and head, so a client
+// must not make them as large as a message.
+const MaxTextHeaderBytes = 1024
+
 // Encodings of a save body or of a read reply (identity or zstd).
 const (
 	EncodingIdentity = "identity"
