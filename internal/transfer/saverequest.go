@@ -63,8 +63,8 @@ func headerBytes(h nats.Header) int {
 
 // saveRequests answers the saves sent as requests.
 type saveRequests struct {
-	in      *ingester
-	nc      *nats.Conn
+	in  *ingester
+	nc  *nats.Conn
 	adm *admission // requests in progress and the bytes of their bodies; never waits
 	sub *nats.Subscription
 }
