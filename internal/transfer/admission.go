@@ -33,6 +33,7 @@ type admission struct {
 	running [classes]int
 	limit   [classes]int
 	bytes   int64 // reserved now
+	peak    int64 // the most ever reserved at once
 	budget  int64
 	closed  bool
 	service [classes]time.Duration // recent service time of each class (a moving average), for hints
@@ -90,6 +91,7 @@ func (a *admission) reserve(c opClass, n int64) error {
 		return a.busy(c, fmt.Sprintf("%d of %d bytes of %s in progress", a.bytes, a.budget, what))
 	}
 	a.bytes += n
+	a.peak = max(a.peak, a.bytes)
 	a.gauge.Set(float64(a.bytes))
 	return nil
 }

@@ -175,8 +175,10 @@ func storageCause(err error) error {
 	return err
 }
 
-// answer replies with the result and counts it.
+// answer counts the result and replies with it (counted first, so that the metrics agree with
+// what a writer was told as soon as it is told).
 func (sr *saveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Time) {
+	sr.in.observe(pathRequest, res, start)
 	data, err := json.Marshal(res)
 	if err == nil {
 		err = msg.Respond(data)
@@ -184,5 +186,4 @@ func (sr *saveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Ti
 	if err != nil {
 		sr.in.log.Warn("save request: reply failed", "subject", msg.Subject, "save", res.SaveID, "err", err)
 	}
-	sr.in.observe(pathRequest, res, start)
 }
