@@ -62,7 +62,9 @@ func TestDaemon_HealthFollowsTheIngestConsumer(t *testing.T) {
 	// A save queued meanwhile (on the ingest stream, where a client's save goes when no daemon
 	// answers its request) waits; once it has waited longer than StallAfter, health says so.
 	saved := make(chan error, 1)
-	go func() { saved <- queueSave(ctx, env, checkpoint.Key{Session: "during"}, []byte(`[{"role":"user","content":[{"type":"text","text":"hi"}]}]`)) }()
+	go func() {
+		saved <- queueSave(ctx, env, checkpoint.Key{Session: "during"}, []byte(`[{"role":"user","content":[{"type":"text","text":"hi"}]}]`))
+	}()
 	require.Eventually(t, func() bool {
 		err := env.Daemon.Health()
 		return err != nil && errorContains(err, "ingest stalled")

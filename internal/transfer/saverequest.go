@@ -134,7 +134,8 @@ func (sr *saveRequests) handle(msg *nats.Msg) {
 
 // serve settles one admitted request, answers it, then publishes its result on CP_RESULTS (for
 // watchers, and for a writer whose reply was lost) and removes its chunks, as for a save off the
-// stream.
+// stream; but a save refused busy or unavailable keeps its chunks and publishes nothing: the writer
+// retries the same request.
 func (sr *saveRequests) serve(msg *nats.Msg, start time.Time) {
 	key, saveID, err := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
 	if n := headerBytes(msg.Header); err == nil && n > maxHeaderBytes {
@@ -157,7 +158,9 @@ func (sr *saveRequests) serve(msg *nats.Msg, start time.Time) {
 	}
 	res.SaveID, res.Key = saveID, key
 	sr.answer(msg, res, start)
-	if err != nil {
+	if err != nil || res.Error != nil && res.Error.Code == wire.CodeBusy {
+		// Not an outcome: the writer sends the same request again (its chunks are kept for it),
+		// and a refusal stored on CP_RESULTS would only mislead a lookup there (§4.5).
 		return
 	}
 	if err := sr.in.publishResult(ctx, res); err != nil {

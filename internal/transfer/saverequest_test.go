@@ -447,14 +447,21 @@ func TestSDK_UnansweredSaveRequestIsSentAgain(t *testing.T) {
 }
 
 // A save request refused busy (the daemon's ingest memory is held) stored nothing, so the SDK
-// sends it again after the wait the refusal hints at, and it goes through once memory is free.
+// sends it again after the wait the refusal hints at, and it goes through once memory is free. A
+// chunked save too: its chunks are kept for the retry.
 func TestSDK_BusySaveRequestIsRetried(t *testing.T) {
-	env := testenv.Start(t)
+	env := testenv.StartWithMaxPayload(t, 64<<10)
 	ctx := ctxT(t)
-	release := transfer.HoldIngestBudget(env.Daemon, 20*time.Millisecond)
-	time.AfterFunc(300*time.Millisecond, release)
-	v, err := env.Client.Save(ctx, checkpoint.Key{Session: "busy"}, turn(nil, "patient", 1))
-	require.NoError(t, err)
-	require.Equal(t, uint64(1), v.Version)
-	require.Positive(t, saveCount(t, env, "request", "busy"), "it was refused busy first")
+	for i, conv := range [][]byte{turn(nil, "patient", 1), bigConversation(150 << 10)} {
+		release := transfer.HoldIngestBudget(env.Daemon, 20*time.Millisecond)
+		time.AfterFunc(300*time.Millisecond, release)
+		key := checkpoint.Key{Session: fmt.Sprintf("busy-%d", i)}
+		v, err := env.Client.Save(ctx, key, conv)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), v.Version)
+		require.Equal(t, float64(i+1), saveCount(t, env, "request", "busy"), "it was refused busy first")
+		got, _, err := env.Client.Restore(ctx, key, 0)
+		require.NoError(t, err)
+		require.Equal(t, string(conv), string(got))
+	}
 }
