@@ -189,7 +189,11 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	}
 	// A request to a daemon first: answered once the save is durable. When no daemon answers, the
 	// ingest stream keeps the save until one does.
-	data, err := c.requestSave(ctx, key, o.saveID, hdr, body)
+	var data []byte
+	err = errNoDaemon
+	if !c.ingestOnly {
+		data, err = c.requestSave(ctx, key, o.saveID, hdr, body)
+	}
 	if errors.Is(err, errNoDaemon) {
 		data, err = c.ingestSave(ctx, key, o.saveID, msgID, hdr, body)
 	}
