@@ -431,7 +431,12 @@ func TestSDK_UnansweredSaveRequestIsSentAgain(t *testing.T) {
 		_, err := env.Client.Save(ctx, key, turn(nil, "twice", 1), checkpoint.WithSaveID("sent-twice"))
 		done <- err
 	}()
-	first := <-swallowed
+	var first *nats.Msg
+	select {
+	case first = <-swallowed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the SDK sent no save request")
+	}
 	require.NoError(t, sw.Unsubscribe())
 	env.StartDaemon()
 	require.NoError(t, <-done, "the second request is answered")
