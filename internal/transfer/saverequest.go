@@ -33,7 +33,10 @@ import (
 // daemon's connection as a slow consumer): a request is admitted, or refused busy, at once, and
 // settled on a goroutine of its own. Admission bounds the requests in progress and the bytes of
 // their bodies (the ingest budget's size, --ingest-memory); settling them then reserves every
-// buffer in the ingest budget, as for a save off the stream.
+// buffer in the ingest budget, as for a save off the stream. Requests the callback has not taken
+// yet wait in nats.go's buffer of the subscription (64 MiB by default); should it overflow, nats.go
+// drops them and reports a slow consumer (nats_events_total{event="slow_consumer"}), and their
+// writers, getting no reply in time, send them again.
 
 // saveRequestsQueue is the queue group of the save subscription: the service's, so several daemons
 // share the requests.
