@@ -39,8 +39,9 @@ type Metrics struct {
 	// ReadBytesInUse is the bytes of replies being built and read loads in flight, against the
 	// read budget (admission.go in internal/transfer).
 	ReadBytesInUse prometheus.Gauge
-	// ReceivedBytes counts the bytes of saves taken off the ingest streams (save messages and
-	// their chunks, as sent: compressed if the client compressed).
+	// ReceivedBytes counts the bytes of saves received: the bodies of save requests, and of save
+	// messages taken off the ingest stream, and their chunks, as sent (compressed if the client
+	// compressed).
 	ReceivedBytes prometheus.Counter
 	// RetentionRounds counts housekeeping rounds (retention and sweeps) by result: ok or error (at
 	// least one step failed; the next round tries again).
@@ -121,7 +122,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		ReceivedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ingest_received_bytes_total",
-			Help: "Bytes of saves taken off the ingest streams (messages and chunks, as sent).",
+			Help: "Bytes of saves received (request and ingest message bodies, chunks), as sent.",
 		}),
 		RetentionRounds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "retention_rounds_total",

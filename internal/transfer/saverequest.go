@@ -121,9 +121,8 @@ func (sr *saveRequests) handle(msg *nats.Msg) {
 		sr.in.log.Debug("save request without a reply subject: not acted on (send it as a request)", "subject", msg.Subject)
 		return
 	}
-	size := int64(len(msg.Data) + headerBytes(msg.Header))
-	sr.in.m.ReceivedBytes.Add(float64(size))
-	t, err := sr.adm.admit(classSave, size)
+	sr.in.m.ReceivedBytes.Add(float64(len(msg.Data)))
+	t, err := sr.adm.admit(classSave, int64(len(msg.Data)+headerBytes(msg.Header)))
 	if err != nil {
 		key, saveID, _ := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
 		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: toWireError(err)}, start)
