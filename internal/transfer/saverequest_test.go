@@ -218,8 +218,11 @@ func TestSaveRequest_FloodIsBoundedAndAnswered(t *testing.T) {
 	env := testenv.Start(t, func(c *transfer.Config) { c.MaxCheckpointBytes, c.IngestBudgetBytes = maxBytes, budget })
 	ctx := ctxT(t)
 	nc := env.Conn()
-	body := bigConversation(256 << 10) // 1000 requests: 340 MB sent in all
-	const n = 1000
+	// 800 requests of 64 KiB: 16 times the daemon's ingest memory, sent at once, and yet less than
+	// nats.go's pending limit of its subscription (64 MiB), beyond which requests would be dropped
+	// unanswered (their writers would send them again).
+	body := bigConversation(64 << 10)
+	const n = 800
 
 	before := heapInUse()
 	stop := make(chan struct{})
