@@ -207,8 +207,8 @@ func TestSaveRequest_WithoutReplyIsNotActedOn(t *testing.T) {
 	require.Equal(t, 1.0, opsSample(t, env.Registry, "checkpointd_saves_total", map[string]string{"path": "request", "result": "bad_request"}))
 }
 
-// A flood of save requests, far more than the daemon admits at once and with bodies far larger
-// than its ingest memory, sent at once from raw NATS: each gets exactly one reply (stored, or
+// A flood of save requests, far more than the daemon admits at once and with bodies that add up to
+// 16 times its ingest memory, sent at once from raw NATS: each gets exactly one reply (stored, or
 // refused busy with a retry hint); the bodies the daemon holds at once stay within its ingest
 // memory (plus the one body that passes alone when nothing else is held); its connection is never
 // cut as a slow consumer; and it keeps serving. (The heap growth is logged: it includes the
