@@ -187,20 +187,24 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 		hdr.Set(wire.HdrChunks, strconv.Itoa(n))
 		body = nil
 	}
-	// A request to a daemon first: answered once the save is durable. When no daemon answers, the
-	// ingest stream keeps the save until one does.
-	var data []byte
-	err = errNoDaemon
-	if !c.ingestOnly {
-		data, err = c.requestSave(ctx, key, o.saveID, hdr, body)
-	}
-	if errors.Is(err, errNoDaemon) {
-		data, err = c.ingestSave(ctx, key, o.saveID, msgID, hdr, body)
-	}
+	data, err := c.send(ctx, key, o.saveID, msgID, hdr, body)
 	if err != nil {
 		return Version{}, err
 	}
 	return c.checkResult(ctx, data, key, o.saveID, wire.Hash(conversation))
+}
+
+// send delivers a save and returns its result: as a request to a daemon, answered once the save is
+// durable (docs/protocol.md §4.0), or, when no daemon answers requests (or WithIngestSaves), on the
+// ingest stream, which keeps the save until a daemon settles it (§4.1).
+func (c *Client) send(ctx context.Context, key Key, saveID, msgID string, hdr nats.Header, body []byte) ([]byte, error) {
+	if !c.ingestOnly {
+		data, err := c.requestSave(ctx, key, saveID, hdr, body)
+		if !errors.Is(err, errNoDaemon) {
+			return data, err
+		}
+	}
+	return c.ingestSave(ctx, key, saveID, msgID, hdr, body)
 }
 
 // saveHeaders are the headers of a save (docs/protocol.md §4.1), the same on both paths.
