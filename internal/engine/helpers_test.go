@@ -3,6 +3,8 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
@@ -93,4 +95,11 @@ func entries(t testing.TB, log *memlog.Log, k engine.Key) int {
 	n := 0
 	require.NoError(t, log.Range(ctx, k, 0, 0, func(engine.Entry) bool { n++; return true }))
 	return n
+}
+
+type ctxT = context.Context
+
+func hashOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

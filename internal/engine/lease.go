@@ -121,7 +121,7 @@ func (e *Engine) changeHead(ctx context.Context, key Key, change func(*Head) err
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(key)
 		ls, err := e.changeOnce(ctx, s, change)
-		if errors.Is(err, ErrConflict) {
+		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
 			e.forget(s)
 			continue
 		}

@@ -65,7 +65,7 @@ func (e *Engine) Save(ctx context.Context, req SaveRequest) (Saved, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(req.Key)
 		saved, err := e.saveOnce(ctx, s, req)
-		if errors.Is(err, ErrConflict) {
+		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
 			e.forget(s)
 			continue
 		}
@@ -97,6 +97,9 @@ func checkRequest(req *SaveRequest) error {
 	}
 	if req.Reason == "" {
 		req.Reason = ReasonTurn
+	}
+	if imp := req.Import; imp != nil && (imp.Version < 1 || imp.Version > MaxVersion) {
+		return fmt.Errorf("%w: import of version %d: versions are 1..%d", ErrBadRequest, imp.Version, MaxVersion)
 	}
 	return nil
 }
