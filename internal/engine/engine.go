@@ -156,6 +156,14 @@ func (s *session) lastPack() uint64 {
 	return s.last.Head.Pack
 }
 
+// lastDeleted is the sequence of the session's last deletion (0: none).
+func (s *session) lastDeleted() uint64 {
+	if s.last.Deletion {
+		return s.lastSeq
+	}
+	return s.last.Head.Deleted
+}
+
 // emptyHead is the head of a session with no entry: the empty conversation "[]".
 func emptyHead() Head {
 	state, _ := extendHash(nil, nil)
@@ -194,7 +202,7 @@ func (e *Engine) write(ctx context.Context, s *session, m Meta, data []byte) (ui
 func (e *Engine) writeParts(ctx context.Context, s *session, m *Meta, data []byte, metaLen int) (uint64, []byte, error) {
 	max := e.log.MaxEntry()
 	part := Meta{Kind: KindPart, Head: s.last.Head}
-	part.Head.Pack = s.lastPack()
+	part.Head.Pack, part.Head.Deleted = s.lastPack(), s.lastDeleted()
 	hdr, err := encodeEntry(part, nil)
 	if err != nil {
 		return 0, nil, err

@@ -21,11 +21,12 @@ import (
 //	magic    4    "CPL2" (a reader refuses other formats: ErrUnknownFormat)
 //	kind     1    KindSave, KindState, KindPack, KindPart
 //	flags    1    bit 0: the data starts a zstd frame (save, pack); bit 1: keep present (save);
-//	              bit 2: lease present; bit 3: open pack; bit 4: moved present; others 0
+//	              bit 2: lease present; bit 3: open pack; bit 4: moved present; bit 5: a
+//	              deletion (state); others 0
 //	head          version, messages, rawBytes (of the messages joined by ",", no brackets),
 //	              state (108 bytes, crypto/sha256 MarshalBinary after "[" and those bytes),
 //	              counts (user, assistant, toolResult, extension, toolCalls, system),
-//	              firstVersion, pack, tailEntries, tailBytes,
+//	              firstVersion, pack, tailEntries, tailBytes, deleted,
 //	              lease if flag 2: owner, epoch, acquired (time), expires (time),
 //	              moved if flag 4: to, at (time),
 //	              and, if version > 0, the head version's record: parent, saveId, writer, reason,
@@ -84,6 +85,9 @@ type Head struct {
 	Pack        uint64
 	TailEntries int
 	TailBytes   int64
+	// Deleted is the sequence of the session's last deletion before the entry (0: none): the
+	// entries before it are not this session's (a crash kept them from being deleted).
+	Deleted uint64
 }
 
 // Piece describes a save's data.
@@ -110,6 +114,8 @@ type Meta struct {
 	Packed []Packed // packs
 	Open   bool     // packs: the data is the packed saves' stored bytes, its last frame open
 	Parts  int      // saves and packs: part entries before it holding the first bytes of its data
+	// Deletion, on a state entry, says it deletes the session: its log starts again after it.
+	Deletion bool
 }
 
 const (
@@ -118,7 +124,8 @@ const (
 	flagLease
 	flagOpen
 	flagMoved
-	flagsKnown = flagFrame | flagKeep | flagLease | flagOpen | flagMoved
+	flagDeletion
+	flagsKnown = flagFrame | flagKeep | flagLease | flagOpen | flagMoved | flagDeletion
 
 	stateSize  = 108 // crypto/sha256's MarshalBinary
 	maxString  = 4096
@@ -151,6 +158,9 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 	if h.Moved != nil {
 		flags |= flagMoved
 	}
+	if m.Deletion {
+		flags |= flagDeletion
+	}
 	out := make([]byte, 0, 256+len(data))
 	out = append(append(out, entryMagic[:]...), byte(m.Kind), flags)
 	out = binary.AppendUvarint(out, h.Version)
@@ -162,6 +172,7 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 	out = binary.AppendUvarint(out, h.Pack)
 	out = binary.AppendUvarint(out, uint64(h.TailEntries))
 	out = binary.AppendUvarint(out, uint64(h.TailBytes))
+	out = binary.AppendUvarint(out, h.Deleted)
 	if l := h.Lease; l != nil {
 		out = appendString(out, l.Owner)
 		out = binary.AppendUvarint(out, l.Epoch)
@@ -417,7 +428,8 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 		return m, nil, fmt.Errorf("%w: unknown entry kind %d", ErrCorrupt, m.Kind)
 	}
 	if flags&^flagsKnown != 0 || m.Kind != KindSave && m.Kind != KindPack && flags&flagFrame != 0 ||
-		m.Kind != KindSave && flags&flagKeep != 0 || m.Kind != KindPack && flags&flagOpen != 0 {
+		m.Kind != KindSave && flags&flagKeep != 0 || m.Kind != KindPack && flags&flagOpen != 0 ||
+		m.Kind != KindState && flags&flagDeletion != 0 {
 		return m, nil, fmt.Errorf("%w: flags %#x in an entry of kind %d", ErrCorrupt, flags, m.Kind)
 	}
 	r := &reader{b: b[6:]}
@@ -431,6 +443,8 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 	h.Pack = r.uint("pack", maxSize)
 	h.TailEntries = int(r.uint("tail entries", maxCount))
 	h.TailBytes = r.int("tail bytes", maxSize)
+	h.Deleted = r.uint("deleted", maxSize)
+	m.Deletion = flags&flagDeletion != 0
 	if flags&flagLease != 0 {
 		h.Lease = &Lease{Owner: r.string("lease owner"), Epoch: r.uint("lease epoch", MaxVersion)}
 		h.Lease.Acquired, h.Lease.Expires = r.time("lease acquired"), r.time("lease expires")

@@ -19,7 +19,7 @@ func testEntries(t testing.TB) map[string]struct {
 	created := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	rec := Head{Version: 3, RawBytes: 1234, State: state, Counts: Counts{Messages: 9, User: 4, Assistant: 4, ToolResult: 1, ToolCalls: 1},
 		Parent: 2, SaveID: "id-3", Writer: "w", Reason: "turn", Dialect: "anthropic", Created: created, StoredBytes: 77,
-		FirstVersion: 2, Pack: 12, TailEntries: 3, TailBytes: 300}
+		FirstVersion: 2, Pack: 12, TailEntries: 3, TailBytes: 300, Deleted: 4}
 	forked := rec
 	forked.ForkOf = &ForkRef{Key: Key{"n", "s", "a"}, Version: 5}
 	forked.Origin = &Origin{Via: "migrate", Source: "east", At: created}
@@ -37,6 +37,7 @@ func testEntries(t testing.TB) map[string]struct {
 		"rewrite with lease and seal": {Meta{Kind: KindSave, Head: leased, Piece: &Piece{Messages: 1, RawBytes: 3, Keep: &keep}}, "z"},
 		"state":                       {Meta{Kind: KindState, Head: leased}, ""},
 		"empty state":                 {Meta{Kind: KindState, Head: Head{State: state, Lease: &Lease{Epoch: 1}}}, ""},
+		"deletion":                    {Meta{Kind: KindState, Deletion: true, Head: Head{State: state, Deleted: 9, Lease: &Lease{Epoch: 3}}}, ""},
 		"part":                        {Meta{Kind: KindPart, Head: rec}, "part bytes"},
 		"open pack": {Meta{Kind: KindPack, Head: rec, Open: true, Parts: 1, Packed: []Packed{
 			{Record: Record{Version: 8, SaveID: "a", Created: created, Counts: Counts{Messages: 18}, RawBytes: 900, Hash: hash, Reason: "turn"},
@@ -71,14 +72,15 @@ func TestEntry_RoundTripAndRefusals(t *testing.T) {
 	require.NoError(t, err)
 	for name, b := range map[string][]byte{
 		"empty": nil, "bad magic": append([]byte("CPKT"), save[4:]...),
-		"unknown kind":          append([]byte("CPL2\x09"), save[5:]...),
-		"the prototype's fork":  append([]byte("CPL2\x03"), save[5:]...),
-		"unknown flag":          append([]byte("CPL2\x01\x80"), save[6:]...),
-		"frame flag on a state": append([]byte("CPL2\x02\x01"), state[6:]...),
-		"keep flag on a pack":   append([]byte("CPL2\x04\x02"), state[6:]...),
-		"version above the max": append([]byte("CPL2\x01\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), save[7:]...),
-		"state with data":       append(state, 'x'),
-		"save of version 0":     append([]byte("CPL2\x01\x01\x00"), save[7:]...),
+		"unknown kind":            append([]byte("CPL2\x09"), save[5:]...),
+		"the prototype's fork":    append([]byte("CPL2\x03"), save[5:]...),
+		"unknown flag":            append([]byte("CPL2\x01\x80"), save[6:]...),
+		"frame flag on a state":   append([]byte("CPL2\x02\x01"), state[6:]...),
+		"keep flag on a pack":     append([]byte("CPL2\x04\x02"), state[6:]...),
+		"deletion flag on a save": append([]byte("CPL2\x01\x21"), save[6:]...),
+		"version above the max":   append([]byte("CPL2\x01\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), save[7:]...),
+		"state with data":         append(state, 'x'),
+		"save of version 0":       append([]byte("CPL2\x01\x01\x00"), save[7:]...),
 	} {
 		_, _, err := decodeEntry(b)
 		require.ErrorIs(t, err, ErrCorrupt, name)

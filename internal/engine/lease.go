@@ -155,13 +155,24 @@ func (e *Engine) changeOnce(ctx context.Context, s *session, change func(*Head) 
 
 // writeState appends a state entry holding head h (s.mu held).
 func (e *Engine) writeState(ctx context.Context, s *session, h Head) error {
-	h.Pack = s.lastPack()
+	h.Pack, h.Deleted = s.lastPack(), s.lastDeleted()
 	h.TailEntries++
 	if s.last.Kind == KindPack {
 		h.TailEntries, h.TailBytes = 1, 0
 	}
 	_, err := e.write(ctx, s, Meta{Kind: KindState, Head: h}, nil)
 	return err
+}
+
+// writeDeletion appends a state entry that deletes the session, holding head h (s.mu held): the
+// log starts again after it, with no pack before.
+func (e *Engine) writeDeletion(ctx context.Context, s *session, h Head) error {
+	h.Pack, h.TailEntries, h.TailBytes, h.Deleted = 0, 0, 0, s.lastDeleted()
+	if _, err := e.write(ctx, s, Meta{Kind: KindState, Head: h, Deletion: true}, nil); err != nil {
+		return err
+	}
+	s.enc, s.recent, s.recentOK = nil, nil, true
+	return nil
 }
 
 func leaseOf(h Head) Lease {

@@ -87,13 +87,14 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 	}
 	var raw []ent
 	var dead []uint64 // every entry to delete once the pack is committed
+	since := s.lastDeleted()
 	for _, x := range all {
 		if keep[x.seq] {
 			continue
 		}
 		dead = append(dead, x.seq)
-		if x.seq < prev {
-			continue // covered by prev, left by a crash: deleted, not packed
+		if x.seq < prev || x.seq < since {
+			continue // covered by prev, or before a deletion, left by a crash: deleted, not packed
 		}
 		m, data, err := decodeEntry(x.data)
 		if err != nil {
@@ -125,16 +126,12 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 	if len(packed) == 0 {
 		return PackResult{}, nil // only leases: left for the next pack
 	}
-	if len(live) > 0 && live[0].meta.Kind == KindState && live[0].meta.Head.Version == 0 && prev != 0 {
-		// A deletion after the last pack: not packed across (the next save after it resolves it).
-		return PackResult{}, nil
-	}
 	data, err := e.packData(packed, pieces, datas)
 	if err != nil {
 		return PackResult{}, fmt.Errorf("session %s: packing: %w", s.key, err)
 	}
 	m := Meta{Kind: KindPack, Head: s.last.Head, Packed: packed, Open: e.cfg.PackOpen}
-	m.Head.Pack, m.Head.TailEntries, m.Head.TailBytes = prev, 0, 0
+	m.Head.Pack, m.Head.TailEntries, m.Head.TailBytes, m.Head.Deleted = prev, 0, 0, since
 	seq, err := e.write(ctx, s, m, data)
 	if err != nil {
 		return PackResult{}, err

@@ -95,12 +95,14 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 				data = append(data, p.data...)
 			}
 			x.data = append(data, x.data...)
-		case x.meta.Kind == KindState && x.meta.Head.Version == 0 && x.meta.Head.Pack == 0:
+		case x.meta.Deletion:
 			out = out[:0] // the session was deleted here: what came before is not its
 		}
 		parts = parts[:0]
 		if x.meta.Kind == KindPack {
-			for len(out) > 0 && out[len(out)-1].meta.Kind != KindPack && out[len(out)-1].seq > x.meta.Head.Pack {
+			// Everything after the pack before it is in it (or was dead already: a deletion's
+			// leftovers), whatever its kind.
+			for len(out) > 0 && out[len(out)-1].seq > x.meta.Head.Pack {
 				out = out[:len(out)-1]
 			}
 		}
@@ -204,17 +206,17 @@ func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, e
 	if v, err = checkVersion(key, last.meta.Head, v); err != nil {
 		return nil, Record{}, err
 	}
-	log, rec, err := e.logAt(ctx, key, last.seq, v)
+	log, rec, err := e.logAt(ctx, key, sinceOf(last), last.seq, v)
 	if err != nil {
 		return nil, Record{}, err
 	}
 	return append(log, ']'), rec, nil
 }
 
-// logAt reads key's entries up to sequence upTo and returns "[" followed by the log of version v
-// (its messages joined by ","), and v's record.
-func (e *Engine) logAt(ctx context.Context, key Key, upTo, v uint64) ([]byte, Record, error) {
-	entries, err := e.entries(ctx, key, 0, upTo, holds(v))
+// logAt reads key's entries from sequence from (its last deletion) up to upTo and returns "["
+// followed by the log of version v (its messages joined by ","), and v's record.
+func (e *Engine) logAt(ctx context.Context, key Key, from, upTo, v uint64) ([]byte, Record, error) {
+	entries, err := e.entries(ctx, key, from, upTo, holds(v))
 	if err != nil {
 		return nil, Record{}, err
 	}
@@ -343,6 +345,14 @@ func (e *Engine) walkBack(ctx context.Context, key Key, last ent, fn func(Record
 	return nil
 }
 
+// sinceOf is where the live part of a log ends by x starts: its session's last deletion.
+func sinceOf(x ent) uint64 {
+	if x.meta.Deletion {
+		return x.seq
+	}
+	return x.meta.Head.Deleted
+}
+
 func lastPackOf(x ent) uint64 {
 	if x.meta.Kind == KindPack {
 		return x.seq
@@ -353,7 +363,7 @@ func lastPackOf(x ent) uint64 {
 // tailRecords returns the records of the last pack and the saves after it, oldest first, read
 // up to the last entry, and the sequence of the pack before the last one (0: none).
 func (e *Engine) tailRecords(ctx context.Context, key Key, last ent) ([]Record, uint64, error) {
-	entries, err := e.entriesFor(ctx, key, lastPackOf(last), last.seq, false)
+	entries, err := e.entriesFor(ctx, key, max(lastPackOf(last), sinceOf(last)), last.seq, false)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -406,7 +416,7 @@ func (e *Engine) history(ctx context.Context, key Key) ([]Record, error) {
 	if _, err := checkVersion(key, last.meta.Head, 0); err != nil {
 		return nil, err
 	}
-	entries, err := e.entries(ctx, key, 0, last.seq, nil)
+	entries, err := e.entries(ctx, key, sinceOf(last), last.seq, nil)
 	if err != nil {
 		return nil, err
 	}

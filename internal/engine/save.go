@@ -313,7 +313,7 @@ func (e *Engine) plan(ctx context.Context, s *session, req SaveRequest) (savePla
 	if headMsgs == 0 {
 		return savePlan{tail: c.Span(0, len(c.Messages)), messages: len(c.Messages), counts: toCounts(c.Stats())}, nil
 	}
-	log, _, err := e.logAt(ctx, s.key, s.lastSeq, h.Version)
+	log, _, err := e.logAt(ctx, s.key, s.lastDeleted(), s.lastSeq, h.Version)
 	if err != nil {
 		return savePlan{}, err
 	}
@@ -435,7 +435,7 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 		}
 		next.Moved = nil // the session is back: it was migrated here again
 	}
-	next.Pack = s.lastPack()
+	next.Pack, next.Deleted = s.lastPack(), s.lastDeleted()
 	if s.last.Kind == KindPack && !s.last.Open {
 		s.enc = nil // a recompressed pack ended the frames before it
 	}
