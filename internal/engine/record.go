@@ -65,6 +65,7 @@ const (
 	ReasonTurn    = "turn"
 	ReasonMigrate = "migrate"
 	ReasonImport  = "import"
+	ReasonFork    = "fork"
 )
 
 // MaxVersion is the largest version number (and lease epoch) the engine assigns or accepts: 2^53-1,

@@ -475,3 +475,7 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 func (e *Engine) packDue(h Head) bool {
 	return !e.cfg.NoPack && (h.TailEntries >= e.cfg.PackEntries || h.TailBytes >= e.cfg.PackBytes)
 }
+
+// dialectLimits are the limits of a copy of a stored conversation of dialect d: none but its
+// dialect (it was validated when it was saved).
+func dialectLimits(d string) codec.Limits { return codec.Limits{Dialect: d} }
