@@ -65,6 +65,7 @@ type Engine struct {
 	mu       sync.Mutex
 	sessions map[Key]*list.Element // of *session, most recently used at the front
 	lru      *list.List
+	values   knownValues
 
 	// crashBeforeDeletes makes packs stop after their commit, as a crash would (tests).
 	crashBeforeDeletes bool

@@ -22,7 +22,7 @@ import (
 //	kind     1    KindSave, KindState, KindPack, KindPart
 //	flags    1    bit 0: the data starts a zstd frame (save, pack); bit 1: keep present (save);
 //	              bit 2: lease present; bit 3: open pack; bit 4: moved present; bit 5: a
-//	              deletion (state); others 0
+//	              deletion (state); bit 6: values listed (save); others 0
 //	head          version, messages, rawBytes (of the messages joined by ",", no brackets),
 //	              state (108 bytes, crypto/sha256 MarshalBinary after "[" and those bytes),
 //	              counts (user, assistant, toolResult, extension, toolCalls, system),
@@ -32,11 +32,12 @@ import (
 //	              and, if version > 0, the head version's record: parent, saveId, writer, reason,
 //	              dialect, created (time), storedBytes, extras (a string holding a JSON object,
 //	              empty when there are none: {"forkOf":{...},"origin":{...}})
-//	save          piece: messages, rawBytes, CRC-32C (4 bytes, big-endian), parts, keep if flag 1
+//	save          piece: messages, rawBytes, CRC-32C (4 bytes, big-endian), parts, keep if flag 1,
+//	              values if flag 6: count, then per value at, size, id (32 bytes: SHA-256)
 //	pack          parts, count, then per version: version, messages, rawBytes (brackets included),
 //	              hash (32 bytes), counts (6), parent, saveId, writer, reason, dialect, created,
 //	              storedBytes, extras; piece rawBytes, piece CRC-32C, piece flags (bit 0 frame, bit 1
-//	              keep), keep if set
+//	              keep, bit 2 values), keep if set, values if set
 //	part          nothing more
 //	data          the rest: save and pack: the session's zstd stream (§8.4); part: a piece of the
 //	              next save's or pack's data; state: none (refused if present)
@@ -98,6 +99,9 @@ type Piece struct {
 	CRC      uint32
 	// Keep, on a rewrite, is how many bytes of the log before this entry the version keeps.
 	Keep *int64
+	// Values are the large strings cut out of the piece (values.go): its bytes are RawBytes (what
+	// the data decodes to, CRC covers) plus theirs.
+	Values []ValueRef
 }
 
 // Packed is one version in a pack: its record and its piece.
@@ -125,7 +129,10 @@ const (
 	flagOpen
 	flagMoved
 	flagDeletion
-	flagsKnown = flagFrame | flagKeep | flagLease | flagOpen | flagMoved | flagDeletion
+	flagValues
+	flagsKnown = flagFrame | flagKeep | flagLease | flagOpen | flagMoved | flagDeletion | flagValues
+
+	pieceValues = 1 << 2 // a packed piece's flag: values listed
 
 	stateSize  = 108 // crypto/sha256's MarshalBinary
 	maxString  = 4096
@@ -160,6 +167,9 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 	}
 	if m.Deletion {
 		flags |= flagDeletion
+	}
+	if m.Piece != nil && len(m.Piece.Values) > 0 {
+		flags |= flagValues
 	}
 	out := make([]byte, 0, 256+len(data))
 	out = append(append(out, entryMagic[:]...), byte(m.Kind), flags)
@@ -196,6 +206,10 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 		out = binary.AppendUvarint(out, uint64(m.Parts))
 		if p.Keep != nil {
 			out = binary.AppendUvarint(out, uint64(*p.Keep))
+		}
+		var err error
+		if out, err = appendValues(out, p.Values); err != nil {
+			return nil, err
 		}
 	case KindPack:
 		out = binary.AppendUvarint(out, uint64(m.Parts))
@@ -290,12 +304,57 @@ func appendPacked(out []byte, packed []Packed) ([]byte, error) {
 		if p.Piece.Keep != nil {
 			flags |= flagKeep
 		}
+		if len(p.Piece.Values) > 0 {
+			flags |= pieceValues
+		}
 		out = append(out, flags)
 		if p.Piece.Keep != nil {
 			out = binary.AppendUvarint(out, uint64(*p.Piece.Keep))
 		}
+		if out, err = appendValues(out, p.Piece.Values); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
+}
+
+// appendValues writes a piece's value list (nothing when empty: a flag says it is there): count,
+// then per value at, size, id (32 bytes).
+func appendValues(out []byte, vals []ValueRef) ([]byte, error) {
+	if len(vals) == 0 {
+		return out, nil
+	}
+	out = binary.AppendUvarint(out, uint64(len(vals)))
+	for _, v := range vals {
+		id, err := hex.DecodeString(v.ID)
+		if err != nil || len(id) != sha256.Size {
+			return nil, fmt.Errorf("engine: value id %q", v.ID)
+		}
+		out = binary.AppendUvarint(binary.AppendUvarint(out, uint64(v.At)), uint64(v.Size))
+		out = append(out, id...)
+	}
+	return out, nil
+}
+
+// values reads a piece's value list.
+func (r *reader) values() []ValueRef {
+	n := r.uint("value count", min(uint64(len(r.b)), maxPacked))
+	if r.err == nil && n == 0 {
+		r.fail("an empty value list")
+	}
+	if r.err != nil {
+		return nil
+	}
+	out := make([]ValueRef, 0, n)
+	for range n {
+		v := ValueRef{At: r.int("value at", maxSize), Size: r.int("value size", maxSize)}
+		v.ID = hex.EncodeToString(r.bytes("value id", sha256.Size))
+		if r.err != nil {
+			return nil
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 func appendString(out []byte, s string) []byte {
@@ -429,7 +488,7 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 	}
 	if flags&^flagsKnown != 0 || m.Kind != KindSave && m.Kind != KindPack && flags&flagFrame != 0 ||
 		m.Kind != KindSave && flags&flagKeep != 0 || m.Kind != KindPack && flags&flagOpen != 0 ||
-		m.Kind != KindState && flags&flagDeletion != 0 {
+		m.Kind != KindState && flags&flagDeletion != 0 || m.Kind != KindSave && flags&flagValues != 0 {
 		return m, nil, fmt.Errorf("%w: flags %#x in an entry of kind %d", ErrCorrupt, flags, m.Kind)
 	}
 	r := &reader{b: b[6:]}
@@ -468,6 +527,9 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 		if flags&flagKeep != 0 {
 			keep := r.int("keep", maxSize)
 			m.Piece.Keep = &keep
+		}
+		if flags&flagValues != 0 {
+			m.Piece.Values = r.values()
 		}
 	case KindPack:
 		m.Open = flags&flagOpen != 0
@@ -513,7 +575,7 @@ func (r *reader) packed() []Packed {
 		if r.err != nil {
 			return nil
 		}
-		if flags&^(flagFrame|flagKeep) != 0 {
+		if flags&^(flagFrame|flagKeep|pieceValues) != 0 {
 			r.fail("packed piece flags %#x", flags)
 			return nil
 		}
@@ -521,6 +583,9 @@ func (r *reader) packed() []Packed {
 		if flags&flagKeep != 0 {
 			keep := r.int("packed keep", maxSize)
 			p.Piece.Keep = &keep
+		}
+		if flags&pieceValues != 0 {
+			p.Piece.Values = r.values()
 		}
 		out = append(out, p)
 	}

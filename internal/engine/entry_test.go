@@ -34,16 +34,18 @@ func testEntries(t testing.TB) map[string]struct {
 		"save": {Meta{Kind: KindSave, Head: rec, Piece: &Piece{Messages: 2, RawBytes: 300, Frame: true, CRC: 0xdeadbeef}}, "zstd bytes"},
 		"save with parts, extras": {Meta{Kind: KindSave, Head: forked, Parts: 3,
 			Piece: &Piece{Messages: 2, RawBytes: 300, CRC: 1}}, "z"},
-		"rewrite with lease and seal": {Meta{Kind: KindSave, Head: leased, Piece: &Piece{Messages: 1, RawBytes: 3, Keep: &keep}}, "z"},
-		"state":                       {Meta{Kind: KindState, Head: leased}, ""},
-		"empty state":                 {Meta{Kind: KindState, Head: Head{State: state, Lease: &Lease{Epoch: 1}}}, ""},
-		"deletion":                    {Meta{Kind: KindState, Deletion: true, Head: Head{State: state, Deleted: 9, Lease: &Lease{Epoch: 3}}}, ""},
-		"part":                        {Meta{Kind: KindPart, Head: rec}, "part bytes"},
+		"rewrite with lease and seal": {Meta{Kind: KindSave, Head: leased, Piece: &Piece{Messages: 1, RawBytes: 3, Keep: &keep,
+			Values: []ValueRef{{At: 1, Size: 40000, ID: strings.Repeat("0f", 32)}, {At: 50000, Size: 33000, ID: strings.Repeat("1e", 32)}}}}, "z"},
+		"state":       {Meta{Kind: KindState, Head: leased}, ""},
+		"empty state": {Meta{Kind: KindState, Head: Head{State: state, Lease: &Lease{Epoch: 1}}}, ""},
+		"deletion":    {Meta{Kind: KindState, Deletion: true, Head: Head{State: state, Deleted: 9, Lease: &Lease{Epoch: 3}}}, ""},
+		"part":        {Meta{Kind: KindPart, Head: rec}, "part bytes"},
 		"open pack": {Meta{Kind: KindPack, Head: rec, Open: true, Parts: 1, Packed: []Packed{
 			{Record: Record{Version: 8, SaveID: "a", Created: created, Counts: Counts{Messages: 18}, RawBytes: 900, Hash: hash, Reason: "turn"},
 				Piece: Piece{RawBytes: 50, Frame: true, CRC: 5}},
 			{Record: Record{Version: 9, Parent: 8, SaveID: "b", Created: created, Counts: Counts{Messages: 20, System: 1}, RawBytes: 1001, Hash: hash,
-				ForkOf: forked.ForkOf, Origin: forked.Origin}, Piece: Piece{RawBytes: 99, Keep: &keep}}}}, "frames"},
+				ForkOf: forked.ForkOf, Origin: forked.Origin}, Piece: Piece{RawBytes: 99, Keep: &keep,
+				Values: []ValueRef{{At: 9, Size: 40000, ID: strings.Repeat("0f", 32)}}}}}}, "frames"},
 	}
 }
 

@@ -406,11 +406,14 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 		raw = append([]byte{','}, p.tail...)
 	}
 	state := h.State
-	piece := &Piece{Messages: p.messages, RawBytes: int64(len(raw)), CRC: crc32.Checksum(raw, castagnoli)}
+	stripped, vals, added, err := e.storeValues(ctx, req.Key.Namespace, raw)
+	if err != nil {
+		return Saved{}, err
+	}
+	piece := &Piece{Messages: p.messages, RawBytes: int64(len(stripped)), CRC: crc32.Checksum(stripped, castagnoli), Values: vals}
 	if p.rewrite {
 		state, piece.Keep = p.keepState, &p.keepBytes
 	}
-	var err error
 	if next.State, err = extendHash(state, raw); err != nil {
 		return Saved{}, err
 	}
@@ -445,12 +448,12 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 			return Saved{}, err
 		}
 	}
-	data, err := s.enc.add(raw)
+	data, err := s.enc.add(stripped)
 	if err != nil {
 		s.enc = nil
 		return Saved{}, err
 	}
-	next.StoredBytes = int64(len(data))
+	next.StoredBytes = int64(len(data)) + added
 	next.TailEntries = h.TailEntries + 1
 	next.TailBytes = h.TailBytes + int64(len(data))
 	if s.last.Kind == KindPack {

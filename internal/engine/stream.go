@@ -133,6 +133,8 @@ type logBuilder struct {
 	out     []byte // "[" then the log: a restore adds "]" and has the conversation, copied never
 	data    [][]byte
 	pieces  []*Piece
+	// fetch returns a value a piece lists (values.go).
+	fetch func(ValueRef) ([]byte, error)
 }
 
 // add queues a save entry's piece; a piece that starts a frame first finishes the run before it.
@@ -177,7 +179,7 @@ func (lb *logBuilder) flush() error {
 	rewrites := false
 	for _, p := range lb.pieces {
 		raw += p.RawBytes
-		rewrites = rewrites || p.Keep != nil
+		rewrites = rewrites || p.Keep != nil || len(p.Values) > 0
 	}
 	stream := make([]byte, 0, stored+int64(len(frameEnd)))
 	for _, d := range lb.data {
@@ -221,7 +223,11 @@ func (lb *logBuilder) flush() error {
 		if err := lb.keep(p.Keep); err != nil {
 			return err
 		}
-		lb.out = append(lb.out, plain[:p.RawBytes]...)
+		if len(p.Values) == 0 {
+			lb.out = append(lb.out, plain[:p.RawBytes]...)
+		} else if lb.out, err = splice(lb.out, plain[:p.RawBytes], p.Values, lb.fetch); err != nil {
+			return err
+		}
 		plain = plain[p.RawBytes:]
 	}
 	return nil
