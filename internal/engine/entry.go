@@ -184,11 +184,17 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 	out = binary.AppendUvarint(out, uint64(h.TailBytes))
 	out = binary.AppendUvarint(out, h.Deleted)
 	if l := h.Lease; l != nil {
+		if len(l.Owner) > maxString {
+			return nil, fmt.Errorf("%w: a lease owner of %d bytes (at most %d)", ErrBadRequest, len(l.Owner), maxString)
+		}
 		out = appendString(out, l.Owner)
 		out = binary.AppendUvarint(out, l.Epoch)
 		out = appendTime(appendTime(out, l.Acquired), l.Expires)
 	}
 	if mv := h.Moved; mv != nil {
+		if len(mv.To) > maxString {
+			return nil, fmt.Errorf("%w: a new home of %d bytes (at most %d)", ErrBadRequest, len(mv.To), maxString)
+		}
 		out = appendTime(appendString(out, mv.To), mv.At)
 	}
 	if h.Version > 0 {

@@ -143,3 +143,22 @@ func checkHistory(t *testing.T, e *engine.Engine, k engine.Key, n int) {
 		require.Equal(t, r.RawBytes, int64(len(got)))
 	}
 }
+
+// What an entry cannot hold is refused before anything is written: the session stays readable.
+func TestLease_LongStrings(t *testing.T) {
+	e, _ := newEngine(t, 1<<20, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	_, err := save(e, engine.SaveRequest{Key: k, SaveID: "1", Payload: conversation(2)})
+	require.NoError(t, err)
+	long := string(make([]byte, 5000))
+	_, _, err = e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: long, TTL: time.Minute, Now: now})
+	require.ErrorIs(t, err, engine.ErrBadRequest)
+	_, err = e.Seal(ctx, k, 1, long, now)
+	require.ErrorIs(t, err, engine.ErrBadRequest)
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: long, Payload: conversation(4)})
+	require.ErrorIs(t, err, engine.ErrBadRequest)
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: "2", Writer: long, Payload: conversation(4)})
+	require.ErrorIs(t, err, engine.ErrBadRequest)
+	e.Forget()
+	checkHistory(t, e, k, 1)
+}
