@@ -442,16 +442,19 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 	if s.last.Kind == KindPack && !s.last.Open {
 		s.enc = nil // a recompressed pack ended the frames before it
 	}
-	piece.Frame = s.enc == nil
+	// An empty piece (a save that adds no message) has no data and never starts a frame.
+	var data []byte
+	piece.Frame = s.enc == nil && len(stripped) > 0
 	if piece.Frame {
 		if s.enc, err = newEncoder(e.cfg.Window, !e.cfg.NoFastSaves); err != nil {
 			return Saved{}, err
 		}
 	}
-	data, err := s.enc.add(stripped)
-	if err != nil {
-		s.enc = nil
-		return Saved{}, err
+	if len(stripped) > 0 {
+		if data, err = s.enc.add(stripped); err != nil {
+			s.enc = nil
+			return Saved{}, err
+		}
 	}
 	next.StoredBytes = int64(len(data)) + added
 	next.TailEntries = h.TailEntries + 1

@@ -86,11 +86,18 @@ func compressFrame(b []byte) []byte { return packEncoder.EncodeAll(b, nil) }
 var packEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithAllLitEntropyCompression(true),
 	zstd.WithEncoderCRC(false))
 
+// empty reports whether a piece adds no bytes: it has no data and belongs to no frame.
+func empty(p *Piece, data []byte) bool { return p.RawBytes == 0 && len(data) == 0 && !p.Frame }
+
 // decodeRuns decodes the data of consecutive save entries (their pieces as stored, Keep not
-// applied): each run of entries sharing a frame at once.
+// applied): each run of entries sharing a frame at once. Empty pieces add nothing.
 func decodeRuns(pieces []*Piece, datas [][]byte) ([]byte, error) {
 	var out []byte
 	for start := 0; start < len(pieces); {
+		if empty(pieces[start], datas[start]) {
+			start++
+			continue
+		}
 		if !pieces[start].Frame {
 			return nil, fmt.Errorf("%w: a run of saves that does not start a frame", ErrCorrupt)
 		}
@@ -139,6 +146,16 @@ type logBuilder struct {
 
 // add queues a save entry's piece; a piece that starts a frame first finishes the run before it.
 func (lb *logBuilder) add(p *Piece, data []byte) error {
+	if empty(p, data) {
+		if p.CRC != 0 { // CRC-32C of nothing
+			return fmt.Errorf("%w: an empty piece with a CRC-32C of %#x", ErrCorrupt, p.CRC)
+		}
+		if len(lb.pieces) == 0 {
+			return lb.keep(p.Keep) // no run to join: nothing to decode
+		}
+		lb.pieces, lb.data = append(lb.pieces, p), append(lb.data, nil) // the run's frame state is unchanged
+		return nil
+	}
 	if p.Frame {
 		if err := lb.flush(); err != nil {
 			return err
@@ -153,7 +170,17 @@ func (lb *logBuilder) add(p *Piece, data []byte) error {
 // addPack queues a pack: one whole frame, or (open) its saves' stored bytes, which the saves
 // after it may continue (pack.go).
 func (lb *logBuilder) addPack(packed []Packed, data []byte, open bool) error {
-	if packed[0].Piece.Frame {
+	if allEmpty(packed) { // saves that added nothing (or the first of a pack read up to one)
+		for i := range packed {
+			p := packed[i].Piece
+			p.Frame = false
+			if err := lb.add(&p, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if startsFrame(packed) {
 		if err := lb.flush(); err != nil {
 			return err
 		}
@@ -165,6 +192,26 @@ func (lb *logBuilder) addPack(packed []Packed, data []byte, open bool) error {
 	}
 	lb.data, lb.closed = append(lb.data, data), !open
 	return nil
+}
+
+// allEmpty reports whether no piece of a pack adds bytes.
+func allEmpty(packed []Packed) bool {
+	for _, p := range packed {
+		if p.Piece.RawBytes > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// startsFrame reports whether a pack's data starts a frame: its first piece that is not empty does.
+func startsFrame(packed []Packed) bool {
+	for _, p := range packed {
+		if p.Piece.RawBytes > 0 || p.Piece.Frame {
+			return p.Piece.Frame
+		}
+	}
+	return false
 }
 
 // flush decodes the queued run and applies its pieces.
