@@ -19,9 +19,10 @@ func TestReadZstd(t *testing.T) {
 	dec, err := zstd.NewReader(nil)
 	require.NoError(t, err)
 	defer dec.Close()
-	for _, open := range []bool{false, true} {
-		t.Run(fmt.Sprint("open=", open), func(t *testing.T) {
-			e, _ := newEngine(t, 1<<20, engine.Config{PackEntries: 5, PackOpen: open})
+	for name, cfg := range map[string]engine.Config{"packs": {PackEntries: 5}, "open packs": {PackEntries: 5, PackOpen: true},
+		"no packs": {NoPack: true}} {
+		t.Run(name, func(t *testing.T) {
+			e, _ := newEngine(t, 1<<20, cfg)
 			k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
 			var want []string
 			step := func(payload []byte) {
@@ -36,15 +37,17 @@ func TestReadZstd(t *testing.T) {
 			step([]byte("[]"))
 			for n := 2; n <= 24; n += 2 {
 				step(conversation(n))
-				if n == 8 {
+				if n == 12 {
+					step(conversation(n)) // adds nothing
+				}
+				if n == 8 || n == 12 {
 					l, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "o", TTL: time.Minute, Now: now})
 					require.NoError(t, err)
 					_, err = e.Release(ctx, engine.LeaseRequest{Key: k, Epoch: l.Lease.Epoch, Now: now})
 					require.NoError(t, err)
 				}
 				if n == 12 {
-					step(conversation(n)) // adds nothing
-					e.Forget()
+					e.Forget() // the next save starts a frame, right after a state entry
 				}
 			}
 			step(conversation(7)) // a rewrite
