@@ -5,7 +5,7 @@
 //
 //   - format 2 (internal/transfer's Store) seals every piece it writes to cp_segments;
 //   - the log engine seals every entry and value through Log, an engine.Log decorator (log.go,
-//     docs/format.md §8.20).
+//     docs/format.md §8.12a).
 //
 // docs/security.md says what it protects and what it does not.
 package sealing

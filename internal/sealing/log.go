@@ -11,7 +11,7 @@ import (
 )
 
 // Log is an engine.Log that seals what the engine stores of a namespace with a key (docs/format.md
-// §8.20): every entry's data and every value are sealed on their way to the inner log, and opened
+// §8.12a): every entry's data and every value are sealed on their way to the inner log, and opened
 // on their way back; the engine never sees an envelope. Sessions, sequences, the namespace index
 // and value ids pass through unchanged: they are the inner log's subjects and order.
 //
