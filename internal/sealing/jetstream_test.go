@@ -32,7 +32,7 @@ import (
 
 // startServer starts an embedded nats-server (random port, JetStream in a temp dir) and returns
 // a connection to it, the server and its data directory.
-func startServer(t *testing.T) (*nats.Conn, *server.Server, string) {
+func startServer(t testing.TB) (*nats.Conn, *server.Server, string) {
 	t.Helper()
 	dir := t.TempDir()
 	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
@@ -45,7 +45,7 @@ func startServer(t *testing.T) (*nats.Conn, *server.Server, string) {
 }
 
 // openLog opens the JetStream log (stream CP_LOG) on nc; fresh purges it first.
-func openLog(t *testing.T, nc *nats.Conn, fresh bool) *logstore.Log {
+func openLog(t testing.TB, nc *nats.Conn, fresh bool) *logstore.Log {
 	t.Helper()
 	c, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
