@@ -48,12 +48,15 @@ func (l *Log) Keys() *Keys { return l.keys.Load() }
 // warning). Turning sealing on or off (nil ↔ keys) is refused and the running keys stay: the
 // engine's entries are sized for the envelope only when it was on at start.
 func (l *Log) SetKeys(keys *Keys) (dropped []string, err error) {
-	dropped, err = CheckReload(l.keys.Load(), keys)
-	if err != nil {
-		return nil, err
+	for {
+		old := l.keys.Load()
+		if dropped, err = CheckReload(old, keys); err != nil {
+			return nil, err
+		}
+		if l.keys.CompareAndSwap(old, keys) { // else another reload came first: check against it
+			return dropped, nil
+		}
 	}
-	l.keys.Store(keys)
-	return dropped, nil
 }
 
 // MaxEntry leaves room for the envelope, whether or not the namespace has a key: the engine sizes
