@@ -185,9 +185,10 @@ func (ks *Keys) Dropped(next *Keys) []string {
 }
 
 // CheckReload is the rule for replacing the keys in force (old) by a file read again (next) while
-// the daemon runs (SIGHUP): encryption cannot be turned on or off, since what was sized at start
-// (format 2's pieces, the engine's entries) leaves room for the envelope only when it was on. It
-// returns an error for those, else the ids of the keys next no longer holds (Dropped).
+// the daemon runs (SIGHUP): encryption cannot be turned on or off (format 2 cuts its pieces with
+// room for the envelope only when it was on at start; the log engine is wrapped in a Log only then).
+// It returns an error for those, else the ids of the keys next no longer holds (Dropped): dropping
+// a key is allowed, though what it sealed no longer opens.
 func CheckReload(old, next *Keys) (dropped []string, err error) {
 	switch {
 	case old == nil && next != nil:

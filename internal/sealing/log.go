@@ -45,8 +45,9 @@ func (l *Log) Keys() *Keys { return l.keys.Load() }
 // SetKeys puts keys read again (SIGHUP) in force: data written from then on is sealed with their
 // first keys, and what is stored opens with any key they hold. It returns the ids of the keys no
 // longer held: whatever they sealed no longer opens (nothing refuses this; the daemon logs it as a
-// warning). Turning sealing on or off (nil ↔ keys) is refused and the running keys stay: the
-// engine's entries are sized for the envelope only when it was on at start.
+// warning). Turning sealing on or off (nil ↔ keys) is refused and the running keys stay, the
+// rule format 2 has (CheckReload): the daemon wraps its log in a Log only when --namespace-keys is
+// set at start, and a reload that turned sealing off would leave everything sealed unreadable.
 func (l *Log) SetKeys(keys *Keys) (dropped []string, err error) {
 	for {
 		old := l.keys.Load()
