@@ -21,7 +21,7 @@ func recordFor(t *testing.T, conv []byte) engine.Record {
 }
 
 // Every record field but StoredBytes is the copied one, whatever a save would have made of it:
-// a first version above 1 with parent 0 (a migrated head), an origin with nanoseconds, a writer
+// a first version above 1 whose parent is not here (pruned), an origin with nanoseconds, a writer
 // and reason, a fork, a rewrite, a large value; reads return the conversations, the versions below
 // the first are not found, and the session goes on with ordinary saves afterwards.
 func TestCopyVersion_KeepsEveryField(t *testing.T) {
@@ -44,7 +44,7 @@ func TestCopyVersion_KeepsEveryField(t *testing.T) {
 		r.Created = at.Add(time.Duration(i) * time.Second).UTC()
 		switch i {
 		case 0:
-			r.Parent, r.Reason = 0, engine.ReasonMigrate
+			r.Reason = engine.ReasonMigrate // parent 2: the versions before were pruned there
 			r.Origin = &engine.Origin{Via: "migrate", Source: "nats://old:4222", At: at.UTC()}
 		case 1:
 			r.Reason, r.Origin = engine.ReasonImport, &engine.Origin{Via: "import", Source: "b.bundle"}
