@@ -28,7 +28,7 @@ import (
 const childEnv = "CP_UPGRADE_CHILD_DIR"
 
 // A real kill: a child process runs the embedded server and the upgrade on the fixture and is
-// SIGKILLed in the middle of copying (after its 30th write: the server dies with it, mid-flight);
+// SIGKILLed in the middle of copying a session (after version 5 of chat-appends's 21: the server dies with it);
 // a new process's run on the directory finishes the upgrade, and the store is the manifest.
 func TestRun_SIGKILL(t *testing.T) {
 	dir := unpack(t, "store.tar.gz")
@@ -43,20 +43,21 @@ func TestRun_SIGKILL(t *testing.T) {
 	for lines.Scan() {
 		n, err := strconv.Atoi(strings.Fields(lines.Text())[0])
 		require.NoError(t, err, "child said %q", lines.Text())
-		if n >= 30 {
+		if strings.HasSuffix(lines.Text(), "version 5 of team/chat-appends/main") {
 			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 			killed = true
 			t.Logf("killed after the child's write %d: %s", n, lines.Text())
 			break
 		}
 	}
-	require.True(t, killed, "the child finished before write 30")
+	require.True(t, killed, "the child finished before version 5 of chat-appends")
 	_ = cmd.Wait()
 
 	s := open(t, dir)
 	rep, err := Run(context.Background(), s.js, s.eng, s.log, testOptions())
 	require.NoError(t, err)
 	require.Positive(t, rep.Skipped, "%+v", rep)
+	require.Equal(t, 1, rep.Redone, "chat-appends was half-copied: %+v", rep)
 	t.Logf("after the kill: %+v", rep)
 	checkUpgraded(t, s, "manifest.json")
 }
