@@ -1,7 +1,9 @@
 package upgrade
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +23,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/logstore"
+	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -504,4 +507,38 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild(dir))
 	}
 	os.Exit(m.Run())
+}
+
+// A format 2 sealed with namespace keys: read without them, the copy fails on the first sealed
+// piece and nothing is deleted; with them, Run refuses (ErrSealed) unless told the new format may
+// hold those conversations in clear, and then copies them.
+func TestRun_NamespaceKeys(t *testing.T) {
+	ctx := context.Background()
+	keys, err := transfer.ParseNamespaceKeys([]byte(`{"*":"` + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)) + `"}`))
+	require.NoError(t, err)
+	s := open(t, t.TempDir())
+	st, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10, Keys: keys})
+	require.NoError(t, err)
+	key := wire.Key{Namespace: "secret", Session: "s", Agent: "main"}
+	conv := []byte(`[{"role":"user","content":[{"type":"text","text":"the launch code is 0000"}]}]`)
+	_, err = snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: "1", Payload: conv, Now: time.Now()})
+	require.NoError(t, err)
+
+	_, err = Run(ctx, s.js, s.eng, s.log, testOptions())
+	require.ErrorIs(t, err, snapshot.ErrCorrupt, "sealed pieces do not open without the keys")
+	need, err := Needed(ctx, s.js)
+	require.NoError(t, err)
+	require.True(t, need)
+
+	opts := testOptions()
+	opts.Keys = keys
+	_, err = Run(ctx, s.js, s.eng, s.log, opts)
+	require.ErrorIs(t, err, ErrSealed)
+
+	opts.AllowUnsealed = true
+	_, err = Run(ctx, s.js, s.eng, s.log, opts)
+	require.NoError(t, err)
+	got, _, err := s.eng.Read(ctx, keyOf(key), 1, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(conv), string(got))
 }
