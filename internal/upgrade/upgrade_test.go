@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/logstore"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
@@ -541,4 +542,39 @@ func TestRun_NamespaceKeys(t *testing.T) {
 	got, _, err := s.eng.Read(ctx, keyOf(key), 1, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
 	require.Equal(t, string(conv), string(got))
+}
+
+// Conversations larger than an entry (the 2.3 MB corpus, JetStream's default 1 MiB max_payload):
+// format 2 stored them in chunks, the engine writes them as parts, and every version reads back
+// byte for byte, with its record's hash.
+func TestRun_LargeConversation(t *testing.T) {
+	ctx := context.Background()
+	raw, err := os.ReadFile("../../testdata/corpus/pi_before_compaction.json")
+	require.NoError(t, err)
+	c, err := codec.Parse(raw)
+	require.NoError(t, err)
+	s := open(t, t.TempDir())
+	st, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
+	require.NoError(t, err)
+	key := wire.Key{Namespace: "big", Session: "pi", Agent: "main"}
+	n := len(c.Messages)
+	var want [][]byte
+	for i, cut := range []int{n * 6 / 10, n * 8 / 10, n} {
+		conv := append(append([]byte{'['}, c.Span(0, cut)...), ']')
+		_, err := snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: fmt.Sprint(i), Payload: conv, Now: time.Now()})
+		require.NoError(t, err)
+		want = append(want, conv)
+	}
+	require.Greater(t, len(want[0]), int(s.nc.MaxPayload()), "the first version is larger than an entry")
+
+	_, err = Run(ctx, s.js, s.eng, s.log, testOptions())
+	require.NoError(t, err)
+	s = s.reopen(t)
+	for i, w := range want {
+		got, rec, err := s.eng.Read(ctx, keyOf(key), uint64(i+1), engine.ReadOptions{Verify: true})
+		require.NoError(t, err)
+		require.Equal(t, len(w), len(got))
+		require.True(t, bytes.Equal(w, got), "version %d", i+1)
+		require.Equal(t, uint64(i+1), rec.Version)
+	}
 }
