@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -576,5 +577,49 @@ func TestRun_LargeConversation(t *testing.T) {
 		require.Equal(t, len(w), len(got))
 		require.True(t, bytes.Equal(w, got), "version %d", i+1)
 		require.Equal(t, uint64(i+1), rec.Version)
+	}
+}
+
+// The comparison after an upgrade ignores a record's storedBytes and gen, and nothing else: a
+// manifest changed in either still matches, changed in any other field does not.
+func TestCompareFormat2Upgraded_IgnoresOnlyStorageFacts(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, unpack(t, "store.tar.gz"))
+	_, err := Run(ctx, s.js, s.eng, s.log, testOptions())
+	require.NoError(t, err)
+	m, err := testenv.ReadFormat2Manifest(filepath.Join(fixtureDir, "manifest.json"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		change func(v *checkpoint.Version)
+		same   bool
+	}{
+		{"storedBytes", func(v *checkpoint.Version) { v.StoredBytes += 1000 }, true},
+		{"gen", func(v *checkpoint.Version) { v.Gen += 7 }, true},
+		{"parent", func(v *checkpoint.Version) { v.Parent++ }, false},
+		{"created", func(v *checkpoint.Version) { v.Created = v.Created.Add(time.Nanosecond) }, false},
+		{"writer", func(v *checkpoint.Version) { v.Writer += "x" }, false},
+		{"reason", func(v *checkpoint.Version) { v.Reason = "fork" }, false},
+		{"saveId", func(v *checkpoint.Version) { v.SaveID += "x" }, false},
+		{"rawBytes", func(v *checkpoint.Version) { v.RawBytes++ }, false},
+		{"counts", func(v *checkpoint.Version) { v.Counts.ToolCalls++ }, false},
+		{"dialect", func(v *checkpoint.Version) { v.Dialect = "anthropic" }, false},
+		{"format", func(v *checkpoint.Version) { v.Format++ }, false},
+		{"origin", func(v *checkpoint.Version) { v.Origin = &wire.Origin{Via: "import"} }, false},
+		{"forkOf", func(v *checkpoint.Version) { v.ForkOf = &wire.ForkRef{Key: v.Key, Version: 1} }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var changed testenv.Format2Manifest
+			b, err := json.Marshal(m)
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(b, &changed))
+			tc.change(&changed.Sessions[0].Versions[1].Record)
+			err = testenv.CompareFormat2Upgraded(ctx, engineServed{s.eng}, changed)
+			if tc.same {
+				require.NoError(t, err)
+			} else {
+				require.ErrorContains(t, err, "version 2 record")
+			}
+		})
 	}
 }
