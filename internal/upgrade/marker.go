@@ -109,6 +109,8 @@ func (u *upgrader) heartbeat(ctx context.Context) error {
 	if u.opts.Now().Sub(u.lastBeat) < u.opts.HeartbeatEvery {
 		return nil
 	}
+	u.opts.Logger.Info("upgrade: copying format 2", "sessions", u.rep.Sessions, "skipped", u.rep.Skipped, "versions", u.rep.Versions,
+		"conversationBytes", u.rep.ConversationBytes)
 	return u.writeMarker(ctx, stateStarted)
 }
 
