@@ -17,8 +17,8 @@ func Refusal(where string) error {
 	return fmt.Errorf(`%w: %s holds checkpoints in format 2 (the JetStream KV buckets cp_heads, cp_versions, cp_layouts, cp_segments, cp_values), which this checkpointd does not serve. Either:
   - start checkpointd without --no-upgrade: it copies every session (versions, records, leases, moved marks) into the new format in place before it serves, and deletes the buckets only once the copy is complete and checked; a kill at any point leaves the old format or the new one, and the next start goes on (docs/format.md §8.17); or
   - move the data by hand: run the previous checkpointd release on %s and export everything with its checkpointctl:
-        checkpointctl export -A --file all.bundle
+        checkpointctl export -A --file all.cpbundle
     then start this checkpointd on an empty data directory (or another cluster) and import it:
-        checkpointctl import all.bundle
+        checkpointctl import all.cpbundle
     (a bundle holds every version with its record and hash; leases are not in it: writers acquire them again)`, ErrRefused, where, where)
 }

@@ -50,10 +50,11 @@ type Options struct {
 	// default 64 KiB). Keys are format 2's --namespace-keys: segments were sealed with them.
 	ChunkSize int
 	Keys      *transfer.NamespaceKeys
-	// AllowUnsealed lets Run copy with Keys set. The log engine does not seal conversations with
-	// namespace keys (yet): the copy would hold sealed namespaces' conversations in clear on
-	// CP_LOG, so by default Run refuses (ErrSealed) rather than lower what the operator chose.
-	AllowUnsealed bool
+	// LogSeals says the Log given to Run seals what it stores with the same namespace keys (the
+	// daemon wraps it with internal/sealing's decorator when --namespace-keys is set). With Keys
+	// and not LogSeals, Run refuses (ErrSealed): the copy would hold the sealed namespaces'
+	// conversations in clear on CP_LOG, lowering what the operator chose.
+	LogSeals bool
 	// Logger reports progress (default: slog.Default()).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
@@ -115,9 +116,9 @@ var (
 	ErrChangedAfter = errors.New("format 2 changed after the upgrade finished")
 	// ErrMarker: the marker on CP_LOG is not one this code wrote.
 	ErrMarker = errors.New("unreadable upgrade marker")
-	// ErrSealed: format 2 is read with namespace keys, and the log engine would store what they
-	// sealed in clear (Options.AllowUnsealed).
-	ErrSealed = errors.New("format 2 is sealed with namespace keys, which the log engine does not apply")
+	// ErrSealed: format 2 is read with namespace keys, and the Log given to Run does not seal
+	// (Options.LogSeals): the copy would be in clear.
+	ErrSealed = errors.New("format 2 is sealed with namespace keys, and the log given to the upgrade does not seal")
 )
 
 // Needed reports whether js holds any of format 2's buckets: the daemon must upgrade (Run) or
@@ -192,8 +193,8 @@ func (u *upgrader) run(ctx context.Context) (Report, error) {
 		return u.rep, err
 	}
 	if m.State != stateDone {
-		if u.opts.Keys != nil && !u.opts.AllowUnsealed {
-			return u.rep, fmt.Errorf("%w: upgrading would store the conversations of the namespaces it seals (%d keys) in clear on %s; nothing was changed. Keep running the previous release, or upgrade knowingly (allow unsealed)",
+		if u.opts.Keys != nil && u.opts.Keys.Count() > 0 && !u.opts.LogSeals {
+			return u.rep, fmt.Errorf("%w: upgrading would store the conversations of the namespaces it seals (%d keys) in clear on %s; nothing was changed. Upgrade with a checkpointd that seals the log engine's entries with --namespace-keys, or stay on the previous release",
 				ErrSealed, u.opts.Keys.Count(), u.opts.Stream)
 		}
 		if len(present) < len(Buckets) {

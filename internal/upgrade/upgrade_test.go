@@ -369,7 +369,7 @@ func TestNeeded_AndRefusal(t *testing.T) {
 
 	err = Refusal("/var/lib/checkpointd")
 	require.ErrorIs(t, err, ErrRefused)
-	for _, want := range []string{"/var/lib/checkpointd", "without --no-upgrade", "checkpointctl export -A --file all.bundle", "checkpointctl import all.bundle"} {
+	for _, want := range []string{"/var/lib/checkpointd", "without --no-upgrade", "checkpointctl export -A --file all.cpbundle", "checkpointctl import all.cpbundle"} {
 		require.Contains(t, err.Error(), want)
 	}
 }
@@ -512,8 +512,8 @@ func TestMain(m *testing.M) {
 }
 
 // A format 2 sealed with namespace keys: read without them, the copy fails on the first sealed
-// piece and nothing is deleted; with them, Run refuses (ErrSealed) unless told the new format may
-// hold those conversations in clear, and then copies them.
+// piece and nothing is deleted; with them, Run refuses (ErrSealed) unless the log it writes to
+// seals too (Options.LogSeals), and then copies them.
 func TestRun_NamespaceKeys(t *testing.T) {
 	ctx := context.Background()
 	keys, err := transfer.ParseNamespaceKeys([]byte(`{"*":"` + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)) + `"}`))
@@ -537,7 +537,7 @@ func TestRun_NamespaceKeys(t *testing.T) {
 	_, err = Run(ctx, s.js, s.eng, s.log, opts)
 	require.ErrorIs(t, err, ErrSealed)
 
-	opts.AllowUnsealed = true
+	opts.LogSeals = true // as if the daemon had wrapped the log with internal/sealing
 	_, err = Run(ctx, s.js, s.eng, s.log, opts)
 	require.NoError(t, err)
 	got, _, err := s.eng.Read(ctx, keyOf(key), 1, engine.ReadOptions{Verify: true})
