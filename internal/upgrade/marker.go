@@ -74,7 +74,7 @@ func (u *upgrader) claim(ctx context.Context, m marker, seq uint64) error {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	u.run_, u.markSeq = hex.EncodeToString(id[:]), seq
+	u.runID, u.markSeq = hex.EncodeToString(id[:]), seq
 	if m.State == stateStarted {
 		u.opts.Logger.Info("upgrade: going on with an upgrade that stopped", "run", m.Run, "owner", m.Owner, "lastSeen", m.At)
 	} else {
@@ -87,7 +87,7 @@ func (u *upgrader) claim(ctx context.Context, m marker, seq uint64) error {
 // means another daemon took the upgrade over.
 func (u *upgrader) writeMarker(ctx context.Context, state string) error {
 	now := u.opts.Now().UTC()
-	data, err := json.Marshal(marker{Format: markerFormat, From: 2, State: state, Run: u.run_, Owner: u.opts.Owner, Started: u.started.UTC(), At: now})
+	data, err := json.Marshal(marker{Format: markerFormat, From: 2, State: state, Run: u.runID, Owner: u.opts.Owner, Started: u.started.UTC(), At: now})
 	if err != nil {
 		return err
 	}

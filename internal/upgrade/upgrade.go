@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -152,8 +153,8 @@ func presentBuckets(ctx context.Context, js jetstream.JetStream) ([]string, erro
 // subject); every session of cp_heads copied, one after the other: a session the engine already
 // holds exactly as format 2 does is skipped (copied by a run that was killed later), one it holds
 // otherwise is purged and copied again; sessions on CP_LOG that format 2 does not have are
-// purged; every session checked once more; the marker "done" (compare-and-swap on this run's last
-// marker); then the buckets deleted. A kill before "done" leaves format 2 whole (nothing of it is
+// purged; each session is read back once copied; the marker "done" (compare-and-swap on this
+// run's last marker); then the buckets deleted. A kill before "done" leaves format 2 whole (nothing of it is
 // changed before) and the next run goes on; a kill after it leaves the new format whole and the
 // next run deletes what is left of the buckets. CP_INGEST, CP_CHUNKS and CP_RESULTS are not
 // touched: saves queued there are the new daemon's to settle.
@@ -175,7 +176,7 @@ type upgrader struct {
 	writes  int
 
 	stream   jetstream.Stream
-	run_     string    // this run's id, in the marker
+	runID    string    // this run's id, in the marker
 	markSeq  uint64    // the sequence of this run's last marker
 	lastBeat time.Time // when it was written
 }
@@ -197,8 +198,10 @@ func (u *upgrader) run(ctx context.Context) (Report, error) {
 			return u.rep, fmt.Errorf("%w: upgrading would store the conversations of the namespaces it seals (%d keys) in clear on %s; nothing was changed. Upgrade with a checkpointd that seals the log engine's entries with --namespace-keys, or stay on the previous release",
 				ErrSealed, u.opts.Keys.Count(), u.opts.Stream)
 		}
-		if len(present) < len(Buckets) {
-			return u.rep, fmt.Errorf("upgrade: format 2's buckets %v are here but not all five, and no upgrade finished: the store is not one format 2 left (was a bucket deleted by hand?); nothing was changed", present)
+		if !slices.Contains(present, wire.BucketHeads) {
+			// Every session of format 2 is found through cp_heads, and an upgrade deletes it only
+			// after "done": without it and without "done", this is not a store format 2 left.
+			return u.rep, fmt.Errorf("upgrade: format 2's buckets %v are here without %s, and no upgrade finished (was it deleted by hand?); nothing was changed", present, wire.BucketHeads)
 		}
 		if err := u.claim(ctx, m, seq); err != nil {
 			return u.rep, err
@@ -209,7 +212,7 @@ func (u *upgrader) run(ctx context.Context) (Report, error) {
 		if err := u.writeMarker(ctx, stateDone); err != nil {
 			return u.rep, err
 		}
-		u.opts.Logger.Info("upgrade: format 2 copied into the log engine", "sessions", u.rep.Sessions+u.rep.Skipped+u.rep.Redone,
+		u.opts.Logger.Info("upgrade: format 2 copied into the log engine", "sessions", u.rep.Sessions+u.rep.Skipped,
 			"versions", u.rep.Versions, "took", u.opts.Now().Sub(u.started).Round(time.Millisecond))
 	} else {
 		u.rep.AlreadyDone = true

@@ -623,3 +623,19 @@ func TestCompareFormat2Upgraded_IgnoresOnlyStorageFacts(t *testing.T) {
 		})
 	}
 }
+
+// Without cp_heads and without "done", the store is not one format 2 left: Run refuses and
+// changes nothing.
+func TestRun_HeadsBucketMissing(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, unpack(t, "store.tar.gz"))
+	require.NoError(t, s.js.DeleteKeyValue(ctx, wire.BucketHeads))
+	_, err := Run(ctx, s.js, s.eng, s.log, testOptions())
+	require.ErrorContains(t, err, "without cp_heads")
+	present, err := presentBuckets(ctx, s.js)
+	require.NoError(t, err)
+	require.Equal(t, Buckets[1:], present)
+	namespaces, err := s.log.Namespaces(ctx)
+	require.NoError(t, err)
+	require.Empty(t, namespaces)
+}
