@@ -224,6 +224,9 @@ func (u *upgrader) run(ctx context.Context) (Report, error) {
 			}
 		}
 	}
+	if present, err = presentBuckets(ctx, u.js); err != nil { // opening format 2 creates a missing bucket
+		return u.rep, err
+	}
 	return u.rep, u.deleteBuckets(ctx, present)
 }
 
