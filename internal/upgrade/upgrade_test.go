@@ -639,3 +639,23 @@ func TestRun_HeadsBucketMissing(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, namespaces)
 }
+
+// A record the log engine cannot hold (format 2 took a writer header of any length; an entry's
+// strings are at most 4 KiB) stops the upgrade with an error naming the session and version, before
+// "done": format 2 stays whole, and the daemon does not serve a store missing that version.
+func TestRun_RecordTheEngineCannotHold(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	st, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
+	require.NoError(t, err)
+	key := wire.Key{Namespace: "team", Session: "long-writer", Agent: "main"}
+	_, err = snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: "1", Writer: strings.Repeat("w", 5000), Now: time.Now(),
+		Payload: []byte(`[{"role":"user","content":[{"type":"text","text":"hi"}]}]`)})
+	require.NoError(t, err)
+	_, err = Run(ctx, s.js, s.eng, s.log, testOptions())
+	require.ErrorIs(t, err, engine.ErrBadRequest)
+	require.ErrorContains(t, err, "session team/long-writer/main: copying version 1")
+	present, err := presentBuckets(ctx, s.js)
+	require.NoError(t, err)
+	require.Equal(t, Buckets, present)
+}
