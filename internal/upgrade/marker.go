@@ -66,7 +66,7 @@ func (u *upgrader) readMarker(ctx context.Context) (marker, uint64, error) {
 // claim makes the upgrade this run's: it writes "started" after the marker m at seq, unless
 // another owner's run is under way and was seen alive less than StaleAfter ago.
 func (u *upgrader) claim(ctx context.Context, m marker, seq uint64) error {
-	if m.State == stateStarted && m.Owner != u.opts.Owner {
+	if m.State == stateStarted && (m.Owner != u.opts.Owner || m.Owner == "") {
 		if age := u.opts.Now().Sub(m.At); age < u.opts.StaleAfter {
 			return fmt.Errorf("%w: run %s of %q, started %s, last seen %s ago; it is taken over once it has been silent for %s",
 				ErrInProgress, m.Run, m.Owner, m.Started.Format(time.RFC3339), age.Round(time.Second), u.opts.StaleAfter)

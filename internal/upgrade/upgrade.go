@@ -41,8 +41,8 @@ type Options struct {
 	Stream string
 	// Owner names this daemon in the marker (host name, server name): a run that finds a run of
 	// the same owner started and unfinished takes over at once (that run died: the data
-	// directory's lock lets one daemon run on it), another owner's only once it is StaleAfter
-	// old.
+	// directory's lock lets one daemon run on it), another owner's (or an unnamed one's) only once
+	// it is StaleAfter old.
 	Owner string
 	// StaleAfter is how long another owner's run may go without a sign of life before this run
 	// takes over (default 1 minute); a run writes one every HeartbeatEvery (default 10 s).

@@ -324,6 +324,11 @@ func TestRun_AnotherDaemonUpgrading(t *testing.T) {
 
 	_, err := Run(ctx, s.js, s.eng, s.log, testOptions())
 	require.ErrorIs(t, err, ErrInProgress)
+	unnamed := testOptions()
+	unnamed.Owner = ""
+	runKilledAtOpts(t, s, 1, Options{Owner: "", Logger: quiet, StaleAfter: time.Nanosecond}) // an unnamed run took over
+	_, err = Run(ctx, s.js, s.eng, s.log, unnamed)
+	require.ErrorIs(t, err, ErrInProgress, "two unnamed runs are not the same owner")
 	namespaces, err := s.log.Namespaces(ctx)
 	require.NoError(t, err)
 	require.Empty(t, namespaces, "nothing copied")
