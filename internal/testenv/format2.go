@@ -95,13 +95,13 @@ type Format2Layout struct {
 // each restored and hashed. A key with neither versions nor a lease is an error: capture only
 // what exists.
 func CaptureFormat2(ctx context.Context, c *checkpoint.Client, keys []checkpoint.Key) ([]Format2Session, error) {
-	listed, err := listedSessions(ctx, c)
+	listed, err := listedSessions(ctx, ClientServed(c))
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Format2Session, 0, len(keys))
 	for _, k := range keys {
-		s, err := captureSession(ctx, c, k.WithDefaults(), listed)
+		s, err := captureSession(ctx, ClientServed(c), k.WithDefaults(), listed)
 		if err != nil {
 			return nil, err
 		}
@@ -114,7 +114,7 @@ func CaptureFormat2(ctx context.Context, c *checkpoint.Client, keys []checkpoint
 }
 
 // listedSessions is every session List reports, in every namespace, by key.
-func listedSessions(ctx context.Context, c *checkpoint.Client) (map[checkpoint.Key]checkpoint.Session, error) {
+func listedSessions(ctx context.Context, c Served) (map[checkpoint.Key]checkpoint.Session, error) {
 	all, err := c.ListAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing every namespace: %w", err)
@@ -127,7 +127,7 @@ func listedSessions(ctx context.Context, c *checkpoint.Client) (map[checkpoint.K
 }
 
 // captureSession reads one session, restoring every version it keeps.
-func captureSession(ctx context.Context, c *checkpoint.Client, k checkpoint.Key, listed map[checkpoint.Key]checkpoint.Session) (Format2Session, error) {
+func captureSession(ctx context.Context, c Served, k checkpoint.Key, listed map[checkpoint.Key]checkpoint.Session) (Format2Session, error) {
 	s := Format2Session{Key: k, Versions: []Format2Version{}}
 	lease, err := c.LeaseStatus(ctx, k)
 	if err != nil {
@@ -144,7 +144,7 @@ func captureSession(ctx context.Context, c *checkpoint.Client, k checkpoint.Key,
 		return s, fmt.Errorf("session %s: history: %w", k, err)
 	}
 	for _, rec := range history {
-		conv, _, err := c.Restore(ctx, k, rec.Version) // checks the bytes against rec's hash and size
+		conv, err := c.Restore(ctx, k, rec.Version) // checks the bytes against rec's hash and size
 		if err != nil {
 			return s, fmt.Errorf("session %s: restoring version %d: %w", k, rec.Version, err)
 		}
@@ -162,6 +162,12 @@ func captureSession(ctx context.Context, c *checkpoint.Client, k checkpoint.Key,
 // hashed); no other session listed (when m.Complete); no deleted session served. It returns every
 // difference found, joined, or nil.
 func CompareFormat2(ctx context.Context, c *checkpoint.Client, m Format2Manifest) error {
+	return compareFormat2(ctx, ClientServed(c), m, nil)
+}
+
+// compareFormat2 is CompareFormat2 on what s serves; norm, when set, is applied to both records
+// of a version before they are compared (CompareFormat2Upgraded).
+func compareFormat2(ctx context.Context, c Served, m Format2Manifest, norm func(checkpoint.Version) checkpoint.Version) error {
 	if m.Format != Format2ManifestFormat {
 		return fmt.Errorf("manifest format %d, this code reads %d", m.Format, Format2ManifestFormat)
 	}
@@ -173,7 +179,7 @@ func CompareFormat2(ctx context.Context, c *checkpoint.Client, m Format2Manifest
 	want := map[checkpoint.Key]bool{}
 	for _, ws := range m.Sessions {
 		want[ws.Key] = true
-		diffs = append(diffs, compareSession(ctx, c, ws, listed, m.Complete)...)
+		diffs = append(diffs, compareSession(ctx, c, ws, listed, m.Complete, norm)...)
 	}
 	if m.Complete {
 		for k := range listed {
@@ -196,7 +202,8 @@ func CompareFormat2(ctx context.Context, c *checkpoint.Client, m Format2Manifest
 // compareSession compares one session of the manifest with what is served. complete: the session
 // must hold exactly the manifest's versions; else it may hold later ones too (each restored and
 // checked against its own record).
-func compareSession(ctx context.Context, c *checkpoint.Client, want Format2Session, listed map[checkpoint.Key]checkpoint.Session, complete bool) []error {
+func compareSession(ctx context.Context, c Served, want Format2Session, listed map[checkpoint.Key]checkpoint.Session, complete bool,
+	norm func(checkpoint.Version) checkpoint.Version) []error {
 	got, err := captureSession(ctx, c, want.Key, listed)
 	if err != nil {
 		return []error{err}
@@ -236,7 +243,11 @@ func compareSession(ctx context.Context, c *checkpoint.Client, want Format2Sessi
 			diffs = append(diffs, fmt.Errorf("session %s: version %d is not served", want.Key, w.Record.Version))
 			continue
 		}
-		differ(fmt.Sprintf("version %d record", w.Record.Version), w.Record, g.Record)
+		wr, gr := w.Record, g.Record
+		if norm != nil {
+			wr, gr = norm(wr), norm(gr)
+		}
+		differ(fmt.Sprintf("version %d record", w.Record.Version), wr, gr)
 		differ(fmt.Sprintf("version %d conversation sha256", w.Record.Version), w.SHA256, g.SHA256)
 	}
 	return diffs
