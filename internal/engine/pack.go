@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 )
 
 // Packs bound what a read fetches (docs/format.md §8.7): every entry costs a read ~10 µs however
@@ -36,8 +37,9 @@ func (e *Engine) Pack(ctx context.Context, key Key, force bool) (PackResult, err
 		return PackResult{}, err
 	}
 	h := s.last.Head
-	due := s.last.Kind != KindPack && (e.packDue(h) || force && h.TailEntries >= 2)
-	if e.cfg.NoPack || !due {
+	// A fork's first entry is packed at once: the pack copies its source's version in.
+	due := s.last.Kind != KindPack && (e.packDue(h) || s.last.Kind == KindFork || force && h.TailEntries >= 1)
+	if !due || e.cfg.NoPack && s.last.Kind != KindFork && !force {
 		return PackResult{}, nil
 	}
 	res, err := e.pack(ctx, s)
@@ -109,8 +111,25 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 	var packed []Packed
 	var pieces []*Piece
 	var datas [][]byte
-	for _, x := range live {
+	var prefix []byte // a fork's source version, copied in
+	var source *Pin
+	for i, x := range live {
 		switch x.meta.Kind {
+		case KindFork:
+			if i != 0 {
+				return PackResult{}, fmt.Errorf("session %s entry %d: %w: a fork entry after the first", s.key, x.seq, ErrCorrupt)
+			}
+			if prefix, err = e.forkSource(ctx, s.key, x, 0); err != nil {
+				return PackResult{}, err
+			}
+			rec, err := recordOf(Key{}, x.meta.Head)
+			if err != nil {
+				return PackResult{}, err
+			}
+			rec.Key = Key{}
+			packed = append(packed, Packed{Record: rec, Piece: Piece{Messages: x.meta.Head.Counts.Messages,
+				RawBytes: int64(len(prefix)), CRC: crc32.Checksum(prefix, castagnoli), Frame: true}})
+			source = x.meta.Source
 		case KindSave:
 			rec, err := recordOf(s.key, x.meta.Head)
 			if err != nil {
@@ -126,11 +145,12 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 	if len(packed) == 0 {
 		return PackResult{}, nil // only leases: left for the next pack
 	}
-	data, err := e.packData(packed, pieces, datas)
+	open := e.cfg.PackOpen && source == nil // a copied-in source is compressed with the rest
+	data, err := e.packData(packed, pieces, datas, prefix, open)
 	if err != nil {
 		return PackResult{}, fmt.Errorf("session %s: packing: %w", s.key, err)
 	}
-	m := Meta{Kind: KindPack, Head: s.last.Head, Packed: packed, Open: e.cfg.PackOpen}
+	m := Meta{Kind: KindPack, Head: s.last.Head, Packed: packed, Open: open}
 	m.Head.Pack, m.Head.TailEntries, m.Head.TailBytes, m.Head.Deleted = prev, 0, 0, since
 	seq, err := e.write(ctx, s, m, data)
 	if err != nil {
@@ -151,20 +171,31 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 	if e.crashBeforeDeletes {
 		return res, nil
 	}
-	return res, e.log.Delete(ctx, s.key, dead...)
+	if err := e.log.Delete(ctx, s.key, dead...); err != nil {
+		return res, err
+	}
+	if source != nil {
+		// The fork holds its copy now: its source may go. (A crash before this leaves a stale
+		// pin, dropped when the source's retention or deletion looks at it.)
+		return res, e.unpin(ctx, source.Fork, Pin{Fork: s.key, Version: source.Version})
+	}
+	return res, nil
 }
 
 // packData is a pack's data. By default the packed saves are decoded and compressed again as one
 // zstd frame (a stream cut at every save decodes 1.3–1.7× slower than the same bytes compressed
 // at once); the pieces keep their sizes and Keep, and only the first starts a frame. With
 // PackOpen, their stored bytes as they are.
-func (e *Engine) packData(packed []Packed, pieces []*Piece, datas [][]byte) ([]byte, error) {
-	if e.cfg.PackOpen {
+func (e *Engine) packData(packed []Packed, pieces []*Piece, datas [][]byte, prefix []byte, open bool) ([]byte, error) {
+	if open {
 		return joinStored(pieces, datas), nil
 	}
 	plain, err := decodeRuns(pieces, datas)
 	if err != nil {
 		return nil, err
+	}
+	if prefix != nil {
+		plain = append(prefix[:len(prefix):len(prefix)], plain...)
 	}
 	for i := range packed {
 		packed[i].Piece.Frame = i == 0

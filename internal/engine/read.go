@@ -111,11 +111,28 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 	return out, nil
 }
 
+// entriesHolding returns key's live entries up to the one holding version v. The read stops at
+// the first save or pack holding v (one a pack covers but a crash left holds the same bytes), and
+// never at a fork entry: a pack may have copied its source in, and the source be gone.
+func (e *Engine) entriesHolding(ctx context.Context, key Key, from, upTo, v uint64) ([]ent, error) {
+	entries, err := e.entries(ctx, key, from, upTo, func(x ent) bool { return x.meta.Kind != KindFork && holds(v)(x) })
+	if err != nil {
+		return nil, err
+	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		if holds(v)(entries[i]) {
+			return entries[:i+1], nil
+		}
+	}
+	// The head names v, so its entry must be there: a deletion or retention moved under us.
+	return nil, fmt.Errorf("session %s version %d: %w", key, v, errShort)
+}
+
 // holds returns whether an entry holds version v's data.
 func holds(v uint64) func(ent) bool {
 	return func(x ent) bool {
 		switch x.meta.Kind {
-		case KindSave:
+		case KindSave, KindFork:
 			return x.meta.Head.Version == v
 		case KindPack:
 			p := x.meta.Packed
@@ -216,13 +233,17 @@ func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, e
 // logAt reads key's entries from sequence from (its last deletion) up to upTo and returns "["
 // followed by the log of version v (its messages joined by ","), and v's record.
 func (e *Engine) logAt(ctx context.Context, key Key, from, upTo, v uint64) ([]byte, Record, error) {
-	entries, err := e.entries(ctx, key, from, upTo, holds(v))
+	return e.logAtDepth(ctx, key, from, upTo, v, 0)
+}
+
+// maxForkDepth bounds how many forks a read goes through (a fork of a fork of ...) before the
+// first pack of each copies its source in.
+const maxForkDepth = 16
+
+func (e *Engine) logAtDepth(ctx context.Context, key Key, from, upTo, v uint64, depth int) ([]byte, Record, error) {
+	entries, err := e.entriesHolding(ctx, key, from, upTo, v)
 	if err != nil {
 		return nil, Record{}, err
-	}
-	if len(entries) == 0 || !holds(v)(entries[len(entries)-1]) {
-		// The head names v, so its entry must be there: a deletion or retention moved under us.
-		return nil, Record{}, fmt.Errorf("session %s version %d: %w", key, v, errShort)
 	}
 	target := entries[len(entries)-1]
 	rec, n, err := recordIn(key, target, v)
@@ -231,8 +252,16 @@ func (e *Engine) logAt(ctx context.Context, key Key, from, upTo, v uint64) ([]by
 	}
 	lb := logBuilder{out: append(make([]byte, 0, rec.RawBytes+64), '['), // room for "]", and for the decoder
 		fetch: func(ref ValueRef) ([]byte, error) { return e.value(ctx, key.Namespace, ref) }}
-	for _, x := range entries {
+	for i, x := range entries {
 		switch x.meta.Kind {
+		case KindFork:
+			if i != 0 {
+				return nil, Record{}, fmt.Errorf("session %s entry %d: %w: a fork entry after the first", key, x.seq, ErrCorrupt)
+			}
+			var src []byte
+			if src, err = e.forkSource(ctx, key, x, depth); err == nil {
+				lb.out = append(lb.out, src...)
+			}
 		case KindSave:
 			err = lb.add(x.meta.Piece, x.data)
 		case KindPack:
@@ -251,6 +280,37 @@ func (e *Engine) logAt(ctx context.Context, key Key, from, upTo, v uint64) ([]by
 		err = fmt.Errorf("session %s version %d: %w: the log has %d bytes, its record says %d", key, v, ErrCorrupt, len(log)-1, rec.RawBytes-2)
 	}
 	return log, rec, err
+}
+
+// forkSource returns the log (no "[") of the version a fork entry starts from, read through its
+// source session, checked against the fork's version 1.
+func (e *Engine) forkSource(ctx context.Context, key Key, x ent, depth int) ([]byte, error) {
+	src := x.meta.Source
+	if depth >= maxForkDepth {
+		return nil, fmt.Errorf("session %s: %w: more than %d forks deep", key, ErrCorrupt, maxForkDepth)
+	}
+	last, err := e.last(ctx, src.Fork)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("session %s, forked from %s version %d: %w: the source is gone", key, src.Fork, src.Version, ErrCorrupt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := checkVersion(src.Fork, last.meta.Head, src.Version); err != nil {
+		return nil, fmt.Errorf("session %s, forked from %s version %d: %w: %v", key, src.Fork, src.Version, ErrCorrupt, err)
+	}
+	log, rec, err := e.logAtDepth(ctx, src.Fork, sinceOf(last), last.seq, src.Version, depth+1)
+	if err != nil {
+		return nil, fmt.Errorf("session %s, forked from %s: %w", key, src.Fork, err)
+	}
+	mine, err := finish(x.meta.Head.State)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Hash != mine {
+		return nil, fmt.Errorf("session %s: %w: its source %s version %d is %s, the fork started from %s", key, ErrCorrupt, src.Fork, src.Version, rec.Hash, mine)
+	}
+	return log[1:], nil
 }
 
 // Head returns the record of key's newest version: one read of the log's last entry, so that it
@@ -387,7 +447,7 @@ func records(key Key, entries []ent) ([]Record, error) {
 				r.Key = key
 				out = append(out, r)
 			}
-		case KindSave:
+		case KindSave, KindFork:
 			r, err := recordOf(key, x.meta.Head)
 			if err != nil {
 				return nil, err
