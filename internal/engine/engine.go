@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Config tunes an Engine. The zero value of each field picks its default.
@@ -36,6 +37,12 @@ type Config struct {
 	// encoder (~2–4 MiB with a 1 MiB window); default 64. The least recently used goes first; its
 	// next save reads the head again and starts a new frame (a few hundred bytes worse).
 	Sessions int
+	// ValueGrace bounds the time between a save's check that its values are stored and its
+	// commit (a save that takes longer is refused: ErrBusy), and is how long a swept value waits
+	// in the trash before it goes (values.go); default 1 minute.
+	ValueGrace time.Duration
+	// Clock is the time (default time.Now); tests move it.
+	Clock func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -50,6 +57,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Sessions == 0 {
 		c.Sessions = 64
+	}
+	if c.ValueGrace == 0 {
+		c.ValueGrace = time.Minute
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	return c
 }
@@ -175,6 +188,12 @@ func emptyHead() Head {
 // session's last entry, and makes it the session's last. Any error leaves the session to be
 // dropped by the caller: the log may hold parts of it, which readers skip.
 func (e *Engine) write(ctx context.Context, s *session, m Meta, data []byte) (uint64, error) {
+	return e.writeBy(ctx, s, m, data, time.Time{})
+}
+
+// writeBy is write, refused (ErrBusy, nothing more written) if the commit would come after
+// deadline (zero: none): a save's values are safe from the sweep until then.
+func (e *Engine) writeBy(ctx context.Context, s *session, m Meta, data []byte, deadline time.Time) (uint64, error) {
 	body, err := encodeEntry(m, data)
 	if err != nil {
 		return 0, err
@@ -188,6 +207,9 @@ func (e *Engine) write(ctx context.Context, s *session, m Meta, data []byte) (ui
 		if body, err = encodeEntry(m, rest); err != nil {
 			return 0, err
 		}
+	}
+	if !deadline.IsZero() && e.cfg.Clock().After(deadline) {
+		return 0, fmt.Errorf("%w: session %s: the save took longer than the values' grace (%s); send it again", ErrBusy, s.key, e.cfg.ValueGrace)
 	}
 	seq, err := e.log.Append(ctx, s.key, body, after)
 	if err != nil {

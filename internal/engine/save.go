@@ -406,7 +406,7 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 		raw = append([]byte{','}, p.tail...)
 	}
 	state := h.State
-	stripped, vals, added, err := e.storeValues(ctx, req.Key.Namespace, raw)
+	stripped, vals, added, deadline, err := e.storeValues(ctx, req.Key.Namespace, raw)
 	if err != nil {
 		return Saved{}, err
 	}
@@ -463,7 +463,7 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 		next.TailEntries, next.TailBytes = 1, int64(len(data))
 	}
 	m := Meta{Kind: KindSave, Head: next, Piece: piece}
-	if _, err := e.write(ctx, s, m, data); err != nil {
+	if _, err := e.writeBy(ctx, s, m, data, deadline); err != nil {
 		s.enc = nil // it has compressed the piece; the stored stream has not
 		return Saved{}, err
 	}
