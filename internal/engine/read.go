@@ -368,16 +368,28 @@ func (e *Engine) version(ctx context.Context, key Key, n uint64) (Record, error)
 // walkBack calls fn with the session's records newest first, from the last entry's, until fn
 // returns false: the saves since the last pack (one read), then each pack's, one read each.
 func (e *Engine) walkBack(ctx context.Context, key Key, last ent, fn func(Record) bool) error {
+	return e.walkBackFrom(ctx, key, last, 0, func(r Record, _ uint64) bool { return fn(r) })
+}
+
+// walkBackFrom is walkBack starting at the pack at sequence pack (0: at the head), fn also given
+// the sequence of the pack holding each record (0: not in a pack).
+func (e *Engine) walkBackFrom(ctx context.Context, key Key, last ent, pack uint64, fn func(Record, uint64) bool) error {
 	first := max(last.meta.Head.FirstVersion, 1)
-	emit := func(r Record) bool { return r.Version < first || fn(r) }
-	tail, pack, err := e.tailRecords(ctx, key, last)
-	if err != nil {
-		return err
-	}
-	for i := len(tail) - 1; i >= 0; i-- {
-		if !emit(tail[i]) || tail[i].Version <= first {
-			return nil
+	if pack == 0 {
+		tail, prev, packed, err := e.tailRecords(ctx, key, last)
+		if err != nil {
+			return err
 		}
+		for i := len(tail) - 1; i >= 0; i-- {
+			at := uint64(0)
+			if i < packed {
+				at = lastPackOf(last) // the last pack's records come first in the tail
+			}
+			if tail[i].Version >= first && !fn(tail[i], at) || tail[i].Version <= first {
+				return nil
+			}
+		}
+		pack = prev
 	}
 	for pack != 0 {
 		en, err := e.log.Get(ctx, key, pack)
@@ -397,7 +409,7 @@ func (e *Engine) walkBack(ctx context.Context, key Key, last ent, fn func(Record
 		for i := len(m.Packed) - 1; i >= 0; i-- {
 			r := m.Packed[i].Record
 			r.Key = key
-			if !emit(r) || r.Version <= first {
+			if r.Version >= first && !fn(r, pack) || r.Version <= first {
 				return nil
 			}
 		}
@@ -422,18 +434,20 @@ func lastPackOf(x ent) uint64 {
 }
 
 // tailRecords returns the records of the last pack and the saves after it, oldest first, read
-// up to the last entry, and the sequence of the pack before the last one (0: none).
-func (e *Engine) tailRecords(ctx context.Context, key Key, last ent) ([]Record, uint64, error) {
+// up to the last entry, the sequence of the pack before the last one (0: none), and how many of
+// the records are the last pack's.
+func (e *Engine) tailRecords(ctx context.Context, key Key, last ent) ([]Record, uint64, int, error) {
 	entries, err := e.entriesFor(ctx, key, max(lastPackOf(last), sinceOf(last)), last.seq, false)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	var prev uint64
+	packed := 0
 	if len(entries) > 0 && entries[0].meta.Kind == KindPack {
-		prev = entries[0].meta.Head.Pack
+		prev, packed = entries[0].meta.Head.Pack, len(entries[0].meta.Packed)
 	}
 	recs, err := records(key, entries)
-	return recs, prev, err
+	return recs, prev, packed, err
 }
 
 // records returns the records of the saves and packs among entries, in order.
@@ -486,10 +500,12 @@ func (e *Engine) history(ctx context.Context, key Key) ([]Record, error) {
 	return slices.DeleteFunc(out, func(r Record) bool { return r.Version < first }), err
 }
 
-// HistoryCursor is where a page of history goes on: the versions below Before. The zero cursor
-// starts at the head.
+// HistoryCursor is where a page of history goes on: the versions below Before, found from the
+// pack at sequence Pack on (0: from the head; a hint, checked: a stale or forged one only costs a
+// walk from the head). The zero cursor starts at the head.
 type HistoryCursor struct {
 	Before uint64
+	Pack   uint64
 }
 
 // HistoryPage returns up to limit records of key, newest first, below the cursor, and the cursor
@@ -509,8 +525,9 @@ func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, li
 			return nil, HistoryCursor{}, err
 		}
 		var out []Record
+		var at uint64 // the pack holding the last record taken
 		more := false
-		err = e.walkBack(ctx, key, last, func(r Record) bool {
+		walk := func(r Record, pack uint64) bool {
 			if cur.Before != 0 && r.Version >= cur.Before {
 				return true
 			}
@@ -518,15 +535,33 @@ func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, li
 				more = true
 				return false
 			}
-			out = append(out, r)
+			out, at = append(out, r), pack
 			return true
-		})
+		}
+		from := uint64(0)
+		if cur.Pack != 0 && cur.Before != 0 && e.isPackOf(ctx, key, last, cur.Pack) {
+			from = cur.Pack
+		}
+		err = e.walkBackFrom(ctx, key, last, from, walk)
 		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
 			continue
 		}
 		if err != nil || !more {
 			return out, HistoryCursor{}, err
 		}
-		return out, HistoryCursor{Before: out[len(out)-1].Version}, nil
+		return out, HistoryCursor{Before: out[len(out)-1].Version, Pack: at}, nil
 	}
+}
+
+// isPackOf reports whether seq is a pack of key's live log (a cursor's hint is the client's).
+func (e *Engine) isPackOf(ctx context.Context, key Key, last ent, seq uint64) bool {
+	if seq < sinceOf(last) || seq > last.seq {
+		return false
+	}
+	en, err := e.log.Get(ctx, key, seq)
+	if err != nil {
+		return false
+	}
+	m, _, err := decodeEntry(en.Data)
+	return err == nil && m.Kind == KindPack
 }

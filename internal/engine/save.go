@@ -166,7 +166,7 @@ func (e *Engine) savedBefore(ctx context.Context, s *session, saveID string) (Re
 		if s.lastSeq == 0 {
 			s.recent, s.recentOK = nil, true
 		} else {
-			recs, _, err := e.tailRecords(ctx, s.key, ent{seq: s.lastSeq, meta: s.last})
+			recs, _, _, err := e.tailRecords(ctx, s.key, ent{seq: s.lastSeq, meta: s.last})
 			if err != nil {
 				return Record{}, false, err
 			}
