@@ -164,6 +164,9 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 	if len(h.State) != stateSize {
 		return nil, fmt.Errorf("engine: a hash state of %d bytes, want %d", len(h.State), stateSize)
 	}
+	if err := checkTimes(m); err != nil {
+		return nil, err
+	}
 	var flags byte
 	if m.Piece != nil && m.Piece.Frame || m.Kind == KindPack && len(m.Packed) > 0 && m.Packed[0].Piece.Frame {
 		flags |= flagFrame
@@ -408,6 +411,26 @@ func (r *reader) key(what string) Key {
 
 func appendString(out []byte, s string) []byte {
 	return append(binary.AppendUvarint(out, uint64(len(s))), s...)
+}
+
+// checkTimes refuses an entry with a time a reader would refuse (beyond ±2^40 seconds).
+func checkTimes(m Meta) error {
+	ts := []time.Time{m.Head.Created}
+	if l := m.Head.Lease; l != nil {
+		ts = append(ts, l.Acquired, l.Expires)
+	}
+	if mv := m.Head.Moved; mv != nil {
+		ts = append(ts, mv.At)
+	}
+	for _, p := range m.Packed {
+		ts = append(ts, p.Record.Created)
+	}
+	for _, t := range ts {
+		if s := t.Unix(); !t.IsZero() && (s > secondsMax || s < -secondsMax) {
+			return fmt.Errorf("%w: the time %s is out of range", ErrBadRequest, t)
+		}
+	}
+	return nil
 }
 
 func appendTime(out []byte, t time.Time) []byte {

@@ -125,3 +125,16 @@ func FuzzDecodeEntry(f *testing.F) {
 		require.Equal(t, data, data2)
 	})
 }
+
+func TestEntry_TimesOutOfRange(t *testing.T) {
+	e := testEntries(t)["state"]
+	e.meta.Head.Lease.Expires = time.Unix(secondsMax+1, 0)
+	_, err := encodeEntry(e.meta, nil)
+	require.ErrorIs(t, err, ErrBadRequest)
+	e.meta.Head.Lease.Expires = time.Unix(secondsMax, 999_999_999).UTC()
+	b, err := encodeEntry(e.meta, nil)
+	require.NoError(t, err)
+	m, _, err := decodeEntry(b)
+	require.NoError(t, err)
+	require.Equal(t, e.meta.Head.Lease.Expires, m.Head.Lease.Expires)
+}
