@@ -17,8 +17,9 @@ type ent struct {
 }
 
 // errShort reports a read that did not see every entry it should have (a pack deleted some under
-// it, or a replica lags); the read starts again.
-var errShort = errors.New("the log changed under the read")
+// it, or a replica lags); the read starts again. One that stays short after maxReadAttempts is
+// reported as it is: entries are missing (ErrCorrupt).
+var errShort = fmt.Errorf("%w: the log changed under the read, or lost entries", ErrCorrupt)
 
 // entries returns key's live entries up to sequence upTo in order, stopping after the first one
 // for which stop returns true (stop may be nil): parts joined to the save or pack they belong to,

@@ -285,3 +285,17 @@ func (f *failingLog) Append(c ctxT, k engine.Key, data []byte, after uint64) (ui
 	}
 	return f.Log.Append(c, k, data, after)
 }
+
+// A log that lost entries (a part, a save in the middle) is reported corrupt, not retried forever.
+func TestRead_LostEntries(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{NoPack: true})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	saveTurns(t, e, k, 0, 20)
+	var seqs []uint64
+	require.NoError(t, log.Range(ctx, k, 0, 0, func(en engine.Entry) bool { seqs = append(seqs, en.Seq); return true }))
+	require.NoError(t, log.Delete(ctx, k, seqs[3]))
+	_, _, err := e.Read(ctx, k, 0, engine.ReadOptions{})
+	require.ErrorIs(t, err, engine.ErrCorrupt)
+	_, _, err = e.Read(ctx, k, 3, engine.ReadOptions{Verify: true})
+	require.NoError(t, err, "versions before the loss read")
+}
