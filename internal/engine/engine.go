@@ -86,7 +86,11 @@ type Engine struct {
 
 // New returns an Engine storing sessions in log.
 func New(log Log, cfg Config) *Engine {
-	return &Engine{log: log, cfg: cfg.withDefaults(), sessions: map[Key]*list.Element{}, lru: list.New()}
+	cfg = cfg.withDefaults()
+	// A pack's records must fit in one entry (its data may take parts): packing by the bytes of
+	// whole entries, at most half an entry's worth, keeps them there.
+	cfg.PackBytes = min(cfg.PackBytes, int64(log.MaxEntry()/2))
+	return &Engine{log: log, cfg: cfg, sessions: map[Key]*list.Element{}, lru: list.New()}
 }
 
 // session is what the engine caches of one session: its last entry and its compressor. It is
@@ -217,6 +221,13 @@ func (e *Engine) writeBy(ctx context.Context, s *session, m Meta, data []byte, d
 	}
 	s.lastSeq, s.last = seq, m
 	return seq, nil
+}
+
+// encodedSize is the size of the entry of m and data (its tail bytes not counted yet: a varint
+// more or less at most).
+func encodedSize(m Meta, data []byte) (int64, error) {
+	b, err := encodeEntry(m, nil)
+	return int64(len(b) + len(data)), err
 }
 
 // writeParts writes the first bytes of data as part entries, so that what is left fits in the

@@ -86,7 +86,7 @@ type Head struct {
 	Lease        *Lease
 	Moved        *Moved
 	// Pack is the sequence of the last pack before the entry (0: none); TailEntries and
-	// TailBytes count the entries after it and their data, the entry included.
+	// TailBytes count the entries after it and their bytes (meta and data), the entry included.
 	Pack        uint64
 	TailEntries int
 	TailBytes   int64

@@ -160,7 +160,13 @@ func (e *Engine) writeState(ctx context.Context, s *session, h Head) error {
 	if s.last.Kind == KindPack {
 		h.TailEntries, h.TailBytes = 1, 0
 	}
-	_, err := e.write(ctx, s, Meta{Kind: KindState, Head: h}, nil)
+	m := Meta{Kind: KindState, Head: h}
+	size, err := encodedSize(m, nil)
+	if err != nil {
+		return err
+	}
+	m.Head.TailBytes += size
+	_, err = e.write(ctx, s, m, nil)
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 )
 
 // Packs bound what a read fetches (docs/format.md §8.7): every entry costs a read ~10 µs however
@@ -143,7 +144,13 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 		}
 	}
 	if len(packed) == 0 {
-		return PackResult{}, nil // only leases: left for the next pack
+		// Only state entries (lease renewals, say): no version to pack, and nothing reads them
+		// but the last, which holds the head. The others go.
+		dead = slices.DeleteFunc(dead, func(seq uint64) bool { return seq == s.lastSeq })
+		if len(dead) == 0 || e.crashBeforeDeletes {
+			return PackResult{}, nil
+		}
+		return PackResult{Entries: len(dead)}, e.log.Delete(ctx, s.key, dead...)
 	}
 	open := e.cfg.PackOpen && source == nil // a copied-in source is compressed with the rest
 	data, err := e.packData(packed, pieces, datas, prefix, open)

@@ -2,8 +2,10 @@ package engine_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -128,4 +130,39 @@ func TestSave_ConcurrentEngines(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, string(got), r.SaveID)
 	}
+}
+
+// Lease renewals between saves do not pile up: a pack deletes state entries even when there is no
+// version to pack; and saves with long strings pack before their records outgrow an entry.
+func TestPack_StateEntriesAndLongRecords(t *testing.T) {
+	e, log := newEngine(t, 64<<10, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	_, err := save(e, engine.SaveRequest{Key: k, SaveID: "1", Payload: conversation(2)})
+	require.NoError(t, err)
+	l, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "o", TTL: time.Minute, Now: now})
+	require.NoError(t, err)
+	for range 300 {
+		_, err = e.Renew(ctx, engine.LeaseRequest{Key: k, Epoch: l.Lease.Epoch, TTL: time.Minute, Now: now})
+		require.NoError(t, err)
+	}
+	_, err = e.Pack(ctx, k, true)
+	require.NoError(t, err)
+	require.LessOrEqual(t, entries(t, log, k), 3)
+	st, err := e.LeaseStatus(ctx, k)
+	require.NoError(t, err)
+	require.Equal(t, l.Lease.Epoch, st.Lease.Epoch)
+	checkHistory(t, e, k, 1)
+
+	long := strings.Repeat("w", 4000)
+	for i := range 100 {
+		s, err := save(e, engine.SaveRequest{Key: k, SaveID: fmt.Sprint(long, i), Writer: long, Reason: long, Epoch: l.Lease.Epoch,
+			Payload: conversation(4 + 2*i)})
+		require.NoError(t, err)
+		if s.PackDue {
+			_, err := e.Pack(ctx, k, false)
+			require.NoError(t, err)
+		}
+	}
+	require.Less(t, entries(t, log, k), 50, "packed (each pack a few of these records: they fit an entry)")
+	checkHistory(t, e, k, 101)
 }

@@ -457,12 +457,19 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 		}
 	}
 	next.StoredBytes = int64(len(data)) + added
-	next.TailEntries = h.TailEntries + 1
-	next.TailBytes = h.TailBytes + int64(len(data))
+	next.TailEntries, next.TailBytes = h.TailEntries+1, h.TailBytes
 	if s.last.Kind == KindPack {
-		next.TailEntries, next.TailBytes = 1, int64(len(data))
+		next.TailEntries, next.TailBytes = 1, 0
 	}
 	m := Meta{Kind: KindSave, Head: next, Piece: piece}
+	// The tail counts whole entries, meta included: a pack's records then stay well within an
+	// entry, however long a save's strings.
+	size, err := encodedSize(m, data)
+	if err != nil {
+		return Saved{}, err
+	}
+	m.Head.TailBytes += size
+	next = m.Head
 	if _, err := e.writeBy(ctx, s, m, data, deadline); err != nil {
 		s.enc = nil // it has compressed the piece; the stored stream has not
 		return Saved{}, err
