@@ -22,7 +22,8 @@ import (
 // Crash points: a pin without its fork entry (the fork failed or crashed) is stale; a fork packed
 // but not unpinned leaves a stale pin. Stale pins are dropped when S's deletion or retention looks
 // at them (the fork no longer starts with a fork entry of S at v). A session holds at most
-// maxPins pins: a fork beyond that is a copy (one save of the whole conversation).
+// maxPins pins: a fork beyond that is a copy (one save of the whole conversation). A fork of a
+// fork not packed yet packs it first, so a read goes through one source at most.
 
 // ForkRequest starts session To at version Version of session From.
 type ForkRequest struct {
@@ -43,6 +44,14 @@ var errNoPin = errors.New("no pin left")
 // on From and a fork entry on To (a few hundred bytes whatever the conversation's size); the
 // caller then runs Pack on To (Saved.PackDue), which copies the conversation in.
 func (e *Engine) Fork(ctx context.Context, req ForkRequest) (Saved, error) {
+	if req.From == req.To {
+		return Saved{}, fmt.Errorf("%w: a session cannot be forked into itself", ErrBadRequest)
+	}
+	// A fork of a fork not packed yet would read through two sessions, and so on: the source
+	// copies its own source in first, so that a fork reads through one session at most.
+	if err := e.packFork(ctx, req.From); err != nil {
+		return Saved{}, err
+	}
 	last, err := e.last(ctx, req.From)
 	if err != nil {
 		return Saved{}, err
@@ -54,9 +63,6 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (Saved, error) {
 	conv, rec, err := e.Read(ctx, req.From, v, ReadOptions{})
 	if err != nil {
 		return Saved{}, err
-	}
-	if req.From == req.To {
-		return Saved{}, fmt.Errorf("%w: a session cannot be forked into itself", ErrBadRequest)
 	}
 	pin := Pin{Fork: req.To, Version: v}
 	err = e.pin(ctx, req.From, pin)
@@ -197,6 +203,23 @@ func (e *Engine) releasePins(ctx context.Context, key Key, pins []Pin, upTo uint
 		}
 	}
 	return nil
+}
+
+// packFork packs key if its log still starts with a fork entry (copying its source in).
+func (e *Engine) packFork(ctx context.Context, key Key) error {
+	last, err := e.last(ctx, key)
+	if errors.Is(err, ErrNotFound) || err == nil && lastPackOf(last) != 0 {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	entries, err := e.entriesFor(ctx, key, sinceOf(last), last.seq, false)
+	if err != nil || len(entries) == 0 || entries[0].meta.Kind != KindFork {
+		return err
+	}
+	_, err = e.Pack(ctx, key, true)
+	return err
 }
 
 // forkReads reports whether fork's log still starts with a fork entry of src at version v.

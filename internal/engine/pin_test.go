@@ -60,19 +60,19 @@ func TestFork_Pins(t *testing.T) {
 	}
 	check()
 
-	// A fork of the fork reads through both.
+	// The fork's pack copies the source in: then the source can go without a copy.
+	r, err := e.Pack(ctx, dst, true) // the daemon packs right after a fork (PackDue); here, later
+	require.NoError(t, err)
+	require.Positive(t, r.Entries)
+	check()
+
+	// A fork of a fork reads through one session: the one it forked.
 	dst2 := engine.Key{Namespace: "n", Session: "dst2", Agent: "a"}
 	_, err = e.Fork(ctx, engine.ForkRequest{From: dst, Version: 3, To: dst2, SaveID: "f2", Now: now})
 	require.NoError(t, err)
 	got, _, err := e.Read(ctx, dst2, 0, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
 	require.Equal(t, string(conversation(344)), string(got))
-
-	// The fork's pack copies the source in: then the source can go without a copy.
-	r, err := e.Pack(ctx, dst, true) // the daemon packs right after a fork (PackDue); here, later
-	require.NoError(t, err)
-	require.Positive(t, r.Entries)
-	check()
 	_, err = e.Delete(ctx, src, nil)
 	require.NoError(t, err)
 	check()
@@ -168,4 +168,22 @@ func TestFork_ManyForksAreCopies(t *testing.T) {
 	got, _, err := e.Read(ctx, engine.Key{Namespace: "n", Session: "f7", Agent: "a"}, 0, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
 	require.Equal(t, want, string(got))
+}
+
+// A fork of a fork not packed yet packs it first: reads go through one session, however long the
+// chain of forks.
+func TestFork_Chain(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{})
+	prev := engine.Key{Namespace: "n", Session: "s0", Agent: "a"}
+	saveTurns(t, e, prev, 0, 40)
+	for i := 1; i <= 20; i++ {
+		k := engine.Key{Namespace: "n", Session: fmt.Sprint("s", i), Agent: "a"}
+		_, err := e.Fork(ctx, engine.ForkRequest{From: prev, To: k, SaveID: "f", Now: now})
+		require.NoError(t, err)
+		prev = k
+	}
+	got, _, err := e.Read(ctx, prev, 0, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(conversation(40)), string(got))
+	require.Less(t, logBytes(t, log, prev), 1024, "the last fork is not packed yet")
 }
