@@ -166,6 +166,44 @@ func (e *Engine) load(ctx context.Context, s *session) error {
 	return nil
 }
 
+// again decides what an attempt's error means for the next: true to try again, after dropping the
+// session, when the log moved on under the attempt (a lost compare-and-swap, a short read) or when
+// the attempt refused, or found nothing to do, from a cached head the log has moved past (another
+// daemon wrote since: its lease, its version must be seen). Any other failure drops the session
+// too (an append whose answer was lost may have been stored).
+func (e *Engine) again(ctx context.Context, s *session, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrConflict) || errors.Is(err, errShort):
+		e.forget(s)
+		return true
+	case isRefusal(err) || errors.Is(err, ErrNotFound) || errors.Is(err, errUnchanged):
+		if e.stale(ctx, s) {
+			e.forget(s)
+			return true
+		}
+		return false
+	}
+	e.forget(s)
+	return false
+}
+
+// stale reports whether the log moved past the session's cached last entry.
+func (e *Engine) stale(ctx context.Context, s *session) bool {
+	s.mu.Lock()
+	seq, loaded := s.lastSeq, s.loaded
+	s.mu.Unlock()
+	if !loaded {
+		return true
+	}
+	last, err := e.log.Last(ctx, s.key)
+	if errors.Is(err, ErrNotFound) {
+		return seq != 0
+	}
+	return err != nil || last.Seq != seq
+}
+
 // lastPack is the sequence of the session's last pack (0: none).
 func (s *session) lastPack() uint64 {
 	if s.last.Kind == KindPack {
@@ -245,17 +283,17 @@ func (e *Engine) writeParts(ctx context.Context, s *session, m *Meta, data []byt
 	if room < minPart || last < minPart {
 		return 0, nil, fmt.Errorf("session %s: an entry's meta of %d bytes leaves no room in entries of %d: %w", s.key, metaLen, max, ErrTooLarge)
 	}
-	n := (len(data) - last + room - 1) / room
+	split := len(data) - last // the parts hold data[:split], the entry itself the rest
 	after := s.lastSeq
-	for i := range n {
-		seq, err := e.log.Append(ctx, s.key, append(hdr[:len(hdr):len(hdr)], data[i*room:(i+1)*room]...), after)
+	for at := 0; at < split; at += room {
+		seq, err := e.log.Append(ctx, s.key, append(hdr[:len(hdr):len(hdr)], data[at:min(at+room, split)]...), after)
 		if err != nil {
 			return 0, nil, err
 		}
 		after = seq
+		m.Parts++
 	}
-	m.Parts = n
-	return after, data[n*room:], nil
+	return after, data[split:], nil
 }
 
 const (

@@ -96,12 +96,8 @@ func (e *Engine) writeFork(ctx context.Context, req ForkRequest, src Record, sta
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(req.To)
 		saved, err := e.writeForkOnce(ctx, s, req, src, state)
-		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
-			e.forget(s)
+		if e.again(ctx, s, err) {
 			continue
-		}
-		if err != nil && !isRefusal(err) {
-			e.forget(s)
 		}
 		return saved, err
 	}

@@ -104,14 +104,10 @@ func (e *Engine) Delete(ctx context.Context, key Key, expected *uint64) (Record,
 			}
 			continue
 		}
-		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
-			e.forget(s)
+		if e.again(ctx, s, err) {
 			continue
 		}
 		if err != nil {
-			if !isRefusal(err) {
-				e.forget(s)
-			}
 			return Record{}, err
 		}
 		var dead []uint64

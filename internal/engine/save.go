@@ -65,12 +65,8 @@ func (e *Engine) Save(ctx context.Context, req SaveRequest) (Saved, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(req.Key)
 		saved, err := e.saveOnce(ctx, s, req)
-		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
-			e.forget(s)
+		if e.again(ctx, s, err) {
 			continue
-		}
-		if err != nil && !isRefusal(err) {
-			e.forget(s) // the outcome may be unknown (a lost acknowledgement): read the head again
 		}
 		return saved, err
 	}
