@@ -185,11 +185,17 @@ func (e *Engine) releasePins(ctx context.Context, key Key, pins []Pin, upTo uint
 		if upTo != 0 && p.Version > upTo {
 			continue
 		}
-		reads, err := e.forkReads(ctx, p.Fork, key, p.Version)
-		if err != nil {
-			return err
-		}
-		if reads {
+		for attempt := 0; ; attempt++ {
+			reads, err := e.forkReads(ctx, p.Fork, key, p.Version)
+			if err != nil {
+				return err
+			}
+			if !reads {
+				break
+			}
+			if attempt == maxReadAttempts {
+				return fmt.Errorf("%w: fork %s of %s kept moving while it was copied in", ErrBusy, p.Fork, key)
+			}
 			if _, err := e.Pack(ctx, p.Fork, true); err != nil {
 				return fmt.Errorf("copying fork %s of %s in: %w", p.Fork, key, err)
 			}

@@ -31,7 +31,24 @@ type PackResult struct {
 // Pack packs key's entries since its last pack if they are due (Saved.PackDue); force packs them
 // whatever their number. The caller runs it after answering a save, or when the session is idle.
 func (e *Engine) Pack(ctx context.Context, key Key, force bool) (PackResult, error) {
-	s := e.session(key)
+	for attempt := 0; ; attempt++ {
+		s := e.session(key)
+		res, err := e.packOnce(ctx, s, force)
+		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
+			e.forget(s) // another writer came first: nothing was written, the next pack does it
+			return PackResult{}, nil
+		}
+		if err != nil && attempt == 0 && e.again(ctx, s, err) {
+			continue // decided on a cached head another daemon moved past (a deletion, say)
+		}
+		if err != nil {
+			e.forget(s)
+		}
+		return res, err
+	}
+}
+
+func (e *Engine) packOnce(ctx context.Context, s *session, force bool) (PackResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := e.load(ctx, s); err != nil {
@@ -43,15 +60,7 @@ func (e *Engine) Pack(ctx context.Context, key Key, force bool) (PackResult, err
 	if !due || e.cfg.NoPack && s.last.Kind != KindFork && !force {
 		return PackResult{}, nil
 	}
-	res, err := e.pack(ctx, s)
-	if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
-		e.forget(s) // another writer came first: its next use reads the log again
-		return PackResult{}, nil
-	}
-	if err != nil {
-		e.forget(s)
-	}
-	return res, err
+	return e.pack(ctx, s)
 }
 
 func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {

@@ -44,6 +44,8 @@ func TestEngine_RandomAgainstAModel(t *testing.T) {
 func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	log := memlog.New(maxEntry)
+	clk := &clock{t: now}
+	cfg.Clock, cfg.ValueGrace = clk.now, time.Minute
 	engines := []*engine.Engine{engine.New(log, cfg), engine.New(log, cfg)}
 	img := image(25 << 10) // 33 KB of base64: a value
 	msg := func() string {
@@ -58,6 +60,7 @@ func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config) {
 	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
 	var model []string    // the head's messages
 	var versions []string // every version's JSON
+	first := 1            // the oldest version retention keeps
 	var forks []struct {
 		key  engine.Key
 		want string
@@ -68,7 +71,7 @@ func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config) {
 		e := engines[rng.IntN(2)]
 		req := engine.SaveRequest{Key: k, SaveID: fmt.Sprint("s", step), Now: now, Epoch: epoch}
 		next := append([]string(nil), model...)
-		switch op := rng.IntN(12); {
+		switch op := rng.IntN(15); {
 		case op < 4: // an append of 1-3 messages
 			var add []string
 			for range 1 + rng.IntN(3) {
@@ -104,11 +107,35 @@ func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config) {
 				e.Forget()
 			}
 			continue
+		case op == 12: // retention keeps the newest few
+			if len(versions) == 0 {
+				continue
+			}
+			n := 1 + rng.IntN(8)
+			_, err := e.Prune(ctx, k, engine.Retention{KeepLast: n}, now, false)
+			require.NoError(t, err)
+			first = max(first, len(versions)-n+1)
+			continue
+		case op == 13: // the values nothing refers to swept, the clock moved on
+			if rng.IntN(2) == 0 {
+				clk.add(3 * time.Minute)
+			}
+			_, err := e.SweepValues(ctx, "n")
+			require.NoError(t, err)
+			continue
+		case op == 14: // the session deleted now and then (its forks copied in first)
+			if len(versions) == 0 || rng.IntN(4) > 0 {
+				continue
+			}
+			_, err := e.Delete(ctx, k, nil)
+			require.NoError(t, err)
+			model, versions, first, epoch = nil, nil, 1, 0
+			continue
 		default: // a fork of some version, packed or not
 			if len(versions) == 0 {
 				continue
 			}
-			v := 1 + rng.IntN(len(versions))
+			v := first + rng.IntN(len(versions)-first+1)
 			fk := engine.Key{Namespace: "n", Session: fmt.Sprint("fork", step), Agent: "a"}
 			s, err := e.Fork(ctx, engine.ForkRequest{From: k, Version: uint64(v), To: fk, SaveID: "f", Now: now})
 			require.NoError(t, err)
@@ -133,10 +160,10 @@ func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config) {
 			require.NoError(t, err)
 		}
 		if step%25 == 24 {
-			checkModel(t, engines[rng.IntN(2)], k, versions)
+			checkModel(t, engines[rng.IntN(2)], k, versions, first)
 		}
 	}
-	checkModel(t, engines[0], k, versions)
+	checkModel(t, engines[0], k, versions, first)
 	for _, f := range forks {
 		got, _, err := engines[1].Read(ctx, f.key, 1, engine.ReadOptions{Verify: true})
 		require.NoError(t, err, "fork %s", f.key)
@@ -144,16 +171,24 @@ func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config) {
 	}
 }
 
-func checkModel(t *testing.T, e *engine.Engine, k engine.Key, versions []string) {
+func checkModel(t *testing.T, e *engine.Engine, k engine.Key, versions []string, first int) {
 	t.Helper()
 	h, err := e.History(ctx, k)
+	if len(versions) == 0 {
+		require.ErrorIs(t, err, engine.ErrNotFound)
+		return
+	}
 	require.NoError(t, err)
-	require.Len(t, h, len(versions))
+	require.Len(t, h, len(versions)-first+1)
 	for v, want := range versions {
 		got, rec, err := e.Read(ctx, k, uint64(v+1), engine.ReadOptions{Verify: true})
+		if v+1 < first {
+			require.ErrorIs(t, err, engine.ErrNotFound, "version %d was pruned", v+1)
+			continue
+		}
 		require.NoError(t, err, "version %d", v+1)
 		require.True(t, want == string(got), "version %d", v+1)
-		require.Equal(t, h[v], rec)
+		require.Equal(t, h[v+1-first], rec)
 		z, _, err := e.ReadZstd(ctx, k, uint64(v+1))
 		require.NoError(t, err, "version %d", v+1)
 		plain, err := zstdDecoder.DecodeAll(z, nil)
