@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -119,8 +120,57 @@ func TestSave_ConcurrentEngines(t *testing.T) {
 			}
 		}()
 	}
+	// Meanwhile a housekeeper packs (forced), forgets, forks the head and reads, on both engines.
+	stop := make(chan struct{})
+	var forks sync.Map // fork key → the version's content it must read as
+	housekeeper := func() {
+		defer close(stop)
+		for i := 0; ; i++ {
+			mu.Lock()
+			done := len(acked) == writers*saves
+			mu.Unlock()
+			if done {
+				return
+			}
+			e := []*engine.Engine{a, b}[i%2]
+			if _, err := e.Pack(ctx, k, true); err != nil {
+				t.Errorf("pack: %v", err)
+				return
+			}
+			if i%3 == 0 {
+				e.Forget()
+			}
+			if i%5 == 0 {
+				fk := engine.Key{Namespace: "n", Session: fmt.Sprint("fork", i), Agent: "a"}
+				s, err := e.Fork(ctx, engine.ForkRequest{From: k, To: fk, SaveID: "f", Now: now})
+				if errors.Is(err, engine.ErrNotFound) {
+					continue // no version yet
+				}
+				if err != nil {
+					t.Errorf("fork: %v", err)
+					return
+				}
+				forks.Store(fk, s.Record.Hash)
+			}
+			if _, _, err := e.ReadZstd(ctx, k, 0); err != nil && !errors.Is(err, engine.ErrNotFound) {
+				t.Errorf("read: %v", err)
+				return
+			}
+		}
+	}
+	go housekeeper()
 	wg.Wait()
+	<-stop
 	require.Len(t, acked, writers*saves)
+	n := 0
+	forks.Range(func(fk, hash any) bool {
+		_, rec, err := b.Read(ctx, fk.(engine.Key), 1, engine.ReadOptions{Verify: true})
+		require.NoError(t, err)
+		require.Equal(t, hash, rec.Hash)
+		n++
+		return true
+	})
+	t.Logf("%d forks made while saving", n)
 	h, err := b.History(ctx, k)
 	require.NoError(t, err)
 	require.Len(t, h, writers*saves)
