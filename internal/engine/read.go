@@ -251,7 +251,7 @@ func (e *Engine) logAtDepth(ctx context.Context, key Key, from, upTo, v uint64, 
 	if err != nil {
 		return nil, Record{}, err
 	}
-	lb := logBuilder{out: append(make([]byte, 0, rec.RawBytes+64), '['), // room for "]", and for the decoder
+	lb := logBuilder{out: append(make([]byte, 0, sizeHint(rec.RawBytes+64)), '['), // room for "]", and for the decoder
 		fetch: func(ref ValueRef) ([]byte, error) { return e.value(ctx, key.Namespace, ref) }}
 	for i, x := range entries {
 		switch x.meta.Kind {

@@ -158,7 +158,7 @@ func (e *Engine) value(ctx context.Context, ns string, ref ValueRef) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
-	val, err := decoder.DecodeAll(blob, make([]byte, 0, ref.Size))
+	val, err := decoder.DecodeAll(blob, make([]byte, 0, sizeHint(ref.Size)))
 	if err != nil || int64(len(val)) != ref.Size || valueID(val) != ref.ID {
 		return nil, fmt.Errorf("%w: value %s of namespace %q does not read back as stored", ErrCorrupt, ref.ID, ns)
 	}
