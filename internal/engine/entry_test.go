@@ -138,4 +138,3 @@ func TestEntry_TimesOutOfRange(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, e.meta.Head.Lease.Expires, m.Head.Lease.Expires)
 }
-
