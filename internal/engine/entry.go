@@ -617,6 +617,11 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 		if r.err == nil && len(m.Packed) == 0 {
 			r.fail("an empty pack")
 		}
+		for i := 1; r.err == nil && i < len(m.Packed); i++ {
+			if m.Packed[i].Record.Version != m.Packed[i-1].Record.Version+1 {
+				r.fail("a pack of versions %d then %d", m.Packed[i-1].Record.Version, m.Packed[i].Record.Version)
+			}
+		}
 		if r.err == nil && m.Packed[0].Piece.Frame != (flags&flagFrame != 0) {
 			r.fail("a pack whose frame flag is not its first piece's")
 		}

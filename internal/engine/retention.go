@@ -35,7 +35,7 @@ func (e *Engine) Prune(ctx context.Context, key Key, ret Retention, now time.Tim
 		return res, nil
 	}
 	all, err := e.History(ctx, key)
-	if err != nil {
+	if err != nil || len(all) == 0 {
 		return res, err
 	}
 	head := all[len(all)-1].Version
