@@ -18,7 +18,7 @@ func testMessage(i int) []byte {
 func TestLogBuilder_CRC(t *testing.T) {
 	enc, err := newEncoder(1<<20, true)
 	require.NoError(t, err)
-	var pieces []*Piece
+	var pieces []*pieceInfo
 	var datas [][]byte
 	want := "["
 	for i := range 3 {
@@ -29,7 +29,7 @@ func TestLogBuilder_CRC(t *testing.T) {
 		want += string(raw)
 		data, err := enc.add(raw)
 		require.NoError(t, err)
-		pieces = append(pieces, &Piece{Messages: 1, RawBytes: int64(len(raw)), CRC: crc32.Checksum(raw, castagnoli), Frame: i == 0})
+		pieces = append(pieces, &pieceInfo{Messages: 1, RawBytes: int64(len(raw)), CRC: crc32.Checksum(raw, castagnoli), Frame: i == 0})
 		datas = append(datas, append([]byte(nil), data...))
 	}
 	build := func(capacity int) ([]byte, error) {
