@@ -3,7 +3,9 @@ package logstore_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +163,73 @@ func TestEngine_OldNATS(t *testing.T) {
 	keys, _, err := e.Sessions(ctx, "n", 0, 10)
 	require.NoError(t, err)
 	require.NotEmpty(t, keys)
+}
+
+// startEngine runs an embedded server and opens an engine on its log.
+func startEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *logstore.Log) {
+	t.Helper()
+	s, err := logstore.StartEmbedded(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return openEngine(t, logstore.Connect(t, s.ClientURL()), logstore.LogConfig{}, cfg)
+}
+
+// A stored piece whose bytes no longer match its CRC-32C (here: the CRC altered in a copy of the
+// log's entries) reads as corrupt, never as another conversation; the versions before it still
+// read. Moved from the prototype's TestLogBuilder_CRC, end to end.
+func TestEngine_AlteredPieceIsCorrupt(t *testing.T) {
+	e, l := startEngine(t, engine.Config{NoPack: true})
+	k, copyK := engine.Key{Namespace: "n", Session: "s", Agent: "a"}, engine.Key{Namespace: "n", Session: "copy", Agent: "a"}
+	saveTurns(t, e, k, 0, 6, 0)
+	// The second save's piece: the raw bytes it added (",", then its messages joined by ","),
+	// whose CRC-32C (Castagnoli, big-endian) its entry carries.
+	piece := append([]byte{','}, array(2, 4)[1:len(array(2, 4))-1]...)
+	sum := crc32.Checksum(piece, crc32.MakeTable(crc32.Castagnoli))
+	crc := binary.BigEndian.AppendUint32(nil, sum)
+	var after uint64
+	altered := 0
+	require.NoError(t, l.Range(ctx, k, 0, 0, func(en engine.Entry) bool {
+		data := bytes.Clone(en.Data)
+		if i := bytes.Index(data, crc); i >= 0 {
+			data[i+3]++
+			altered++
+		}
+		var err error
+		after, err = l.Append(ctx, copyK, data, after)
+		require.NoError(t, err)
+		return true
+	}))
+	require.Equal(t, 1, altered, "the CRC-32C is found in one entry")
+	got, _, err := e.Read(ctx, copyK, 1, engine.ReadOptions{})
+	require.NoError(t, err)
+	require.Equal(t, string(conversation(2)), string(got))
+	for _, v := range []uint64{2, 3} {
+		_, _, err = e.Read(ctx, copyK, v, engine.ReadOptions{})
+		require.ErrorIs(t, err, engine.ErrCorrupt, "version %d", v)
+	}
+	got, _, err = e.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(conversation(6)), string(got), "the original is untouched")
+}
+
+// Saves are compressed at zstd's fastest level unless NoFastSaves: the same saves store other
+// bytes, and both read back, across a pack and a restart of the engine (a new frame). Moved from
+// the prototype's TestStore_FastSaves; the engine's own tests do not tell the levels apart.
+func TestEngine_FastSaves(t *testing.T) {
+	fast, l := startEngine(t, engine.Config{PackEntries: 8})
+	slow := engine.New(l, engine.Config{PackEntries: 8, NoFastSaves: true})
+	stored := map[bool]int64{}
+	for i, e := range []*engine.Engine{fast, slow} {
+		k := engine.Key{Namespace: "n", Session: fmt.Sprint("s", i), Agent: "a"}
+		saveTurns(t, e, k, 0, 40, 0)
+		e.Forget()
+		saveTurns(t, e, k, 40, 60, 0)
+		checkVersions(t, e, k, 30)
+		h, err := e.History(ctx, k)
+		require.NoError(t, err)
+		for _, r := range h[20:] { // after the restart, before any pack: as each save stored it
+			stored[i == 0] += r.StoredBytes
+		}
+	}
+	require.NotEqual(t, stored[true], stored[false], "saves at SpeedFastest stored the default level's bytes")
 }
