@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
@@ -72,4 +73,38 @@ func TestReview_DeleteOfAnEntryAlreadyGoneIsSkipped(t *testing.T) {
 	require.NoError(t, l.deleteSeqs(ctx, []uint64{idxSeq}), "a second delete of the same message (another daemon's) is skipped")
 	require.NoError(t, l.Delete(ctx, k, first))
 	require.NoError(t, l.deleteSeqs(ctx, []uint64{first}), "an entry a Delete removed, deleted again")
+}
+
+// A creation whose log entry is refused for a reason other than a lost compare-and-swap keeps the
+// index entry it wrote first (create deletes it only on ErrConflict). When the creation is tried
+// again and succeeds, the namespace's index holds two entries for the key, and Sessions returns
+// the key twice (nothing dedupes it: engine.Sessions neither), on every listing, for good; each
+// failed try adds one more, and Purge later removes only the one the first entry names. Here the
+// refusal is a full stream (an operator's max_bytes, with CP_LOG's discard new); a full disk or
+// account, or a publish that timed out without storing, leave the same.
+func TestReview_FailedCreationLeavesNoSecondListing(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	cfg := LogStreamConfig(LogConfig{})
+	cfg.MaxBytes = 1 << 20
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	filler := engine.Key{Namespace: "n", Session: "filler", Agent: "main"}
+	_, err = l.Append(ctx, filler, make([]byte, 600<<10), 0)
+	require.NoError(t, err)
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "main"}
+	_, err = l.Append(ctx, k, make([]byte, 600<<10), 0)
+	require.Error(t, err, "the stream is full")
+	require.NotErrorIs(t, err, engine.ErrConflict)
+	t.Logf("refused: %v", err)
+	_, err = l.Append(ctx, k, []byte("small"), 0) // the client tries again, smaller
+	require.NoError(t, err)
+
+	keys, _, err := l.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []engine.Key{filler, k}, keys, "each session listed once")
 }
