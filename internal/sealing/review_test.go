@@ -17,7 +17,7 @@ import (
 // longer holds the key alice's data is sealed with: nothing says so at start (the reload's
 // "dropped keys" warning does not run then), and every read of alice's sessions fails with
 // "corrupt". Both files must be refused, naming the member.
-func TestReview_ParseKeysRefusesWhatItWouldDrop(t *testing.T) {
+func TestParseKeys_RefusesWhatItWouldDrop(t *testing.T) {
 	k1, k2 := newKey(), newKey()
 	for _, tc := range []struct{ name, file, want string }{
 		{"a namespace named twice", `{"alice": "` + k1 + `", "alice": "` + k2 + `"}`, `"alice"`},
