@@ -138,7 +138,7 @@ func checkUpgraded(t *testing.T, s *store, manifest string) {
 	u := &upgrader{opts: testOptions().withDefaults()}
 	u.stream, err = s.js.Stream(ctx, "CP_LOG")
 	require.NoError(t, err)
-	mk, _, err := u.readMarker(ctx)
+	mk, _, err := readMarker(ctx, u.stream)
 	require.NoError(t, err)
 	require.Equal(t, stateDone, mk.State)
 }
@@ -312,39 +312,94 @@ func TestRun_ChangedAfterDone(t *testing.T) {
 	require.Equal(t, Buckets, present)
 }
 
-// Another owner's run that was seen alive recently is not taken over (ErrInProgress, nothing
-// written); once it has been silent for StaleAfter it is. A run whose marker was taken over stops
-// at its next marker write.
+// Another process's unfinished run is taken over only once its marker has stayed still for
+// StaleAfter: this run waits that long, watching it, and then goes on; the run it took over stops
+// at its next marker write. With Embedded (no other daemon can run on the store), at once.
 func TestRun_AnotherDaemonUpgrading(t *testing.T) {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	s := open(t, unpack(t, "store.tar.gz"))
 	other := testOptions()
-	other.Owner = "other-host"
-	runKilledAtOpts(t, s, 1, other) // other-host wrote "started" and died (or is busy)
+	other.Owner, other.process = "other-host", "other-process"
+	runKilledAtOpts(t, s, 1, other) // other-host wrote "started" and died
 
-	_, err := Run(ctx, s.js, s.eng, s.log, testOptions())
-	require.ErrorIs(t, err, ErrInProgress)
-	unnamed := testOptions()
-	unnamed.Owner = ""
-	runKilledAtOpts(t, s, 1, Options{Owner: "", Logger: quiet, StaleAfter: time.Nanosecond}) // an unnamed run took over
-	_, err = Run(ctx, s.js, s.eng, s.log, unnamed)
-	require.ErrorIs(t, err, ErrInProgress, "two unnamed runs are not the same owner")
-	namespaces, err := s.log.Namespaces(ctx)
-	require.NoError(t, err)
-	require.Empty(t, namespaces, "nothing copied")
-
-	// this run stops after its own "started"; other-host, still alive, writes its next marker
 	opts := testOptions()
-	opts.StaleAfter = time.Nanosecond
-	runKilledAtOpts(t, s, 1, opts)
+	opts.StaleAfter = 300 * time.Millisecond
+	began := time.Now()
+	runKilledAtOpts(t, s, 1, opts) // waited, took over, wrote its "started"
+	require.GreaterOrEqual(t, time.Since(began), opts.StaleAfter, "took over only once the marker had stayed still")
 	u := &upgrader{js: s.js, opts: other.withDefaults(), markSeq: 1}
+	var err error
 	u.stream, err = s.js.Stream(ctx, "CP_LOG")
 	require.NoError(t, err)
 	require.ErrorIs(t, u.writeMarker(ctx, stateStarted), ErrInProgress, "a run whose marker moved stops")
 
-	_, err = Run(ctx, s.js, s.eng, s.log, opts)
+	embedded := testOptions()
+	embedded.process = "a-new-process"
+	embedded.Embedded = true // StaleAfter is a minute: waiting would outlast ctx
+	_, err = Run(ctx, s.js, s.eng, s.log, embedded)
 	require.NoError(t, err)
 	checkUpgraded(t, s, "manifest.json")
+}
+
+// A run of another process that is alive (it writes its marker again and again) is never taken
+// over, whatever its owner's name and its host's clock say: its host may be this one (two daemons
+// on one host, with --nats-url: no data directory's lock between them), and its clock may be off
+// by any amount, so staleness is the marker not moving for StaleAfter of this host's clock.
+func TestRun_AnotherProcessAliveIsNotTakenOver(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		owner string
+		skew  time.Duration
+	}{
+		{"same owner name, another process", "test", 0},
+		{"its clock an hour behind", "other-host", -time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s := open(t, unpack(t, "store.tar.gz"))
+			other := testOptions()
+			other.Owner, other.process = tc.owner, "other-process"
+			other.Now = func() time.Time { return time.Now().Add(tc.skew) }
+			stop := runAlive(t, s, other)
+			opts := testOptions()
+			opts.StaleAfter = 5 * time.Second
+			_, err := Run(ctx, s.js, s.eng, s.log, opts)
+			stop()
+			require.ErrorIs(t, err, ErrInProgress)
+			namespaces, err := s.log.Namespaces(ctx)
+			require.NoError(t, err)
+			require.Empty(t, namespaces, "nothing copied")
+		})
+	}
+}
+
+// runAlive plays another daemon's run that claimed the upgrade and is alive: it writes "started",
+// then writes it again every 20 ms until stop is called.
+func runAlive(t *testing.T, s *store, opts Options) (stop func()) {
+	t.Helper()
+	ctx := context.Background()
+	u := &upgrader{js: s.js, opts: opts.withDefaults(), started: opts.Now(), runID: "alive"}
+	var err error
+	u.stream, err = s.js.Stream(ctx, "CP_LOG")
+	require.NoError(t, err)
+	require.NoError(t, u.writeMarker(ctx, stateStarted))
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if u.writeMarker(ctx, stateStarted) != nil {
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 func runKilledAtOpts(t *testing.T, s *store, k int, opts Options) {
@@ -659,7 +714,7 @@ func TestRun_RecordTheEngineCannotHold(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Run(ctx, s.js, s.eng, s.log, testOptions())
 	require.ErrorIs(t, err, engine.ErrBadRequest)
-	require.ErrorContains(t, err, "session team/long-writer/main: copying version 1")
+	require.ErrorContains(t, err, `session "team/long-writer/main": copying version 1`)
 	present, err := presentBuckets(ctx, s.js)
 	require.NoError(t, err)
 	require.Equal(t, Buckets, present)
