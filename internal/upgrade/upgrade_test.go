@@ -719,3 +719,32 @@ func TestRun_RecordTheEngineCannotHold(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Buckets, present)
 }
+
+// A daemon that finds "done" and all five buckets checks format 2 before deleting; if another
+// daemon that finished the upgrade deletes cp_heads meanwhile, the check says so (ErrInProgress:
+// the caller retries, and then deletes what is left), and creates no bucket again.
+func TestRun_BucketsDeletedDuringTheCheck(t *testing.T) {
+	ctx := context.Background()
+	s, _ := reviewStore(t)
+	opts := testOptions()
+	opts.step = func(_ int, what string) error {
+		if what == "marker done" {
+			return errKilled
+		}
+		return nil
+	}
+	_, err := Run(ctx, s.js, s.eng, s.log, opts)
+	require.ErrorIs(t, err, errKilled)
+
+	u := &upgrader{js: s.js, eng: s.eng, log: s.log, opts: testOptions().withDefaults()}
+	require.NoError(t, s.js.DeleteKeyValue(ctx, wire.BucketHeads)) // the other daemon's first deletion
+	err = u.checkUnchanged(ctx, time.Now())
+	require.ErrorIs(t, err, ErrInProgress)
+	present, err := presentBuckets(ctx, s.js)
+	require.NoError(t, err)
+	require.Equal(t, Buckets[1:], present, "the check creates no bucket")
+
+	rep, err := Run(ctx, s.js, s.eng, s.log, testOptions()) // the retry
+	require.NoError(t, err)
+	require.Equal(t, Buckets[1:], rep.BucketsDeleted)
+}
