@@ -25,6 +25,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/logstore"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
@@ -573,17 +574,21 @@ func TestMain(m *testing.M) {
 
 // A format 2 sealed with namespace keys: read without them, the copy fails on the first sealed
 // piece and nothing is deleted; with them, Run refuses (ErrSealed) unless the log it writes to
-// seals too (Options.LogSeals), and then copies them.
+// seals too (Options.LogSeals), and then copies them through internal/sealing's Log over CP_LOG,
+// as the daemon wraps it: every entry of the sealed namespace on the stream is an envelope, and
+// neither the conversation nor the writer is there in clear.
 func TestRun_NamespaceKeys(t *testing.T) {
 	ctx := context.Background()
-	keys, err := transfer.ParseNamespaceKeys([]byte(`{"*":"` + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)) + `"}`))
+	file := []byte(`{"*":"` + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)) + `"}`)
+	keys, err := transfer.ParseNamespaceKeys(file)
 	require.NoError(t, err)
 	s := open(t, t.TempDir())
 	st, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10, Keys: keys})
 	require.NoError(t, err)
 	key := wire.Key{Namespace: "secret", Session: "s", Agent: "main"}
-	conv := []byte(`[{"role":"user","content":[{"type":"text","text":"the launch code is 0000"}]}]`)
-	_, err = snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: "1", Payload: conv, Now: time.Now()})
+	const secret, writer = "the launch code is 0000", "writer-known-only-to-alice"
+	conv := []byte(`[{"role":"user","content":[{"type":"text","text":"` + secret + `"}]}]`)
+	_, err = snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: "1", Writer: writer, Payload: conv, Now: time.Now()})
 	require.NoError(t, err)
 
 	_, err = Run(ctx, s.js, s.eng, s.log, testOptions())
@@ -597,12 +602,36 @@ func TestRun_NamespaceKeys(t *testing.T) {
 	_, err = Run(ctx, s.js, s.eng, s.log, opts)
 	require.ErrorIs(t, err, ErrSealed)
 
-	opts.LogSeals = true // as if the daemon had wrapped the log with internal/sealing
-	_, err = Run(ctx, s.js, s.eng, s.log, opts)
+	sealingKeys, err := sealing.ParseKeys(file)
 	require.NoError(t, err)
-	got, _, err := s.eng.Read(ctx, keyOf(key), 1, engine.ReadOptions{Verify: true})
+	sealed := sealing.NewLog(s.log, sealingKeys) // as the daemon wraps its log under --namespace-keys
+	eng := engine.New(sealed, engine.Config{})
+	opts.LogSeals = true
+	_, err = Run(ctx, s.js, eng, sealed, opts)
+	require.NoError(t, err)
+	got, _, err := eng.Read(ctx, keyOf(key), 1, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
 	require.Equal(t, string(conv), string(got))
+
+	stream, err := s.js.Stream(ctx, "CP_LOG")
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	entries := 0
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		require.NoError(t, err)
+		require.NotContains(t, string(m.Data), secret, "message %d (%s)", seq, m.Subject)
+		require.NotContains(t, string(m.Data), writer, "message %d (%s)", seq, m.Subject)
+		if strings.HasPrefix(m.Subject, "cp.log.secret.") || strings.HasPrefix(m.Subject, "cp.val.secret.") {
+			require.True(t, sealing.IsEnvelope(m.Data), "message %d (%s) is sealed", seq, m.Subject)
+			entries++
+		}
+	}
+	require.Positive(t, entries, "the session's entries were found on the stream")
 }
 
 // Conversations larger than an entry (the 2.3 MB corpus, JetStream's default 1 MiB max_payload):
