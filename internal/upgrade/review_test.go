@@ -51,7 +51,7 @@ func reviewStore(t *testing.T) (*store, *transfer.Store) {
 // deletes meanwhile comes back (purgeOthers works from the heads listed at the start).
 //
 // Run must notice (ErrChangedAfter, nothing deleted) or carry the change over.
-func TestReview_Format2WrittenDuringTheUpgrade(t *testing.T) {
+func TestRun_Format2WrittenDuringTheUpgrade(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		at   string // the write after which the older daemon acts
@@ -128,7 +128,7 @@ func aIsGone(ctx context.Context, t *testing.T, s *store) bool {
 // the buckets were deleted) is not seen by checkUnchanged, which walks format 2's heads only: the
 // deleted session has none, so the buckets are deleted and the session the user deleted is served
 // again by the log engine.
-func TestReview_DeletedAfterDoneIsNotResurrected(t *testing.T) {
+func TestRun_DeletedAfterDoneIsNotResurrected(t *testing.T) {
 	ctx := context.Background()
 	s, old := reviewStore(t)
 	opts := testOptions()
@@ -157,7 +157,7 @@ func TestReview_DeletedAfterDoneIsNotResurrected(t *testing.T) {
 // the upgrade had finished, or followed advice meant for after "done"): Run finds no bucket and
 // returns nil without reading the marker, and the daemon serves a CP_LOG that holds part of the
 // sessions. The marker says the new format is incomplete; Run (and Needed) must say so.
-func TestReview_StartedMarkerWithoutFormat2(t *testing.T) {
+func TestRun_StartedMarkerWithoutFormat2(t *testing.T) {
 	ctx := context.Background()
 	s, _ := reviewStore(t)
 	opts := testOptions()
@@ -175,6 +175,8 @@ func TestReview_StartedMarkerWithoutFormat2(t *testing.T) {
 
 	_, err = Run(ctx, s.js, s.eng, s.log, testOptions())
 	require.Error(t, err, "an upgrade that never finished, with format 2 gone: the log engine holds n/a only")
+	require.ErrorIs(t, err, ErrIncomplete)
 	need, err := Needed(ctx, s.js)
 	require.True(t, need || err != nil, "Needed says nothing is to be done: the daemon would serve the half-copied store")
+	require.ErrorIs(t, err, ErrIncomplete)
 }
