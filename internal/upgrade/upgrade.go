@@ -195,17 +195,21 @@ func presentBuckets(ctx context.Context, js jetstream.JetStream) ([]string, erro
 
 // Run upgrades the format-2 store on js into eng (whose Log is log, on stream Options.Stream),
 // and returns when the store is in the new format with format 2's buckets deleted. The daemon
-// must not serve before it returns nil: until then, the new format is incomplete.
+// calls it at every start and must not serve before it returns nil: until then, the new format
+// is incomplete. With no bucket it returns nil at once, unless the marker says an upgrade started
+// and never finished (ErrIncomplete).
 //
 // Steps (docs/format.md §8.17): the marker "started" (compare-and-swap on an empty marker
 // subject); every session of cp_heads copied, one after the other: a session the engine already
 // holds exactly as format 2 does is skipped (copied by a run that was killed later), one it holds
 // otherwise is purged and copied again; sessions on CP_LOG that format 2 does not have are
-// purged; each session is read back once copied; the marker "done" (compare-and-swap on this
-// run's last marker); then the buckets deleted. A kill before "done" leaves format 2 whole (nothing of it is
-// changed before) and the next run goes on; a kill after it leaves the new format whole and the
-// next run deletes what is left of the buckets. CP_INGEST, CP_CHUNKS and CP_RESULTS are not
-// touched: saves queued there are the new daemon's to settle.
+// purged; each session is read back once copied; format 2 compared with the engine again, both
+// ways (an older daemon still running may have written it since: ErrChangedAfter); the marker
+// "done" (compare-and-swap on this run's last marker); the same comparison right before cp_heads
+// is deleted; then the buckets deleted, cp_heads first. A kill before "done" leaves format 2 whole
+// (nothing of it is changed before) and the next run goes on; a kill after it leaves the new format
+// whole and the next run deletes what is left of the buckets. CP_INGEST, CP_CHUNKS and CP_RESULTS
+// are not touched: saves queued there are the new daemon's to settle.
 func Run(ctx context.Context, js jetstream.JetStream, eng *engine.Engine, log engine.Log, opts Options) (Report, error) {
 	opts = opts.withDefaults()
 	u := &upgrader{js: js, eng: eng, log: log, opts: opts, started: opts.Now()}
