@@ -97,7 +97,7 @@ func (u *upgrader) scanHeads(ctx context.Context) ([]snapshot.Head, error) {
 			}
 			var h snapshot.Head
 			if err := json.Unmarshal(m.Data(), &h); err != nil {
-				return nil, fmt.Errorf("%w: the head %s: %v", snapshot.ErrCorrupt, strings.TrimPrefix(m.Subject(), prefix), err)
+				return nil, fmt.Errorf("%w: the head %q: %v", snapshot.ErrCorrupt, strings.TrimPrefix(m.Subject(), prefix), err)
 			}
 			heads = append(heads, h)
 		}

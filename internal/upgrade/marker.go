@@ -114,7 +114,7 @@ func (u *upgrader) waitStale(ctx context.Context, m marker, seq uint64) error {
 			return err
 		}
 		if now != seq {
-			return fmt.Errorf("%w: run %s of %q, started %s, wrote its marker again (message %d after %d): it is alive; it is taken over once its marker stays still for %s",
+			return fmt.Errorf("%w: run %q of %q, started %s, wrote its marker again (message %d after %d): it is alive; it is taken over once its marker stays still for %s",
 				ErrInProgress, m.Run, m.Owner, m.Started.Format(time.RFC3339), now, seq, u.opts.StaleAfter)
 		}
 	}

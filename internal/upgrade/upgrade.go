@@ -171,7 +171,7 @@ func checkComplete(ctx context.Context, js jetstream.JetStream, stream string) e
 	if err != nil || seq == 0 || m.State == stateDone {
 		return err
 	}
-	return fmt.Errorf("%w: the marker %s (message %d) says run %s of %q started at %s and never finished, and none of format 2's buckets (%s) is left; "+
+	return fmt.Errorf("%w: the marker %s (message %d) says run %q of %q started at %s and never finished, and none of format 2's buckets (%s) is left; "+
 		"%s holds only the sessions that run copied, so checkpointd does not serve it. Restore the buckets from a backup and start again, "+
 		"or import the sessions from bundles into an empty store",
 		ErrIncomplete, MarkerSubject, seq, m.Run, m.Owner, m.Started.Format(time.RFC3339), strings.Join(Buckets, ", "), stream)
