@@ -125,8 +125,9 @@ type Report struct {
 
 // Errors Run returns; callers tell them apart with errors.Is.
 var (
-	// ErrInProgress: another daemon is upgrading the store and was seen alive less than
-	// StaleAfter ago. Retry later (the daemon waits and calls Run again).
+	// ErrInProgress: another daemon is upgrading the store (its marker moved while this run
+	// watched it, or it took this run's over), or one that finished is deleting format 2's
+	// buckets. Retry later (the daemon waits and calls Run again).
 	ErrInProgress = errors.New("another daemon is upgrading this store")
 	// ErrChangedAfter: format 2's sessions changed after they were copied (an older checkpointd
 	// ran on the store meanwhile): a session saved, leased or deleted in format 2 is not what the
