@@ -337,7 +337,7 @@ func same(h snapshot.Head, got engine.HeadState) bool { return len(differences(h
 func differences(h snapshot.Head, got engine.HeadState) []string {
 	var diff []string
 	if got.Record.Version != h.Version.Version {
-		diff = append(diff, fmt.Sprintf("head version %d, format 2 %d", got.Record.Version, h.Version.Version))
+		diff = append(diff, fmt.Sprintf("head version %d in the log engine, %d in format 2", got.Record.Version, h.Version.Version))
 	}
 	if h.Exists() && got.Record.Version == h.Version.Version {
 		if got.Record.Hash != h.Hash {
@@ -347,7 +347,7 @@ func differences(h snapshot.Head, got engine.HeadState) []string {
 			diff = append(diff, "save id")
 		}
 		if got.FirstVersion != max(h.FirstVersion, 1) {
-			diff = append(diff, fmt.Sprintf("first version %d, format 2 %d", got.FirstVersion, max(h.FirstVersion, 1)))
+			diff = append(diff, fmt.Sprintf("first version %d in the log engine, %d in format 2", got.FirstVersion, max(h.FirstVersion, 1)))
 		}
 	}
 	if !engine.SameLease(leaseOf(h.Lease), got.Lease) {
