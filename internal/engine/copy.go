@@ -153,7 +153,7 @@ func (e *Engine) CopyState(ctx context.Context, key Key, lease *Lease, moved *Mo
 			c.At = c.At.UTC()
 			mv = &c
 		}
-		if sameLease(h.Lease, l) && sameMoved(h.Moved, mv) {
+		if SameLease(h.Lease, l) && SameMoved(h.Moved, mv) {
 			return errUnchanged
 		}
 		h.Lease, h.Moved = l, mv
@@ -188,14 +188,17 @@ func (e *Engine) HeadState(ctx context.Context, key Key) (HeadState, error) {
 	return hs, nil
 }
 
-func sameLease(a, b *Lease) bool {
+// SameLease reports whether two leases are the same (both nil, or the same epoch, owner and
+// times, whatever their time zones): what CopyState and the upgrade's check compare.
+func SameLease(a, b *Lease) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
 	return a.Epoch == b.Epoch && a.Owner == b.Owner && a.Acquired.Equal(b.Acquired) && a.Expires.Equal(b.Expires)
 }
 
-func sameMoved(a, b *Moved) bool {
+// SameMoved reports whether two seals are the same (both nil, or the same destination and time).
+func SameMoved(a, b *Moved) bool {
 	if a == nil || b == nil {
 		return a == b
 	}

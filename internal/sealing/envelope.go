@@ -62,6 +62,8 @@ func (k *key) seal(place, plain []byte) []byte {
 	out[len(envelopeMagic)] = envelopeVersion
 	copy(out[len(envelopeMagic)+1:], k.id[:])
 	nonce := out[envelopeHeader-nonceSize : envelopeHeader]
+	// A random 96-bit nonce: a key may seal about 2^32 pieces before a repeat becomes likelier than
+	// 2^-32 (docs/security.md §6 says when to rotate; "*" shares one key among namespaces).
 	_, _ = rand.Read(nonce) // never fails: crypto/rand crashes the program rather than return short
 	return k.aead.Seal(out, bytes.Clone(nonce), plain, associatedData(out[:envelopeHeader], place))
 }

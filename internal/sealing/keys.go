@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 
@@ -73,24 +74,26 @@ func ReadKeysFile(path string) (*Keys, error) {
 
 // ParseKeys parses a JSON object whose members name a namespace, or "*" for every namespace not
 // listed, and whose values are a base64 (standard, padded) 32-byte key or an array of them: the
-// first seals new data, every one opens what it sealed (keys being rotated out).
+// first seals new data, every one opens what it sealed (keys being rotated out). A namespace named
+// twice, or anything after the object, is refused: either would silently drop a key (a key being
+// rotated in on a line of its own, say), and what that key sealed would no longer open.
 func ParseKeys(data []byte) (*Keys, error) {
-	var members map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&members); err != nil {
-		return nil, fmt.Errorf("not a JSON object of namespace → key: %w", err)
+	members, err := keyMembers(data)
+	if err != nil {
+		return nil, err
 	}
 	if len(members) == 0 {
 		return nil, errors.New("no keys: give a key per namespace, or \"*\" for all")
 	}
 	ks := &Keys{current: map[string]*key{}, byID: map[[keyIDSize]byte]*key{}}
-	for ns, raw := range members {
+	for _, m := range members {
+		ns := m.namespace
 		if ns != DefaultNamespace {
 			if err := wire.ValidateID(ns); err != nil {
 				return nil, fmt.Errorf("namespace %q: %w", ns, err)
 			}
 		}
-		list, err := decodeKeyList(raw)
+		list, err := decodeKeyList(m.value)
 		if err != nil {
 			return nil, fmt.Errorf("namespace %q: %w", ns, err)
 		}
@@ -109,6 +112,69 @@ func ParseKeys(data []byte) (*Keys, error) {
 		}
 	}
 	return ks, nil
+}
+
+// keyMember is one member of the keys file, in the file's order.
+type keyMember struct {
+	namespace string
+	value     json.RawMessage
+}
+
+// keyMembers reads the keys file's object member by member (a map would keep only the last of a
+// name given twice), refusing a name given twice and anything after the object. Errors name the
+// member and the byte offset, never a value (a key).
+func keyMembers(data []byte) ([]keyMember, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	notObject := func(err error) error { return fmt.Errorf("not a JSON object of namespace → key: %w", err) }
+	if tok, err := dec.Token(); err != nil {
+		return nil, notObject(err)
+	} else if tok != json.Delim('{') {
+		return nil, notObject(fmt.Errorf("starts with %s", tokenKind(tok)))
+	}
+	var members []keyMember
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, notObject(err)
+		}
+		ns, _ := tok.(string) // an object's member names are strings: Token says so itself otherwise
+		if seen[ns] {
+			return nil, fmt.Errorf("namespace %q is named twice (at byte %d): give one member per namespace, its keys in one array (the sealing key first)", ns, dec.InputOffset())
+		}
+		seen[ns] = true
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, fmt.Errorf("namespace %q: %w", ns, err)
+		}
+		members = append(members, keyMember{namespace: ns, value: value})
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, notObject(err)
+	}
+	if tok, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = fmt.Errorf("%s", tokenKind(tok))
+		}
+		return nil, fmt.Errorf("something follows the JSON object at byte %d (%v): the file must hold one object", dec.InputOffset(), err)
+	}
+	return members, nil
+}
+
+// tokenKind names a JSON token by its kind, never its value (which may be a key).
+func tokenKind(tok json.Token) string {
+	switch tok.(type) {
+	case json.Delim:
+		return fmt.Sprintf("%q", tok)
+	case string:
+		return "a string"
+	case float64, json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	default:
+		return "null"
+	}
 }
 
 // decodeKeyList reads one member's value: a base64 string, or a non-empty array of them.

@@ -91,7 +91,7 @@ func readFormat2(b *testing.B, s *store) (time.Duration, int64) {
 	u := &upgrader{js: s.js, opts: testOptions().withDefaults()}
 	st, err := u.openFormat2(ctx)
 	require.NoError(b, err)
-	heads, err := format2Heads(ctx, st)
+	heads, err := u.format2Heads(ctx)
 	require.NoError(b, err)
 	enc, err := zstd.NewWriter(nil)
 	require.NoError(b, err)

@@ -3,9 +3,12 @@ package upgrade
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -76,4 +79,44 @@ func TestRun_Cluster(t *testing.T) {
 	need, err := Needed(ctx, js)
 	require.NoError(t, err)
 	require.False(t, need)
+
+	t.Run("marker writes refused while another write is in process", func(t *testing.T) {
+		markerWritesWhileInProcess(ctx, t, js)
+	})
+}
+
+// markerWritesWhileInProcess writes the marker again and again, as a run's heartbeats do, while
+// writes to another subject that check the marker's last sequence (the header
+// Nats-Expected-Last-Subject-Sequence-Subject) keep the marker's subject "in process" on R3's
+// leader: the leader refuses marker writes then with 10164, and the marker's last sequence has
+// not moved, so each is retried, never taken for another daemon's takeover (ErrInProgress).
+func markerWritesWhileInProcess(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+	u := &upgrader{js: js, opts: testOptions().withDefaults(), runID: "in-a-row"}
+	var err error
+	u.stream, err = js.Stream(ctx, "CP_LOG")
+	require.NoError(t, err)
+	_, u.markSeq, err = readMarker(ctx, u.stream)
+	require.NoError(t, err)
+	var last atomic.Uint64
+	last.Store(u.markSeq)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			m := nats.NewMsg(MarkerSubject + ".noise")
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last.Load(), 10))
+			m.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", MarkerSubject)
+			_, _ = js.PublishMsgAsync(m)
+		}
+	}()
+	defer func() { close(stop); <-stopped }()
+	for i := range 300 {
+		require.NoError(t, u.writeMarker(ctx, stateDone), "marker write %d", i)
+		last.Store(u.markSeq)
+	}
 }

@@ -3,10 +3,14 @@ package upgrade
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
@@ -30,14 +34,80 @@ func (u *upgrader) openFormat2(ctx context.Context) (*transfer.Store, error) {
 }
 
 // format2Heads returns every head of cp_heads that holds something (a version, a lease or a
-// seal), in key order, so that runs go through sessions in the same order.
-func format2Heads(ctx context.Context, st *transfer.Store) ([]snapshot.Head, error) {
-	heads, err := st.Heads(ctx, "")
+// seal), in key order, so that runs go through sessions in the same order. It reads cp_heads
+// itself, through an ephemeral consumer of its stream, and never creates a bucket (format 2's
+// OpenStore would): after "done" the buckets may be going, deleted by another daemon, which
+// comes back as errDeleting.
+func (u *upgrader) format2Heads(ctx context.Context) ([]snapshot.Head, error) {
+	heads, err := u.scanHeads(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("upgrade: listing format 2's sessions: %w", err)
+		if gone, gerr := u.headsGone(ctx); gerr == nil && gone {
+			return nil, errDeleting
+		}
+		return nil, fmt.Errorf("upgrade: listing format 2's sessions (%s): %w", wire.BucketHeads, err)
 	}
 	heads = slices.DeleteFunc(heads, func(h snapshot.Head) bool { return !h.Exists() && h.Lease == nil && h.Moved == nil })
 	slices.SortFunc(heads, func(a, b snapshot.Head) int { return cmp.Compare(a.Key.Token(), b.Key.Token()) })
+	return heads, nil
+}
+
+// errDeleting: cp_heads went away while the upgrade read it after "done": another daemon is
+// deleting format 2's buckets.
+var errDeleting = fmt.Errorf("%w: format 2's buckets are being deleted by another daemon that finished the upgrade", ErrInProgress)
+
+// headsGone reports whether cp_heads's stream is gone.
+func (u *upgrader) headsGone(ctx context.Context) (bool, error) {
+	_, err := u.js.Stream(ctx, "KV_"+wire.BucketHeads)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return true, nil
+	}
+	return false, err
+}
+
+// scanHeads reads the last message of every key of cp_heads (a head, or a deletion marker,
+// skipped), in batches through one ephemeral pull consumer, as format 2's own listing does.
+func (u *upgrader) scanHeads(ctx context.Context) ([]snapshot.Head, error) {
+	stream, err := u.js.Stream(ctx, "KV_"+wire.BucketHeads)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$KV." + wire.BucketHeads + "."
+	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		FilterSubject: prefix + ">", AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1,
+		InactiveThreshold: time.Minute}) // the server removes it if this daemon dies midway
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = stream.DeleteConsumer(context.WithoutCancel(ctx), cons.CachedInfo().Name) }()
+	var heads []snapshot.Head
+	for pending := cons.CachedInfo().NumPending; pending > 0; {
+		batch, err := cons.FetchNoWait(int(min(pending, 256)))
+		if err != nil {
+			return nil, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			meta, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			got, pending = got+1, meta.NumPending
+			if op := m.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+				continue
+			}
+			var h snapshot.Head
+			if err := json.Unmarshal(m.Data(), &h); err != nil {
+				return nil, fmt.Errorf("%w: the head %q: %v", snapshot.ErrCorrupt, strings.TrimPrefix(m.Subject(), prefix), err)
+			}
+			heads = append(heads, h)
+		}
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+		if got == 0 {
+			return nil, fmt.Errorf("%d heads were pending and none came", pending)
+		}
+	}
 	return heads, nil
 }
 
@@ -48,7 +118,7 @@ func (u *upgrader) copyAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	heads, err := format2Heads(ctx, st)
+	heads, err := u.format2Heads(ctx)
 	if err != nil {
 		return err
 	}
@@ -59,7 +129,7 @@ func (u *upgrader) copyAll(ctx context.Context) error {
 			return err
 		}
 		if err := u.copySession(ctx, st, h); err != nil {
-			return fmt.Errorf("upgrade: session %s: %w", keyOf(h.Key), err)
+			return fmt.Errorf("upgrade: session %q: %w", keyOf(h.Key), err)
 		}
 	}
 	return u.purgeOthers(ctx, want)
@@ -114,9 +184,12 @@ func (u *upgrader) copySession(ctx context.Context, st *transfer.Store, h snapsh
 			return err
 		}
 	}
-	if got, err = u.eng.HeadState(ctx, key); err != nil || !same(h, got) {
-		return fmt.Errorf("copied, but the log engine's head (%+v, %v) is not format 2's (version %d %s, first %d, lease %+v, moved %+v)",
-			got, err, h.Version.Version, h.Hash, h.FirstVersion, h.Lease, h.Moved)
+	if got, err = u.eng.HeadState(ctx, key); err != nil {
+		return fmt.Errorf("copied, but reading it back: %w", err)
+	}
+	if diff := differences(h, got); len(diff) > 0 {
+		return fmt.Errorf("copied, but the log engine's head (version %d %s, first %d) is not format 2's (version %d %s, first %d); what differs: %s",
+			got.Record.Version, got.Record.Hash, got.FirstVersion, h.Version.Version, h.Hash, max(h.FirstVersion, 1), strings.Join(diff, ", "))
 	}
 	u.rep.Sessions++
 	return nil
@@ -155,6 +228,20 @@ func (u *upgrader) copyVersions(ctx context.Context, st *transfer.Store, h snaps
 // purgeOthers purges the logs on the stream that format 2 has no session for: a session deleted
 // in format 2 after a killed run had copied it (an older daemon ran in between).
 func (u *upgrader) purgeOthers(ctx context.Context, want map[engine.Key]bool) error {
+	return u.engineSessions(ctx, func(k engine.Key) error {
+		if want[k] {
+			return nil
+		}
+		if err := u.log.Purge(ctx, k); err != nil {
+			return fmt.Errorf("upgrade: purging %q, which format 2 does not have: %w", k, err)
+		}
+		u.rep.Purged++
+		return u.wrote(ctx, "purged "+k.String())
+	})
+}
+
+// engineSessions calls fn with every session whose log holds an entry, namespace by namespace.
+func (u *upgrader) engineSessions(ctx context.Context, fn func(engine.Key) error) error {
 	namespaces, err := u.log.Namespaces(ctx)
 	if err != nil {
 		return fmt.Errorf("upgrade: listing the log's namespaces: %w", err)
@@ -166,17 +253,12 @@ func (u *upgrader) purgeOthers(ctx context.Context, want map[engine.Key]bool) er
 				return fmt.Errorf("upgrade: listing the log's sessions of %q: %w", ns, err)
 			}
 			for _, k := range keys {
-				if want[k] {
-					continue
-				}
 				if _, err := u.log.Last(ctx, k); errors.Is(err, engine.ErrNotFound) {
-					continue
+					continue // listed, but purged
+				} else if err != nil {
+					return fmt.Errorf("upgrade: reading the log of %q: %w", k, err)
 				}
-				if err := u.log.Purge(ctx, k); err != nil {
-					return fmt.Errorf("upgrade: purging %s, which format 2 does not have: %w", k, err)
-				}
-				u.rep.Purged++
-				if err := u.wrote(ctx, "purged "+k.String()); err != nil {
+				if err := fn(k); err != nil {
 					return err
 				}
 			}
@@ -189,64 +271,92 @@ func (u *upgrader) purgeOthers(ctx context.Context, want map[engine.Key]bool) er
 	return nil
 }
 
-// checkUnchanged checks, after "done", that every session of format 2 is still what the engine
-// holds: if not, an older daemon wrote to format 2 after the upgrade, and deleting its buckets
-// would lose that.
-func (u *upgrader) checkUnchanged(ctx context.Context, m marker) error {
-	st, err := u.openFormat2(ctx)
-	if err != nil {
-		return err
-	}
-	heads, err := format2Heads(ctx, st)
+// checkUnchanged checks that format 2 holds exactly the sessions the engine holds, both ways:
+// every head of format 2 is the engine's head of its session, and every session of the engine
+// has a head in format 2. If not, an older daemon wrote to format 2 after the upgrade copied the
+// session (a save, a lease, a deletion), and deleting the buckets would lose that. doneAt is when
+// the upgrade finished (zero: it has not yet, this run is about to write "done").
+func (u *upgrader) checkUnchanged(ctx context.Context, doneAt time.Time) error {
+	heads, err := u.format2Heads(ctx)
 	if err != nil {
 		return err
 	}
 	var changed []string
+	inFormat2 := make(map[engine.Key]bool, len(heads))
 	for _, h := range heads {
-		got, err := u.eng.HeadState(ctx, keyOf(h.Key))
-		if err != nil && !errors.Is(err, engine.ErrNotFound) {
-			return err
+		key := keyOf(h.Key)
+		inFormat2[key] = true
+		got, err := u.eng.HeadState(ctx, key)
+		switch {
+		case errors.Is(err, engine.ErrNotFound):
+			changed = append(changed, fmt.Sprintf("%q (not in the log engine)", key))
+		case err != nil:
+			return fmt.Errorf("upgrade: reading %q back: %w", key, err)
+		default:
+			if diff := differences(h, got); len(diff) > 0 {
+				changed = append(changed, fmt.Sprintf("%q (%s)", key, strings.Join(diff, ", ")))
+			}
 		}
-		if err != nil || !same(h, got) {
-			changed = append(changed, keyOf(h.Key).String())
+	}
+	err = u.engineSessions(ctx, func(k engine.Key) error {
+		if !inFormat2[k] {
+			changed = append(changed, fmt.Sprintf("%q (deleted in format 2)", k))
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if len(changed) == 0 {
 		return nil
 	}
+	if gone, err := u.headsGone(ctx); err == nil && gone {
+		return errDeleting // another daemon finished: what the engine holds may be its clients' since
+	}
 	if len(changed) > 5 {
 		changed = append(changed[:5], fmt.Sprintf("and %d more", len(changed)-5))
 	}
+	if doneAt.IsZero() {
+		return fmt.Errorf("%w: format 2's sessions %s changed after this run copied them: an older checkpointd is running on this store. "+
+			"Nothing of format 2 was deleted and the upgrade is not done: stop every older checkpointd on this store, then start this one again (it copies what changed)",
+			ErrChangedAfter, strings.Join(changed, ", "))
+	}
 	return fmt.Errorf("%w: the upgrade finished at %s, but format 2's sessions %s differ from the log engine's now (an older checkpointd ran on this store since). Nothing was deleted. "+
-		"Export those sessions with the older checkpointd (checkpointctl export SESSION --file F) and import them with this one (checkpointctl import F), then delete format 2's buckets (%s) with the nats CLI (nats kv del BUCKET)",
-		ErrChangedAfter, m.At.Format("2006-01-02T15:04:05Z07:00"), strings.Join(changed, ", "), strings.Join(Buckets, ", "))
+		"Stop every older checkpointd, export those sessions with one (checkpointctl export SESSION --file F) and import them with this one (checkpointctl import F), then delete format 2's buckets (%s) with the nats CLI (nats kv del BUCKET)",
+		ErrChangedAfter, doneAt.Format(time.RFC3339), strings.Join(changed, ", "), strings.Join(Buckets, ", "))
 }
 
 // same reports whether the engine's head of a session is format 2's head h: the same head
 // version (number, hash, save id), first version, lease and seal. Versions are copied in order
 // and the lease and seal last, so a session whose head is the same is copied completely.
-func same(h snapshot.Head, got engine.HeadState) bool {
+func same(h snapshot.Head, got engine.HeadState) bool { return len(differences(h, got)) == 0 }
+
+// differences names what differs between format 2's head h and the engine's head of the session
+// (never the values: a save id, writer or lease owner is sealed in the log engine under
+// --namespace-keys, and these names go into errors an operator reads).
+func differences(h snapshot.Head, got engine.HeadState) []string {
+	var diff []string
 	if got.Record.Version != h.Version.Version {
-		return false
+		diff = append(diff, fmt.Sprintf("head version %d in the log engine, %d in format 2", got.Record.Version, h.Version.Version))
 	}
-	if h.Exists() && (got.Record.Hash != h.Hash || got.Record.SaveID != h.SaveID || got.FirstVersion != max(h.FirstVersion, 1)) {
-		return false
+	if h.Exists() && got.Record.Version == h.Version.Version {
+		if got.Record.Hash != h.Hash {
+			diff = append(diff, "hash")
+		}
+		if got.Record.SaveID != h.SaveID {
+			diff = append(diff, "save id")
+		}
+		if got.FirstVersion != max(h.FirstVersion, 1) {
+			diff = append(diff, fmt.Sprintf("first version %d in the log engine, %d in format 2", got.FirstVersion, max(h.FirstVersion, 1)))
+		}
 	}
-	return sameLease(leaseOf(h.Lease), got.Lease) && sameMoved(movedOf(h.Moved), got.Moved)
-}
-
-func sameLease(a, b *engine.Lease) bool {
-	if a == nil || b == nil {
-		return a == b
+	if !engine.SameLease(leaseOf(h.Lease), got.Lease) {
+		diff = append(diff, "lease")
 	}
-	return a.Epoch == b.Epoch && a.Owner == b.Owner && a.Acquired.Equal(b.Acquired) && a.Expires.Equal(b.Expires)
-}
-
-func sameMoved(a, b *engine.Moved) bool {
-	if a == nil || b == nil {
-		return a == b
+	if !engine.SameMoved(movedOf(h.Moved), got.Moved) {
+		diff = append(diff, "moved mark")
 	}
-	return a.To == b.To && a.At.Equal(b.At)
+	return diff
 }
 
 func keyOf(k wire.Key) engine.Key {

@@ -25,6 +25,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/logstore"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
@@ -138,7 +139,7 @@ func checkUpgraded(t *testing.T, s *store, manifest string) {
 	u := &upgrader{opts: testOptions().withDefaults()}
 	u.stream, err = s.js.Stream(ctx, "CP_LOG")
 	require.NoError(t, err)
-	mk, _, err := u.readMarker(ctx)
+	mk, _, err := readMarker(ctx, u.stream)
 	require.NoError(t, err)
 	require.Equal(t, stateDone, mk.State)
 }
@@ -312,39 +313,94 @@ func TestRun_ChangedAfterDone(t *testing.T) {
 	require.Equal(t, Buckets, present)
 }
 
-// Another owner's run that was seen alive recently is not taken over (ErrInProgress, nothing
-// written); once it has been silent for StaleAfter it is. A run whose marker was taken over stops
-// at its next marker write.
+// Another process's unfinished run is taken over only once its marker has stayed still for
+// StaleAfter: this run waits that long, watching it, and then goes on; the run it took over stops
+// at its next marker write. With Embedded (no other daemon can run on the store), at once.
 func TestRun_AnotherDaemonUpgrading(t *testing.T) {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	s := open(t, unpack(t, "store.tar.gz"))
 	other := testOptions()
-	other.Owner = "other-host"
-	runKilledAtOpts(t, s, 1, other) // other-host wrote "started" and died (or is busy)
+	other.Owner, other.process = "other-host", "other-process"
+	runKilledAtOpts(t, s, 1, other) // other-host wrote "started" and died
 
-	_, err := Run(ctx, s.js, s.eng, s.log, testOptions())
-	require.ErrorIs(t, err, ErrInProgress)
-	unnamed := testOptions()
-	unnamed.Owner = ""
-	runKilledAtOpts(t, s, 1, Options{Owner: "", Logger: quiet, StaleAfter: time.Nanosecond}) // an unnamed run took over
-	_, err = Run(ctx, s.js, s.eng, s.log, unnamed)
-	require.ErrorIs(t, err, ErrInProgress, "two unnamed runs are not the same owner")
-	namespaces, err := s.log.Namespaces(ctx)
-	require.NoError(t, err)
-	require.Empty(t, namespaces, "nothing copied")
-
-	// this run stops after its own "started"; other-host, still alive, writes its next marker
 	opts := testOptions()
-	opts.StaleAfter = time.Nanosecond
-	runKilledAtOpts(t, s, 1, opts)
+	opts.StaleAfter = 300 * time.Millisecond
+	began := time.Now()
+	runKilledAtOpts(t, s, 1, opts) // waited, took over, wrote its "started"
+	require.GreaterOrEqual(t, time.Since(began), opts.StaleAfter, "took over only once the marker had stayed still")
 	u := &upgrader{js: s.js, opts: other.withDefaults(), markSeq: 1}
+	var err error
 	u.stream, err = s.js.Stream(ctx, "CP_LOG")
 	require.NoError(t, err)
 	require.ErrorIs(t, u.writeMarker(ctx, stateStarted), ErrInProgress, "a run whose marker moved stops")
 
-	_, err = Run(ctx, s.js, s.eng, s.log, opts)
+	embedded := testOptions()
+	embedded.process = "a-new-process"
+	embedded.Embedded = true // StaleAfter is a minute: waiting would outlast ctx
+	_, err = Run(ctx, s.js, s.eng, s.log, embedded)
 	require.NoError(t, err)
 	checkUpgraded(t, s, "manifest.json")
+}
+
+// A run of another process that is alive (it writes its marker again and again) is never taken
+// over, whatever its owner's name and its host's clock say: its host may be this one (two daemons
+// on one host, with --nats-url: no data directory's lock between them), and its clock may be off
+// by any amount, so staleness is the marker not moving for StaleAfter of this host's clock.
+func TestRun_AnotherProcessAliveIsNotTakenOver(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		owner string
+		skew  time.Duration
+	}{
+		{"same owner name, another process", "test", 0},
+		{"its clock an hour behind", "other-host", -time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s := open(t, unpack(t, "store.tar.gz"))
+			other := testOptions()
+			other.Owner, other.process = tc.owner, "other-process"
+			other.Now = func() time.Time { return time.Now().Add(tc.skew) }
+			stop := runAlive(t, s, other)
+			opts := testOptions()
+			opts.StaleAfter = 5 * time.Second
+			_, err := Run(ctx, s.js, s.eng, s.log, opts)
+			stop()
+			require.ErrorIs(t, err, ErrInProgress)
+			namespaces, err := s.log.Namespaces(ctx)
+			require.NoError(t, err)
+			require.Empty(t, namespaces, "nothing copied")
+		})
+	}
+}
+
+// runAlive plays another daemon's run that claimed the upgrade and is alive: it writes "started",
+// then writes it again every 20 ms until stop is called.
+func runAlive(t *testing.T, s *store, opts Options) (stop func()) {
+	t.Helper()
+	ctx := context.Background()
+	u := &upgrader{js: s.js, opts: opts.withDefaults(), started: opts.Now(), runID: "alive"}
+	var err error
+	u.stream, err = s.js.Stream(ctx, "CP_LOG")
+	require.NoError(t, err)
+	require.NoError(t, u.writeMarker(ctx, stateStarted))
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if u.writeMarker(ctx, stateStarted) != nil {
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 func runKilledAtOpts(t *testing.T, s *store, k int, opts Options) {
@@ -518,17 +574,21 @@ func TestMain(m *testing.M) {
 
 // A format 2 sealed with namespace keys: read without them, the copy fails on the first sealed
 // piece and nothing is deleted; with them, Run refuses (ErrSealed) unless the log it writes to
-// seals too (Options.LogSeals), and then copies them.
+// seals too (Options.LogSeals), and then copies them through internal/sealing's Log over CP_LOG,
+// as the daemon wraps it: every entry of the sealed namespace on the stream is an envelope, and
+// neither the conversation nor the writer is there in clear.
 func TestRun_NamespaceKeys(t *testing.T) {
 	ctx := context.Background()
-	keys, err := transfer.ParseNamespaceKeys([]byte(`{"*":"` + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)) + `"}`))
+	file := []byte(`{"*":"` + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)) + `"}`)
+	keys, err := transfer.ParseNamespaceKeys(file)
 	require.NoError(t, err)
 	s := open(t, t.TempDir())
 	st, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10, Keys: keys})
 	require.NoError(t, err)
 	key := wire.Key{Namespace: "secret", Session: "s", Agent: "main"}
-	conv := []byte(`[{"role":"user","content":[{"type":"text","text":"the launch code is 0000"}]}]`)
-	_, err = snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: "1", Payload: conv, Now: time.Now()})
+	const secret, writer = "the launch code is 0000", "writer-known-only-to-alice"
+	conv := []byte(`[{"role":"user","content":[{"type":"text","text":"` + secret + `"}]}]`)
+	_, err = snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: "1", Writer: writer, Payload: conv, Now: time.Now()})
 	require.NoError(t, err)
 
 	_, err = Run(ctx, s.js, s.eng, s.log, testOptions())
@@ -542,12 +602,36 @@ func TestRun_NamespaceKeys(t *testing.T) {
 	_, err = Run(ctx, s.js, s.eng, s.log, opts)
 	require.ErrorIs(t, err, ErrSealed)
 
-	opts.LogSeals = true // as if the daemon had wrapped the log with internal/sealing
-	_, err = Run(ctx, s.js, s.eng, s.log, opts)
+	sealingKeys, err := sealing.ParseKeys(file)
 	require.NoError(t, err)
-	got, _, err := s.eng.Read(ctx, keyOf(key), 1, engine.ReadOptions{Verify: true})
+	sealed := sealing.NewLog(s.log, sealingKeys) // as the daemon wraps its log under --namespace-keys
+	eng := engine.New(sealed, engine.Config{})
+	opts.LogSeals = true
+	_, err = Run(ctx, s.js, eng, sealed, opts)
+	require.NoError(t, err)
+	got, _, err := eng.Read(ctx, keyOf(key), 1, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
 	require.Equal(t, string(conv), string(got))
+
+	stream, err := s.js.Stream(ctx, "CP_LOG")
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	entries := 0
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		require.NoError(t, err)
+		require.NotContains(t, string(m.Data), secret, "message %d (%s)", seq, m.Subject)
+		require.NotContains(t, string(m.Data), writer, "message %d (%s)", seq, m.Subject)
+		if strings.HasPrefix(m.Subject, "cp.log.secret.") || strings.HasPrefix(m.Subject, "cp.val.secret.") {
+			require.True(t, sealing.IsEnvelope(m.Data), "message %d (%s) is sealed", seq, m.Subject)
+			entries++
+		}
+	}
+	require.Positive(t, entries, "the session's entries were found on the stream")
 }
 
 // Conversations larger than an entry (the 2.3 MB corpus, JetStream's default 1 MiB max_payload):
@@ -659,8 +743,37 @@ func TestRun_RecordTheEngineCannotHold(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Run(ctx, s.js, s.eng, s.log, testOptions())
 	require.ErrorIs(t, err, engine.ErrBadRequest)
-	require.ErrorContains(t, err, "session team/long-writer/main: copying version 1")
+	require.ErrorContains(t, err, `session "team/long-writer/main": copying version 1`)
 	present, err := presentBuckets(ctx, s.js)
 	require.NoError(t, err)
 	require.Equal(t, Buckets, present)
+}
+
+// A daemon that finds "done" and all five buckets checks format 2 before deleting; if another
+// daemon that finished the upgrade deletes cp_heads meanwhile, the check says so (ErrInProgress:
+// the caller retries, and then deletes what is left), and creates no bucket again.
+func TestRun_BucketsDeletedDuringTheCheck(t *testing.T) {
+	ctx := context.Background()
+	s, _ := reviewStore(t)
+	opts := testOptions()
+	opts.step = func(_ int, what string) error {
+		if what == "marker done" {
+			return errKilled
+		}
+		return nil
+	}
+	_, err := Run(ctx, s.js, s.eng, s.log, opts)
+	require.ErrorIs(t, err, errKilled)
+
+	u := &upgrader{js: s.js, eng: s.eng, log: s.log, opts: testOptions().withDefaults()}
+	require.NoError(t, s.js.DeleteKeyValue(ctx, wire.BucketHeads)) // the other daemon's first deletion
+	err = u.checkUnchanged(ctx, time.Now())
+	require.ErrorIs(t, err, ErrInProgress)
+	present, err := presentBuckets(ctx, s.js)
+	require.NoError(t, err)
+	require.Equal(t, Buckets[1:], present, "the check creates no bucket")
+
+	rep, err := Run(ctx, s.js, s.eng, s.log, testOptions()) // the retry
+	require.NoError(t, err)
+	require.Equal(t, Buckets[1:], rep.BucketsDeleted)
 }
