@@ -1,0 +1,641 @@
+package engine
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// An entry is one element of a session's log (docs/format.md §8.3, format CPL2). Every entry
+// carries the session's head after it (the head version's record, its SHA-256 state, the lease,
+// the seal, where the last pack is), so that the log's last entry alone answers a save, a lease
+// operation or a head read. Integers are unsigned varints (encoding/binary Uvarint) unless said
+// otherwise; a string is a varint length then its bytes; a time is its Unix seconds as a signed
+// varint (binary.Varint) then its nanoseconds (< 1e9) as a varint.
+//
+//	magic    4    "CPL2" (a reader refuses other formats: ErrUnknownFormat)
+//	kind     1    KindSave, KindState, KindPack, KindPart
+//	flags    1    bit 0: the data starts a zstd frame (save, pack); bit 1: keep present (save);
+//	              bit 2: lease present; bit 3: open pack; bit 4: moved present; bit 5: a
+//	              deletion (state); bit 6: values listed (save); others 0
+//	head          version, messages, rawBytes (of the messages joined by ",", no brackets),
+//	              state (108 bytes, crypto/sha256 MarshalBinary after "[" and those bytes),
+//	              counts (user, assistant, toolResult, extension, toolCalls, system),
+//	              firstVersion, pack, tailEntries, tailBytes, deleted,
+//	              lease if flag 2: owner, epoch, acquired (time), expires (time),
+//	              moved if flag 4: to, at (time),
+//	              and, if version > 0, the head version's record: parent, saveId, writer, reason,
+//	              dialect, created (time), storedBytes, extras (a string holding a JSON object,
+//	              empty when there are none: {"forkOf":{...},"origin":{...}})
+//	save          piece: messages, rawBytes, CRC-32C (4 bytes, big-endian), parts, keep if flag 1,
+//	              values if flag 6: count, then per value at, size, id (32 bytes: SHA-256)
+//	pack          parts, count, then per version: version, messages, rawBytes (brackets included),
+//	              hash (32 bytes), counts (6), parent, saveId, writer, reason, dialect, created,
+//	              storedBytes, extras; piece rawBytes, piece CRC-32C, piece flags (bit 0 frame, bit 1
+//	              keep, bit 2 values), keep if set, values if set
+//	part          nothing more
+//	data          the rest: save and pack: the session's zstd stream (§8.4); part: a piece of the
+//	              next save's or pack's data; state: none (refused if present)
+//
+// A save or pack whose entry would be larger than the Log's MaxEntry is written as parts: entries
+// of kind KindPart carrying the head unchanged and the first bytes of its data, then the save or
+// pack itself with parts = how many, its data the rest. Readers join the parts right before it;
+// parts no save or pack takes (a save that failed half-way) are skipped, and the next pack deletes
+// them.
+var entryMagic = [4]byte{'C', 'P', 'L', '2'}
+
+// Kind says what an entry is.
+type Kind byte
+
+const (
+	KindSave  Kind = 1 // a version: its record in the head, and its new messages
+	KindState Kind = 2 // the head unchanged, its lease, seal or first version changed
+	KindPack  Kind = 4 // the saves since the previous pack, joined: their records and data
+	KindPart  Kind = 5 // the first bytes of the data of the save or pack that follows
+)
+
+// Kind 3 was the prototype's fork entry (docs/format.md §8.11); forks are saves (ForkOf) here.
+
+// Head is the session's state after an entry.
+type Head struct {
+	Version  uint64
+	RawBytes int64  // bytes of the messages joined by "," (no brackets)
+	State    []byte // SHA-256 state after "[" and those bytes
+	Counts   Counts // Counts.Messages: the messages of the head version
+	// The head version's record (Version > 0).
+	Parent      uint64
+	SaveID      string
+	Writer      string
+	Reason      string
+	Dialect     string
+	Created     time.Time
+	StoredBytes int64
+	ForkOf      *ForkRef
+	Origin      *Origin
+
+	FirstVersion uint64 // the oldest version retention keeps (0: every version)
+	Lease        *Lease
+	Moved        *Moved
+	// Pack is the sequence of the last pack before the entry (0: none); TailEntries and
+	// TailBytes count the entries after it and their data, the entry included.
+	Pack        uint64
+	TailEntries int
+	TailBytes   int64
+	// Deleted is the sequence of the session's last deletion before the entry (0: none): the
+	// entries before it are not this session's (a crash kept them from being deleted).
+	Deleted uint64
+}
+
+// Piece describes a save's data.
+type Piece struct {
+	Messages int
+	RawBytes int64 // bytes the data decodes to (a leading "," included, after the first)
+	Frame    bool  // the data starts a new zstd frame
+	CRC      uint32
+	// Keep, on a rewrite, is how many bytes of the log before this entry the version keeps.
+	Keep *int64
+	// Values are the large strings cut out of the piece (values.go): its bytes are RawBytes (what
+	// the data decodes to, CRC covers) plus theirs.
+	Values []ValueRef
+}
+
+// Packed is one version in a pack: its record and its piece.
+type Packed struct {
+	Record Record // Key not stored
+	Piece  Piece  // Messages not stored
+}
+
+// Meta is an entry's fields.
+type Meta struct {
+	Kind   Kind
+	Head   Head
+	Piece  *Piece   // saves
+	Packed []Packed // packs
+	Open   bool     // packs: the data is the packed saves' stored bytes, its last frame open
+	Parts  int      // saves and packs: part entries before it holding the first bytes of its data
+	// Deletion, on a state entry, says it deletes the session: its log starts again after it.
+	Deletion bool
+}
+
+const (
+	flagFrame = 1 << iota
+	flagKeep
+	flagLease
+	flagOpen
+	flagMoved
+	flagDeletion
+	flagValues
+	flagsKnown = flagFrame | flagKeep | flagLease | flagOpen | flagMoved | flagDeletion | flagValues
+
+	pieceValues = 1 << 2 // a packed piece's flag: values listed
+
+	stateSize  = 108 // crypto/sha256's MarshalBinary
+	maxString  = 4096
+	maxExtras  = 64 << 10
+	maxCount   = 1 << 53
+	maxSize    = 1 << 62
+	maxPacked  = 1 << 16
+	secondsMax = 1 << 40 // far beyond year 9999 both ways
+)
+
+// encodeEntry builds an entry's bytes.
+func encodeEntry(m Meta, data []byte) ([]byte, error) {
+	h := &m.Head
+	if len(h.State) != stateSize {
+		return nil, fmt.Errorf("engine: a hash state of %d bytes, want %d", len(h.State), stateSize)
+	}
+	var flags byte
+	if m.Piece != nil && m.Piece.Frame || m.Kind == KindPack && len(m.Packed) > 0 && m.Packed[0].Piece.Frame {
+		flags |= flagFrame
+	}
+	if m.Piece != nil && m.Piece.Keep != nil {
+		flags |= flagKeep
+	}
+	if h.Lease != nil {
+		flags |= flagLease
+	}
+	if m.Open {
+		flags |= flagOpen
+	}
+	if h.Moved != nil {
+		flags |= flagMoved
+	}
+	if m.Deletion {
+		flags |= flagDeletion
+	}
+	if m.Piece != nil && len(m.Piece.Values) > 0 {
+		flags |= flagValues
+	}
+	out := make([]byte, 0, 256+len(data))
+	out = append(append(out, entryMagic[:]...), byte(m.Kind), flags)
+	out = binary.AppendUvarint(out, h.Version)
+	out = binary.AppendUvarint(out, uint64(h.Counts.Messages))
+	out = binary.AppendUvarint(out, uint64(h.RawBytes))
+	out = append(out, h.State...)
+	out = appendCounts(out, h.Counts)
+	out = binary.AppendUvarint(out, h.FirstVersion)
+	out = binary.AppendUvarint(out, h.Pack)
+	out = binary.AppendUvarint(out, uint64(h.TailEntries))
+	out = binary.AppendUvarint(out, uint64(h.TailBytes))
+	out = binary.AppendUvarint(out, h.Deleted)
+	if l := h.Lease; l != nil {
+		if len(l.Owner) > maxString {
+			return nil, fmt.Errorf("%w: a lease owner of %d bytes (at most %d)", ErrBadRequest, len(l.Owner), maxString)
+		}
+		out = appendString(out, l.Owner)
+		out = binary.AppendUvarint(out, l.Epoch)
+		out = appendTime(appendTime(out, l.Acquired), l.Expires)
+	}
+	if mv := h.Moved; mv != nil {
+		if len(mv.To) > maxString {
+			return nil, fmt.Errorf("%w: a new home of %d bytes (at most %d)", ErrBadRequest, len(mv.To), maxString)
+		}
+		out = appendTime(appendString(out, mv.To), mv.At)
+	}
+	if h.Version > 0 {
+		var err error
+		if out, err = appendRecordFields(out, h.Parent, h.SaveID, h.Writer, h.Reason, h.Dialect, h.Created, h.StoredBytes, h.ForkOf, h.Origin); err != nil {
+			return nil, err
+		}
+	}
+	switch m.Kind {
+	case KindSave:
+		p := m.Piece
+		out = binary.AppendUvarint(out, uint64(p.Messages))
+		out = binary.AppendUvarint(out, uint64(p.RawBytes))
+		out = binary.BigEndian.AppendUint32(out, p.CRC)
+		out = binary.AppendUvarint(out, uint64(m.Parts))
+		if p.Keep != nil {
+			out = binary.AppendUvarint(out, uint64(*p.Keep))
+		}
+		var err error
+		if out, err = appendValues(out, p.Values); err != nil {
+			return nil, err
+		}
+	case KindPack:
+		out = binary.AppendUvarint(out, uint64(m.Parts))
+		var err error
+		if out, err = appendPacked(out, m.Packed); err != nil {
+			return nil, err
+		}
+	}
+	return append(out, data...), nil
+}
+
+func appendCounts(out []byte, c Counts) []byte {
+	for _, n := range []int{c.User, c.Assistant, c.ToolResult, c.Extension, c.ToolCalls, c.System} {
+		out = binary.AppendUvarint(out, uint64(n))
+	}
+	return out
+}
+
+// extras are the record fields few versions have, as a JSON object (new ones can be added
+// without a new entry format: readers ignore members they do not know).
+type extras struct {
+	ForkOf *extraFork   `json:"forkOf,omitempty"`
+	Origin *extraOrigin `json:"origin,omitempty"`
+}
+
+type extraFork struct {
+	Namespace string `json:"namespace"`
+	Session   string `json:"session"`
+	Agent     string `json:"agent"`
+	Version   uint64 `json:"version"`
+}
+
+type extraOrigin struct {
+	Via    string    `json:"via"`
+	Source string    `json:"source,omitempty"`
+	At     time.Time `json:"at,omitzero"`
+}
+
+func appendRecordFields(out []byte, parent uint64, saveID, writer, reason, dialect string, created time.Time, stored int64,
+	fork *ForkRef, origin *Origin) ([]byte, error) {
+	out = binary.AppendUvarint(out, parent)
+	for _, s := range []string{saveID, writer, reason, dialect} {
+		if len(s) > maxString {
+			return nil, fmt.Errorf("%w: a record string of %d bytes (at most %d)", ErrBadRequest, len(s), maxString)
+		}
+		out = appendString(out, s)
+	}
+	out = appendTime(out, created)
+	out = binary.AppendUvarint(out, uint64(stored))
+	var x []byte
+	if fork != nil || origin != nil {
+		var e extras
+		if fork != nil {
+			e.ForkOf = &extraFork{fork.Key.Namespace, fork.Key.Session, fork.Key.Agent, fork.Version}
+		}
+		if origin != nil {
+			e.Origin = &extraOrigin{origin.Via, origin.Source, origin.At}
+		}
+		var err error
+		if x, err = json.Marshal(e); err != nil {
+			return nil, err
+		}
+		if len(x) > maxExtras {
+			return nil, fmt.Errorf("%w: record extras of %d bytes (at most %d)", ErrBadRequest, len(x), maxExtras)
+		}
+	}
+	return append(binary.AppendUvarint(out, uint64(len(x))), x...), nil
+}
+
+func appendPacked(out []byte, packed []Packed) ([]byte, error) {
+	out = binary.AppendUvarint(out, uint64(len(packed)))
+	for _, p := range packed {
+		r := p.Record
+		hash, err := hex.DecodeString(hashHex(r.Hash))
+		if err != nil || len(hash) != sha256.Size {
+			return nil, fmt.Errorf("engine: version %d has hash %q", r.Version, r.Hash)
+		}
+		out = binary.AppendUvarint(out, r.Version)
+		out = binary.AppendUvarint(out, uint64(r.Counts.Messages))
+		out = binary.AppendUvarint(out, uint64(r.RawBytes))
+		out = append(out, hash...)
+		out = appendCounts(out, r.Counts)
+		if out, err = appendRecordFields(out, r.Parent, r.SaveID, r.Writer, r.Reason, r.Dialect, r.Created, r.StoredBytes, r.ForkOf, r.Origin); err != nil {
+			return nil, err
+		}
+		out = binary.AppendUvarint(out, uint64(p.Piece.RawBytes))
+		out = binary.BigEndian.AppendUint32(out, p.Piece.CRC)
+		var flags byte
+		if p.Piece.Frame {
+			flags |= flagFrame
+		}
+		if p.Piece.Keep != nil {
+			flags |= flagKeep
+		}
+		if len(p.Piece.Values) > 0 {
+			flags |= pieceValues
+		}
+		out = append(out, flags)
+		if p.Piece.Keep != nil {
+			out = binary.AppendUvarint(out, uint64(*p.Piece.Keep))
+		}
+		if out, err = appendValues(out, p.Piece.Values); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// appendValues writes a piece's value list (nothing when empty: a flag says it is there): count,
+// then per value at, size, id (32 bytes).
+func appendValues(out []byte, vals []ValueRef) ([]byte, error) {
+	if len(vals) == 0 {
+		return out, nil
+	}
+	out = binary.AppendUvarint(out, uint64(len(vals)))
+	for _, v := range vals {
+		id, err := hex.DecodeString(v.ID)
+		if err != nil || len(id) != sha256.Size {
+			return nil, fmt.Errorf("engine: value id %q", v.ID)
+		}
+		out = binary.AppendUvarint(binary.AppendUvarint(out, uint64(v.At)), uint64(v.Size))
+		out = append(out, id...)
+	}
+	return out, nil
+}
+
+// values reads a piece's value list.
+func (r *reader) values() []ValueRef {
+	n := r.uint("value count", min(uint64(len(r.b)), maxPacked))
+	if r.err == nil && n == 0 {
+		r.fail("an empty value list")
+	}
+	if r.err != nil {
+		return nil
+	}
+	out := make([]ValueRef, 0, n)
+	for range n {
+		v := ValueRef{At: r.int("value at", maxSize), Size: r.int("value size", maxSize)}
+		v.ID = hex.EncodeToString(r.bytes("value id", sha256.Size))
+		if r.err != nil {
+			return nil
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func appendString(out []byte, s string) []byte {
+	return append(binary.AppendUvarint(out, uint64(len(s))), s...)
+}
+
+func appendTime(out []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return append(binary.AppendVarint(out, 0), 0) // 1970 exactly reads as the zero time
+	}
+	return binary.AppendUvarint(binary.AppendVarint(out, t.Unix()), uint64(t.Nanosecond()))
+}
+
+// reader reads an entry's fields, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+	}
+}
+
+func (r *reader) uint(what string, max uint64) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 || v > max {
+		r.fail("entry field %s", what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) int(what string, max uint64) int64 { return int64(r.uint(what, max)) }
+
+func (r *reader) bytes(what string, n uint64) []byte {
+	if r.err == nil && n > uint64(len(r.b)) {
+		r.fail("entry field %s is cut short", what)
+	}
+	if r.err != nil {
+		return nil
+	}
+	out := r.b[:n:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *reader) string(what string) string { return string(r.bytes(what, r.uint(what, maxString))) }
+
+func (r *reader) byte(what string) byte {
+	if b := r.bytes(what, 1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (r *reader) crc(what string) uint32 {
+	if b := r.bytes(what, 4); b != nil {
+		return binary.BigEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (r *reader) time(what string) time.Time {
+	if r.err != nil {
+		return time.Time{}
+	}
+	s, n := binary.Varint(r.b)
+	if n <= 0 || s > secondsMax || s < -secondsMax {
+		r.fail("entry field %s", what)
+		return time.Time{}
+	}
+	r.b = r.b[n:]
+	ns := r.uint(what, 999_999_999)
+	if s == 0 && ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(s, int64(ns)).UTC()
+}
+
+func (r *reader) counts(messages int) Counts {
+	c := Counts{Messages: messages}
+	for _, p := range []*int{&c.User, &c.Assistant, &c.ToolResult, &c.Extension, &c.ToolCalls, &c.System} {
+		*p = int(r.uint("counts", maxCount))
+	}
+	return c
+}
+
+// recordFields reads what appendRecordFields wrote into rec.
+func (r *reader) recordFields(rec *Record) {
+	rec.Parent = r.uint("parent", maxCount)
+	rec.SaveID, rec.Writer, rec.Reason, rec.Dialect = r.string("save id"), r.string("writer"), r.string("reason"), r.string("dialect")
+	rec.Created = r.time("created")
+	rec.StoredBytes = r.int("stored bytes", maxSize)
+	x := r.bytes("extras", r.uint("extras", maxExtras))
+	if r.err != nil || len(x) == 0 {
+		return
+	}
+	var e extras
+	if err := json.Unmarshal(x, &e); err != nil {
+		r.fail("record extras: %v", err)
+		return
+	}
+	if f := e.ForkOf; f != nil {
+		rec.ForkOf = &ForkRef{Key: Key{f.Namespace, f.Session, f.Agent}, Version: f.Version}
+	}
+	if o := e.Origin; o != nil {
+		rec.Origin = &Origin{Via: o.Via, Source: o.Source, At: o.At}
+	}
+}
+
+// decodeEntry splits an entry into its meta and data (a slice of b). It never panics: bytes that
+// are not an entry are refused with ErrCorrupt (ErrUnknownFormat for another format's magic).
+func decodeEntry(b []byte) (Meta, []byte, error) {
+	var m Meta
+	if len(b) < 6 || !bytes.Equal(b[:4], entryMagic[:]) {
+		if len(b) >= 4 && bytes.Equal(b[:3], entryMagic[:3]) && b[3] != entryMagic[3] {
+			return m, nil, fmt.Errorf("%w: %q (this code reads %q)", ErrUnknownFormat, b[:4], entryMagic[:])
+		}
+		return m, nil, fmt.Errorf("%w: not a log entry (bad magic)", ErrCorrupt)
+	}
+	m.Kind = Kind(b[4])
+	flags := b[5]
+	if m.Kind != KindSave && m.Kind != KindState && m.Kind != KindPack && m.Kind != KindPart {
+		return m, nil, fmt.Errorf("%w: unknown entry kind %d", ErrCorrupt, m.Kind)
+	}
+	if flags&^flagsKnown != 0 || m.Kind != KindSave && m.Kind != KindPack && flags&flagFrame != 0 ||
+		m.Kind != KindSave && flags&flagKeep != 0 || m.Kind != KindPack && flags&flagOpen != 0 ||
+		m.Kind != KindState && flags&flagDeletion != 0 || m.Kind != KindSave && flags&flagValues != 0 {
+		return m, nil, fmt.Errorf("%w: flags %#x in an entry of kind %d", ErrCorrupt, flags, m.Kind)
+	}
+	r := &reader{b: b[6:]}
+	h := &m.Head
+	h.Version = r.uint("version", MaxVersion)
+	messages := int(r.uint("messages", maxCount))
+	h.RawBytes = r.int("raw bytes", maxSize)
+	h.State = r.bytes("state", stateSize)
+	h.Counts = r.counts(messages)
+	h.FirstVersion = r.uint("first version", MaxVersion)
+	h.Pack = r.uint("pack", maxSize)
+	h.TailEntries = int(r.uint("tail entries", maxCount))
+	h.TailBytes = r.int("tail bytes", maxSize)
+	h.Deleted = r.uint("deleted", maxSize)
+	m.Deletion = flags&flagDeletion != 0
+	if flags&flagLease != 0 {
+		h.Lease = &Lease{Owner: r.string("lease owner"), Epoch: r.uint("lease epoch", MaxVersion)}
+		h.Lease.Acquired, h.Lease.Expires = r.time("lease acquired"), r.time("lease expires")
+	}
+	if flags&flagMoved != 0 {
+		h.Moved = &Moved{To: r.string("moved to")}
+		h.Moved.At = r.time("moved at")
+	}
+	if h.Version > 0 {
+		var rec Record
+		r.recordFields(&rec)
+		h.Parent, h.SaveID, h.Writer, h.Reason, h.Dialect = rec.Parent, rec.SaveID, rec.Writer, rec.Reason, rec.Dialect
+		h.Created, h.StoredBytes, h.ForkOf, h.Origin = rec.Created, rec.StoredBytes, rec.ForkOf, rec.Origin
+	}
+	switch m.Kind {
+	case KindSave:
+		m.Piece = &Piece{Messages: int(r.uint("piece messages", maxCount)), RawBytes: r.int("piece raw bytes", maxSize),
+			Frame: flags&flagFrame != 0}
+		m.Piece.CRC = r.crc("piece CRC")
+		m.Parts = int(r.uint("parts", maxCount))
+		if flags&flagKeep != 0 {
+			keep := r.int("keep", maxSize)
+			m.Piece.Keep = &keep
+		}
+		if flags&flagValues != 0 {
+			m.Piece.Values = r.values()
+		}
+	case KindPack:
+		m.Open = flags&flagOpen != 0
+		m.Parts = int(r.uint("parts", maxCount))
+		m.Packed = r.packed()
+		if r.err == nil && len(m.Packed) == 0 {
+			r.fail("an empty pack")
+		}
+		if r.err == nil && m.Packed[0].Piece.Frame != (flags&flagFrame != 0) {
+			r.fail("a pack whose frame flag is not its first piece's")
+		}
+	}
+	if r.err != nil {
+		return Meta{}, nil, r.err
+	}
+	if m.Kind == KindSave && h.Version == 0 {
+		return Meta{}, nil, fmt.Errorf("%w: a save of version 0", ErrCorrupt)
+	}
+	if m.Kind == KindState && len(r.b) > 0 {
+		return Meta{}, nil, fmt.Errorf("%w: %d bytes of data in a state entry", ErrCorrupt, len(r.b))
+	}
+	return m, r.b, nil
+}
+
+// packed reads a pack's versions.
+func (r *reader) packed() []Packed {
+	n := r.uint("pack count", min(uint64(len(r.b)), maxPacked))
+	if r.err != nil {
+		return nil
+	}
+	out := make([]Packed, 0, n)
+	for range n {
+		var p Packed
+		p.Record.Version = r.uint("packed version", MaxVersion)
+		messages := int(r.uint("packed messages", maxCount))
+		p.Record.RawBytes = r.int("packed raw bytes", maxSize)
+		p.Record.Hash = "sha256:" + hex.EncodeToString(r.bytes("packed hash", sha256.Size))
+		p.Record.Counts = r.counts(messages)
+		r.recordFields(&p.Record)
+		p.Piece.RawBytes = r.int("packed piece", maxSize)
+		p.Piece.CRC = r.crc("packed piece CRC")
+		flags := r.byte("packed flags")
+		if r.err != nil {
+			return nil
+		}
+		if flags&^(flagFrame|flagKeep|pieceValues) != 0 {
+			r.fail("packed piece flags %#x", flags)
+			return nil
+		}
+		p.Piece.Frame = flags&flagFrame != 0
+		if flags&flagKeep != 0 {
+			keep := r.int("packed keep", maxSize)
+			p.Piece.Keep = &keep
+		}
+		if flags&pieceValues != 0 {
+			p.Piece.Values = r.values()
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// hashHex is the hex digits of a "sha256:<hex>" hash.
+func hashHex(h string) string {
+	if len(h) > 7 && h[:7] == "sha256:" {
+		return h[7:]
+	}
+	return h
+}
+
+// finish returns the "sha256:<hex>" hash a SHA-256 state of "[" + messages ends with "]".
+func finish(state []byte) (string, error) {
+	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state); err != nil {
+		return "", fmt.Errorf("%w: hash state: %v", ErrCorrupt, err)
+	}
+	h.Write([]byte{']'})
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// extendHash continues the SHA-256 of "[" + messages with piece (state nil: from the start), and
+// returns the new state.
+func extendHash(state, piece []byte) ([]byte, error) {
+	h := sha256.New()
+	if state == nil {
+		h.Write([]byte{'['})
+	} else if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state); err != nil {
+		return nil, fmt.Errorf("%w: hash state: %v", ErrCorrupt, err)
+	}
+	h.Write(piece)
+	return h.(encoding.BinaryMarshaler).MarshalBinary()
+}
+
+// recordOf is the record of the head version an entry's head describes.
+func recordOf(key Key, h Head) (Record, error) {
+	hash, err := finish(h.State)
+	if err != nil {
+		return Record{}, err
+	}
+	return Record{Key: key, Version: h.Version, Parent: h.Parent, Hash: hash, SaveID: h.SaveID, Writer: h.Writer,
+		Reason: h.Reason, Created: h.Created, RawBytes: h.RawBytes + 2, StoredBytes: h.StoredBytes, Counts: h.Counts,
+		ForkOf: h.ForkOf, Origin: h.Origin, Dialect: h.Dialect}, nil
+}

@@ -1,0 +1,472 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// ent is one entry of a log, decoded.
+type ent struct {
+	seq  uint64
+	meta Meta
+	data []byte
+}
+
+// errShort reports a read that did not see every entry it should have (a pack deleted some under
+// it, or a replica lags); the read starts again.
+var errShort = errors.New("the log changed under the read")
+
+// entries returns key's live entries up to sequence upTo in order, stopping after the first one
+// for which stop returns true (stop may be nil): parts joined to the save or pack they belong to,
+// and entries a later pack covers, uncommitted parts and everything before a deletion dropped.
+func (e *Engine) entries(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool) ([]ent, error) {
+	return e.read1(ctx, key, from, upTo, stop, true)
+}
+
+// entriesFor is entries without stop; needData false keeps entries whose parts were not read.
+func (e *Engine) entriesFor(ctx context.Context, key Key, from, upTo uint64, needData bool) ([]ent, error) {
+	return e.read1(ctx, key, from, upTo, nil, needData)
+}
+
+func (e *Engine) read1(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool, needData bool) ([]ent, error) {
+	var raw []ent
+	var derr error
+	stopped := false
+	err := e.log.Range(ctx, key, from, upTo, func(en Entry) bool {
+		m, data, err := decodeEntry(en.Data)
+		if err != nil {
+			derr = fmt.Errorf("session %s entry %d: %w", key, en.Seq, err)
+			return false
+		}
+		x := ent{seq: en.Seq, meta: m, data: data}
+		raw = append(raw, x)
+		if stop != nil && stop(x) {
+			stopped = true
+			return false
+		}
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !stopped && (len(raw) == 0 || raw[len(raw)-1].seq != upTo) {
+		return nil, fmt.Errorf("session %s: read up to entry %d, not %d: %w", key, lastSeqOf(raw), upTo, errShort)
+	}
+	return resolve(key, raw, needData)
+}
+
+func lastSeqOf(es []ent) uint64 {
+	if len(es) == 0 {
+		return 0
+	}
+	return es[len(es)-1].seq
+}
+
+// resolve joins parts to their save or pack, drops parts nothing took, restarts at a deletion
+// (a state entry of version 0), and drops what a pack covers (a crash between a pack's commit and
+// its deletes leaves them: a pack covers every entry between the pack before it and itself).
+// Without needData, a save or pack whose parts were not read (before the range) is kept with its
+// data incomplete: its records are all the caller wants.
+func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
+	var out []ent
+	var parts []ent
+	for _, x := range raw {
+		switch {
+		case x.meta.Kind == KindPart:
+			parts = append(parts, x)
+			continue
+		case x.meta.Parts > 0:
+			if len(parts) < x.meta.Parts && !needData {
+				x.data = nil
+				break
+			}
+			if len(parts) < x.meta.Parts {
+				return nil, fmt.Errorf("session %s entry %d: %w: it has %d parts, %d came before it", key, x.seq, errShort, x.meta.Parts, len(parts))
+			}
+			var data []byte
+			for _, p := range parts[len(parts)-x.meta.Parts:] {
+				data = append(data, p.data...)
+			}
+			x.data = append(data, x.data...)
+		case x.meta.Deletion:
+			out = out[:0] // the session was deleted here: what came before is not its
+		}
+		parts = parts[:0]
+		if x.meta.Kind == KindPack {
+			// Everything after the pack before it is in it (or was dead already: a deletion's
+			// leftovers), whatever its kind.
+			for len(out) > 0 && out[len(out)-1].seq > x.meta.Head.Pack {
+				out = out[:len(out)-1]
+			}
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// holds returns whether an entry holds version v's data.
+func holds(v uint64) func(ent) bool {
+	return func(x ent) bool {
+		switch x.meta.Kind {
+		case KindSave:
+			return x.meta.Head.Version == v
+		case KindPack:
+			p := x.meta.Packed
+			return p[0].Record.Version <= v && v <= p[len(p)-1].Record.Version
+		}
+		return false
+	}
+}
+
+// recordIn returns version v's record from the entry holding it, and its index in a pack.
+func recordIn(key Key, x ent, v uint64) (Record, int, error) {
+	if x.meta.Kind == KindPack {
+		i := int(v - x.meta.Packed[0].Record.Version)
+		r := x.meta.Packed[i].Record
+		r.Key = key
+		return r, i, nil
+	}
+	r, err := recordOf(key, x.meta.Head)
+	return r, 0, err
+}
+
+// ReadOptions tune a read.
+type ReadOptions struct {
+	// Verify checks the conversation against its record's SHA-256 (2.3 MB: 1–2 ms). Every piece's
+	// CRC-32C and the version's size are checked whatever it says.
+	Verify bool
+}
+
+// maxReadAttempts bounds how often a read starts again because the log changed under it.
+const maxReadAttempts = 4
+
+// Read returns version v of key (0: the head) as the conversation's canonical JSON array, and its
+// record. A read that comes up short because a pack deleted entries meanwhile starts again.
+func (e *Engine) Read(ctx context.Context, key Key, v uint64, opt ReadOptions) ([]byte, Record, error) {
+	for attempt := 0; ; attempt++ {
+		conv, rec, err := e.read(ctx, key, v)
+		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
+			continue
+		}
+		if err != nil {
+			return nil, Record{}, err
+		}
+		if opt.Verify {
+			if sum := sha256.Sum256(conv); "sha256:"+hex.EncodeToString(sum[:]) != rec.Hash {
+				return nil, Record{}, fmt.Errorf("version %d of %s: %w: it does not hash to its record's %s", rec.Version, key, ErrCorrupt, rec.Hash)
+			}
+		}
+		return conv, rec, nil
+	}
+}
+
+// last returns key's last entry, decoded (ErrNotFound if the log is empty).
+func (e *Engine) last(ctx context.Context, key Key) (ent, error) {
+	en, err := e.log.Last(ctx, key)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return ent{}, fmt.Errorf("session %s: %w", key, ErrNotFound)
+		}
+		return ent{}, err
+	}
+	m, data, err := decodeEntry(en.Data)
+	if err != nil {
+		return ent{}, fmt.Errorf("session %s entry %d: %w", key, en.Seq, err)
+	}
+	return ent{seq: en.Seq, meta: m, data: data}, nil
+}
+
+// checkVersion settles which version v (0: the head) names, given the session's head.
+func checkVersion(key Key, h Head, v uint64) (uint64, error) {
+	switch {
+	case h.Version == 0:
+		return 0, fmt.Errorf("session %s: %w: it has no version", key, ErrNotFound)
+	case v == 0:
+		return h.Version, nil
+	case v > h.Version:
+		return 0, fmt.Errorf("session %s version %d: %w (the head is version %d)", key, v, ErrNotFound, h.Version)
+	case v < max(h.FirstVersion, 1):
+		return 0, fmt.Errorf("session %s version %d: %w (pruned by retention; the oldest kept is version %d)", key, v, ErrNotFound, h.FirstVersion)
+	}
+	return v, nil
+}
+
+func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, error) {
+	last, err := e.last(ctx, key)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	if v, err = checkVersion(key, last.meta.Head, v); err != nil {
+		return nil, Record{}, err
+	}
+	log, rec, err := e.logAt(ctx, key, sinceOf(last), last.seq, v)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	return append(log, ']'), rec, nil
+}
+
+// logAt reads key's entries from sequence from (its last deletion) up to upTo and returns "["
+// followed by the log of version v (its messages joined by ","), and v's record.
+func (e *Engine) logAt(ctx context.Context, key Key, from, upTo, v uint64) ([]byte, Record, error) {
+	entries, err := e.entries(ctx, key, from, upTo, holds(v))
+	if err != nil {
+		return nil, Record{}, err
+	}
+	if len(entries) == 0 || !holds(v)(entries[len(entries)-1]) {
+		// The head names v, so its entry must be there: a deletion or retention moved under us.
+		return nil, Record{}, fmt.Errorf("session %s version %d: %w", key, v, errShort)
+	}
+	target := entries[len(entries)-1]
+	rec, n, err := recordIn(key, target, v)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	lb := logBuilder{out: append(make([]byte, 0, rec.RawBytes+64), '['), // room for "]", and for the decoder
+		fetch: func(ref ValueRef) ([]byte, error) { return e.value(ctx, key.Namespace, ref) }}
+	for _, x := range entries {
+		switch x.meta.Kind {
+		case KindSave:
+			err = lb.add(x.meta.Piece, x.data)
+		case KindPack:
+			packed := x.meta.Packed
+			if x.seq == target.seq {
+				packed, lb.partial = packed[:n+1], n+1 < len(packed)
+			}
+			err = lb.addPack(packed, x.data, x.meta.Open)
+		}
+		if err != nil {
+			return nil, Record{}, fmt.Errorf("session %s entry %d: %w", key, x.seq, err)
+		}
+	}
+	log, err := lb.result()
+	if err == nil && int64(len(log)+1) != rec.RawBytes {
+		err = fmt.Errorf("session %s version %d: %w: the log has %d bytes, its record says %d", key, v, ErrCorrupt, len(log)-1, rec.RawBytes-2)
+	}
+	return log, rec, err
+}
+
+// Head returns the record of key's newest version: one read of the log's last entry, so that it
+// sees every save any daemon made before (read-your-writes).
+func (e *Engine) Head(ctx context.Context, key Key) (Record, error) {
+	last, err := e.last(ctx, key)
+	if err != nil {
+		return Record{}, err
+	}
+	if _, err := checkVersion(key, last.meta.Head, 0); err != nil {
+		return Record{}, err
+	}
+	return recordOf(key, last.meta.Head)
+}
+
+// Version returns the record of version n of key (0: the head), walking back from the head: the
+// entries since the last pack, then one pack at a time.
+func (e *Engine) Version(ctx context.Context, key Key, n uint64) (Record, error) {
+	for attempt := 0; ; attempt++ {
+		rec, err := e.version(ctx, key, n)
+		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
+			continue
+		}
+		return rec, err
+	}
+}
+
+func (e *Engine) version(ctx context.Context, key Key, n uint64) (Record, error) {
+	last, err := e.last(ctx, key)
+	if err != nil {
+		return Record{}, err
+	}
+	if n, err = checkVersion(key, last.meta.Head, n); err != nil {
+		return Record{}, err
+	}
+	if n == last.meta.Head.Version {
+		return recordOf(key, last.meta.Head)
+	}
+	var found *Record
+	err = e.walkBack(ctx, key, last, func(r Record) bool {
+		if r.Version == n {
+			found = &r
+		}
+		return r.Version > n
+	})
+	if err != nil {
+		return Record{}, err
+	}
+	if found == nil {
+		return Record{}, fmt.Errorf("session %s version %d: %w", key, n, errShort)
+	}
+	return *found, nil
+}
+
+// walkBack calls fn with the session's records newest first, from the last entry's, until fn
+// returns false: the saves since the last pack (one read), then each pack's, one read each.
+func (e *Engine) walkBack(ctx context.Context, key Key, last ent, fn func(Record) bool) error {
+	first := max(last.meta.Head.FirstVersion, 1)
+	emit := func(r Record) bool { return r.Version < first || fn(r) }
+	tail, pack, err := e.tailRecords(ctx, key, last)
+	if err != nil {
+		return err
+	}
+	for i := len(tail) - 1; i >= 0; i-- {
+		if !emit(tail[i]) || tail[i].Version <= first {
+			return nil
+		}
+	}
+	for pack != 0 {
+		en, err := e.log.Get(ctx, key, pack)
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("session %s pack %d: %w", key, pack, errShort)
+		}
+		if err != nil {
+			return err
+		}
+		m, _, err := decodeEntry(en.Data)
+		if err != nil {
+			return fmt.Errorf("session %s entry %d: %w", key, pack, err)
+		}
+		if m.Kind != KindPack {
+			return fmt.Errorf("session %s entry %d: %w: the head names it as a pack", key, pack, ErrCorrupt)
+		}
+		for i := len(m.Packed) - 1; i >= 0; i-- {
+			r := m.Packed[i].Record
+			r.Key = key
+			if !emit(r) || r.Version <= first {
+				return nil
+			}
+		}
+		pack = m.Head.Pack
+	}
+	return nil
+}
+
+// sinceOf is where the live part of a log ends by x starts: its session's last deletion.
+func sinceOf(x ent) uint64 {
+	if x.meta.Deletion {
+		return x.seq
+	}
+	return x.meta.Head.Deleted
+}
+
+func lastPackOf(x ent) uint64 {
+	if x.meta.Kind == KindPack {
+		return x.seq
+	}
+	return x.meta.Head.Pack
+}
+
+// tailRecords returns the records of the last pack and the saves after it, oldest first, read
+// up to the last entry, and the sequence of the pack before the last one (0: none).
+func (e *Engine) tailRecords(ctx context.Context, key Key, last ent) ([]Record, uint64, error) {
+	entries, err := e.entriesFor(ctx, key, max(lastPackOf(last), sinceOf(last)), last.seq, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	var prev uint64
+	if len(entries) > 0 && entries[0].meta.Kind == KindPack {
+		prev = entries[0].meta.Head.Pack
+	}
+	recs, err := records(key, entries)
+	return recs, prev, err
+}
+
+// records returns the records of the saves and packs among entries, in order.
+func records(key Key, entries []ent) ([]Record, error) {
+	var out []Record
+	for _, x := range entries {
+		switch x.meta.Kind {
+		case KindPack:
+			for _, p := range x.meta.Packed {
+				r := p.Record
+				r.Key = key
+				out = append(out, r)
+			}
+		case KindSave:
+			r, err := recordOf(key, x.meta.Head)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// History returns the records of key's versions, oldest first (one read of the whole log).
+func (e *Engine) History(ctx context.Context, key Key) ([]Record, error) {
+	for attempt := 0; ; attempt++ {
+		recs, err := e.history(ctx, key)
+		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
+			continue
+		}
+		return recs, err
+	}
+}
+
+func (e *Engine) history(ctx context.Context, key Key) ([]Record, error) {
+	last, err := e.last(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := checkVersion(key, last.meta.Head, 0); err != nil {
+		return nil, err
+	}
+	entries, err := e.entries(ctx, key, sinceOf(last), last.seq, nil)
+	if err != nil {
+		return nil, err
+	}
+	first := max(last.meta.Head.FirstVersion, 1)
+	out, err := records(key, entries)
+	return slices.DeleteFunc(out, func(r Record) bool { return r.Version < first }), err
+}
+
+// HistoryCursor is where a page of history goes on: the versions below Before. The zero cursor
+// starts at the head.
+type HistoryCursor struct {
+	Before uint64
+}
+
+// HistoryPage returns up to limit records of key, newest first, below the cursor, and the cursor
+// of the next page (zero: no more). It reads the entries since the last pack and one pack per
+// PackEntries versions it goes back (docs/format.md §8.15b): a page deep in a long history walks
+// back through the packs above it.
+func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, limit int) ([]Record, HistoryCursor, error) {
+	if limit <= 0 {
+		return nil, HistoryCursor{}, fmt.Errorf("%w: a history page of %d records", ErrBadRequest, limit)
+	}
+	for attempt := 0; ; attempt++ {
+		last, err := e.last(ctx, key)
+		if err != nil {
+			return nil, HistoryCursor{}, err
+		}
+		if _, err := checkVersion(key, last.meta.Head, 0); err != nil {
+			return nil, HistoryCursor{}, err
+		}
+		var out []Record
+		more := false
+		err = e.walkBack(ctx, key, last, func(r Record) bool {
+			if cur.Before != 0 && r.Version >= cur.Before {
+				return true
+			}
+			if len(out) == limit {
+				more = true
+				return false
+			}
+			out = append(out, r)
+			return true
+		})
+		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
+			continue
+		}
+		if err != nil || !more {
+			return out, HistoryCursor{}, err
+		}
+		return out, HistoryCursor{Before: out[len(out)-1].Version}, nil
+	}
+}

@@ -1,0 +1,487 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"time"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+)
+
+// SaveRequest is one save. Payload is a JSON array: the whole conversation, or, with Base set,
+// only the messages appended to version *Base (which must be the head). The engine validates it
+// (codec.ParseLimited with Limits) and stores its canonical form.
+type SaveRequest struct {
+	Key      Key
+	SaveID   string  // idempotency key: a save id the session has already saved is not stored again
+	Expected *uint64 // when set, the head must be this version (0: the session must not exist)
+	Base     *uint64 // when set, Payload holds only the messages appended to this version
+	Writer   string
+	Reason   string   // default ReasonTurn
+	ForkOf   *ForkRef // recorded on the version: the session was forked from there
+	Epoch    uint64   // the writer's lease epoch; 0: the writer holds no lease
+	Import   *Import  // set when copying a version from elsewhere (migrate, import)
+	Payload  []byte
+	Limits   codec.Limits
+	Now      time.Time
+}
+
+// Import copies a version as it was elsewhere: its number (above the head's), creation time and
+// hash, which the stored conversation must match. Importing a version that is already here with
+// the same hash is a duplicate; with another hash, a conflict.
+type Import struct {
+	Version uint64
+	Created time.Time
+	Hash    string
+	Origin  Origin
+}
+
+// Saved is the outcome of Save.
+type Saved struct {
+	Record    Record
+	Duplicate bool // the save id was saved before (or the import is here): nothing was written
+	// PackDue says the session's entries since its last pack are due to be packed: the caller
+	// runs Pack after answering the save, off its latency.
+	PackDue bool
+}
+
+// maxSwapAttempts bounds the retries when other writers keep moving the head; each retry means
+// another entry was committed, so the session is making progress.
+const maxSwapAttempts = 64
+
+// Save makes req the next version of its session: one entry appended with a compare-and-swap on
+// the session's last entry (docs/format.md §8.5), holding the new head, the version's record and
+// only the messages the head lacks. A lost compare-and-swap (another writer, or a stale cache)
+// reads the head again and decides again.
+func (e *Engine) Save(ctx context.Context, req SaveRequest) (Saved, error) {
+	if err := checkRequest(&req); err != nil {
+		return Saved{}, err
+	}
+	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
+		s := e.session(req.Key)
+		saved, err := e.saveOnce(ctx, s, req)
+		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
+			e.forget(s)
+			continue
+		}
+		if err != nil && !isRefusal(err) {
+			e.forget(s) // the outcome may be unknown (a lost acknowledgement): read the head again
+		}
+		return saved, err
+	}
+	return Saved{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, req.Key, maxSwapAttempts)
+}
+
+// checkRequest refuses a request that contradicts itself, before any read.
+func checkRequest(req *SaveRequest) error {
+	if req.Base != nil {
+		if req.Expected != nil && *req.Expected != *req.Base {
+			return fmt.Errorf("%w: expected version %d and base version %d disagree", ErrBadRequest, *req.Expected, *req.Base)
+		}
+		req.Expected = req.Base
+	}
+	if req.Limits.Dialect == codec.DialectNative {
+		req.Limits.Dialect = "" // recorded as nothing, so native records stay as they were
+	}
+	if err := codec.CheckDialect(req.Limits.Dialect); err != nil {
+		return err
+	}
+	if req.Limits.MaxBytes > 0 && int64(len(req.Payload)) > req.Limits.MaxBytes {
+		return &codec.ValidationError{Err: codec.ErrTooLarge, Index: -1, Offset: -1,
+			Detail: fmt.Sprintf("%d bytes, the limit is %d", len(req.Payload), req.Limits.MaxBytes)}
+	}
+	if req.Reason == "" {
+		req.Reason = ReasonTurn
+	}
+	if imp := req.Import; imp != nil && (imp.Version < 1 || imp.Version > MaxVersion) {
+		return fmt.Errorf("%w: import of version %d: versions are 1..%d", ErrBadRequest, imp.Version, MaxVersion)
+	}
+	return nil
+}
+
+// isRefusal tells a refusal of the request (the session's cache is still right) from a storage
+// failure.
+func isRefusal(err error) bool {
+	var ve *codec.ValidationError
+	return errors.As(err, &ve) || errors.Is(err, ErrVersionConflict) || errors.Is(err, ErrBadRequest) ||
+		errors.Is(err, ErrLeased) || errors.Is(err, ErrFenced) || errors.Is(err, ErrMoved) || errors.Is(err, ErrHashMismatch)
+}
+
+func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest) (Saved, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := e.load(ctx, s); err != nil {
+		return Saved{}, err
+	}
+	h := s.last.Head
+	found := h.Version > 0
+	if req.SaveID != "" {
+		if rec, ok, err := e.savedBefore(ctx, s, req.SaveID); err != nil || ok {
+			return Saved{Record: rec, Duplicate: ok}, err
+		}
+	}
+	// Only a migration brings a moved session back; an import of a bundle does not.
+	comingBack := req.Import != nil && req.Import.Origin.Via == ReasonMigrate
+	if req.Import != nil && req.Import.Version <= h.Version {
+		return e.importedBefore(ctx, s, *req.Import, comingBack)
+	}
+	if err := checkWrite(h, req.Key, req.Epoch, comingBack, req.Now); err != nil {
+		return Saved{}, err
+	}
+	if err := checkNumber(req.Key, h, found, req.Import); err != nil {
+		return Saved{}, err
+	}
+	if err := checkDialect(req.Key, h, found, req.Limits.Dialect); err != nil {
+		return Saved{}, err
+	}
+	if req.Expected != nil && *req.Expected != h.Version {
+		// A save retried after its outcome was lost finds the head moved on by its own version
+		// and later ones: that is a duplicate, not a conflict.
+		if rec, ok := e.savedAfter(ctx, s, *req.Expected, req.SaveID); ok {
+			return Saved{Record: rec, Duplicate: true}, nil
+		}
+		return Saved{}, &ConflictError{Key: req.Key, Expected: *req.Expected, Head: h.Version}
+	}
+	p, err := e.plan(ctx, s, req)
+	if err != nil {
+		return Saved{}, err
+	}
+	return e.commit(ctx, s, req, p)
+}
+
+// savedBefore finds the version save id made among the head, the last pack and the saves after
+// it (the session's recent records, read once per load).
+func (e *Engine) savedBefore(ctx context.Context, s *session, saveID string) (Record, bool, error) {
+	h := s.last.Head
+	if h.Version > 0 && h.SaveID == saveID {
+		rec, err := recordOf(s.key, h)
+		return rec, true, err
+	}
+	if !s.recentOK {
+		if s.lastSeq == 0 {
+			s.recent, s.recentOK = nil, true
+		} else {
+			recs, _, err := e.tailRecords(ctx, s.key, ent{seq: s.lastSeq, meta: s.last})
+			if err != nil {
+				return Record{}, false, err
+			}
+			s.recent, s.recentOK = recs, true
+		}
+	}
+	for i := len(s.recent) - 1; i >= 0; i-- {
+		if r := s.recent[i]; r.SaveID == saveID && r.Version >= max(h.FirstVersion, 1) && r.Version <= h.Version {
+			return r, true, nil
+		}
+	}
+	return Record{}, false, nil
+}
+
+// maxDuplicateScan bounds how many versions after the expected one are searched for a save id.
+const maxDuplicateScan = 256
+
+// savedAfter finds the version save id made among the few after version after (a retry whose
+// first delivery was committed, after which the session moved on).
+func (e *Engine) savedAfter(ctx context.Context, s *session, after uint64, saveID string) (Record, bool) {
+	h := s.last.Head
+	if saveID == "" || after >= h.Version || h.Version-after > maxDuplicateScan {
+		return Record{}, false
+	}
+	var found *Record
+	_ = e.walkBack(ctx, s.key, ent{seq: s.lastSeq, meta: s.last}, func(r Record) bool {
+		if r.SaveID == saveID {
+			found = &r
+			return false
+		}
+		return r.Version > after+1
+	})
+	if found == nil || found.Version <= after {
+		return Record{}, false
+	}
+	return *found, true
+}
+
+// importedBefore settles an import of a version the session already has: a duplicate if it is
+// the same conversation, a conflict if not; a migration back with nothing new unseals.
+func (e *Engine) importedBefore(ctx context.Context, s *session, imp Import, comingBack bool) (Saved, error) {
+	h := s.last.Head
+	rec, err := e.Version(ctx, s.key, imp.Version)
+	if errors.Is(err, ErrNotFound) {
+		return Saved{}, &ConflictError{Key: s.key, Expected: imp.Version - 1, Head: h.Version,
+			Detail: fmt.Sprintf("cannot import version %d: the session is already at version %d and does not keep %d", imp.Version, h.Version, imp.Version)}
+	}
+	if err != nil {
+		return Saved{}, err
+	}
+	if rec.Hash != imp.Hash {
+		return Saved{}, &ConflictError{Key: s.key, Expected: imp.Version - 1, Head: h.Version,
+			Detail: fmt.Sprintf("cannot import version %d: this session has a different version %d (%s, importing %s)", imp.Version, imp.Version, rec.Hash, imp.Hash)}
+	}
+	if comingBack && h.Moved != nil && imp.Version == h.Version {
+		// Migrated back with nothing new to copy: the session is here again all the same.
+		next := h
+		next.Moved = nil
+		if err := e.writeState(ctx, s, next); err != nil {
+			return Saved{}, err
+		}
+	}
+	return Saved{Record: rec, Duplicate: true}, nil
+}
+
+// checkNumber refuses a save whose version number would leave 1..MaxVersion, and an import that
+// does not continue the session's own line: on a session with versions, an import is the head's
+// next version; only an empty session may start anywhere (a copy of a pruned source).
+func checkNumber(key Key, h Head, found bool, imp *Import) error {
+	switch {
+	case imp != nil && (imp.Version < 1 || imp.Version > MaxVersion):
+		return fmt.Errorf("%w: import of version %d: versions are 1..%d", ErrBadRequest, imp.Version, MaxVersion)
+	case imp != nil && found && imp.Version != h.Version+1:
+		return &ConflictError{Key: key, Expected: imp.Version - 1, Head: h.Version,
+			Detail: fmt.Sprintf("cannot import version %d: the head is version %d, and an import continues a session at its next version (%d)", imp.Version, h.Version, h.Version+1)}
+	case imp == nil && h.Version >= MaxVersion:
+		return fmt.Errorf("%w: session %s is at version %d, the largest there is", ErrVersionLimit, key, h.Version)
+	}
+	return nil
+}
+
+// checkDialect refuses a save whose dialect (normalised: "" is native) is not the session's: a
+// session holds one shape of conversation.
+func checkDialect(key Key, h Head, found bool, dialect string) error {
+	if !found || h.Dialect == dialect {
+		return nil
+	}
+	name := func(d string) string {
+		if d == "" {
+			return codec.DialectNative
+		}
+		return d
+	}
+	return fmt.Errorf("%w: session %s holds %s conversations and this save is %s; save it as %s, or into a new session (a session keeps one dialect)",
+		ErrDialectMismatch, key, name(h.Dialect), name(dialect), name(h.Dialect))
+}
+
+// savePlan is what a save adds: keep the first keep messages (keepBytes bytes) of the head's log,
+// then tail (its messages joined by ",").
+type savePlan struct {
+	rewrite   bool // keep < the head's messages
+	keep      int
+	keepBytes int64
+	keepState []byte // SHA-256 state after "[" and the kept bytes (rewrites)
+	tail      []byte
+	messages  int
+	counts    Counts // of the whole new conversation
+}
+
+// plan works out what a save adds to the head. The common cases cost only the new messages: a
+// client that sends what it appended (Base), and a client that resends its whole array in
+// canonical form (recognised by hashing the prefix the head already has). Otherwise the head is
+// read and compared message by message: what is the same is kept (docs/format.md §8.10).
+func (e *Engine) plan(ctx context.Context, s *session, req SaveRequest) (savePlan, error) {
+	h := s.last.Head
+	headMsgs := h.Counts.Messages
+	tailLimits := req.Limits
+	tailLimits.Continues = headMsgs > 0 // an append's first message is not the conversation's
+	appendOf := func(c *codec.Conversation) (savePlan, error) {
+		p := savePlan{keep: headMsgs, keepBytes: h.RawBytes, tail: c.Span(0, len(c.Messages)), messages: len(c.Messages),
+			counts: addCounts(h.Counts, c.Stats())}
+		return p, checkGrowth(h, p, req.Limits)
+	}
+	if req.Base != nil {
+		c, err := codec.ParseLimited(req.Payload, tailLimits)
+		if err != nil {
+			return savePlan{}, shift(err, headMsgs, 0)
+		}
+		return appendOf(c)
+	}
+	if headMsgs > 0 {
+		if tail, ok := canonicalTail(h, req.Payload); ok {
+			c, err := codec.ParseLimited(tail, tailLimits)
+			if err != nil {
+				return savePlan{}, shift(err, headMsgs, h.RawBytes+1)
+			}
+			return appendOf(c)
+		}
+	}
+	c, err := codec.ParseLimited(req.Payload, req.Limits)
+	if err != nil {
+		return savePlan{}, err
+	}
+	if headMsgs == 0 {
+		return savePlan{tail: c.Span(0, len(c.Messages)), messages: len(c.Messages), counts: toCounts(c.Stats())}, nil
+	}
+	log, _, err := e.logAt(ctx, s.key, s.lastDeleted(), s.lastSeq, h.Version)
+	if err != nil {
+		return savePlan{}, err
+	}
+	old := codec.SplitCanonical(log[1:])
+	keep, keepBytes := 0, int64(0)
+	for keep < len(old) && keep < len(c.Messages) && bytes.Equal(old[keep], c.Messages[keep]) {
+		keepBytes += int64(len(old[keep]))
+		keep++
+	}
+	if keep > 1 {
+		keepBytes += int64(keep - 1) // the commas between them
+	}
+	p := savePlan{keep: keep, keepBytes: keepBytes, tail: c.Span(keep, len(c.Messages)), messages: len(c.Messages) - keep,
+		counts: toCounts(c.Stats())}
+	if p.rewrite = keep < headMsgs; p.rewrite {
+		if p.keepState, err = extendHash(nil, log[1:1+keepBytes]); err != nil {
+			return savePlan{}, err
+		}
+	}
+	return p, nil
+}
+
+// canonicalTail recognises payload as the head's canonical bytes plus more messages, hashing only
+// the shared prefix, and returns the new messages as a JSON array.
+func canonicalTail(h Head, payload []byte) ([]byte, bool) {
+	n := h.RawBytes + 1 // "[" and the head's messages
+	if int64(len(payload)) <= n+1 || payload[n] != ',' {
+		return nil, false
+	}
+	st := sha256.New()
+	if st.(encoding.BinaryUnmarshaler).UnmarshalBinary(h.State) != nil {
+		return nil, false
+	}
+	sum := sha256.Sum256(payload[:n])
+	if !bytes.Equal(sum[:], st.Sum(nil)) {
+		return nil, false
+	}
+	tail := make([]byte, 0, int64(len(payload))-n)
+	tail = append(tail, '[')
+	return append(tail, payload[n+1:]...), true
+}
+
+// checkGrowth refuses an append that would take the conversation past the size limit.
+func checkGrowth(h Head, p savePlan, lim codec.Limits) error {
+	size := h.RawBytes + 2 + int64(len(p.tail))
+	if h.Counts.Messages > 0 && p.messages > 0 {
+		size++
+	}
+	if lim.MaxBytes > 0 && size > lim.MaxBytes {
+		return &codec.ValidationError{Err: codec.ErrTooLarge, Index: -1, Offset: -1,
+			Detail: fmt.Sprintf("the conversation would grow to %d bytes, the limit is %d", size, lim.MaxBytes)}
+	}
+	return nil
+}
+
+// shift renumbers a validation error in the appended messages to the whole conversation.
+func shift(err error, messages int, offset int64) error {
+	var ve *codec.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	c := *ve
+	if c.Index >= 0 {
+		c.Index += messages
+	}
+	if c.Offset >= 0 {
+		c.Offset += offset
+	}
+	return &c
+}
+
+func toCounts(s codec.Stats) Counts {
+	return Counts{Messages: s.Messages, User: s.User, Assistant: s.Assistant, ToolResult: s.ToolResult, Extension: s.Extension,
+		ToolCalls: s.ToolCalls, System: s.System}
+}
+
+func addCounts(c Counts, s codec.Stats) Counts {
+	t := toCounts(s)
+	return Counts{Messages: c.Messages + t.Messages, User: c.User + t.User, Assistant: c.Assistant + t.Assistant,
+		ToolResult: c.ToolResult + t.ToolResult, Extension: c.Extension + t.Extension, ToolCalls: c.ToolCalls + t.ToolCalls,
+		System: c.System + t.System}
+}
+
+// commit compresses the plan's new messages, builds the entry and appends it.
+func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p savePlan) (Saved, error) {
+	h := s.last.Head
+	next := h
+	raw := p.tail
+	if p.keep > 0 && p.messages > 0 {
+		raw = append([]byte{','}, p.tail...)
+	}
+	state := h.State
+	stripped, vals, added, err := e.storeValues(ctx, req.Key.Namespace, raw)
+	if err != nil {
+		return Saved{}, err
+	}
+	piece := &Piece{Messages: p.messages, RawBytes: int64(len(stripped)), CRC: crc32.Checksum(stripped, castagnoli), Values: vals}
+	if p.rewrite {
+		state, piece.Keep = p.keepState, &p.keepBytes
+	}
+	if next.State, err = extendHash(state, raw); err != nil {
+		return Saved{}, err
+	}
+	next.RawBytes = p.keepBytes + int64(len(raw))
+	next.Counts = p.counts
+	next.Version, next.Parent = h.Version+1, h.Version
+	next.SaveID, next.Writer, next.Reason, next.Dialect = req.SaveID, req.Writer, req.Reason, req.Limits.Dialect
+	next.Created, next.ForkOf, next.Origin = req.Now.UTC(), req.ForkOf, nil
+	if imp := req.Import; imp != nil {
+		hash, err := finish(next.State)
+		if err != nil {
+			return Saved{}, err
+		}
+		if hash != imp.Hash {
+			return Saved{}, fmt.Errorf("%w: version %d of %s: declared %s, the conversation hashes to %s", ErrHashMismatch, imp.Version, req.Key, imp.Hash, hash)
+		}
+		next.Version, next.Created = imp.Version, imp.Created.UTC()
+		origin := imp.Origin
+		next.Origin = &origin
+		if h.Version == 0 {
+			next.FirstVersion = imp.Version // the versions before it were never here
+		}
+		next.Moved = nil // the session is back: it was migrated here again
+	}
+	next.Pack, next.Deleted = s.lastPack(), s.lastDeleted()
+	if s.last.Kind == KindPack && !s.last.Open {
+		s.enc = nil // a recompressed pack ended the frames before it
+	}
+	// An empty piece (a save that adds no message) has no data and never starts a frame.
+	var data []byte
+	piece.Frame = s.enc == nil && len(stripped) > 0
+	if piece.Frame {
+		if s.enc, err = newEncoder(e.cfg.Window, !e.cfg.NoFastSaves); err != nil {
+			return Saved{}, err
+		}
+	}
+	if len(stripped) > 0 {
+		if data, err = s.enc.add(stripped); err != nil {
+			s.enc = nil
+			return Saved{}, err
+		}
+	}
+	next.StoredBytes = int64(len(data)) + added
+	next.TailEntries = h.TailEntries + 1
+	next.TailBytes = h.TailBytes + int64(len(data))
+	if s.last.Kind == KindPack {
+		next.TailEntries, next.TailBytes = 1, int64(len(data))
+	}
+	m := Meta{Kind: KindSave, Head: next, Piece: piece}
+	if _, err := e.write(ctx, s, m, data); err != nil {
+		s.enc = nil // it has compressed the piece; the stored stream has not
+		return Saved{}, err
+	}
+	rec, err := recordOf(s.key, next)
+	if err != nil {
+		return Saved{}, err
+	}
+	if s.recentOK {
+		s.recent = append(s.recent, rec)
+	}
+	return Saved{Record: rec, PackDue: e.packDue(next)}, nil
+}
+
+// packDue says whether the entries since the last pack are due to be packed.
+func (e *Engine) packDue(h Head) bool {
+	return !e.cfg.NoPack && (h.TailEntries >= e.cfg.PackEntries || h.TailBytes >= e.cfg.PackBytes)
+}
+
+// dialectLimits are the limits of a copy of a stored conversation of dialect d: none but its
+// dialect (it was validated when it was saved).
+func dialectLimits(d string) codec.Limits { return codec.Limits{Dialect: d} }

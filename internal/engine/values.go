@@ -1,0 +1,169 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+)
+
+// Large values are stored once per namespace (docs/format.md §8.12).
+//
+// A large JSON string of a message (an inline image, a multi-MiB tool output) is cut out of its
+// save's piece and stored as a value of the namespace (Log.PutValue), named by the SHA-256 of its
+// bytes (quotes included): the same image in twenty sessions of a namespace, or twice in one
+// conversation, is stored once. The piece lists where its values were (ValueRef); the session's
+// zstd stream holds the rest, and readers put the values back, so a version's bytes and hash are
+// what was saved. A value whose blob would not fit in one log entry stays in its piece (which is
+// then written in parts).
+//
+// Values are never deleted yet: a sweep needs to know that no save is about to refer to a value
+// it deletes, and engine.Log offers no compare-and-swap on values (format 2 marks a value's entry
+// "deleting" with one, snapshot/values.go). See the report of this build.
+
+// Which JSON strings (lengths with quotes) are stored as values: opaque data, such as the base64 of
+// an inline image, from ValueMinBytes on; any string from TextValueMinBytes on. Text compresses far
+// better with the rest of its conversation than alone, so it stays there unless it is huge.
+const (
+	ValueMinBytes     = 32 << 10
+	TextValueMinBytes = 1 << 20
+)
+
+// ValueRef is a value cut out of a piece: At is where its bytes were in the piece's bytes.
+type ValueRef struct {
+	At   int64
+	Size int64
+	ID   string // hex SHA-256 of the value's bytes, quotes included
+}
+
+// valueSpans returns where the strings of raw that are stored as values are.
+func valueSpans(raw []byte) [][2]int {
+	spans := codec.LargeStrings(raw, ValueMinBytes)
+	out := spans[:0]
+	for _, sp := range spans {
+		if sp[1]-sp[0] >= TextValueMinBytes || opaque(raw[sp[0]+1:sp[1]-1]) {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// opaque reports whether s is base64 data, allowing a short prefix such as "data:image/png;base64,".
+func opaque(s []byte) bool {
+	other := 0
+	for _, c := range s {
+		if !base64Byte[c] {
+			if other++; other > 64 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+var base64Byte = func() (t [256]bool) {
+	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") {
+		t[c] = true
+	}
+	return t
+}()
+
+func valueID(val []byte) string {
+	sum := sha256.Sum256(val)
+	return hex.EncodeToString(sum[:])
+}
+
+// knownValues remembers values this engine stored or found stored, so that a save reusing one
+// writes nothing. Values are never deleted, so what it remembers stays true.
+type knownValues struct {
+	mu  sync.Mutex
+	ids map[string]bool // namespace + "/" + id
+}
+
+const maxKnownValues = 1 << 16
+
+func (k *knownValues) has(ns, id string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.ids[ns+"/"+id]
+}
+
+func (k *knownValues) add(ns, id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ids == nil || len(k.ids) >= maxKnownValues {
+		k.ids = map[string]bool{}
+	}
+	k.ids[ns+"/"+id] = true
+}
+
+// storeValues stores the large values of raw (a piece's bytes) in namespace ns, and returns raw
+// without them, where they were, and the bytes of the blobs it wrote.
+func (e *Engine) storeValues(ctx context.Context, ns string, raw []byte) ([]byte, []ValueRef, int64, error) {
+	spans := valueSpans(raw)
+	if len(spans) == 0 {
+		return raw, nil, 0, nil
+	}
+	var refs []ValueRef
+	var added int64
+	stripped := make([]byte, 0, len(raw))
+	at := 0
+	for _, sp := range spans {
+		val := raw[sp[0]:sp[1]]
+		id := valueID(val)
+		if !e.values.has(ns, id) {
+			blob := compressFrame(val)
+			if len(blob) > e.log.MaxEntry() {
+				continue // stays in the piece
+			}
+			if err := e.log.PutValue(ctx, ns, id, blob); err != nil {
+				return nil, nil, 0, fmt.Errorf("value %s of namespace %q: %w", id, ns, err)
+			}
+			e.values.add(ns, id)
+			added += int64(len(blob))
+		}
+		refs = append(refs, ValueRef{At: int64(sp[0]), Size: int64(len(val)), ID: id})
+		stripped = append(stripped, raw[at:sp[0]]...)
+		at = sp[1]
+	}
+	return append(stripped, raw[at:]...), refs, added, nil
+}
+
+// value returns value ref of namespace ns, checked against its size and id.
+func (e *Engine) value(ctx context.Context, ns string, ref ValueRef) ([]byte, error) {
+	blob, err := e.log.Value(ctx, ns, ref.ID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("%w: value %s of namespace %q is missing", ErrCorrupt, ref.ID, ns)
+	}
+	if err != nil {
+		return nil, err
+	}
+	val, err := decoder.DecodeAll(blob, make([]byte, 0, ref.Size))
+	if err != nil || int64(len(val)) != ref.Size || valueID(val) != ref.ID {
+		return nil, fmt.Errorf("%w: value %s of namespace %q does not read back as stored", ErrCorrupt, ref.ID, ns)
+	}
+	return val, nil
+}
+
+// splice appends to out a piece's bytes: plain (its bytes without its values) with its values
+// put back where they were.
+func splice(out, plain []byte, refs []ValueRef, fetch func(ValueRef) ([]byte, error)) ([]byte, error) {
+	pos, cut := int64(0), int64(0) // in plain; bytes of values before
+	for _, v := range refs {
+		end := v.At - cut
+		if end < pos || end > int64(len(plain)) || v.Size < 2 {
+			return nil, fmt.Errorf("%w: value %s is out of place in its piece", ErrCorrupt, v.ID)
+		}
+		val, err := fetch(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(out, plain[pos:end]...), val...)
+		pos, cut = end, cut+v.Size
+	}
+	return append(out, plain[pos:]...), nil
+}

@@ -1,0 +1,168 @@
+package logstore
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/logtest"
+	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// freshLog returns a function for logtest.Run that gives each case an empty stream on nc: the
+// stream is purged (sequences go on from the last case's). Deleting it and creating it again at
+// once is not an option: on nats-server 2.15.2 the new stream sometimes came back with messages of
+// the deleted one, or failed with "error creating store for stream".
+func freshLog(nc *nats.Conn, cfg LogConfig) func(t *testing.T) engine.Log {
+	return func(t *testing.T) engine.Log {
+		t.Helper()
+		return openFresh(t, nc, cfg)
+	}
+}
+
+func openFresh(t *testing.T, nc *nats.Conn, cfg LogConfig) *Log {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := OpenLog(ctx, nc, cfg)
+	require.NoError(t, err)
+	require.NoError(t, l.stream.Purge(ctx))
+	return l
+}
+
+// The JetStream log passes the conformance suite on the embedded server (nats-server of go.mod).
+func TestLog_Conformance(t *testing.T) {
+	nc, _ := startServer(t)
+	logtest.Run(t, freshLog(nc, LogConfig{}))
+}
+
+// … on a real R3 cluster, connected to a node that is not the stream's leader: direct gets are
+// answered there, by a replica that learns of each write after it was acknowledged, so reads that
+// must see every write (Last, and the end of Range and Sessions) go to the leader.
+func TestLog_ConformanceCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	c := testenv.StartCluster(t, 3)
+	cfg := LogConfig{Replicas: 3}
+	openFresh(t, connect(t, c.URLs()), cfg)
+	leader := c.StreamLeader(cfg.withDefaults().Stream, 10*time.Second)
+	var follower string
+	for _, n := range c.Nodes {
+		if n.Name != leader {
+			follower = "nats://" + n.Listen
+			break
+		}
+	}
+	logtest.Run(t, freshLog(connect(t, follower), cfg))
+}
+
+// … on Debian's nats-server 2.9.10 (no batched direct gets: entries are read one by one).
+func TestLog_ConformanceOldNATS(t *testing.T) {
+	bin := "/usr/sbin/nats-server"
+	if p, err := exec.LookPath("nats-server"); err == nil {
+		bin = p
+	}
+	if _, err := os.Stat(bin); err != nil || testing.Short() {
+		t.Skip("no nats-server binary (apt-get install nats-server)")
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	require.NoError(t, err)
+	t.Logf("running against %s", strings.TrimSpace(string(out)))
+	nc := connect(t, startProcess(t, bin))
+	require.False(t, serverAtLeast(nc, 2, 11))
+	logtest.Run(t, freshLog(nc, LogConfig{}))
+}
+
+// Ids that are not ids (empty, too long, not UTF-8) are refused with wire.ErrInvalidID, naming
+// the part, and nothing is written.
+func TestLog_InvalidIDs(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	long := strings.Repeat("x", wire.MaxIDBytes+1)
+	for _, k := range []engine.Key{
+		{Namespace: "", Session: "s", Agent: "a"},
+		{Namespace: "n", Session: "", Agent: "a"},
+		{Namespace: "n", Session: "s", Agent: ""},
+		{Namespace: long, Session: "s", Agent: "a"},
+		{Namespace: "n", Session: "\xff", Agent: "a"},
+	} {
+		_, err := l.Append(ctx, k, []byte("x"), 0)
+		require.ErrorIs(t, err, wire.ErrInvalidID, "%q", k)
+		_, err = l.Last(ctx, k)
+		require.ErrorIs(t, err, wire.ErrInvalidID)
+		_, err = l.Get(ctx, k, 1)
+		require.ErrorIs(t, err, wire.ErrInvalidID)
+		require.ErrorIs(t, l.Range(ctx, k, 0, 0, func(engine.Entry) bool { return true }), wire.ErrInvalidID)
+		require.ErrorIs(t, l.Delete(ctx, k, 1), wire.ErrInvalidID)
+		require.ErrorIs(t, l.Purge(ctx, k), wire.ErrInvalidID)
+	}
+	for _, ns := range []string{"", long, "\xff"} {
+		_, _, err := l.Sessions(ctx, ns, 0, 10)
+		require.ErrorIs(t, err, wire.ErrInvalidID)
+		require.ErrorIs(t, l.Values(ctx, ns, func(string) bool { return true }), wire.ErrInvalidID)
+	}
+	for _, id := range []string{"", long, "\xfe"} {
+		require.ErrorIs(t, l.PutValue(ctx, "n", id, []byte("v")), wire.ErrInvalidID)
+		_, err := l.Value(ctx, "n", id)
+		require.ErrorIs(t, err, wire.ErrInvalidID)
+		require.ErrorIs(t, l.DeleteValue(ctx, "n", id), wire.ErrInvalidID)
+	}
+	info, err := l.stream.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "nothing was written")
+}
+
+// Whatever the ids, every subject written has the shape docs/format.md §8.2 gives it: cp.log and
+// three tokens, cp.idx and one, cp.val and two, each token of the encoded alphabet only.
+func TestLog_SubjectsKeepTheirShape(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	hostile := []string{".", "*", ">", "a.b", " ", "ü", "=2E", "$JS.API", strings.Repeat(".", 256)}
+	for i, id := range hostile {
+		next := hostile[(i+1)%len(hostile)]
+		_, err := l.Append(ctx, engine.Key{Namespace: id, Session: next, Agent: id}, []byte("e"), 0)
+		require.NoError(t, err)
+		require.NoError(t, l.PutValue(ctx, next, id, []byte("v")))
+	}
+	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(">"))
+	require.NoError(t, err)
+	require.Len(t, info.State.Subjects, 3*len(hostile))
+	tokens := map[string]int{"log": 3, "idx": 1, "val": 2}
+	for s := range info.State.Subjects {
+		parts := strings.Split(s, ".")
+		require.Equal(t, "cp", parts[0], s)
+		require.Equal(t, tokens[parts[1]], len(parts)-2, "%s has the tokens of a %s subject", s, parts[1])
+		for _, p := range parts[2:] {
+			_, err := wire.DecodeID(p)
+			require.NoError(t, err, "token %q of %s", p, s)
+		}
+	}
+}
+
+// A creation that loses its compare-and-swap leaves no index entry behind (it deletes its own),
+// so the stream holds exactly the winner's two messages.
+func TestLog_LostCreationLeavesNoIndexEntry(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	_, err := l.Append(ctx, k, []byte("first"), 0)
+	require.NoError(t, err)
+	_, err = l.Append(ctx, k, []byte("stale creation"), 0)
+	require.ErrorIs(t, err, engine.ErrConflict)
+	info, err := l.stream.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), info.State.Msgs, "the log's entry and one index entry")
+}
