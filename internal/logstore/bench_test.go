@@ -21,7 +21,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
-	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -93,7 +92,7 @@ type benchServer struct {
 
 func startBenchServer(b *testing.B, dir string) *benchServer {
 	b.Helper()
-	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	s, err := startEmbedded(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

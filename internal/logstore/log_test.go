@@ -14,7 +14,6 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/engine/logtest"
-	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -43,27 +42,6 @@ func openFresh(t *testing.T, nc *nats.Conn, cfg LogConfig) *Log {
 func TestLog_Conformance(t *testing.T) {
 	nc, _ := startServer(t)
 	logtest.Run(t, freshLog(nc, LogConfig{}))
-}
-
-// … on a real R3 cluster, connected to a node that is not the stream's leader: direct gets are
-// answered there, by a replica that learns of each write after it was acknowledged, so reads that
-// must see every write (Last, and the end of Range and Sessions) go to the leader.
-func TestLog_ConformanceCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node cluster")
-	}
-	c := testenv.StartCluster(t, 3)
-	cfg := LogConfig{Replicas: 3}
-	openFresh(t, connect(t, c.URLs()), cfg)
-	leader := c.StreamLeader(cfg.withDefaults().Stream, 10*time.Second)
-	var follower string
-	for _, n := range c.Nodes {
-		if n.Name != leader {
-			follower = "nats://" + n.Listen
-			break
-		}
-	}
-	logtest.Run(t, freshLog(connect(t, follower), cfg))
 }
 
 // … on Debian's nats-server 2.9.10 (no batched direct gets: entries are read one by one).

@@ -16,8 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -25,7 +23,7 @@ import (
 func startServer(t testing.TB) (*nats.Conn, string) {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	s, err := startEmbedded(dir)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	return connect(t, s.ClientURL()), dir
@@ -392,21 +390,6 @@ func mustEntry(t *testing.T, k Kind, m Meta) []byte {
 	b, err := encodeEntry(k, m, nil)
 	require.NoError(t, err)
 	return b
-}
-
-// The engine runs on a JetStream cluster (R3, nats-server of go.mod), with head reads from the
-// stream leader.
-func TestStore_Cluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node cluster")
-	}
-	c := testenv.StartCluster(t, 3)
-	nc := connect(t, c.URLs())
-	st := open(t, nc, Config{Replicas: 3, LeaderReads: true})
-	k := wire.Key{Namespace: "n", Session: "s", Agent: "a"}
-	saveTurns(t, st, k, 0, 40)
-	st.Forget()
-	checkVersions(t, st, k, 20)
 }
 
 // The engine runs on Debian's nats-server 2.9.10 (the oldest single server checkpointd supports):
