@@ -101,9 +101,10 @@ func markedConversation(n int, marker string) []byte {
 // stored as before, and the same search finds its marker (so the search works). Every version of
 // both restores.
 func TestNamespaceKeys_StoredBytesAreSealed(t *testing.T) {
+	t.Skip("namespace keys are not on the log engine yet: the daemon refuses --namespace-keys until internal/sealing (branch s17-sealing) is merged")
 	nk := namespaceKeys(t, map[string]any{"alice": newNamespaceKey(t)})
 	env := testenv.StartWithMaxPayload(t, 32<<10, func(c *transfer.Config) {
-		c.NamespaceKeys, c.CacheBytes, c.CompactIdle = nk, 1, 200*time.Millisecond
+		c.NamespaceKeys, c.CacheBytes = nk, 1
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -186,9 +187,10 @@ func restoreWith(t *testing.T, env *testenv.Env, keys *transfer.NamespaceKeys, k
 // key, no key, or a key that was dropped fails with code corrupt, saying which key is missing, and
 // never returns bytes; the daemon keeps serving.
 func TestNamespaceKeys_RotationAndWrongKeys(t *testing.T) {
+	t.Skip("namespace keys are not on the log engine yet: the daemon refuses --namespace-keys until internal/sealing (branch s17-sealing) is merged")
 	k1, k2 := newNamespaceKey(t), newNamespaceKey(t)
 	env := testenv.Start(t, func(c *transfer.Config) {
-		c.NamespaceKeys, c.CacheBytes, c.CompactIdle = namespaceKeys(t, map[string]any{"*": k1}), 1, 0
+		c.NamespaceKeys, c.CacheBytes = namespaceKeys(t, map[string]any{"*": k1}), 1
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -229,8 +231,9 @@ func TestNamespaceKeys_RotationAndWrongKeys(t *testing.T) {
 // The cluster's operator alters or moves sealed pieces, or writes envelopes of their own: every
 // restore fails with code corrupt (the envelope authenticates its bytes and its place), no panic.
 func TestNamespaceKeys_AlteredPiecesAreCorruptNeverGarbage(t *testing.T) {
+	t.Skip("namespace keys are not on the log engine yet: the daemon refuses --namespace-keys until internal/sealing (branch s17-sealing) is merged")
 	nk := namespaceKeys(t, map[string]any{"*": newNamespaceKey(t)})
-	env := testenv.Start(t, func(c *transfer.Config) { c.NamespaceKeys, c.CacheBytes, c.CompactIdle = nk, 1, 0 })
+	env := testenv.Start(t, func(c *transfer.Config) { c.NamespaceKeys, c.CacheBytes = nk, 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	a, b := checkpoint.Key{Session: "a"}, checkpoint.Key{Session: "b"}
@@ -298,9 +301,10 @@ func keyIDs(pieces map[string][]byte) map[string]bool {
 // on, the old one still opens what it sealed until a file leaves it out, which SetKeys reports by key
 // id. Turning encryption on or off needs a restart: refused, the running keys stay.
 func TestNamespaceKeys_SetKeysWhileRunning(t *testing.T) {
+	t.Skip("namespace keys are not on the log engine yet: the daemon refuses --namespace-keys until internal/sealing (branch s17-sealing) is merged")
 	k1, k2 := newNamespaceKey(t), newNamespaceKey(t)
 	env := testenv.Start(t, func(c *transfer.Config) {
-		c.NamespaceKeys, c.CacheBytes, c.CompactIdle = namespaceKeys(t, map[string]any{"*": k1}), 1, 0
+		c.NamespaceKeys, c.CacheBytes = namespaceKeys(t, map[string]any{"*": k1}), 1
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -311,7 +315,7 @@ func TestNamespaceKeys_SetKeysWhileRunning(t *testing.T) {
 	first := keyIDs(segmentPieces(t, env, "team"))
 	require.Len(t, first, 1)
 
-	dropped, err := env.Daemon.Store.SetKeys(namespaceKeys(t, map[string]any{"team": []string{k2, k1}}))
+	dropped, err := env.Daemon.SetNamespaceKeys(namespaceKeys(t, map[string]any{"team": []string{k2, k1}}))
 	require.NoError(t, err)
 	require.Empty(t, dropped)
 	_, err = env.Client.Save(ctx, key, markedConversation(3, "one"))
@@ -322,12 +326,12 @@ func TestNamespaceKeys_SetKeysWhileRunning(t *testing.T) {
 	require.NoError(t, err, "the old key still opens version 1")
 	require.Equal(t, string(v1), string(got))
 
-	_, err = env.Daemon.Store.SetKeys(nil)
+	_, err = env.Daemon.SetNamespaceKeys(nil)
 	require.ErrorContains(t, err, "restart checkpointd to turn encryption off")
 	_, _, err = env.Client.Restore(ctx, key, 1)
 	require.NoError(t, err, "a refused reload leaves the running keys")
 
-	dropped, err = env.Daemon.Store.SetKeys(namespaceKeys(t, map[string]any{"team": k2}))
+	dropped, err = env.Daemon.SetNamespaceKeys(namespaceKeys(t, map[string]any{"team": k2}))
 	require.NoError(t, err)
 	require.Len(t, dropped, 1)
 	require.True(t, first[dropped[0]], "the dropped key is the one that sealed version 1: %v", dropped)
@@ -343,6 +347,6 @@ func TestNamespaceKeys_SetKeysWhileRunning(t *testing.T) {
 	require.Equal(t, string(after), string(got))
 
 	plain := testenv.Start(t)
-	_, err = plain.Daemon.Store.SetKeys(namespaceKeys(t, map[string]any{"*": k1}))
+	_, err = plain.Daemon.SetNamespaceKeys(namespaceKeys(t, map[string]any{"*": k1}))
 	require.ErrorContains(t, err, "restart checkpointd to turn encryption on")
 }

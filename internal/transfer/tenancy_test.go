@@ -429,7 +429,7 @@ func TestTenancy_ConfusedDeputy(t *testing.T) {
 	// The control: the same attacks on an open server (no --tenants) do the harm the issue
 	// describes, so the test above would notice if tenancy stopped preventing it.
 	t.Run("without tenants the attack is real", func(t *testing.T) {
-		e := testenv.Start(t, func(c *transfer.Config) { c.CompactIdle = 0 })
+		e := testenv.Start(t, func(c *transfer.Config) { c.Engine.NoPack = true })
 		ctx := tenCtx(t)
 		conv := tenancyConv("alice-marker", 2)
 		_, err := e.Client.Save(ctx, tenAliceKey, conv)

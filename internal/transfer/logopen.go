@@ -1,0 +1,86 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/logstore"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// LogStream is the stream the log engine keeps every session in (docs/format.md §8.2).
+const LogStream = "CP_LOG"
+
+// openLog opens (creating it if missing) the stream CP_LOG and the engine.Log over it. With
+// replicas, reads go to the stream's leader, so they see every acknowledged write.
+func openLog(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, replicas int) (*logstore.Log, jetstream.Stream, error) {
+	log, err := logstore.OpenLog(ctx, nc, logstore.LogConfig{Stream: LogStream, Replicas: max(replicas, 1)})
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := js.Stream(ctx, LogStream)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stream %s: %w", LogStream, err)
+	}
+	return log, st, nil
+}
+
+// Format2Error refuses to start on checkpoints stored in format 2 (the five KV buckets of
+// docs/format.md §2–§6), which this daemon does not read: they must be moved with a bundle, by the
+// previous release (issue 12, item 4).
+type Format2Error struct{}
+
+func (*Format2Error) Error() string {
+	return "this NATS server (or cluster) holds checkpoints in format 2 (the bucket KV_" + wire.BucketHeads +
+		" and no stream " + LogStream + "), which this checkpointd does not read. Move them with a bundle: " +
+		"run the previous release of checkpointd on this data, `checkpointctl export -A -o all.cpbundle` with the previous " +
+		"release's checkpointctl; then start this checkpointd on a new data directory (or server) and run " +
+		"`checkpointctl import all.cpbundle` with this release's checkpointctl. The format-2 data is left untouched"
+}
+
+// refuseFormat2 returns a *Format2Error when the server holds format 2 and no log engine stream
+// yet. Once CP_LOG exists the daemon runs on it (buckets of format 2 beside it are not read).
+func refuseFormat2(ctx context.Context, js jetstream.JetStream) error {
+	_, err := js.Stream(ctx, LogStream)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	_, err = js.Stream(ctx, "KV_"+wire.BucketHeads)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	return &Format2Error{}
+}
+
+// WrapLog is where --namespace-keys seal what the engine stores (HOOK: internal/sealing's
+// sealing.NewLog(inner, keys) decorator goes here, and Daemon.SetNamespaceKeys reloads its keys).
+// Until it is merged, namespace keys are refused: storing in clear what the operator asked to be
+// encrypted would be a silent downgrade.
+func WrapLog(log engine.Log, keys *NamespaceKeys) (engine.Log, error) {
+	if keys == nil || keys.Count() == 0 {
+		return log, nil
+	}
+	return nil, errNamespaceKeysUnsupported
+}
+
+var errNamespaceKeysUnsupported = errors.New("--namespace-keys: encryption of the log engine's entries is not in this build yet (internal/sealing); start without --namespace-keys, or stay on the previous release")
+
+// SetNamespaceKeys puts new namespace keys in force (SIGHUP) and returns the ids of the keys that
+// were in force and are no longer. See WrapLog.
+func (d *Daemon) SetNamespaceKeys(nk *NamespaceKeys) (dropped []string, err error) {
+	if nk == nil || nk.Count() == 0 {
+		return nil, nil
+	}
+	return nil, errNamespaceKeysUnsupported
+}
