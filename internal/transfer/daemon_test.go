@@ -314,19 +314,21 @@ func TestDaemon_BadInputIsRefusedAndHarmless(t *testing.T) {
 		key := checkpoint.Key{Session: "from-the-future"}
 		_, err := env.Client.Save(ctx, key, goodConv)
 		require.NoError(t, err)
-		kv := headsBucket(t, env)
-		e, err := kv.Get(ctx, key.WithDefaults().Token())
+		// The session's last entry again, as a future format would write it ("CPL9").
+		k := key.WithDefaults()
+		subject := "cp.log." + wire.EncodeID(k.Namespace) + "." + wire.EncodeID(k.Session) + "." + wire.EncodeID(k.Agent)
+		js, err := jetstream.New(env.NC)
 		require.NoError(t, err)
-		var rec map[string]any
-		require.NoError(t, json.Unmarshal(e.Value(), &rec))
-		rec["format"] = 99
-		data, _ := json.Marshal(rec)
-		_, err = kv.Put(ctx, key.WithDefaults().Token(), data)
+		st, err := js.Stream(ctx, transfer.LogStream)
+		require.NoError(t, err)
+		last, err := st.GetLastMsgForSubject(ctx, subject)
+		require.NoError(t, err)
+		_, err = js.Publish(ctx, subject, append([]byte("CPL9"), last.Data[4:]...))
 		require.NoError(t, err)
 
 		_, _, err = env.Client.Restore(ctx, key, 0)
 		require.ErrorIs(t, err, checkpoint.ErrUnknownFormat)
-		require.Contains(t, err.Error(), "99")
+		require.Contains(t, err.Error(), "CPL9")
 	})
 
 	require.True(t, env.Daemon.Ready(), "the daemon is still serving")
@@ -347,14 +349,6 @@ func TestDaemon_ClientWithoutDaemonIsUnavailable(t *testing.T) {
 	require.ErrorIs(t, err, checkpoint.ErrUnavailable)
 	assert.Contains(t, err.Error(), "is the daemon running")
 	require.False(t, errors.Is(err, checkpoint.ErrNotFound))
-}
-
-func headsBucket(t *testing.T, env *testenv.Env) jetstream.KeyValue {
-	js, err := jetstream.New(env.NC)
-	require.NoError(t, err)
-	kv, err := js.KeyValue(context.Background(), wire.BucketHeads)
-	require.NoError(t, err)
-	return kv
 }
 
 // Histories and listings longer than one message come in pages, transparently to the client.

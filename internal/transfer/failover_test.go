@@ -56,7 +56,7 @@ func TestFailover_AppendAnsweredLateKeepsTheSave(t *testing.T) {
 	_, err := save("one", []byte(`[{"role":"user","content":"one"}]`))
 	require.NoError(t, err)
 	lossy.lose.Store(true)
-	conv := []byte(`[{"role":"user","content":"one"},{"role":"assistant","content":"two"}]`)
+	conv := []byte(`[{"role":"user","content":"one"},{"role":"user","content":"two"}]`)
 	_, err = save("two", conv)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the answer was lost")
 	saved, err := save("two", conv) // the daemon retries the save

@@ -120,11 +120,12 @@ func (s *service) listPage(ctx context.Context, ns string, req wire.ListRequest)
 func max1(pos uint64) uint64 { return max(pos, 1) }
 
 // encodeHeads encodes the sessions of heads (only those of session, when set), comma-separated,
-// one a line: a line break outside JSON strings counts them.
+// one a line: a line break outside JSON strings counts them. A session leased before its first
+// version has no head to list.
 func encodeHeads(heads []engine.SessionHead, session string) ([]byte, error) {
 	var out []byte
 	for _, h := range heads {
-		if session != "" && h.Key.Session != session {
+		if session != "" && h.Key.Session != session || h.Record.Version == 0 {
 			continue
 		}
 		enc, err := json.Marshal(sessionHeadOf(h))
