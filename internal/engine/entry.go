@@ -19,14 +19,15 @@ import (
 // varint (binary.Varint) then its nanoseconds (< 1e9) as a varint.
 //
 //	magic    4    "CPL2" (a reader refuses other formats: ErrUnknownFormat)
-//	kind     1    KindSave, KindState, KindPack, KindPart
+//	kind     1    KindSave, KindState, KindFork, KindPack, KindPart
 //	flags    1    bit 0: the data starts a zstd frame (save, pack); bit 1: keep present (save);
 //	              bit 2: lease present; bit 3: open pack; bit 4: moved present; bit 5: a
 //	              deletion (state); bit 6: values listed (save); others 0
 //	head          version, messages, rawBytes (of the messages joined by ",", no brackets),
 //	              state (108 bytes, crypto/sha256 MarshalBinary after "[" and those bytes),
 //	              counts (user, assistant, toolResult, extension, toolCalls, system),
-//	              firstVersion, pack, tailEntries, tailBytes, deleted,
+//	              firstVersion, pack, tailEntries, tailBytes, deleted, pins (count, then
+//	              per pin: the fork's namespace, session, agent, and the version it reads),
 //	              lease if flag 2: owner, epoch, acquired (time), expires (time),
 //	              moved if flag 4: to, at (time),
 //	              and, if version > 0, the head version's record: parent, saveId, writer, reason,
@@ -38,6 +39,7 @@ import (
 //	              hash (32 bytes), counts (6), parent, saveId, writer, reason, dialect, created,
 //	              storedBytes, extras; piece rawBytes, piece CRC-32C, piece flags (bit 0 frame, bit 1
 //	              keep, bit 2 values), keep if set, values if set
+//	fork          the source's namespace, session, agent, and the version version 1 is
 //	part          nothing more
 //	data          the rest: save and pack: the session's zstd stream (§8.4); part: a piece of the
 //	              next save's or pack's data; state: none (refused if present)
@@ -59,7 +61,9 @@ const (
 	KindPart  Kind = 5 // the first bytes of the data of the save or pack that follows
 )
 
-// Kind 3 was the prototype's fork entry (docs/format.md §8.11); forks are saves (ForkOf) here.
+// KindFork is the first entry of a fork: version 1 is another session's version, read through
+// that session (docs/format.md §8.11); the fork's first pack copies it in.
+const KindFork Kind = 3
 
 // Head is the session's state after an entry.
 type Head struct {
@@ -82,13 +86,22 @@ type Head struct {
 	Lease        *Lease
 	Moved        *Moved
 	// Pack is the sequence of the last pack before the entry (0: none); TailEntries and
-	// TailBytes count the entries after it and their data, the entry included.
+	// TailBytes count the entries after it and their bytes (meta and data), the entry included.
 	Pack        uint64
 	TailEntries int
 	TailBytes   int64
 	// Deleted is the sequence of the session's last deletion before the entry (0: none): the
 	// entries before it are not this session's (a crash kept them from being deleted).
 	Deleted uint64
+	// Pins are the forks that read this session through one of its versions: retention keeps
+	// those versions, and a deletion copies the forks in first.
+	Pins []Pin
+}
+
+// Pin names a fork reading a session's version.
+type Pin struct {
+	Fork    Key
+	Version uint64
 }
 
 // Piece describes a save's data.
@@ -118,6 +131,7 @@ type Meta struct {
 	Packed []Packed // packs
 	Open   bool     // packs: the data is the packed saves' stored bytes, its last frame open
 	Parts  int      // saves and packs: part entries before it holding the first bytes of its data
+	Source *Pin     // a fork's first entry: the session (Fork) and version it starts from
 	// Deletion, on a state entry, says it deletes the session: its log starts again after it.
 	Deletion bool
 }
@@ -140,6 +154,7 @@ const (
 	maxCount   = 1 << 53
 	maxSize    = 1 << 62
 	maxPacked  = 1 << 16
+	maxPins    = 64      // forks reading one session at once; more forks are copies
 	secondsMax = 1 << 40 // far beyond year 9999 both ways
 )
 
@@ -148,6 +163,9 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 	h := &m.Head
 	if len(h.State) != stateSize {
 		return nil, fmt.Errorf("engine: a hash state of %d bytes, want %d", len(h.State), stateSize)
+	}
+	if err := checkTimes(m); err != nil {
+		return nil, err
 	}
 	var flags byte
 	if m.Piece != nil && m.Piece.Frame || m.Kind == KindPack && len(m.Packed) > 0 && m.Packed[0].Piece.Frame {
@@ -183,6 +201,14 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 	out = binary.AppendUvarint(out, uint64(h.TailEntries))
 	out = binary.AppendUvarint(out, uint64(h.TailBytes))
 	out = binary.AppendUvarint(out, h.Deleted)
+	out = binary.AppendUvarint(out, uint64(len(h.Pins)))
+	for _, p := range h.Pins {
+		var err error
+		if out, err = appendKey(out, p.Fork); err != nil {
+			return nil, err
+		}
+		out = binary.AppendUvarint(out, p.Version)
+	}
 	if l := h.Lease; l != nil {
 		if len(l.Owner) > maxString {
 			return nil, fmt.Errorf("%w: a lease owner of %d bytes (at most %d)", ErrBadRequest, len(l.Owner), maxString)
@@ -217,6 +243,12 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 		if out, err = appendValues(out, p.Values); err != nil {
 			return nil, err
 		}
+	case KindFork:
+		var err error
+		if out, err = appendKey(out, m.Source.Fork); err != nil {
+			return nil, err
+		}
+		out = binary.AppendUvarint(out, m.Source.Version)
 	case KindPack:
 		out = binary.AppendUvarint(out, uint64(m.Parts))
 		var err error
@@ -363,8 +395,42 @@ func (r *reader) values() []ValueRef {
 	return out
 }
 
+func appendKey(out []byte, k Key) ([]byte, error) {
+	for _, s := range []string{k.Namespace, k.Session, k.Agent} {
+		if len(s) > maxString {
+			return nil, fmt.Errorf("%w: a key part of %d bytes (at most %d)", ErrBadRequest, len(s), maxString)
+		}
+		out = appendString(out, s)
+	}
+	return out, nil
+}
+
+func (r *reader) key(what string) Key {
+	return Key{Namespace: r.string(what), Session: r.string(what), Agent: r.string(what)}
+}
+
 func appendString(out []byte, s string) []byte {
 	return append(binary.AppendUvarint(out, uint64(len(s))), s...)
+}
+
+// checkTimes refuses an entry with a time a reader would refuse (beyond ±2^40 seconds).
+func checkTimes(m Meta) error {
+	ts := []time.Time{m.Head.Created}
+	if l := m.Head.Lease; l != nil {
+		ts = append(ts, l.Acquired, l.Expires)
+	}
+	if mv := m.Head.Moved; mv != nil {
+		ts = append(ts, mv.At)
+	}
+	for _, p := range m.Packed {
+		ts = append(ts, p.Record.Created)
+	}
+	for _, t := range ts {
+		if s := t.Unix(); !t.IsZero() && (s > secondsMax || s < -secondsMax) {
+			return fmt.Errorf("%w: the time %s is out of range", ErrBadRequest, t)
+		}
+	}
+	return nil
 }
 
 func appendTime(out []byte, t time.Time) []byte {
@@ -489,7 +555,7 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 	}
 	m.Kind = Kind(b[4])
 	flags := b[5]
-	if m.Kind != KindSave && m.Kind != KindState && m.Kind != KindPack && m.Kind != KindPart {
+	if m.Kind != KindSave && m.Kind != KindState && m.Kind != KindPack && m.Kind != KindPart && m.Kind != KindFork {
 		return m, nil, fmt.Errorf("%w: unknown entry kind %d", ErrCorrupt, m.Kind)
 	}
 	if flags&^flagsKnown != 0 || m.Kind != KindSave && m.Kind != KindPack && flags&flagFrame != 0 ||
@@ -509,6 +575,10 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 	h.TailEntries = int(r.uint("tail entries", maxCount))
 	h.TailBytes = r.int("tail bytes", maxSize)
 	h.Deleted = r.uint("deleted", maxSize)
+	pins := r.uint("pins", maxPins)
+	for range pins {
+		h.Pins = append(h.Pins, Pin{Fork: r.key("pin"), Version: r.uint("pin version", MaxVersion)})
+	}
 	m.Deletion = flags&flagDeletion != 0
 	if flags&flagLease != 0 {
 		h.Lease = &Lease{Owner: r.string("lease owner"), Epoch: r.uint("lease epoch", MaxVersion)}
@@ -537,6 +607,9 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 		if flags&flagValues != 0 {
 			m.Piece.Values = r.values()
 		}
+	case KindFork:
+		m.Source = &Pin{Fork: r.key("fork source")}
+		m.Source.Version = r.uint("fork source version", MaxVersion)
 	case KindPack:
 		m.Open = flags&flagOpen != 0
 		m.Parts = int(r.uint("parts", maxCount))
@@ -551,11 +624,11 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 	if r.err != nil {
 		return Meta{}, nil, r.err
 	}
-	if m.Kind == KindSave && h.Version == 0 {
-		return Meta{}, nil, fmt.Errorf("%w: a save of version 0", ErrCorrupt)
+	if (m.Kind == KindSave || m.Kind == KindFork) && h.Version == 0 {
+		return Meta{}, nil, fmt.Errorf("%w: a version 0 in an entry of kind %d", ErrCorrupt, m.Kind)
 	}
-	if m.Kind == KindState && len(r.b) > 0 {
-		return Meta{}, nil, fmt.Errorf("%w: %d bytes of data in a state entry", ErrCorrupt, len(r.b))
+	if (m.Kind == KindState || m.Kind == KindFork) && len(r.b) > 0 {
+		return Meta{}, nil, fmt.Errorf("%w: %d bytes of data in an entry of kind %d", ErrCorrupt, len(r.b), m.Kind)
 	}
 	return m, r.b, nil
 }

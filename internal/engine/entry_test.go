@@ -39,7 +39,13 @@ func testEntries(t testing.TB) map[string]struct {
 		"state":       {Meta{Kind: KindState, Head: leased}, ""},
 		"empty state": {Meta{Kind: KindState, Head: Head{State: state, Lease: &Lease{Epoch: 1}}}, ""},
 		"deletion":    {Meta{Kind: KindState, Deletion: true, Head: Head{State: state, Deleted: 9, Lease: &Lease{Epoch: 3}}}, ""},
-		"part":        {Meta{Kind: KindPart, Head: rec}, "part bytes"},
+		"fork":        {Meta{Kind: KindFork, Head: forked, Source: &Pin{Fork: Key{"n", "src", "a"}, Version: 7}}, ""},
+		"pinned state": {Meta{Kind: KindState, Head: func() Head {
+			h := rec
+			h.Pins = []Pin{{Fork: Key{"n", "f1", "a"}, Version: 3}, {Fork: Key{"n", "f2", "a"}, Version: 1}}
+			return h
+		}()}, ""},
+		"part": {Meta{Kind: KindPart, Head: rec}, "part bytes"},
 		"open pack": {Meta{Kind: KindPack, Head: rec, Open: true, Parts: 1, Packed: []Packed{
 			{Record: Record{Version: 8, SaveID: "a", Created: created, Counts: Counts{Messages: 18}, RawBytes: 900, Hash: hash, Reason: "turn"},
 				Piece: Piece{RawBytes: 50, Frame: true, CRC: 5}},
@@ -75,13 +81,13 @@ func TestEntry_RoundTripAndRefusals(t *testing.T) {
 	for name, b := range map[string][]byte{
 		"empty": nil, "bad magic": append([]byte("CPKT"), save[4:]...),
 		"unknown kind":            append([]byte("CPL2\x09"), save[5:]...),
-		"the prototype's fork":    append([]byte("CPL2\x03"), save[5:]...),
 		"unknown flag":            append([]byte("CPL2\x01\x80"), save[6:]...),
 		"frame flag on a state":   append([]byte("CPL2\x02\x01"), state[6:]...),
 		"keep flag on a pack":     append([]byte("CPL2\x04\x02"), state[6:]...),
 		"deletion flag on a save": append([]byte("CPL2\x01\x21"), save[6:]...),
 		"version above the max":   append([]byte("CPL2\x01\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), save[7:]...),
 		"state with data":         append(state, 'x'),
+		"frame flag on a fork":    append([]byte("CPL2\x03\x01"), state[6:]...),
 		"save of version 0":       append([]byte("CPL2\x01\x01\x00"), save[7:]...),
 	} {
 		_, _, err := decodeEntry(b)
@@ -118,4 +124,17 @@ func FuzzDecodeEntry(f *testing.F) {
 		require.Equal(t, m, m2)
 		require.Equal(t, data, data2)
 	})
+}
+
+func TestEntry_TimesOutOfRange(t *testing.T) {
+	e := testEntries(t)["state"]
+	e.meta.Head.Lease.Expires = time.Unix(secondsMax+1, 0)
+	_, err := encodeEntry(e.meta, nil)
+	require.ErrorIs(t, err, ErrBadRequest)
+	e.meta.Head.Lease.Expires = time.Unix(secondsMax, 999_999_999).UTC()
+	b, err := encodeEntry(e.meta, nil)
+	require.NoError(t, err)
+	m, _, err := decodeEntry(b)
+	require.NoError(t, err)
+	require.Equal(t, e.meta.Head.Lease.Expires, m.Head.Lease.Expires)
 }

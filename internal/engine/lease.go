@@ -121,12 +121,11 @@ func (e *Engine) changeHead(ctx context.Context, key Key, change func(*Head) err
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(key)
 		ls, err := e.changeOnce(ctx, s, change)
-		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
-			e.forget(s)
+		if e.again(ctx, s, err) {
 			continue
 		}
-		if err != nil && !isRefusal(err) {
-			e.forget(s)
+		if errors.Is(err, errUnchanged) {
+			return ls, nil
 		}
 		return ls, err
 	}
@@ -142,7 +141,7 @@ func (e *Engine) changeOnce(ctx context.Context, s *session, change func(*Head) 
 	h := s.last.Head
 	err := change(&h)
 	if errors.Is(err, errUnchanged) {
-		return LeaseState{Lease: leaseOf(h), Head: h.Version}, nil
+		return LeaseState{Lease: leaseOf(h), Head: h.Version}, err
 	}
 	if err != nil {
 		return LeaseState{}, err
@@ -160,7 +159,13 @@ func (e *Engine) writeState(ctx context.Context, s *session, h Head) error {
 	if s.last.Kind == KindPack {
 		h.TailEntries, h.TailBytes = 1, 0
 	}
-	_, err := e.write(ctx, s, Meta{Kind: KindState, Head: h}, nil)
+	m := Meta{Kind: KindState, Head: h}
+	size, err := encodedSize(m, nil)
+	if err != nil {
+		return err
+	}
+	m.Head.TailBytes += size
+	_, err = e.write(ctx, s, m, nil)
 	return err
 }
 

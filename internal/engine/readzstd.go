@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -33,12 +32,9 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 	if v, err = checkVersion(key, last.meta.Head, v); err != nil {
 		return nil, Record{}, err
 	}
-	entries, err := e.entries(ctx, key, sinceOf(last), last.seq, holds(v))
+	entries, err := e.entriesHolding(ctx, key, sinceOf(last), last.seq, v)
 	if err != nil {
 		return nil, Record{}, err
-	}
-	if len(entries) == 0 || !holds(v)(entries[len(entries)-1]) {
-		return nil, Record{}, fmt.Errorf("session %s version %d: %w", key, v, errShort)
 	}
 	target := entries[len(entries)-1]
 	rec, n, err := recordIn(key, target, v)
@@ -82,6 +78,8 @@ func storedAsIs(entries []ent, target ent, n int) bool {
 	for _, x := range entries {
 		var pieces []Piece
 		switch x.meta.Kind {
+		case KindFork:
+			return false
 		case KindSave:
 			pieces = []Piece{*x.meta.Piece}
 		case KindPack:

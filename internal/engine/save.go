@@ -65,12 +65,8 @@ func (e *Engine) Save(ctx context.Context, req SaveRequest) (Saved, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(req.Key)
 		saved, err := e.saveOnce(ctx, s, req)
-		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
-			e.forget(s)
+		if e.again(ctx, s, err) {
 			continue
-		}
-		if err != nil && !isRefusal(err) {
-			e.forget(s) // the outcome may be unknown (a lost acknowledgement): read the head again
 		}
 		return saved, err
 	}
@@ -166,7 +162,7 @@ func (e *Engine) savedBefore(ctx context.Context, s *session, saveID string) (Re
 		if s.lastSeq == 0 {
 			s.recent, s.recentOK = nil, true
 		} else {
-			recs, _, err := e.tailRecords(ctx, s.key, ent{seq: s.lastSeq, meta: s.last})
+			recs, _, _, err := e.tailRecords(ctx, s.key, ent{seq: s.lastSeq, meta: s.last})
 			if err != nil {
 				return Record{}, false, err
 			}
@@ -399,23 +395,62 @@ func addCounts(c Counts, s codec.Stats) Counts {
 
 // commit compresses the plan's new messages, builds the entry and appends it.
 func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p savePlan) (Saved, error) {
-	h := s.last.Head
-	next := h
 	raw := p.tail
 	if p.keep > 0 && p.messages > 0 {
 		raw = append([]byte{','}, p.tail...)
 	}
-	state := h.State
-	stripped, vals, added, err := e.storeValues(ctx, req.Key.Namespace, raw)
+	next, err := nextHead(s, req, p, raw)
+	if err != nil {
+		return Saved{}, err
+	}
+	stripped, vals, added, deadline, err := e.storeValues(ctx, req.Key.Namespace, raw)
 	if err != nil {
 		return Saved{}, err
 	}
 	piece := &Piece{Messages: p.messages, RawBytes: int64(len(stripped)), CRC: crc32.Checksum(stripped, castagnoli), Values: vals}
 	if p.rewrite {
-		state, piece.Keep = p.keepState, &p.keepBytes
+		piece.Keep = &p.keepBytes
 	}
-	if next.State, err = extendHash(state, raw); err != nil {
+	data, err := e.compress(s, piece, stripped)
+	if err != nil {
 		return Saved{}, err
+	}
+	next.StoredBytes = int64(len(data)) + added
+	m := Meta{Kind: KindSave, Head: next, Piece: piece}
+	// The tail counts whole entries, meta included: a pack's records then stay well within an
+	// entry, however long a save's strings.
+	size, err := encodedSize(m, data)
+	if err == nil {
+		m.Head.TailBytes += size
+		_, err = e.writeBy(ctx, s, m, data, deadline)
+	}
+	if err != nil {
+		s.enc = nil // it has compressed the piece; the stored stream has not
+		return Saved{}, err
+	}
+	rec, err := recordOf(s.key, m.Head)
+	if err != nil {
+		return Saved{}, err
+	}
+	if s.recentOK {
+		s.recent = append(s.recent, rec)
+	}
+	return Saved{Record: rec, PackDue: e.packDue(m.Head)}, nil
+}
+
+// nextHead is the head after the save: the plan applied to the session's head, raw being the
+// piece's bytes (values included); an import takes the number, time and origin it declares once
+// its hash is checked. Its tail counts the save's entry but for its size.
+func nextHead(s *session, req SaveRequest, p savePlan, raw []byte) (Head, error) {
+	h := s.last.Head
+	next := h
+	state := h.State
+	if p.rewrite {
+		state = p.keepState
+	}
+	var err error
+	if next.State, err = extendHash(state, raw); err != nil {
+		return Head{}, err
 	}
 	next.RawBytes = p.keepBytes + int64(len(raw))
 	next.Counts = p.counts
@@ -425,10 +460,10 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 	if imp := req.Import; imp != nil {
 		hash, err := finish(next.State)
 		if err != nil {
-			return Saved{}, err
+			return Head{}, err
 		}
 		if hash != imp.Hash {
-			return Saved{}, fmt.Errorf("%w: version %d of %s: declared %s, the conversation hashes to %s", ErrHashMismatch, imp.Version, req.Key, imp.Hash, hash)
+			return Head{}, fmt.Errorf("%w: version %d of %s: declared %s, the conversation hashes to %s", ErrHashMismatch, imp.Version, req.Key, imp.Hash, hash)
 		}
 		next.Version, next.Created = imp.Version, imp.Created.UTC()
 		origin := imp.Origin
@@ -439,42 +474,37 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 		next.Moved = nil // the session is back: it was migrated here again
 	}
 	next.Pack, next.Deleted = s.lastPack(), s.lastDeleted()
+	next.TailEntries, next.TailBytes = h.TailEntries+1, h.TailBytes
+	if s.last.Kind == KindPack {
+		next.TailEntries, next.TailBytes = 1, 0
+	}
+	return next, nil
+}
+
+// compress runs the piece's bytes through the session's encoder and returns the stream's bytes
+// for them, setting piece.Frame when they start a frame (no encoder: first save, restart,
+// eviction, a lost compare-and-swap, or after a recompressed pack). An empty piece (a save that
+// adds no message) has no data and never starts a frame.
+func (e *Engine) compress(s *session, piece *Piece, stripped []byte) ([]byte, error) {
 	if s.last.Kind == KindPack && !s.last.Open {
 		s.enc = nil // a recompressed pack ended the frames before it
 	}
-	// An empty piece (a save that adds no message) has no data and never starts a frame.
-	var data []byte
-	piece.Frame = s.enc == nil && len(stripped) > 0
+	if len(stripped) == 0 {
+		return nil, nil
+	}
+	piece.Frame = s.enc == nil
 	if piece.Frame {
+		var err error
 		if s.enc, err = newEncoder(e.cfg.Window, !e.cfg.NoFastSaves); err != nil {
-			return Saved{}, err
+			return nil, err
 		}
 	}
-	if len(stripped) > 0 {
-		if data, err = s.enc.add(stripped); err != nil {
-			s.enc = nil
-			return Saved{}, err
-		}
-	}
-	next.StoredBytes = int64(len(data)) + added
-	next.TailEntries = h.TailEntries + 1
-	next.TailBytes = h.TailBytes + int64(len(data))
-	if s.last.Kind == KindPack {
-		next.TailEntries, next.TailBytes = 1, int64(len(data))
-	}
-	m := Meta{Kind: KindSave, Head: next, Piece: piece}
-	if _, err := e.write(ctx, s, m, data); err != nil {
-		s.enc = nil // it has compressed the piece; the stored stream has not
-		return Saved{}, err
-	}
-	rec, err := recordOf(s.key, next)
+	data, err := s.enc.add(stripped)
 	if err != nil {
-		return Saved{}, err
+		s.enc = nil
+		return nil, err
 	}
-	if s.recentOK {
-		s.recent = append(s.recent, rec)
-	}
-	return Saved{Record: rec, PackDue: e.packDue(next)}, nil
+	return data, nil
 }
 
 // packDue says whether the entries since the last pack are due to be packed.

@@ -126,6 +126,10 @@ func decodeRuns(pieces []*Piece, datas [][]byte) ([]byte, error) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// sizeHint bounds a buffer's capacity taken from stored sizes: a corrupt size must not allocate
+// more than a read can decode (the decoder refuses more than maxDecoded), nor a negative one.
+func sizeHint(n int64) int64 { return max(0, min(n, maxDecoded)) }
+
 // logBuilder rebuilds a session's log (its messages joined by ",") from its save and pack
 // entries, in subject order: the data of a run of entries sharing a frame is decoded at once,
 // then each piece is checked against its CRC-32C and appended, after cutting the log to its Keep
@@ -253,7 +257,7 @@ func (lb *logBuilder) flush() error {
 		lb.out = out
 		return checkPieces(out[n:], pieces)
 	}
-	plain, err := decoder.DecodeAll(stream, make([]byte, 0, raw))
+	plain, err := decoder.DecodeAll(stream, make([]byte, 0, sizeHint(raw)))
 	if err != nil {
 		return fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
 	}

@@ -3,7 +3,6 @@ package logstore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -83,7 +82,7 @@ func OpenLog(ctx context.Context, nc *nats.Conn, cfg LogConfig) (*Log, error) {
 		return nil, fmt.Errorf("logstore: creating stream %s: %w", cfg.Stream, err)
 	}
 	return &Log{nc: nc, stream: st, cfg: cfg, batch: serverAtLeast(nc, 2, 11),
-		leader: cfg.LeaderReads || cfg.Replicas > 1, maxEntry: int(nc.MaxPayload()) - headerRoom}, nil
+		leader: cfg.LeaderReads || cfg.Replicas > 1, maxEntry: max(int(nc.MaxPayload())-headerRoom, 0)}, nil
 }
 
 func (c LogConfig) withDefaults() LogConfig {
@@ -225,12 +224,46 @@ func (l *Log) create(ctx context.Context, key engine.Key, subject string, data [
 // publish stores data on subject with Nats-Expected-Last-Subject-Sequence = after (0: the
 // subject must be empty), except on an index subject (cp.idx.<ns>, shared by the namespace's
 // sessions), and returns its sequence.
+//
+// A clustered stream's leader also refuses a write whose subject has another write in process
+// (proposed, not yet applied: nats-server's expectedPerSubjectInProcess and inflight checks),
+// with 10164 and no last sequence, whatever after says. The conformance suite met it with one
+// writer appending in sequence, right after its previous append was acknowledged. So on 10164 the
+// leader is asked for the subject's last sequence: if it is still after, the write is tried again
+// (the refusal came before anything was proposed); otherwise it is a lost compare-and-swap.
 func (l *Log) publish(ctx context.Context, subject string, data []byte, after uint64, hdr nats.Header) (uint64, error) {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
-	m := &nats.Msg{Subject: subject, Data: data, Header: hdr}
-	if m.Header == nil {
-		m.Header = nats.Header{}
+	for attempt := 1; ; attempt++ {
+		seq, err := l.publishOnce(ctx, subject, data, after, hdr)
+		if !errors.Is(err, errInProcess) {
+			return seq, err
+		}
+		last, gerr := l.get(ctx, getRequest{LastFor: subject}, true)
+		if errors.Is(gerr, engine.ErrNotFound) {
+			last.seq, gerr = 0, nil
+		}
+		switch {
+		case gerr != nil:
+			return 0, errors.Join(err, fmt.Errorf("logstore: reading the last sequence of %s: %w", subject, gerr))
+		case last.seq != after:
+			return 0, fmt.Errorf("%w (the last is %d)", err, last.seq)
+		case attempt == 100:
+			return 0, fmt.Errorf("%w (100 attempts)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, errors.Join(err, ctx.Err())
+		case <-time.After(time.Duration(min(attempt, 10)) * time.Millisecond):
+		}
+	}
+}
+
+// publishOnce is one publish of publish.
+func (l *Log) publishOnce(ctx context.Context, subject string, data []byte, after uint64, hdr nats.Header) (uint64, error) {
+	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	for k, v := range hdr {
+		m.Header[k] = v
 	}
 	if !strings.HasPrefix(subject, "cp.idx.") {
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
@@ -243,20 +276,19 @@ func (l *Log) publish(ctx context.Context, subject string, data []byte, after ui
 		return 0, fmt.Errorf("logstore: publishing to %s: %w", subject, err)
 	}
 	var ack struct {
-		Seq   uint64    `json:"seq"`
-		Error *apiError `json:"error"`
+		Seq uint64 `json:"seq"`
 	}
-	if err := json.Unmarshal(resp.Data, &ack); err != nil {
-		return 0, fmt.Errorf("logstore: publishing to %s: unreadable ack %.200q", subject, resp.Data)
-	}
-	if ack.Error != nil {
-		return 0, fmt.Errorf("logstore: publishing to %s: %w", subject, ack.Error.mapped())
+	if err := apiReply(resp, &ack); err != nil {
+		return 0, fmt.Errorf("logstore: publishing to %s: %w", subject, err)
 	}
 	if ack.Seq == 0 {
 		return 0, fmt.Errorf("logstore: publishing to %s: ack without a sequence %.200q", subject, resp.Data)
 	}
 	return ack.Seq, nil
 }
+
+// errInProcess marks 10164 (see publish).
+var errInProcess = errors.New("another write to the subject is in process")
 
 // apiError is a JetStream API error reply.
 type apiError struct {
@@ -272,8 +304,9 @@ func (e *apiError) Error() string {
 // JetStream error codes (nats-server's errors.json).
 const (
 	errCodeWrongLastSequence = 10071
-	// errCodeWrongLastSequenceClustered: what a clustered stream answers ("wrong last sequence",
-	// JSStreamWrongLastSequenceConstantErr) where a single server answers 10071.
+	// errCodeWrongLastSequenceClustered: "wrong last sequence" without the last sequence
+	// (JSStreamWrongLastSequenceConstantErr), what a clustered stream answers when the subject has
+	// a write in process (publish).
 	errCodeWrongLastSequenceClustered = 10164
 	errCodeNoMessageFound             = 10037
 	errCodeSequenceNotFound           = 10043
@@ -283,8 +316,10 @@ const (
 // mapped wraps the engine's error that the code stands for, if any.
 func (e *apiError) mapped() error {
 	switch e.ErrCode {
-	case errCodeWrongLastSequence, errCodeWrongLastSequenceClustered:
+	case errCodeWrongLastSequence:
 		return fmt.Errorf("%w: %v", engine.ErrConflict, e)
+	case errCodeWrongLastSequenceClustered:
+		return fmt.Errorf("%w: %w: %v", engine.ErrConflict, errInProcess, e)
 	case errCodeNoMessageFound, errCodeSequenceNotFound:
 		return fmt.Errorf("%w: %v", engine.ErrNotFound, e)
 	case errCodeMessageTooLarge:
@@ -308,8 +343,8 @@ func (l *Log) Range(ctx context.Context, key engine.Key, from, upTo uint64, fn f
 }
 
 // scan calls fn with subject's messages whose sequence is in [from, upTo] (upTo 0: no bound),
-// in order, until fn returns false, asking for batch messages at a time. It reads with batched direct gets (nats-server ≥ 2.11; one
-// direct get per message before), from any replica. On a replicated stream a replica may be
+// in order, until fn returns false. It reads with batched direct gets of up to batch messages
+// (nats-server ≥ 2.11; one direct get per message before), from any replica. On a replicated stream a replica may be
 // behind the leader: it has every message up to some point and none after, so when the replica
 // says there is no more, the leader is asked for the next message (one STREAM.MSG.GET); if it
 // has one, the scan goes on from it. So a scan sees every message acknowledged before it began
@@ -324,7 +359,7 @@ func (l *Log) scan(ctx context.Context, subject string, from, upTo uint64, batch
 		if last > 0 {
 			from = last + 1
 		}
-		if more {
+		if more && last > 0 { // (more without a message would not move on)
 			continue
 		}
 		if !l.leader || (upTo > 0 && from > upTo) {

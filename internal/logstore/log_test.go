@@ -32,7 +32,14 @@ func openFresh(t *testing.T, nc *nats.Conn, cfg LogConfig) *Log {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := OpenLog(ctx, nc, cfg)
+	var l *Log
+	var err error
+	for { // a cluster just started may not have placed its peers yet ("peer offline")
+		if l, err = OpenLog(ctx, nc, cfg); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	require.NoError(t, err)
 	require.NoError(t, l.stream.Purge(ctx))
 	return l
@@ -143,4 +150,34 @@ func TestLog_LostCreationLeavesNoIndexEntry(t *testing.T) {
 	info, err := l.stream.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), info.State.Msgs, "the log's entry and one index entry")
+}
+
+// An index entry that logstore did not write (published raw by anything with the stream's
+// rights) fails the listing with a typed error naming it; it is never guessed at, and the
+// sessions themselves are untouched.
+func TestLog_MalformedIndexEntry(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	seq, err := l.Append(ctx, k, []byte("e"), 0)
+	require.NoError(t, err)
+	for _, bad := range []string{"no-dot", "a.b.c", "a b.c", "=2e.x", "=41.x", ""} {
+		ack, err := l.nc.Request("cp.idx.n", []byte(bad), 5*time.Second)
+		require.NoError(t, err)
+		_, _, err = l.Sessions(ctx, "n", 0, 10)
+		require.ErrorIs(t, err, wire.ErrInvalidID, "%q", bad)
+		require.ErrorContains(t, err, "index entry")
+		var pub struct {
+			Seq uint64 `json:"seq"`
+		}
+		require.NoError(t, apiReply(ack, &pub))
+		require.NoError(t, l.deleteSeqs(ctx, []uint64{pub.Seq}))
+	}
+	keys, _, err := l.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []engine.Key{k}, keys)
+	last, err := l.Last(ctx, k)
+	require.NoError(t, err)
+	require.Equal(t, seq, last.Seq)
 }
