@@ -135,7 +135,8 @@ func newLivePolicy(p RetentionPolicy) *livePolicy {
 func (l *livePolicy) get() RetentionPolicy  { return *l.p.Load() }
 func (l *livePolicy) set(p RetentionPolicy) { l.p.Store(&p) }
 
-// pruner applies the retention policy to every session now and then (engine.Prune).
+// pruner applies the retention policy to every session now and then (engine.Prune), and sweeps the
+// values nothing refers to (engine.SweepValues).
 type pruner struct {
 	engine   *engine.Engine
 	policy   *livePolicy
@@ -184,27 +185,51 @@ func (p *pruner) run(ctx context.Context) {
 	p.m.RetentionRounds.WithLabelValues(result).Inc()
 }
 
-// round applies retention; it reports whether it succeeded. The log engine has nothing else to
+// round applies retention, then sweeps the values no session refers to any more
+// (engine.SweepValues); it reports whether every step succeeded. The log engine has nothing else to
 // sweep: a crashed save leaves no orphan (its entry is its commit), and packs delete what they
-// packed. Values are never deleted yet (internal/engine/values.go says why).
+// packed.
 func (p *pruner) round(ctx context.Context) bool {
-	policy := p.policy.get()
-	if policy.Default == (engine.Retention{}) && len(policy.ByNamespace) == 0 {
-		return true
+	ok := true
+	if policy := p.policy.get(); policy.Default != (engine.Retention{}) || len(policy.ByNamespace) > 0 {
+		res, err := pruneNamespace(ctx, p.engine, "", policy.For, false)
+		if p.pruned != nil {
+			p.pruned(res)
+		}
+		for _, r := range res {
+			p.m.RetentionRemoved.WithLabelValues("version").Add(float64(len(r.Versions)))
+			p.log.Info("retention: pruned old versions", "session", r.Key, "versions", len(r.Versions), "kept", r.Kept)
+		}
+		if err != nil && ctx.Err() == nil {
+			ok = false
+			p.log.Warn("retention: prune failed; trying again next round", "err", err)
+		}
 	}
-	res, err := pruneNamespace(ctx, p.engine, "", policy.For, false)
-	if p.pruned != nil {
-		p.pruned(res)
-	}
-	for _, r := range res {
-		p.m.RetentionRemoved.WithLabelValues("version").Add(float64(len(r.Versions)))
-		p.log.Info("retention: pruned old versions", "session", r.Key, "versions", len(r.Versions), "kept", r.Kept)
-	}
-	if err != nil && ctx.Err() == nil {
-		p.log.Warn("retention: prune failed; trying again next round", "err", err)
+	return p.sweepValues(ctx) && ok
+}
+
+// sweepValues sweeps the values of every namespace (engine.SweepValues: a value is gone two sweeps
+// after nothing referred to it).
+func (p *pruner) sweepValues(ctx context.Context) bool {
+	namespaces, err := p.engine.Namespaces(ctx)
+	if err != nil {
+		p.log.Warn("housekeeping: listing namespaces failed; trying again next round", "err", err)
 		return false
 	}
-	return true
+	ok := true
+	for _, ns := range namespaces {
+		res, err := p.engine.SweepValues(ctx, ns)
+		if err != nil && ctx.Err() == nil {
+			ok = false
+			p.log.Warn("housekeeping: sweeping unused values failed; trying again next round", "namespace", ns, "err", err)
+		}
+		if res.Deleted > 0 || res.Trashed > 0 || res.Restored > 0 {
+			p.m.RetentionRemoved.WithLabelValues("value").Add(float64(res.Deleted))
+			p.log.Info("housekeeping: values no session uses", "namespace", ns, "trashed", res.Trashed,
+				"deleted", res.Deleted, "freed_bytes", res.FreedBytes, "restored", res.Restored)
+		}
+	}
+	return ok
 }
 
 func (p *pruner) stop() {
