@@ -156,7 +156,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := checkOpenedStreams(st, logStream); err != nil {
 		return nil, err
 	}
-	if log, err = WrapLog(log, cfg.NamespaceKeys); err != nil {
+	if log, err = WrapLog(boundedLog{log}, cfg.NamespaceKeys); err != nil {
 		return nil, err
 	}
 	eng := engine.New(log, cfg.Engine)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -83,4 +84,62 @@ func (d *Daemon) SetNamespaceKeys(nk *NamespaceKeys) (dropped []string, err erro
 		return nil, nil
 	}
 	return nil, errNamespaceKeysUnsupported
+}
+
+// boundedLog bounds each request of the log engine to the server by opTimeout (2 s; a whole Range
+// or Sessions page by rangeTimeout), whatever the caller's deadline: a request sent to a stream
+// leader that has just died is never answered, and giving up after a few seconds lets the caller
+// retry (a save is redelivered; the engine finds it stored if it was) against the newly elected
+// leader, where waiting out a save's whole deadline stalled it for 30 s after every leader loss
+// (TestCluster_Harness, killing CP_LOG's leader).
+type boundedLog struct{ engine.Log }
+
+// rangeTimeout bounds a Range (several batched reads, up to a whole 64 MiB conversation) and a
+// Sessions page.
+const rangeTimeout = 10 * time.Second
+
+func bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
+}
+
+func (l boundedLog) Last(ctx context.Context, key engine.Key) (engine.Entry, error) {
+	ctx, cancel := bounded(ctx, opTimeout)
+	defer cancel()
+	return l.Log.Last(ctx, key)
+}
+
+func (l boundedLog) Append(ctx context.Context, key engine.Key, data []byte, after uint64) (uint64, error) {
+	ctx, cancel := bounded(ctx, opTimeout)
+	defer cancel()
+	return l.Log.Append(ctx, key, data, after)
+}
+
+func (l boundedLog) Get(ctx context.Context, key engine.Key, seq uint64) (engine.Entry, error) {
+	ctx, cancel := bounded(ctx, opTimeout)
+	defer cancel()
+	return l.Log.Get(ctx, key, seq)
+}
+
+func (l boundedLog) Range(ctx context.Context, key engine.Key, from, upTo uint64, fn func(engine.Entry) bool) error {
+	ctx, cancel := bounded(ctx, rangeTimeout)
+	defer cancel()
+	return l.Log.Range(ctx, key, from, upTo, fn)
+}
+
+func (l boundedLog) Sessions(ctx context.Context, ns string, cursor uint64, limit int) ([]engine.Key, uint64, error) {
+	ctx, cancel := bounded(ctx, rangeTimeout)
+	defer cancel()
+	return l.Log.Sessions(ctx, ns, cursor, limit)
+}
+
+func (l boundedLog) PutValue(ctx context.Context, ns, id string, blob []byte) error {
+	ctx, cancel := bounded(ctx, opTimeout)
+	defer cancel()
+	return l.Log.PutValue(ctx, ns, id, blob)
+}
+
+func (l boundedLog) Value(ctx context.Context, ns, id string) ([]byte, error) {
+	ctx, cancel := bounded(ctx, opTimeout)
+	defer cancel()
+	return l.Log.Value(ctx, ns, id)
 }
