@@ -15,6 +15,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 )
 
 // Config is what the daemon needs beyond a NATS connection.
@@ -23,7 +24,7 @@ type Config struct {
 	MaxCheckpointBytes int64            // largest conversation accepted (canonical JSON bytes)
 	IngestBudgetBytes  int64            // bytes the saves being settled may hold at once (ingestbudget.go); 0: MaxCheckpointBytes
 	ImagePaths         codec.ImagePaths // what a save does with images naming local files (refuse, redact, allow)
-	NamespaceKeys      *NamespaceKeys   // encrypts stored conversation bytes per namespace (nil: off); see WrapLog
+	NamespaceKeys      *NamespaceKeys   // encrypts stored conversation bytes per namespace (nil: off); see sealLog
 	ResultTTL          time.Duration    // how long save outcomes stay readable on CP_RESULTS
 	RequestTimeout     time.Duration    // upper bound on one service request, including waiting for ingest
 	Lanes              int              // sessions settled in parallel by this instance
@@ -111,6 +112,7 @@ type Daemon struct {
 	// Engine is the storage domain (internal/engine) over the stream CP_LOG (internal/logstore).
 	Engine    *engine.Engine
 	logStream jetstream.Stream // CP_LOG, for its figures (state.go)
+	sealed    *sealing.Log     // the log sealing entries with --namespace-keys (its keys nil: off), for SIGHUP
 	ready     atomic.Bool
 	guard     *serverGuard // refuses NATS servers too old for safe saves (serverversion.go)
 	nc        *nats.Conn
@@ -156,11 +158,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := checkOpenedStreams(st, logStream); err != nil {
 		return nil, err
 	}
-	if log, err = WrapLog(boundedLog{log}, cfg.NamespaceKeys); err != nil {
-		return nil, err
-	}
-	eng := engine.New(log, cfg.Engine)
-	d := &Daemon{cfg: cfg, Engine: eng, logStream: logStream, nc: nc, policy: newLivePolicy(cfg.Retention)}
+	sealed := sealLog(boundedLog{log}, cfg.NamespaceKeys)
+	eng := engine.New(sealed, cfg.Engine)
+	d := &Daemon{cfg: cfg, Engine: eng, logStream: logStream, sealed: sealed, nc: nc, policy: newLivePolicy(cfg.Retention)}
 	watchConn(nc, cfg.Logger, cfg.Metrics)
 	d.svc = &service{nc: nc, st: st, engine: eng, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
 		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, policy: d.policy,

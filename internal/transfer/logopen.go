@@ -11,6 +11,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/logstore"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -64,26 +65,21 @@ func refuseFormat2(ctx context.Context, js jetstream.JetStream) error {
 	return &Format2Error{}
 }
 
-// WrapLog is where --namespace-keys seal what the engine stores (HOOK: internal/sealing's
-// sealing.NewLog(inner, keys) decorator goes here, and Daemon.SetNamespaceKeys reloads its keys).
-// Until it is merged, namespace keys are refused: storing in clear what the operator asked to be
-// encrypted would be a silent downgrade.
-func WrapLog(log engine.Log, keys *NamespaceKeys) (engine.Log, error) {
-	if keys == nil || keys.Count() == 0 {
-		return log, nil
-	}
-	return nil, errNamespaceKeysUnsupported
+// sealLog is where --namespace-keys seal what the engine stores (internal/sealing): with keys, every
+// entry's data and every value is sealed with its namespace's key before it reaches the stream, and
+// opened when read; the engine never sees it (docs/format.md §8.12a). The log is wrapped without
+// keys too (keys nil: everything is stored plain), so that a daemon started without the keys on
+// sealed data refuses it as corrupt naming the key it lacks, rather than as bytes that are not an
+// entry; it costs the envelope's 45 bytes of each entry's room.
+func sealLog(log engine.Log, keys *NamespaceKeys) *sealing.Log {
+	return sealing.NewLog(log, keys)
 }
 
-var errNamespaceKeysUnsupported = errors.New("--namespace-keys: encryption of the log engine's entries is not in this build yet (internal/sealing); start without --namespace-keys, or stay on the previous release")
-
 // SetNamespaceKeys puts new namespace keys in force (SIGHUP) and returns the ids of the keys that
-// were in force and are no longer. See WrapLog.
+// were in force and are no longer: what they sealed no longer opens. Encryption cannot be turned
+// on or off while running (an error; the running keys stay).
 func (d *Daemon) SetNamespaceKeys(nk *NamespaceKeys) (dropped []string, err error) {
-	if nk == nil || nk.Count() == 0 {
-		return nil, nil
-	}
-	return nil, errNamespaceKeysUnsupported
+	return d.sealed.SetKeys(nk)
 }
 
 // boundedLog bounds each request of the log engine to the server by opTimeout (2 s; a whole Range

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -59,25 +61,29 @@ func TestParseNamespaceKeys_RefusesBadFilesNamingTheMember(t *testing.T) {
 	require.Equal(t, 2, nk.Count(), "a key named twice is one key")
 }
 
-// segmentPieces returns every stored piece of namespace ns in cp_segments, by key.
+// segmentPieces returns every stored entry and value of namespace ns in CP_LOG (what the daemon
+// stores for it), by "<subject>#<sequence>".
 func segmentPieces(t *testing.T, env *testenv.Env, ns string) map[string][]byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	js, err := jetstream.New(env.Conn())
 	require.NoError(t, err)
-	kv, err := js.KeyValue(ctx, wire.BucketSegment)
+	st, err := js.Stream(ctx, transfer.LogStream)
 	require.NoError(t, err)
-	lister, err := kv.ListKeys(ctx)
+	info, err := st.Info(ctx)
 	require.NoError(t, err)
 	out := map[string][]byte{}
-	for k := range lister.Keys() {
-		if !strings.HasPrefix(k, wire.EncodeID(ns)+".") {
-			continue
+	prefixes := []string{"cp.log." + wire.EncodeID(ns) + ".", "cp.val." + wire.EncodeID(ns) + "."}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // deleted (packed)
 		}
-		e, err := kv.Get(ctx, k)
 		require.NoError(t, err)
-		out[k] = e.Value()
+		if strings.HasPrefix(m.Subject, prefixes[0]) || strings.HasPrefix(m.Subject, prefixes[1]) {
+			out[fmt.Sprintf("%s#%d", m.Subject, seq)] = m.Data
+		}
 	}
 	return out
 }
@@ -101,7 +107,6 @@ func markedConversation(n int, marker string) []byte {
 // stored as before, and the same search finds its marker (so the search works). Every version of
 // both restores.
 func TestNamespaceKeys_StoredBytesAreSealed(t *testing.T) {
-	t.Skip("namespace keys are not on the log engine yet: the daemon refuses --namespace-keys until internal/sealing (branch s17-sealing) is merged")
 	nk := namespaceKeys(t, map[string]any{"alice": newNamespaceKey(t)})
 	env := testenv.StartWithMaxPayload(t, 32<<10, func(c *transfer.Config) {
 		c.NamespaceKeys, c.CacheBytes = nk, 1
@@ -119,7 +124,10 @@ func TestNamespaceKeys_StoredBytesAreSealed(t *testing.T) {
 		}
 		saved[ns+"-marker"] = [][]byte{[]byte(marker)}
 	}
-	time.Sleep(time.Second) // the idle merge and the archive of records run, and write sealed segments too
+	for _, ns := range []string{"alice", "bob"} { // packs write sealed entries too
+		_, err := env.Daemon.Engine.Pack(ctx, engine.Key{Namespace: ns, Session: "s", Agent: wire.DefaultAgent}, true)
+		require.NoError(t, err)
+	}
 	for _, ns := range []string{"alice", "bob"} {
 		for i, want := range saved[ns] {
 			got, _, err := env.Client.Restore(ctx, checkpoint.Key{Namespace: ns, Session: "s"}, uint64(i+1))
@@ -129,20 +137,13 @@ func TestNamespaceKeys_StoredBytesAreSealed(t *testing.T) {
 	}
 
 	alice, bob := segmentPieces(t, env, "alice"), segmentPieces(t, env, "bob")
-	require.Greater(t, len(alice), 4, "several segments")
-	var later int
-	for k := range alice {
-		if !strings.HasSuffix(k, ".0") {
-			later++
-		}
-	}
-	require.Positive(t, later, "some segments or values are in several pieces")
+	require.Greater(t, len(alice), 4, "several entries")
 	for k, v := range alice {
-		require.True(t, bytes.HasPrefix(v, []byte("CPKE\x01")), "piece %s is not sealed", k)
+		require.True(t, bytes.HasPrefix(v, []byte("CPKE\x01")), "entry %s is not sealed", k)
 	}
 	for k, v := range bob {
-		if strings.HasSuffix(k, ".0") {
-			require.True(t, bytes.HasPrefix(v, []byte("CPKT")), "piece %s of a namespace without a key", k)
+		if strings.HasPrefix(k, "cp.log.") {
+			require.True(t, bytes.HasPrefix(v, []byte("CPL2")), "entry %s of a namespace without a key", k)
 		}
 	}
 
@@ -151,11 +152,11 @@ func TestNamespaceKeys_StoredBytesAreSealed(t *testing.T) {
 	env.Server.WaitForShutdown()
 	kvFiles := filepath.Join(env.Dir, "jetstream", "$G", "streams")
 	var inKV []string
-	for _, f := range grepDataDirGlob(t, kvFiles, "KV_*", string(saved["alice-marker"][0])) {
+	for _, f := range grepDataDirGlob(t, kvFiles, transfer.LogStream, string(saved["alice-marker"][0])) {
 		inKV = append(inKV, f)
 	}
-	require.Empty(t, inKV, "alice's bytes readable in the buckets' files")
-	require.NotEmpty(t, grepDataDirGlob(t, kvFiles, "KV_*", string(saved["bob-marker"][0])), "the search must find bob's marker, or it proves nothing")
+	require.Empty(t, inKV, "alice's bytes readable in the stream's files")
+	require.NotEmpty(t, grepDataDirGlob(t, kvFiles, transfer.LogStream, string(saved["bob-marker"][0])), "the search must find bob's marker, or it proves nothing")
 }
 
 // grepDataDirGlob is grepDataDir over the directories under dir matching pattern.
@@ -187,7 +188,6 @@ func restoreWith(t *testing.T, env *testenv.Env, keys *transfer.NamespaceKeys, k
 // key, no key, or a key that was dropped fails with code corrupt, saying which key is missing, and
 // never returns bytes; the daemon keeps serving.
 func TestNamespaceKeys_RotationAndWrongKeys(t *testing.T) {
-	t.Skip("namespace keys are not on the log engine yet: the daemon refuses --namespace-keys until internal/sealing (branch s17-sealing) is merged")
 	k1, k2 := newNamespaceKey(t), newNamespaceKey(t)
 	env := testenv.Start(t, func(c *transfer.Config) {
 		c.NamespaceKeys, c.CacheBytes = namespaceKeys(t, map[string]any{"*": k1}), 1
@@ -231,7 +231,6 @@ func TestNamespaceKeys_RotationAndWrongKeys(t *testing.T) {
 // The cluster's operator alters or moves sealed pieces, or writes envelopes of their own: every
 // restore fails with code corrupt (the envelope authenticates its bytes and its place), no panic.
 func TestNamespaceKeys_AlteredPiecesAreCorruptNeverGarbage(t *testing.T) {
-	t.Skip("namespace keys are not on the log engine yet: the daemon refuses --namespace-keys until internal/sealing (branch s17-sealing) is merged")
 	nk := namespaceKeys(t, map[string]any{"*": newNamespaceKey(t)})
 	env := testenv.Start(t, func(c *transfer.Config) { c.NamespaceKeys, c.CacheBytes = nk, 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -244,9 +243,9 @@ func TestNamespaceKeys_AlteredPiecesAreCorruptNeverGarbage(t *testing.T) {
 	pieces := segmentPieces(t, env, wire.DefaultNamespace)
 	var pieceA, pieceB string
 	for k := range pieces {
-		if strings.Contains(k, ".a.") {
+		if strings.HasPrefix(k, "cp.log.default.a.") {
 			pieceA = k
-		} else if strings.Contains(k, ".b.") {
+		} else if strings.HasPrefix(k, "cp.log.default.b.") {
 			pieceB = k
 		}
 	}
@@ -260,8 +259,7 @@ func TestNamespaceKeys_AlteredPiecesAreCorruptNeverGarbage(t *testing.T) {
 
 	js, err := jetstream.New(env.Conn())
 	require.NoError(t, err)
-	kv, err := js.KeyValue(ctx, wire.BucketSegment)
-	require.NoError(t, err)
+	subjectA, _, _ := strings.Cut(pieceA, "#")
 	for _, tc := range []struct {
 		name   string
 		stored []byte
@@ -274,7 +272,7 @@ func TestNamespaceKeys_AlteredPiecesAreCorruptNeverGarbage(t *testing.T) {
 		{"only the magic", []byte("CPKE"), "shorter than its envelope"},
 		{"a header with no cipher", sealed[:25], "shorter than its envelope"},
 	} {
-		_, err := kv.Put(ctx, pieceA, tc.stored)
+		_, err := js.Publish(ctx, subjectA, tc.stored) // a's last entry, as the operator wrote it
 		require.NoError(t, err)
 		got, _, err := env.Client.Restore(ctx, a, 1)
 		require.ErrorIs(t, err, checkpoint.ErrCorrupt, tc.name)
@@ -301,7 +299,6 @@ func keyIDs(pieces map[string][]byte) map[string]bool {
 // on, the old one still opens what it sealed until a file leaves it out, which SetKeys reports by key
 // id. Turning encryption on or off needs a restart: refused, the running keys stay.
 func TestNamespaceKeys_SetKeysWhileRunning(t *testing.T) {
-	t.Skip("namespace keys are not on the log engine yet: the daemon refuses --namespace-keys until internal/sealing (branch s17-sealing) is merged")
 	k1, k2 := newNamespaceKey(t), newNamespaceKey(t)
 	env := testenv.Start(t, func(c *transfer.Config) {
 		c.NamespaceKeys, c.CacheBytes = namespaceKeys(t, map[string]any{"*": k1}), 1

@@ -100,10 +100,13 @@ func requireZstdIsIdentity(t *testing.T, nc *nats.Conn, ns string, req wire.Read
 
 // A read asked for as zstd decodes to exactly the bytes of the identity read, with the same hash,
 // for every shape a version's bytes can take: one save (whose stored frames travel as they are),
-// several, a rewrite, values spliced in, packed saves, the request view, maxMessages and a merge of
-// agents; each in several pieces.
+// several, a rewrite, values spliced in, packed saves, a sealed namespace, the request view,
+// maxMessages and a merge of agents; each in several pieces.
 func TestRead_ZstdDecodesToTheIdentityBytes(t *testing.T) {
-	env := testenv.StartWithMaxPayload(t, 64<<10, packByHand)
+	env := testenv.StartWithMaxPayload(t, 64<<10, func(c *transfer.Config) {
+		packByHand(c)
+		c.NamespaceKeys = namespaceKeys(t, map[string]any{"sealed": newNamespaceKey(t)})
+	})
 	ctx := ctxT(t)
 	nc := env.Conn()
 	corpus := corpusMessages(t, "claude_code_spotter_258c7280.json")
@@ -111,7 +114,7 @@ func TestRead_ZstdDecodesToTheIdentityBytes(t *testing.T) {
 		return wire.ReadRequest{SessionRequest: wire.SessionRequest{Session: key.Session, Agent: key.Agent}, Version: v}
 	}
 
-	t.Run("one segment passes through", func(t *testing.T) {
+	t.Run("one save", func(t *testing.T) {
 		key := checkpoint.Key{Namespace: "plain", Session: "one"}
 		_, err := env.Client.Save(ctx, key, arrayOf(corpus))
 		require.NoError(t, err)
@@ -127,7 +130,7 @@ func TestRead_ZstdDecodesToTheIdentityBytes(t *testing.T) {
 		requireZstdIsIdentity(t, nc, "plain", r)
 	})
 
-	t.Run("several extents and older versions", func(t *testing.T) {
+	t.Run("several saves and older versions, then packed", func(t *testing.T) {
 		key := checkpoint.Key{Namespace: "plain", Session: "grown"}
 		for _, n := range []int{100, 250, len(corpus)} {
 			_, err := env.Client.Save(ctx, key, arrayOf(corpus[:n]))
@@ -142,7 +145,7 @@ func TestRead_ZstdDecodesToTheIdentityBytes(t *testing.T) {
 		}
 	})
 
-	t.Run("extent cut short", func(t *testing.T) {
+	t.Run("rewritten", func(t *testing.T) {
 		key := checkpoint.Key{Namespace: "plain", Session: "rewritten"}
 		_, err := env.Client.Save(ctx, key, arrayOf(corpus[:300]))
 		require.NoError(t, err)
@@ -168,7 +171,6 @@ func TestRead_ZstdDecodesToTheIdentityBytes(t *testing.T) {
 	})
 
 	t.Run("sealed namespace", func(t *testing.T) {
-		t.Skip("namespace keys are not on the log engine yet (internal/sealing, branch s17-sealing)")
 		key := checkpoint.Key{Namespace: "sealed", Session: "secret"}
 		_, err := env.Client.Save(ctx, key, arrayOf(corpus[:200]))
 		require.NoError(t, err)
