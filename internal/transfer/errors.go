@@ -16,7 +16,8 @@ var errBadRequest = errors.New("bad request")
 func isTransient(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrConnectionClosed) ||
-		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, errUnavailable) || errors.Is(err, engine.ErrBusy)
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, errUnavailable) || errors.Is(err, engine.ErrBusy) ||
+		errors.Is(err, engine.ErrUnavailable)
 }
 
 // errUnavailable marks a condition that will pass: JetStream has no leader, ingest is catching up.
