@@ -48,8 +48,11 @@ func BenchmarkSave(b *testing.B) {
 		payloads[i] = append(append([]byte{'['}, c.Span(from, cuts[i])...), ']')
 	}
 	var engineTime, packTime, zstdTime time.Duration
+	var written, live int64
 	for n := range b.N {
-		e := engine.New(memlog.New(1<<20), engine.Config{})
+		mem := memlog.New(1 << 20)
+		log := &writeCounter{Log: mem}
+		e := engine.New(log, engine.Config{})
 		k := engine.Key{Namespace: "b", Session: fmt.Sprint(n), Agent: "a"}
 		enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 		for i, p := range payloads {
@@ -70,7 +73,13 @@ func BenchmarkSave(b *testing.B) {
 			_ = enc.EncodeAll(p, nil)
 			zstdTime += time.Since(start)
 		}
+		written += log.bytes
+		_ = mem.Range(ctx, k, 0, 0, func(en engine.Entry) bool { live += int64(len(en.Data)); return true })
 	}
+	final, _ := zstd.NewWriter(nil)
+	zfinal := float64(len(final.EncodeAll(c.Encode(), nil)) * b.N)
+	b.ReportMetric(float64(written)/zfinal, "written/zstd(final)")
+	b.ReportMetric(float64(live)/zfinal, "live/zstd(final)")
 	saves := float64(b.N * len(payloads))
 	b.ReportMetric(float64(engineTime.Nanoseconds())/saves, "ns/save")
 	b.ReportMetric(float64(packTime.Nanoseconds())/saves, "ns-pack/save")
@@ -122,4 +131,15 @@ func BenchmarkRead(b *testing.B) {
 	b.ReportMetric(float64(times[2])/float64(times[0]), "verified/zstd")
 	b.ReportMetric(float64(times[3])/float64(times[0]), "readzstd/zstd")
 	b.ReportMetric(float64(times[1].Microseconds())/float64(b.N), "µs/read")
+}
+
+// writeCounter counts the bytes appended to a log.
+type writeCounter struct {
+	engine.Log
+	bytes int64
+}
+
+func (w *writeCounter) Append(cx ctxT, k engine.Key, data []byte, after uint64) (uint64, error) {
+	w.bytes += int64(len(data))
+	return w.Log.Append(cx, k, data, after)
 }

@@ -100,8 +100,8 @@ type session struct {
 	mu      sync.Mutex
 	key     Key
 	loaded  bool
-	lastSeq uint64 // 0: the log is empty
-	last    Meta   // the last entry's meta (zero if none)
+	lastSeq uint64    // 0: the log is empty
+	last    entryMeta // the last entry's meta (zero if none)
 	enc     *encoder
 	// recent holds the records of the last pack's versions and of the saves after it, oldest
 	// first, so that a save delivered again is recognised without a read (docs/format.md §8.5).
@@ -152,7 +152,7 @@ func (e *Engine) load(ctx context.Context, s *session) error {
 	last, err := e.log.Last(ctx, s.key)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		s.lastSeq, s.last = 0, Meta{Head: emptyHead()}
+		s.lastSeq, s.last = 0, entryMeta{Head: emptyHead()}
 	case err != nil:
 		return err
 	default:
@@ -206,7 +206,7 @@ func (e *Engine) stale(ctx context.Context, s *session) bool {
 
 // lastPack is the sequence of the session's last pack (0: none).
 func (s *session) lastPack() uint64 {
-	if s.last.Kind == KindPack {
+	if s.last.Kind == kindPack {
 		return s.lastSeq
 	}
 	return s.last.Head.Pack
@@ -221,21 +221,21 @@ func (s *session) lastDeleted() uint64 {
 }
 
 // emptyHead is the head of a session with no entry: the empty conversation "[]".
-func emptyHead() Head {
+func emptyHead() headState {
 	state, _ := extendHash(nil, nil)
-	return Head{State: state}
+	return headState{State: state}
 }
 
 // write appends an entry (as parts first if it is larger than the log takes) after the
 // session's last entry, and makes it the session's last. Any error leaves the session to be
 // dropped by the caller: the log may hold parts of it, which readers skip.
-func (e *Engine) write(ctx context.Context, s *session, m Meta, data []byte) (uint64, error) {
+func (e *Engine) write(ctx context.Context, s *session, m entryMeta, data []byte) (uint64, error) {
 	return e.writeBy(ctx, s, m, data, time.Time{})
 }
 
 // writeBy is write, refused (ErrBusy, nothing more written) if the commit would come after
 // deadline (zero: none): a save's values are safe from the sweep until then.
-func (e *Engine) writeBy(ctx context.Context, s *session, m Meta, data []byte, deadline time.Time) (uint64, error) {
+func (e *Engine) writeBy(ctx context.Context, s *session, m entryMeta, data []byte, deadline time.Time) (uint64, error) {
 	body, err := encodeEntry(m, data)
 	if err != nil {
 		return 0, err
@@ -263,7 +263,7 @@ func (e *Engine) writeBy(ctx context.Context, s *session, m Meta, data []byte, d
 
 // encodedSize is the size of the entry of m and data (its tail bytes not counted yet: a varint
 // more or less at most).
-func encodedSize(m Meta, data []byte) (int64, error) {
+func encodedSize(m entryMeta, data []byte) (int64, error) {
 	b, err := encodeEntry(m, nil)
 	return int64(len(b) + len(data)), err
 }
@@ -271,9 +271,9 @@ func encodedSize(m Meta, data []byte) (int64, error) {
 // writeParts writes the first bytes of data as part entries, so that what is left fits in the
 // entry of meta m (whose encoding without data is metaLen bytes); it sets m.Parts and returns
 // the last part's sequence and the rest of the data.
-func (e *Engine) writeParts(ctx context.Context, s *session, m *Meta, data []byte, metaLen int) (uint64, []byte, error) {
+func (e *Engine) writeParts(ctx context.Context, s *session, m *entryMeta, data []byte, metaLen int) (uint64, []byte, error) {
 	max := e.log.MaxEntry()
-	part := Meta{Kind: KindPart, Head: s.last.Head}
+	part := entryMeta{Kind: kindPart, Head: s.last.Head}
 	part.Head.Pack, part.Head.Deleted = s.lastPack(), s.lastDeleted()
 	hdr, err := encodeEntry(part, nil)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 // Forks (docs/format.md §8.11).
 //
-// A fork's first entry (KindFork) says "version 1 is version v of session S": nothing of the
+// A fork's first entry (kindFork) says "version 1 is version v of session S": nothing of the
 // conversation is copied, and a read of the fork reads S at v (checked against the fork's
 // version 1 hash). S's packs never delete what the fork needs: they keep every version, and the
 // fork reads S by version, not by sequence. What could take v away is S's retention or deletion,
@@ -64,7 +64,7 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (Saved, error) {
 	if err != nil {
 		return Saved{}, err
 	}
-	pin := Pin{Fork: req.To, Version: v}
+	pin := forkPin{Fork: req.To, Version: v}
 	err = e.pin(ctx, req.From, pin)
 	if errors.Is(err, errNoPin) {
 		return e.forkCopy(ctx, req, conv, rec)
@@ -130,7 +130,7 @@ func (e *Engine) writeForkOnce(ctx context.Context, s *session, req ForkRequest,
 	next.FirstVersion, next.Moved = 0, nil
 	next.Pack, next.Deleted = s.lastPack(), s.lastDeleted()
 	next.TailEntries, next.TailBytes = h.TailEntries+1, h.TailBytes
-	m := Meta{Kind: KindFork, Head: next, Source: &Pin{Fork: req.From, Version: src.Version}}
+	m := entryMeta{Kind: kindFork, Head: next, Source: &forkPin{Fork: req.From, Version: src.Version}}
 	if _, err := e.write(ctx, s, m, nil); err != nil {
 		return Saved{}, err
 	}
@@ -146,8 +146,8 @@ func (e *Engine) writeForkOnce(ctx context.Context, s *session, req ForkRequest,
 }
 
 // pin adds p to key's pins (once).
-func (e *Engine) pin(ctx context.Context, key Key, p Pin) error {
-	_, err := e.changeHead(ctx, key, func(h *Head) error {
+func (e *Engine) pin(ctx context.Context, key Key, p forkPin) error {
+	_, err := e.changeHead(ctx, key, func(h *headState) error {
 		switch {
 		case h.Version == 0 || p.Version < h.FirstVersion:
 			return fmt.Errorf("session %s version %d: %w", key, p.Version, ErrNotFound)
@@ -163,8 +163,8 @@ func (e *Engine) pin(ctx context.Context, key Key, p Pin) error {
 }
 
 // unpin removes p from key's pins.
-func (e *Engine) unpin(ctx context.Context, key Key, p Pin) error {
-	_, err := e.changeHead(ctx, key, func(h *Head) error {
+func (e *Engine) unpin(ctx context.Context, key Key, p forkPin) error {
+	_, err := e.changeHead(ctx, key, func(h *headState) error {
 		i := slices.Index(h.Pins, p)
 		if i < 0 {
 			return errUnchanged
@@ -180,7 +180,7 @@ func (e *Engine) unpin(ctx context.Context, key Key, p Pin) error {
 
 // releasePins makes key's pins of versions up to upTo (0: all) go: each fork still reading key is
 // packed (which copies the version in and unpins it), a stale pin is removed.
-func (e *Engine) releasePins(ctx context.Context, key Key, pins []Pin, upTo uint64) error {
+func (e *Engine) releasePins(ctx context.Context, key Key, pins []forkPin, upTo uint64) error {
 	for _, p := range pins {
 		if upTo != 0 && p.Version > upTo {
 			continue
@@ -217,7 +217,7 @@ func (e *Engine) packFork(ctx context.Context, key Key) error {
 		return err
 	}
 	entries, err := e.entriesFor(ctx, key, sinceOf(last), last.seq, false)
-	if err != nil || len(entries) == 0 || entries[0].meta.Kind != KindFork {
+	if err != nil || len(entries) == 0 || entries[0].meta.Kind != kindFork {
 		return err
 	}
 	_, err = e.Pack(ctx, key, true)
@@ -241,5 +241,5 @@ func (e *Engine) forkReads(ctx context.Context, fork, src Key, v uint64) (bool, 
 		return false, nil // packed: the fork holds its copy
 	}
 	first := entries[0]
-	return first.meta.Kind == KindFork && *first.meta.Source == Pin{Fork: src, Version: v}, nil
+	return first.meta.Kind == kindFork && *first.meta.Source == forkPin{Fork: src, Version: v}, nil
 }

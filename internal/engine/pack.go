@@ -56,8 +56,8 @@ func (e *Engine) packOnce(ctx context.Context, s *session, force bool) (PackResu
 	}
 	h := s.last.Head
 	// A fork's first entry is packed at once: the pack copies its source's version in.
-	due := s.last.Kind != KindPack && (e.packDue(h) || s.last.Kind == KindFork || force && h.TailEntries >= 1)
-	if !due || e.cfg.NoPack && s.last.Kind != KindFork && !force {
+	due := s.last.Kind != kindPack && (e.packDue(h) || s.last.Kind == kindFork || force && h.TailEntries >= 1)
+	if !due || e.cfg.NoPack && s.last.Kind != kindFork && !force {
 		return PackResult{}, nil
 	}
 	return e.pack(ctx, s)
@@ -86,7 +86,7 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 	if err != nil {
 		return PackResult{}, fmt.Errorf("session %s: packing: %w", s.key, err)
 	}
-	m := Meta{Kind: KindPack, Head: s.last.Head, Packed: c.packed, Open: open}
+	m := entryMeta{Kind: kindPack, Head: s.last.Head, Packed: c.packed, Open: open}
 	m.Head.Pack, m.Head.TailEntries, m.Head.TailBytes, m.Head.Deleted = t.prev, 0, 0, s.lastDeleted()
 	seq, err := e.write(ctx, s, m, data)
 	if err != nil {
@@ -103,7 +103,7 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 	if c.source != nil {
 		// The fork holds its copy now: its source may go. (A crash before this leaves a stale
 		// pin, dropped when the source's retention or deletion looks at it.)
-		return res, e.unpin(ctx, c.source.Fork, Pin{Fork: s.key, Version: c.source.Version})
+		return res, e.unpin(ctx, c.source.Fork, forkPin{Fork: s.key, Version: c.source.Version})
 	}
 	return res, nil
 }
@@ -175,11 +175,11 @@ func (e *Engine) readTail(ctx context.Context, s *session) (tail, error) {
 // collected is what a pack holds: its versions, the saves' pieces and stored data, and, when the
 // tail starts with a fork entry, the source's version copied in.
 type collected struct {
-	packed []Packed
-	pieces []*Piece
+	packed []packedVersion
+	pieces []*pieceInfo
 	datas  [][]byte
 	prefix []byte
-	source *Pin
+	source *forkPin
 }
 
 // collect gathers the versions of the live tail.
@@ -187,7 +187,7 @@ func (e *Engine) collect(ctx context.Context, key Key, live []ent) (collected, e
 	var c collected
 	for i, x := range live {
 		switch x.meta.Kind {
-		case KindFork:
+		case kindFork:
 			if i != 0 {
 				return c, fmt.Errorf("session %s entry %d: %w: a fork entry after the first", key, x.seq, ErrCorrupt)
 			}
@@ -199,17 +199,17 @@ func (e *Engine) collect(ctx context.Context, key Key, live []ent) (collected, e
 			if err != nil {
 				return c, err
 			}
-			c.packed = append(c.packed, Packed{Record: rec, Piece: Piece{Messages: x.meta.Head.Counts.Messages,
+			c.packed = append(c.packed, packedVersion{Record: rec, Piece: pieceInfo{Messages: x.meta.Head.Counts.Messages,
 				RawBytes: int64(len(prefix)), CRC: crc32.Checksum(prefix, castagnoli), Frame: true}})
 			c.prefix, c.source = prefix, x.meta.Source
-		case KindSave:
+		case kindSave:
 			rec, err := recordOf(Key{}, x.meta.Head)
 			if err != nil {
 				return c, err
 			}
-			c.packed = append(c.packed, Packed{Record: rec, Piece: *x.meta.Piece})
+			c.packed = append(c.packed, packedVersion{Record: rec, Piece: *x.meta.Piece})
 			c.pieces, c.datas = append(c.pieces, x.meta.Piece), append(c.datas, x.data)
-		case KindPack:
+		case kindPack:
 			return c, fmt.Errorf("session %s entry %d: %w: a pack after the last pack", key, x.seq, ErrCorrupt)
 		}
 	}
@@ -217,7 +217,7 @@ func (e *Engine) collect(ctx context.Context, key Key, live []ent) (collected, e
 }
 
 // packed updates the session's cache after its pack m was committed.
-func (e *Engine) packed(s *session, m Meta) {
+func (e *Engine) packed(s *session, m entryMeta) {
 	if !m.Open {
 		s.enc = nil // the next save starts a new frame: the pack replaced the frames it continued
 	}
@@ -235,7 +235,7 @@ func (e *Engine) packed(s *session, m Meta) {
 // zstd frame (a stream cut at every save decodes 1.3–1.7× slower than the same bytes compressed
 // at once); the pieces keep their sizes and Keep, and only the first starts a frame. With
 // PackOpen, their stored bytes as they are.
-func (e *Engine) packData(packed []Packed, pieces []*Piece, datas [][]byte, prefix []byte, open bool) ([]byte, error) {
+func (e *Engine) packData(packed []packedVersion, pieces []*pieceInfo, datas [][]byte, prefix []byte, open bool) ([]byte, error) {
 	if open {
 		return joinStored(pieces, datas), nil
 	}

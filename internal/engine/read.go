@@ -12,7 +12,7 @@ import (
 // ent is one entry of a log, decoded.
 type ent struct {
 	seq  uint64
-	meta Meta
+	meta entryMeta
 	data []byte
 }
 
@@ -80,7 +80,7 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 	var parts []ent
 	for _, x := range raw {
 		switch {
-		case x.meta.Kind == KindPart:
+		case x.meta.Kind == kindPart:
 			parts = append(parts, x)
 			continue
 		case x.meta.Parts > 0:
@@ -100,7 +100,7 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 			out = out[:0] // the session was deleted here: what came before is not its
 		}
 		parts = parts[:0]
-		if x.meta.Kind == KindPack {
+		if x.meta.Kind == kindPack {
 			// Everything after the pack before it is in it (or was dead already: a deletion's
 			// leftovers), whatever its kind.
 			for len(out) > 0 && out[len(out)-1].seq > x.meta.Head.Pack {
@@ -116,7 +116,7 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 // the first save or pack holding v (one a pack covers but a crash left holds the same bytes), and
 // never at a fork entry: a pack may have copied its source in, and the source be gone.
 func (e *Engine) entriesHolding(ctx context.Context, key Key, from, upTo, v uint64) ([]ent, error) {
-	entries, err := e.entries(ctx, key, from, upTo, func(x ent) bool { return x.meta.Kind != KindFork && holds(v)(x) })
+	entries, err := e.entries(ctx, key, from, upTo, func(x ent) bool { return x.meta.Kind != kindFork && holds(v)(x) })
 	if err != nil {
 		return nil, err
 	}
@@ -133,9 +133,9 @@ func (e *Engine) entriesHolding(ctx context.Context, key Key, from, upTo, v uint
 func holds(v uint64) func(ent) bool {
 	return func(x ent) bool {
 		switch x.meta.Kind {
-		case KindSave, KindFork:
+		case kindSave, kindFork:
 			return x.meta.Head.Version == v
-		case KindPack:
+		case kindPack:
 			p := x.meta.Packed
 			return p[0].Record.Version <= v && v <= p[len(p)-1].Record.Version
 		}
@@ -145,7 +145,7 @@ func holds(v uint64) func(ent) bool {
 
 // recordIn returns version v's record from the entry holding it, and its index in a pack.
 func recordIn(key Key, x ent, v uint64) (Record, int, error) {
-	if x.meta.Kind == KindPack {
+	if x.meta.Kind == kindPack {
 		i := int(v - x.meta.Packed[0].Record.Version)
 		r := x.meta.Packed[i].Record
 		r.Key = key
@@ -202,7 +202,7 @@ func (e *Engine) last(ctx context.Context, key Key) (ent, error) {
 }
 
 // checkVersion settles which version v (0: the head) names, given the session's head.
-func checkVersion(key Key, h Head, v uint64) (uint64, error) {
+func checkVersion(key Key, h headState, v uint64) (uint64, error) {
 	switch {
 	case h.Version == 0:
 		return 0, fmt.Errorf("session %s: %w: it has no version", key, ErrNotFound)
@@ -252,10 +252,10 @@ func (e *Engine) logAtDepth(ctx context.Context, key Key, from, upTo, v uint64, 
 		return nil, Record{}, err
 	}
 	lb := logBuilder{out: append(make([]byte, 0, sizeHint(rec.RawBytes+64)), '['), // room for "]", and for the decoder
-		fetch: func(ref ValueRef) ([]byte, error) { return e.value(ctx, key.Namespace, ref) }}
+		fetch: func(ref valueRef) ([]byte, error) { return e.value(ctx, key.Namespace, ref) }}
 	for i, x := range entries {
 		switch x.meta.Kind {
-		case KindFork:
+		case kindFork:
 			if i != 0 {
 				return nil, Record{}, fmt.Errorf("session %s entry %d: %w: a fork entry after the first", key, x.seq, ErrCorrupt)
 			}
@@ -263,9 +263,9 @@ func (e *Engine) logAtDepth(ctx context.Context, key Key, from, upTo, v uint64, 
 			if src, err = e.forkSource(ctx, key, x, depth); err == nil {
 				lb.out = append(lb.out, src...)
 			}
-		case KindSave:
+		case kindSave:
 			err = lb.add(x.meta.Piece, x.data)
-		case KindPack:
+		case kindPack:
 			packed := x.meta.Packed
 			if x.seq == target.seq {
 				packed, lb.partial = packed[:n+1], n+1 < len(packed)
@@ -404,7 +404,7 @@ func (e *Engine) walkBackFrom(ctx context.Context, key Key, last ent, pack uint6
 		if err != nil {
 			return fmt.Errorf("session %s entry %d: %w", key, pack, err)
 		}
-		if m.Kind != KindPack {
+		if m.Kind != kindPack {
 			return fmt.Errorf("session %s entry %d: %w: the head names it as a pack", key, pack, ErrCorrupt)
 		}
 		for i := len(m.Packed) - 1; i >= 0; i-- {
@@ -428,7 +428,7 @@ func sinceOf(x ent) uint64 {
 }
 
 func lastPackOf(x ent) uint64 {
-	if x.meta.Kind == KindPack {
+	if x.meta.Kind == kindPack {
 		return x.seq
 	}
 	return x.meta.Head.Pack
@@ -444,7 +444,7 @@ func (e *Engine) tailRecords(ctx context.Context, key Key, last ent) ([]Record, 
 	}
 	var prev uint64
 	packed := 0
-	if len(entries) > 0 && entries[0].meta.Kind == KindPack {
+	if len(entries) > 0 && entries[0].meta.Kind == kindPack {
 		prev, packed = entries[0].meta.Head.Pack, len(entries[0].meta.Packed)
 	}
 	recs, err := records(key, entries)
@@ -456,13 +456,13 @@ func records(key Key, entries []ent) ([]Record, error) {
 	var out []Record
 	for _, x := range entries {
 		switch x.meta.Kind {
-		case KindPack:
+		case kindPack:
 			for _, p := range x.meta.Packed {
 				r := p.Record
 				r.Key = key
 				out = append(out, r)
 			}
-		case KindSave, KindFork:
+		case kindSave, kindFork:
 			r, err := recordOf(key, x.meta.Head)
 			if err != nil {
 				return nil, err
@@ -564,5 +564,5 @@ func (e *Engine) isPackOf(ctx context.Context, key Key, last ent, seq uint64) bo
 		return false
 	}
 	m, _, err := decodeEntry(en.Data)
-	return err == nil && m.Kind == KindPack
+	return err == nil && m.Kind == kindPack
 }

@@ -35,7 +35,7 @@ func (e *Engine) Prune(ctx context.Context, key Key, ret Retention, now time.Tim
 		return res, nil
 	}
 	all, err := e.History(ctx, key)
-	if err != nil {
+	if err != nil || len(all) == 0 {
 		return res, err
 	}
 	head := all[len(all)-1].Version
@@ -61,7 +61,7 @@ func (e *Engine) Prune(ctx context.Context, key Key, ret Retention, now time.Tim
 	if err := e.releasePins(ctx, key, st.meta.Head.Pins, cut); err != nil {
 		return res, err
 	}
-	_, err = e.changeHead(ctx, key, func(h *Head) error {
+	_, err = e.changeHead(ctx, key, func(h *headState) error {
 		if h.Version == 0 {
 			return fmt.Errorf("session %s: %w", key, ErrNotFound)
 		}
@@ -80,7 +80,7 @@ func (e *Engine) Prune(ctx context.Context, key Key, ret Retention, now time.Tim
 }
 
 // pinnedError says forks read the session (deleteOnce).
-type pinnedError struct{ pins []Pin }
+type pinnedError struct{ pins []forkPin }
 
 func (e *pinnedError) Error() string { return fmt.Sprintf("%d forks read the session", len(e.pins)) }
 

@@ -231,7 +231,7 @@ func (e *Engine) importedBefore(ctx context.Context, s *session, imp Import, com
 // checkNumber refuses a save whose version number would leave 1..MaxVersion, and an import that
 // does not continue the session's own line: on a session with versions, an import is the head's
 // next version; only an empty session may start anywhere (a copy of a pruned source).
-func checkNumber(key Key, h Head, found bool, imp *Import) error {
+func checkNumber(key Key, h headState, found bool, imp *Import) error {
 	switch {
 	case imp != nil && (imp.Version < 1 || imp.Version > MaxVersion):
 		return fmt.Errorf("%w: import of version %d: versions are 1..%d", ErrBadRequest, imp.Version, MaxVersion)
@@ -246,7 +246,7 @@ func checkNumber(key Key, h Head, found bool, imp *Import) error {
 
 // checkDialect refuses a save whose dialect (normalised: "" is native) is not the session's: a
 // session holds one shape of conversation.
-func checkDialect(key Key, h Head, found bool, dialect string) error {
+func checkDialect(key Key, h headState, found bool, dialect string) error {
 	if !found || h.Dialect == dialect {
 		return nil
 	}
@@ -334,7 +334,7 @@ func (e *Engine) plan(ctx context.Context, s *session, req SaveRequest) (savePla
 
 // canonicalTail recognises payload as the head's canonical bytes plus more messages, hashing only
 // the shared prefix, and returns the new messages as a JSON array.
-func canonicalTail(h Head, payload []byte) ([]byte, bool) {
+func canonicalTail(h headState, payload []byte) ([]byte, bool) {
 	n := h.RawBytes + 1 // "[" and the head's messages
 	if int64(len(payload)) <= n+1 || payload[n] != ',' {
 		return nil, false
@@ -353,7 +353,7 @@ func canonicalTail(h Head, payload []byte) ([]byte, bool) {
 }
 
 // checkGrowth refuses an append that would take the conversation past the size limit.
-func checkGrowth(h Head, p savePlan, lim codec.Limits) error {
+func checkGrowth(h headState, p savePlan, lim codec.Limits) error {
 	size := h.RawBytes + 2 + int64(len(p.tail))
 	if h.Counts.Messages > 0 && p.messages > 0 {
 		size++
@@ -407,7 +407,7 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 	if err != nil {
 		return Saved{}, err
 	}
-	piece := &Piece{Messages: p.messages, RawBytes: int64(len(stripped)), CRC: crc32.Checksum(stripped, castagnoli), Values: vals}
+	piece := &pieceInfo{Messages: p.messages, RawBytes: int64(len(stripped)), CRC: crc32.Checksum(stripped, castagnoli), Values: vals}
 	if p.rewrite {
 		piece.Keep = &p.keepBytes
 	}
@@ -416,7 +416,7 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 		return Saved{}, err
 	}
 	next.StoredBytes = int64(len(data)) + added
-	m := Meta{Kind: KindSave, Head: next, Piece: piece}
+	m := entryMeta{Kind: kindSave, Head: next, Piece: piece}
 	// The tail counts whole entries, meta included: a pack's records then stay well within an
 	// entry, however long a save's strings.
 	size, err := encodedSize(m, data)
@@ -441,7 +441,7 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 // nextHead is the head after the save: the plan applied to the session's head, raw being the
 // piece's bytes (values included); an import takes the number, time and origin it declares once
 // its hash is checked. Its tail counts the save's entry but for its size.
-func nextHead(s *session, req SaveRequest, p savePlan, raw []byte) (Head, error) {
+func nextHead(s *session, req SaveRequest, p savePlan, raw []byte) (headState, error) {
 	h := s.last.Head
 	next := h
 	state := h.State
@@ -450,7 +450,7 @@ func nextHead(s *session, req SaveRequest, p savePlan, raw []byte) (Head, error)
 	}
 	var err error
 	if next.State, err = extendHash(state, raw); err != nil {
-		return Head{}, err
+		return headState{}, err
 	}
 	next.RawBytes = p.keepBytes + int64(len(raw))
 	next.Counts = p.counts
@@ -460,10 +460,10 @@ func nextHead(s *session, req SaveRequest, p savePlan, raw []byte) (Head, error)
 	if imp := req.Import; imp != nil {
 		hash, err := finish(next.State)
 		if err != nil {
-			return Head{}, err
+			return headState{}, err
 		}
 		if hash != imp.Hash {
-			return Head{}, fmt.Errorf("%w: version %d of %s: declared %s, the conversation hashes to %s", ErrHashMismatch, imp.Version, req.Key, imp.Hash, hash)
+			return headState{}, fmt.Errorf("%w: version %d of %s: declared %s, the conversation hashes to %s", ErrHashMismatch, imp.Version, req.Key, imp.Hash, hash)
 		}
 		next.Version, next.Created = imp.Version, imp.Created.UTC()
 		origin := imp.Origin
@@ -475,7 +475,7 @@ func nextHead(s *session, req SaveRequest, p savePlan, raw []byte) (Head, error)
 	}
 	next.Pack, next.Deleted = s.lastPack(), s.lastDeleted()
 	next.TailEntries, next.TailBytes = h.TailEntries+1, h.TailBytes
-	if s.last.Kind == KindPack {
+	if s.last.Kind == kindPack {
 		next.TailEntries, next.TailBytes = 1, 0
 	}
 	return next, nil
@@ -485,8 +485,8 @@ func nextHead(s *session, req SaveRequest, p savePlan, raw []byte) (Head, error)
 // for them, setting piece.Frame when they start a frame (no encoder: first save, restart,
 // eviction, a lost compare-and-swap, or after a recompressed pack). An empty piece (a save that
 // adds no message) has no data and never starts a frame.
-func (e *Engine) compress(s *session, piece *Piece, stripped []byte) ([]byte, error) {
-	if s.last.Kind == KindPack && !s.last.Open {
+func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte) ([]byte, error) {
+	if s.last.Kind == kindPack && !s.last.Open {
 		s.enc = nil // a recompressed pack ended the frames before it
 	}
 	if len(stripped) == 0 {
@@ -508,7 +508,7 @@ func (e *Engine) compress(s *session, piece *Piece, stripped []byte) ([]byte, er
 }
 
 // packDue says whether the entries since the last pack are due to be packed.
-func (e *Engine) packDue(h Head) bool {
+func (e *Engine) packDue(h headState) bool {
 	return !e.cfg.NoPack && (h.TailEntries >= e.cfg.PackEntries || h.TailBytes >= e.cfg.PackBytes)
 }
 

@@ -136,7 +136,7 @@ func (e *Engine) settle(ctx context.Context, ns, id string, used bool, mark time
 // referencedValues returns the ids of the values the live entries of namespace ns list.
 func (e *Engine) referencedValues(ctx context.Context, ns string) (map[string]bool, error) {
 	ids := map[string]bool{}
-	mark := func(p Piece) {
+	mark := func(p pieceInfo) {
 		for _, v := range p.Values {
 			ids[v.ID] = true
 		}
@@ -159,7 +159,7 @@ func (e *Engine) referencedValues(ctx context.Context, ns string) (map[string]bo
 }
 
 // markSession calls mark with every piece of key's live entries.
-func (e *Engine) markSession(ctx context.Context, key Key, mark func(Piece)) error {
+func (e *Engine) markSession(ctx context.Context, key Key, mark func(pieceInfo)) error {
 	for attempt := 0; ; attempt++ {
 		last, err := e.last(ctx, key)
 		if errors.Is(err, ErrNotFound) {
@@ -177,9 +177,9 @@ func (e *Engine) markSession(ctx context.Context, key Key, mark func(Piece)) err
 		}
 		for _, x := range entries {
 			switch x.meta.Kind {
-			case KindSave:
+			case kindSave:
 				mark(*x.meta.Piece)
-			case KindPack:
+			case kindPack:
 				for _, p := range x.meta.Packed {
 					mark(p.Piece)
 				}

@@ -17,7 +17,7 @@ import (
 // A large JSON string of a message (an inline image, a multi-MiB tool output) is cut out of its
 // save's piece and stored as a value of the namespace (Log.PutValue), named by the SHA-256 of its
 // bytes (quotes included): the same image in twenty sessions of a namespace, or twice in one
-// conversation, is stored once. The piece lists where its values were (ValueRef); the session's
+// conversation, is stored once. The piece lists where its values were (valueRef); the session's
 // zstd stream holds the rest, and readers put the values back, so a version's bytes and hash are
 // what was saved. A value whose blob would not fit in one log entry stays in its piece (which is
 // then written in parts).
@@ -33,8 +33,8 @@ const (
 	TextValueMinBytes = 1 << 20
 )
 
-// ValueRef is a value cut out of a piece: At is where its bytes were in the piece's bytes.
-type ValueRef struct {
+// valueRef is a value cut out of a piece: At is where its bytes were in the piece's bytes.
+type valueRef struct {
 	At   int64
 	Size int64
 	ID   string // hex SHA-256 of the value's bytes, quotes included
@@ -105,12 +105,12 @@ func (k *knownValues) add(ns, id string, at time.Time) {
 // storeValues stores the large values of raw (a piece's bytes) in namespace ns, and returns raw
 // without them, where they were, the bytes of the blobs it wrote, and the time by which the save
 // must commit (zero: no values): ValueGrace after it last made sure of the oldest of them.
-func (e *Engine) storeValues(ctx context.Context, ns string, raw []byte) ([]byte, []ValueRef, int64, time.Time, error) {
+func (e *Engine) storeValues(ctx context.Context, ns string, raw []byte) ([]byte, []valueRef, int64, time.Time, error) {
 	spans := valueSpans(raw)
 	if len(spans) == 0 {
 		return raw, nil, 0, time.Time{}, nil
 	}
-	var refs []ValueRef
+	var refs []valueRef
 	var added int64
 	var deadline time.Time
 	stripped := make([]byte, 0, len(raw))
@@ -137,7 +137,7 @@ func (e *Engine) storeValues(ctx context.Context, ns string, raw []byte) ([]byte
 		if by := sure.Add(e.cfg.ValueGrace); deadline.IsZero() || by.Before(deadline) {
 			deadline = by
 		}
-		refs = append(refs, ValueRef{At: int64(sp[0]), Size: int64(len(val)), ID: id})
+		refs = append(refs, valueRef{At: int64(sp[0]), Size: int64(len(val)), ID: id})
 		stripped = append(stripped, raw[at:sp[0]]...)
 		at = sp[1]
 	}
@@ -145,7 +145,7 @@ func (e *Engine) storeValues(ctx context.Context, ns string, raw []byte) ([]byte
 }
 
 // value returns value ref of namespace ns, checked against its size and id.
-func (e *Engine) value(ctx context.Context, ns string, ref ValueRef) ([]byte, error) {
+func (e *Engine) value(ctx context.Context, ns string, ref valueRef) ([]byte, error) {
 	blob, err := e.log.Value(ctx, ns, ref.ID)
 	if errors.Is(err, ErrNotFound) {
 		// Swept while a save referring to it was under way: it waits in the trash until the next
@@ -167,7 +167,7 @@ func (e *Engine) value(ctx context.Context, ns string, ref ValueRef) ([]byte, er
 
 // splice appends to out a piece's bytes: plain (its bytes without its values) with its values
 // put back where they were.
-func splice(out, plain []byte, refs []ValueRef, fetch func(ValueRef) ([]byte, error)) ([]byte, error) {
+func splice(out, plain []byte, refs []valueRef, fetch func(valueRef) ([]byte, error)) ([]byte, error) {
 	pos, cut := int64(0), int64(0) // in plain; bytes of values before
 	for _, v := range refs {
 		end := v.At - cut
