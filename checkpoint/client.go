@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	neturl "net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,19 +151,26 @@ func (c *Client) ListAll(ctx context.Context) ([]Session, error) {
 	return c.list(ctx, wire.AdminListSubject, "")
 }
 
-// list gathers every page of a listing.
+// list gathers every page of a listing, following the daemon's cursor, and sorts the sessions by
+// namespace, session and agent (the daemon lists them in the order they were created).
 func (c *Client) list(ctx context.Context, subject, session string) ([]Session, error) {
 	var all []Session
+	req := wire.ListRequest{Session: session}
 	for {
 		var rep wire.ListReply
-		if err := c.call(ctx, subject, wire.ListRequest{Session: session, Offset: len(all)}, &rep); err != nil {
+		if err := c.call(ctx, subject, req, &rep); err != nil {
 			return nil, err
 		}
 		all = append(all, rep.Sessions...)
-		if !rep.More || len(rep.Sessions) == 0 {
-			return all, nil
+		if !rep.More || rep.Cursor == "" || rep.Cursor == req.Cursor {
+			break
 		}
+		req.Cursor = rep.Cursor
 	}
+	slices.SortFunc(all, func(a, b Session) int {
+		return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), cmp.Compare(a.Key.Session, b.Key.Session), cmp.Compare(a.Key.Agent, b.Key.Agent))
+	})
+	return all, nil
 }
 
 // History returns every version of a session, oldest first.
@@ -183,6 +191,35 @@ func (c *Client) History(ctx context.Context, key Key) ([]Version, error) {
 			return all, nil
 		}
 		req.After = rep.Versions[len(rep.Versions)-1].Version
+	}
+}
+
+// RecentHistory returns up to limit of the newest versions of a session, newest first (limit 0:
+// every version). The daemon reads them from the head back, so a long history's recent versions
+// cost little.
+func (c *Client) RecentHistory(ctx context.Context, key Key, limit int) ([]Version, error) {
+	key, err := checkKey(key)
+	if err != nil {
+		return nil, err
+	}
+	var all []Version
+	req := wire.HistoryRequest{SessionRequest: sessionRequest(key), NewestFirst: true}
+	for {
+		if limit > 0 {
+			req.Limit = limit - len(all)
+		}
+		var rep wire.HistoryReply
+		if err := c.call(ctx, wire.APISubject(key.Namespace, wire.OpHistory), req, &rep); err != nil {
+			return nil, err
+		}
+		all = append(all, rep.Versions...)
+		if limit > 0 && len(all) >= limit {
+			return all[:limit], nil
+		}
+		if !rep.More || rep.Cursor == "" || rep.Cursor == req.Cursor || len(rep.Versions) == 0 {
+			return all, nil
+		}
+		req.Cursor = rep.Cursor
 	}
 }
 

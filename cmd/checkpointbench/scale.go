@@ -62,7 +62,7 @@ func runScale(ctx context.Context, b *bench) error {
 	var pages [2]page
 	list := func(ns string, into *page) op {
 		return op{name: "list " + ns, run: func(int) error {
-			return request(ctx, nc, "cp.api."+ns+".list", map[string]any{"offset": 0}, into, "sessions")
+			return request(ctx, nc, "cp.api."+ns+".list", map[string]any{}, into, "sessions")
 		}}
 	}
 	got, err := interleave(sc.Iterations, list("large", &pages[0]), list("small", &pages[1]))
@@ -72,15 +72,16 @@ func runScale(ctx context.Context, b *bench) error {
 	scaleRow(t, "list", got, pages)
 	history := func(session string, into *page) op {
 		return op{name: "history " + session, run: func(int) error {
-			return request(ctx, nc, "cp.api.history.history", map[string]any{"session": session}, into, "versions")
+			return request(ctx, nc, "cp.api.history.history", map[string]any{"session": session, "newestFirst": true}, into, "versions")
 		}}
 	}
 	if got, err = interleave(sc.Iterations, history("long", &pages[0]), history("short", &pages[1])); err != nil {
 		return err
 	}
 	scaleRow(t, "history", got, pages)
-	t.note("raw requests per docs/protocol.md §5 (cp.api.<ns>.list with offset 0; cp.api.<ns>.history of one session): a reply holds " +
-		"as much as fits in one message, so a large namespace answers with its first page (\"more\": true).")
+	t.note("raw requests per docs/protocol.md §5 (cp.api.<ns>.list, its first page; cp.api.<ns>.history of one session, newest first, " +
+		"its first page: what checkpointctl history --limit asks): a reply holds as much as fits in one message, so a large namespace " +
+		"answers with its first page (\"more\": true).")
 	t.note("created with one-message saves, %d at once for sessions, one after another (appends) for versions: %s.",
 		createWorkers, strings.Join(setup, "; "))
 	return d.stop()

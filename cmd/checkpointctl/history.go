@@ -3,16 +3,20 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"text/tabwriter"
 	"time"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
 )
 
 func runHistory(ctx context.Context, a *App, args []string) error {
-	fs := newFlagSet(a, "history", "SESSION", "Lists every version of SESSION, oldest first.")
+	fs := newFlagSet(a, "history", "SESSION", "Lists every version of SESSION, oldest first (with --limit N: the newest N).")
 	var k keyFlags
 	var out outputFlag
 	k.register(fs)
 	out.register(fs)
+	limit := fs.Int("limit", 0, "only the newest N versions (read from the head back: cheap on a long history); 0: every version")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -25,7 +29,16 @@ func runHistory(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	defer c.Close()
-	versions, err := c.History(ctx, k.key(pos[0]))
+	if *limit < 0 {
+		return fmt.Errorf("history: --limit %d: want 0 (every version) or more", *limit)
+	}
+	var versions []checkpoint.Version
+	if *limit > 0 {
+		versions, err = c.RecentHistory(ctx, k.key(pos[0]), *limit)
+		slices.Reverse(versions) // shown oldest first, as the whole history is
+	} else {
+		versions, err = c.History(ctx, k.key(pos[0]))
+	}
 	if err != nil {
 		return err
 	}

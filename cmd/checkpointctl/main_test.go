@@ -88,6 +88,14 @@ func TestCheckpointctl_PutListHistoryShowRestore(t *testing.T) {
 	require.Contains(t, out, "VERSION")
 	require.Equal(t, 3, strings.Count(out, "\n"), out)
 
+	// --limit N: the newest N (read newest first), shown oldest first.
+	out, _, code = ctl(t, "", srv, "history", "demo", "--limit", "1", "-o", "json")
+	require.Equal(t, 0, code)
+	hist = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &hist))
+	require.Len(t, hist, 1)
+	require.Equal(t, uint64(2), hist[0].Version)
+
 	out, _, code = ctl(t, "", srv, "show", "demo", "--version", "1")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "1 (parent 0)")

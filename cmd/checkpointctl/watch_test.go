@@ -185,7 +185,7 @@ func TestCheckpointctl_WatchForgedResults(t *testing.T) {
 	require.Empty(t, stdout.String())
 	require.Contains(t, stderr.String(), `save "x"`)
 	require.Contains(t, stderr.String(), `save "y"`)
-	require.Contains(t, stderr.String(), "s version 1 could not be confirmed: session s: version 1: not found")
+	require.Contains(t, stderr.String(), "s version 1 could not be confirmed: session default/s/main: not found")
 	require.Contains(t, stderr.String(), "a forged result")
 }
 

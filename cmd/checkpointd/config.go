@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
@@ -76,7 +76,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			return err
 		}
 		if c.Daemon.Retention.ByNamespace == nil {
-			c.Daemon.Retention.ByNamespace = map[string]snapshot.Retention{}
+			c.Daemon.Retention.ByNamespace = map[string]engine.Retention{}
 		}
 		c.Daemon.Retention.ByNamespace[ns] = r
 		return nil

@@ -1,11 +1,11 @@
 package main
 
-// The format-2 fixture (testdata/format2, README.md there): a data directory written by today's
-// five-bucket engine, kept so that the engine replacing it (docs/format.md §8) can be tested on
-// what checkpointd really wrote (§8.17). TestFormat2Fixture_Write regenerates it;
-// TestFormat2Fixture_Serves checks, on every run, that the daemon serves the directory exactly as
-// its manifest says. After the switch to the new engine, the same comparison
-// (testenv.CompareFormat2) runs on the directory once upgraded.
+// The format-2 fixture (testdata/format2, README.md there): a data directory written by the
+// five-bucket engine (format 2), kept so that the log engine that replaced it (docs/format.md §8)
+// can be tested on what checkpointd really wrote (§8.17). TestFormat2Fixture_Write regenerates it
+// (with the format-2 daemon). Since the switch to the log engine, the daemon refuses to start on it,
+// giving the commands that move the data (TestFormat2Fixture_Refused); once an in-place upgrade
+// exists, the comparison with its manifest (testenv.CompareFormat2) runs on the directory upgraded.
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -37,20 +38,47 @@ var format2Variants = []struct{ store, manifest string }{
 // maxFixtureBytes bounds what a fixture archive may unpack to.
 const maxFixtureBytes = 256 << 20
 
-// Every version of every session of the fixture is served as its manifest says: records, bytes,
-// leases, moved state, retention's first versions, deleted sessions gone. This is the test the
-// upgrade test becomes: the same comparison, on the directory after the new engine upgraded it.
-func TestFormat2Fixture_Serves(t *testing.T) {
+// On a format-2 data directory the daemon refuses to start, at once, with the commands that move the
+// data (issue 12, item 4: export with the previous release, import with this one), and leaves the
+// directory's streams as they were: no stream of the log engine is created beside them.
+func TestFormat2Fixture_Refused(t *testing.T) {
 	for _, v := range format2Variants {
 		t.Run(v.store, func(t *testing.T) {
-			checkFormat2Fixture(t, filepath.Join(format2Fixture, v.store), filepath.Join(format2Fixture, v.manifest))
+			dir := t.TempDir()
+			require.NoError(t, testenv.ExtractTarGz(filepath.Join(format2Fixture, v.store), dir, maxFixtureBytes))
+			before := streamDirs(t, dir)
+			require.Contains(t, before, "KV_cp_heads", "the fixture is format 2")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			logs := &syncBuffer{}
+			err := run(ctx, []string{"--data-dir", dir, "--nats-listen", freeAddr(t), "--http-listen", freeAddr(t), "--log-level", "warn"}, logs)
+			require.Error(t, err, "checkpointd started on format 2:\n%s", logs)
+			require.NoError(t, ctx.Err(), "refused at once, not after retries")
+			for _, want := range []string{"format 2", "checkpointctl export -A -o all.cpbundle", "checkpointctl import all.cpbundle", "previous release"} {
+				require.ErrorContains(t, err, want)
+			}
+			require.Equal(t, before, streamDirs(t, dir), "no stream was created or removed")
 		})
 	}
+}
+
+// streamDirs lists the JetStream streams stored under a data directory (every account's).
+func streamDirs(t *testing.T, dataDir string) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(dataDir, "jetstream", "*", "streams", "*"))
+	require.NoError(t, err)
+	var names []string
+	for _, d := range dirs {
+		names = append(names, filepath.Base(d))
+	}
+	slices.Sort(names)
+	return names
 }
 
 // The comparison finds each kind of difference, so that the tests above (and the upgrade test)
 // cannot pass by comparing too little: each case changes one thing in a copy of the manifest.
 func TestCompareFormat2_FindsEveryDifference(t *testing.T) {
+	t.Skip("needs a daemon that serves the format-2 fixture: the log engine refuses format 2 until the in-place upgrade exists (then it runs on the upgraded directory)")
 	m, err := testenv.ReadFormat2Manifest(filepath.Join(format2Fixture, "manifest.json"))
 	require.NoError(t, err)
 	dir := t.TempDir()

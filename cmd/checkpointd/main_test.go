@@ -191,7 +191,7 @@ func TestRun_AgainstAClusterIsR3(t *testing.T) {
 	require.Equal(t, uint64(1), v.Version)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	for _, name := range []string{"CP_INGEST", "KV_cp_heads", "KV_cp_segments"} {
+	for _, name := range []string{"CP_INGEST", "CP_LOG"} {
 		s, err := js.Stream(ctx, name)
 		require.NoError(t, err)
 		require.Equal(t, 3, s.CachedInfo().Config.Replicas, name)

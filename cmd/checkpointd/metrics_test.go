@@ -86,7 +86,7 @@ func TestMetrics_AnswerOperatorsQuestions(t *testing.T) {
 	var m scrape
 	require.Eventually(t, func() bool {
 		m = getMetrics(t, p.httpAddr)
-		return m.samples["checkpointd_sessions"] == 1 && m.samples[`checkpointd_saves_total{path="request",result="invalid"}`] == 1
+		return m.samples[`checkpointd_stream_messages{stream="CP_LOG"}`] > 0 && m.samples[`checkpointd_saves_total{path="request",result="invalid"}`] == 1
 	}, 10*time.Second, 100*time.Millisecond, "sessions and refusals never reported:\n%s", m.text)
 
 	// What the operator asks, answered.
@@ -94,7 +94,6 @@ func TestMetrics_AnswerOperatorsQuestions(t *testing.T) {
 		`checkpointd_saves_total{path="request",result="ok"}`:                  func(v float64) bool { return v == 1 },
 		`checkpointd_saves_total{path="request",result="fenced"}`:              func(v float64) bool { return v == 0 }, // present before the first
 		"checkpointd_ingest_queued_messages":                                   func(v float64) bool { return v == 0 },
-		"checkpointd_session_versions":                                         func(v float64) bool { return v == 1 },
 		"checkpointd_ingest_oldest_queued_age_seconds":                         func(v float64) bool { return v == 0 },
 		`checkpointd_ingest_consumer_pending_messages{state="undelivered"}`:    func(v float64) bool { return v == 0 },
 		`checkpointd_ingest_consumer_pending_messages{state="unacknowledged"}`: func(v float64) bool { return v == 0 },
@@ -102,8 +101,8 @@ func TestMetrics_AnswerOperatorsQuestions(t *testing.T) {
 		"checkpointd_saved_stored_bytes_total":                                 func(v float64) bool { return v > 0 },
 		"checkpointd_process_written_bytes_total":                              func(v float64) bool { return v >= 0 },
 		"checkpointd_data_dir_bytes":                                           func(v float64) bool { return v > 0 },
-		`checkpointd_stream_bytes{stream="KV_cp_heads"}`:                       func(v float64) bool { return v > 0 },
-		`checkpointd_stream_messages{stream="KV_cp_versions"}`:                 func(v float64) bool { return v >= 0 },
+		`checkpointd_stream_bytes{stream="CP_LOG"}`:                            func(v float64) bool { return v > 0 },
+		`checkpointd_stream_messages{stream="CP_LOG"}`:                         func(v float64) bool { return v >= 2 },
 		`checkpointd_read_cache_lookups_total{result="hit"}`:                   func(v float64) bool { return v >= 1 },
 		"checkpointd_read_cache_bytes":                                         func(v float64) bool { return v > 0 },
 		`checkpointd_retention_rounds_total{result="error"}`:                   func(v float64) bool { return v == 0 },

@@ -80,10 +80,10 @@ func (r *reloader) reload() {
 // reloadNamespaceKeys puts the keys of --namespace-keys, read again, in force: a key added seals from
 // now on, a key left out no longer opens what it sealed (said, with its id, as a warning).
 func (r *reloader) reloadNamespaceKeys(cfg config) {
-	if r.d.Store == nil {
+	if r.d == nil {
 		return
 	}
-	dropped, err := r.d.Store.SetKeys(cfg.Daemon.NamespaceKeys)
+	dropped, err := r.d.SetNamespaceKeys(cfg.Daemon.NamespaceKeys)
 	if err != nil {
 		r.log.Error("SIGHUP: namespace keys not reloaded; the running keys stay in force", "err", err)
 		return

@@ -42,6 +42,9 @@ var (
 	ErrConflict = errors.New("the log moved on (compare-and-swap lost)")
 	// ErrTooLarge: an entry or value larger than the Log's MaxEntry.
 	ErrTooLarge = errors.New("entry too large for the store")
+	// ErrUnavailable: the store could not answer for now (a replicated stream with no leader, during
+	// an election); nothing was written. Callers may try again.
+	ErrUnavailable = errors.New("store temporarily unavailable")
 )
 
 // Log is what the engine needs from storage: per session, an ordered list of byte strings with a

@@ -334,6 +334,9 @@ func (e *apiError) mapped() error {
 	case errCodeMessageTooLarge:
 		return fmt.Errorf("%w: %v", engine.ErrTooLarge, e)
 	}
+	if e.Code == 503 { // no leader (an election), JetStream not ready: nothing was done
+		return fmt.Errorf("%w: %v", engine.ErrUnavailable, e)
+	}
 	return e
 }
 

@@ -89,7 +89,7 @@ func StartDaemonAt(t testing.TB, url string, opts ...nats.Option) (*transfer.Dae
 	cfg := transfer.DefaultConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Metrics = metrics.New(prometheus.NewRegistry())
-	cfg.CompactIdle = 0 // nothing changes the streams but clients: tests compare them before and after attacks
+	cfg.Engine.NoPack = true // nothing changes the streams but clients (no pack after a save): tests compare them before and after attacks
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	d, err := transfer.Open(ctx, nc, cfg)

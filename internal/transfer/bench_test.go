@@ -77,19 +77,16 @@ func BenchmarkRestore(b *testing.B) {
 	}
 }
 
-// streamBytes is what JetStream stores for the buckets of a deployment, message overhead included.
+// streamBytes is what JetStream stores for the sessions of a deployment (the stream CP_LOG),
+// message overhead included.
 func streamBytes(b *testing.B, env *testenv.Env) map[string]uint64 {
 	js, err := jetstream.New(env.NC)
 	require.NoError(b, err)
-	out := map[string]uint64{}
-	for _, bucket := range []string{wire.BucketHeads, wire.BucketVersion, wire.BucketLayouts, wire.BucketSegment, wire.BucketValues} {
-		s, err := js.Stream(context.Background(), "KV_"+bucket)
-		require.NoError(b, err)
-		info, err := s.Info(context.Background())
-		require.NoError(b, err)
-		out[bucket] = info.State.Bytes
-	}
-	return out
+	s, err := js.Stream(context.Background(), transfer.LogStream)
+	require.NoError(b, err)
+	info, err := s.Info(context.Background())
+	require.NoError(b, err)
+	return map[string]uint64{transfer.LogStream: info.State.Bytes}
 }
 
 // BenchmarkStorage_CheckpointEveryTurn saves pi_before_compaction.json after every assistant turn
@@ -101,7 +98,7 @@ func BenchmarkStorage_CheckpointEveryTurn(b *testing.B) {
 	ends := turnEnds(b, msgs)
 	final := codec.CompressZstd(arrayOf(msgs))
 	for i := 0; i < b.N; i++ {
-		env := testenv.Start(b, func(c *transfer.Config) { c.CompactIdle = 300 * time.Millisecond; c.SegmentGrace = 0 })
+		env := testenv.Start(b)
 		ctx := context.Background()
 		key := checkpoint.Key{Session: "every-turn"}
 		var wholeCopies int64
@@ -117,8 +114,7 @@ func BenchmarkStorage_CheckpointEveryTurn(b *testing.B) {
 		}
 		elapsed := time.Since(start)
 		written := streamBytes(b, env)
-		waitCompacted(b, env, key, 1)
-		waitArchived(b, env, key)
+		packNow(b, env, key)
 		settled := streamBytes(b, env)
 		total := func(m map[string]uint64) float64 {
 			t := uint64(0)
@@ -130,10 +126,7 @@ func BenchmarkStorage_CheckpointEveryTurn(b *testing.B) {
 		b.ReportMetric(float64(len(ends)), "versions")
 		b.ReportMetric(float64(len(final)), "final_zstd_B")
 		b.ReportMetric(total(written), "stored_after_writing_B")
-		b.ReportMetric(total(settled), "stored_after_merging_B")
-		b.ReportMetric(float64(settled[wire.BucketSegment]), "segments_B")
-		b.ReportMetric(float64(settled[wire.BucketVersion]), "version_records_B")
-		b.ReportMetric(float64(settled[wire.BucketHeads]), "head_B")
+		b.ReportMetric(total(settled), "stored_after_packing_B")
 		b.ReportMetric(total(settled)/float64(len(final)), "x_final_zstd")
 		b.ReportMetric(float64(wholeCopies), "whole_copies_zstd_B")
 		b.ReportMetric(float64(elapsed.Microseconds())/float64(len(ends)), "us/save")
@@ -144,8 +137,8 @@ func BenchmarkStorage_CheckpointEveryTurn(b *testing.B) {
 // (~2.2 MB each) from a session checkpointed after every turn (484 versions) against ten sessions
 // holding the same conversations as their only version: restore cost must not grow with the number
 // of versions. The read cache holds one conversation and the benchmark rotates through ten, so
-// every restore reads storage. "busy" is the session as a busy agent leaves it (before the idle
-// merge), "idle" after it.
+// every restore reads storage. "unpacked" is the session with no pack (every save an entry of its
+// own), "packed" after its entries were packed.
 func BenchmarkRestore_ManyVersions(b *testing.B) {
 	msgs := corpusMessages(b, "pi_before_compaction.json")
 	ends := turnEnds(b, msgs)
@@ -153,16 +146,16 @@ func BenchmarkRestore_ManyVersions(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		many bool
-		idle time.Duration
+		pack bool
 	}{
-		{"1-version", false, 0},
-		{"484-versions-busy", true, 0},
-		{"484-versions-idle", true, 200 * time.Millisecond},
+		{"1-version", false, false},
+		{"484-versions-unpacked", true, false},
+		{"484-versions-packed", true, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			// A 1 MiB cache: too small for a conversation or a segment, which are assembled and
 			// decoded for every restore, but an archive of records stays.
-			env := testenv.Start(b, func(cfg *transfer.Config) { cfg.CacheBytes = 1 << 20; cfg.CompactIdle = c.idle })
+			env := testenv.Start(b, func(cfg *transfer.Config) { cfg.CacheBytes = 1 << 20; packByHand(cfg) })
 			ctx := context.Background()
 			type target struct {
 				key     checkpoint.Key
@@ -178,8 +171,8 @@ func BenchmarkRestore_ManyVersions(b *testing.B) {
 						targets = append(targets, target{key, v.Version})
 					}
 				}
-				if c.idle > 0 {
-					waitCompacted(b, env, key, 1)
+				if c.pack {
+					packNow(b, env, key)
 				}
 			} else {
 				for i, n := range lastTen {
@@ -189,7 +182,6 @@ func BenchmarkRestore_ManyVersions(b *testing.B) {
 					targets = append(targets, target{key, v.Version})
 				}
 			}
-			segments := len(head(b, env, targets[0].key).Layout.Extents)
 			b.SetBytes(int64(len(arrayOf(msgs[:lastTen[0]]))))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -198,7 +190,6 @@ func BenchmarkRestore_ManyVersions(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(segments), "segments")
 		})
 	}
 }
@@ -223,7 +214,7 @@ func BenchmarkSave_TwoMessagesOnto(b *testing.B) {
 	}{{"30KB", sizeAt(30_000)}, {"3MB", sizeAt(3_000_000)}} {
 		for _, client := range []string{"append", "whole-sdk", "whole-raw"} {
 			b.Run(base.name+"/"+client, func(b *testing.B) {
-				env := testenv.Start(b, func(c *transfer.Config) { c.CompactIdle = 0 })
+				env := testenv.Start(b)
 				ctx := context.Background()
 				key := checkpoint.Key{Session: "s"}
 				conv := append([]json.RawMessage(nil), msgs[:base.n]...)
@@ -347,7 +338,7 @@ func BenchmarkStorage_SharedImages(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		stored := map[bool]float64{}
 		for _, oneNamespace := range []bool{true, false} {
-			env := testenv.Start(b, func(c *transfer.Config) { c.CompactIdle = 300 * time.Millisecond; c.SegmentGrace = 0 })
+			env := testenv.Start(b)
 			ctx := context.Background()
 			var keys []checkpoint.Key
 			for s, conv := range convs {
@@ -366,7 +357,7 @@ func BenchmarkStorage_SharedImages(b *testing.B) {
 				}
 			}
 			for _, key := range keys {
-				waitCompacted(b, env, key, 1)
+				packNow(b, env, key)
 			}
 			for bucket, v := range streamBytes(b, env) {
 				stored[oneNamespace] += float64(v)

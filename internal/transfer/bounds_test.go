@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -138,12 +138,14 @@ func TestBounds_NoVersionAboveMax(t *testing.T) {
 	require.Equal(t, string(conv), string(got), "nothing changed")
 
 	// The domain refuses it too, whoever calls it.
-	_, err = snapshot.Save(ctx, env.Daemon.Store, snapshot.SaveRequest{Key: key.WithDefaults(), SaveID: "direct",
+	k := key.WithDefaults()
+	ek := engine.Key{Namespace: k.Namespace, Session: k.Session, Agent: k.Agent}
+	_, err = env.Daemon.Engine.Save(ctx, engine.SaveRequest{Key: ek, SaveID: "direct",
 		Payload: turn(conv, "direct", 2), Now: time.Now()})
-	require.ErrorIs(t, err, snapshot.ErrVersionLimit)
-	hd, _, err := env.Daemon.Store.Head(ctx, key.WithDefaults())
+	require.ErrorIs(t, err, engine.ErrVersionLimit)
+	hd, err := env.Daemon.Engine.Head(ctx, ek)
 	require.NoError(t, err)
-	require.Equal(t, wire.MaxVersion, hd.Version.Version)
+	require.Equal(t, wire.MaxVersion, hd.Version)
 	require.Equal(t, "last", hd.SaveID)
 }
 

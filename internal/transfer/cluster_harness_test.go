@@ -38,11 +38,10 @@ import (
 // The short run is part of the suite; CHECKPOINTD_HARNESS_LONG=1 kills every target three times;
 // CHECKPOINTD_HARNESS_TARGETS=consumer,CP_RESULTS,... chooses the kills.
 
-// killTargets are the things whose leader a round kills: the streams, the KV buckets' streams, the
+// killTargets are the things whose leader a round kills: the streams (CP_LOG holds every session), the
 // ingest consumer, the meta leader, and (any) a node that may lead nothing.
 var killTargets = []string{
-	wire.StreamResults, "consumer", "KV_" + wire.BucketHeads, wire.StreamIngest, wire.StreamChunks,
-	"KV_" + wire.BucketVersion, "KV_" + wire.BucketLayouts, "KV_" + wire.BucketSegment, "KV_" + wire.BucketValues,
+	wire.StreamResults, "consumer", transfer.LogStream, wire.StreamIngest, wire.StreamChunks,
 	"meta", "any",
 }
 
@@ -59,7 +58,7 @@ func TestCluster_Harness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	cfg := harnessConfig{targets: []string{wire.StreamResults, "consumer", "KV_" + wire.BucketHeads},
+	cfg := harnessConfig{targets: []string{wire.StreamResults, "consumer", transfer.LogStream},
 		dwell: 500 * time.Millisecond, pause: 100 * time.Millisecond, rotate: 60}
 	if os.Getenv("CHECKPOINTD_HARNESS_LONG") != "" {
 		cfg.targets = nil

@@ -115,7 +115,7 @@ func leaderLoss(t testing.TB) (*testenv.Cluster, []acked, time.Duration) {
 	defer admin.Close()
 	js, err := jetstream.New(admin)
 	require.NoError(t, err)
-	for _, name := range []string{wire.StreamIngest, "KV_" + wire.BucketHeads, "KV_" + wire.BucketSegment} {
+	for _, name := range []string{wire.StreamIngest, transfer.LogStream} {
 		s, err := js.Stream(ctx, name)
 		require.NoError(t, err)
 		require.Equal(t, 3, s.CachedInfo().Config.Replicas, name)

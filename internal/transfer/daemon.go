@@ -13,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 )
 
 // Config is what the daemon needs beyond a NATS connection.
@@ -22,13 +24,12 @@ type Config struct {
 	MaxCheckpointBytes int64            // largest conversation accepted (canonical JSON bytes)
 	IngestBudgetBytes  int64            // bytes the saves being settled may hold at once (ingestbudget.go); 0: MaxCheckpointBytes
 	ImagePaths         codec.ImagePaths // what a save does with images naming local files (refuse, redact, allow)
-	NamespaceKeys      *NamespaceKeys   // encrypts stored conversation bytes per namespace (nil: off); namespacekeys.go
+	NamespaceKeys      *NamespaceKeys   // encrypts stored conversation bytes per namespace (nil: off); see sealLog
 	ResultTTL          time.Duration    // how long save outcomes stay readable on CP_RESULTS
 	RequestTimeout     time.Duration    // upper bound on one service request, including waiting for ingest
 	Lanes              int              // sessions settled in parallel by this instance
 	CacheBytes         int64            // read cache size
-	CompactIdle        time.Duration    // merge a session whole once it has had no save for this long (0: never)
-	SegmentGrace       time.Duration    // how long a merged-away segment stays readable (must exceed RequestTimeout)
+	Engine             engine.Config    // the log engine's settings (packs, zstd window, sessions cached)
 	Retention          RetentionPolicy
 	RetentionInterval  time.Duration // how often the retention policy is applied (0: only on request)
 	Version            string        // reported by the service (semver)
@@ -58,9 +59,7 @@ func DefaultConfig() Config {
 		CacheBytes:         64 << 20,
 		ReadBytes:          128 << 20,
 		StallAfter:         time.Minute,
-		CompactIdle:        2 * time.Second,
 		RetentionInterval:  time.Hour,
-		SegmentGrace:       time.Minute,
 		Version:            "0.1.0",
 	}
 }
@@ -105,13 +104,16 @@ func (c Config) Validate() error {
 // Daemon is one checkpointd instance: it settles saves from the ingest stream and serves reads.
 // Several may run against one JetStream deployment.
 type Daemon struct {
-	cfg       Config
-	in        *ingester
-	svc       *service
-	saves     *saveRequests // saves sent as requests (saverequest.go)
-	compactor *compactor
-	pruner    *pruner
-	Store     *Store
+	cfg    Config
+	in     *ingester
+	svc    *service
+	saves  *saveRequests // saves sent as requests (saverequest.go)
+	packer *packer
+	pruner *pruner
+	// Engine is the storage domain (internal/engine) over the stream CP_LOG (internal/logstore).
+	Engine    *engine.Engine
+	logStream jetstream.Stream // CP_LOG, for its figures (state.go)
+	sealed    *sealing.Log     // the log sealing entries with --namespace-keys (its keys nil: off), for SIGHUP
 	ready     atomic.Bool
 	guard     *serverGuard // refuses NATS servers too old for safe saves (serverversion.go)
 	nc        *nats.Conn
@@ -119,7 +121,7 @@ type Daemon struct {
 	policy    *livePolicy // the retention policy in force (SetRetention)
 }
 
-// Open sets up streams and buckets (idempotently), then starts ingesting and serving.
+// Open sets up its streams (idempotently), then starts ingesting and serving.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -139,45 +141,50 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 			mp, minMaxPayload, headerRoom/1024)
 	}
 	var st *streams
-	var store *Store
+	var log engine.Log
+	var logStream jetstream.Stream
 	err = retryStartup(ctx, cfg.Logger, func(ctx context.Context) (err error) {
+		if err = refuseFormat2(ctx, js); err != nil {
+			return err
+		}
 		if st, err = ensureStreams(ctx, js, cfg.Replicas, cfg.ResultTTL); err != nil {
 			return err
 		}
-		store, err = OpenStore(ctx, js, StoreConfig{Replicas: cfg.Replicas, ChunkSize: int(min(nc.MaxPayload()-headerRoom, 1<<20)),
-			SegmentGrace: cfg.SegmentGrace, Keys: cfg.NamespaceKeys})
+		log, logStream, err = openLog(ctx, nc, js, cfg.Replicas)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := checkOpenedStreams(st, store); err != nil {
+	if err := checkOpenedStreams(st, logStream); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, Store: store, nc: nc, policy: newLivePolicy(cfg.Retention)}
+	sealed := sealLog(boundedLog{log}, cfg.NamespaceKeys)
+	eng := engine.New(sealed, cfg.Engine)
+	d := &Daemon{cfg: cfg, Engine: eng, logStream: logStream, sealed: sealed, nc: nc, policy: newLivePolicy(cfg.Retention)}
 	watchConn(nc, cfg.Logger, cfg.Metrics)
-	d.svc = &service{nc: nc, st: st, store: store, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
+	d.svc = &service{nc: nc, st: st, engine: eng, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
 		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, policy: d.policy,
-		adm: newAdmission(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse), heads: newHeadIndex(store.headStream, cfg.Logger)}
+		adm: newAdmission(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse)}
 	if err := d.svc.start(); err != nil {
 		return nil, err
 	}
-	d.compactor = newCompactor(store, cfg.Logger, cfg.Metrics, cfg.CompactIdle)
-	d.in = &ingester{js: js, st: st, store: store, maxBytes: cfg.MaxCheckpointBytes, imagePaths: cfg.ImagePaths, log: cfg.Logger,
-		m: cfg.Metrics, now: time.Now, compactor: d.compactor, budget: newIngestBudget(cfg.ingestBudget())}
+	d.packer = newPacker(eng, cfg.Logger)
+	d.in = &ingester{js: js, st: st, engine: eng, maxBytes: cfg.MaxCheckpointBytes, imagePaths: cfg.ImagePaths, log: cfg.Logger,
+		m: cfg.Metrics, now: time.Now, packer: d.packer, budget: newIngestBudget(cfg.ingestBudget())}
 	if err := d.in.start(ctx, cfg.Lanes); err != nil {
-		d.compactor.stop()
+		d.packer.stop()
 		_ = d.svc.stop(ctx)
 		return nil, err
 	}
 	d.saves = newSaveRequests(d.in, nc, cfg.ingestBudget())
 	if err := d.saves.start(); err != nil {
 		d.in.shutdown(ctx)
-		d.compactor.stop()
+		d.packer.stop()
 		_ = d.svc.stop(ctx)
 		return nil, err
 	}
-	d.pruner = &pruner{store: store, policy: d.policy, interval: cfg.RetentionInterval, log: cfg.Logger, m: cfg.Metrics,
+	d.pruner = &pruner{engine: eng, policy: d.policy, interval: cfg.RetentionInterval, log: cfg.Logger, m: cfg.Metrics,
 		pruned: d.svc.dropPrunedReads}
 	d.pruner.start()
 	go d.svc.purgeAcknowledged() // what a crash of the server may have left in the queue
@@ -233,9 +240,9 @@ func autoReplicas(nc *nats.Conn) int {
 	return min(3, max(len(nc.Servers()), 1))
 }
 
-// headerRoom is what a message's headers may take beside a piece of a segment or a chunk; the rest
-// of max_payload is for the piece. minMaxPayload leaves pieces of at least 16 KiB (and room for an
-// encryption envelope).
+// headerRoom is what a message's headers may take beside a piece of a chunk or a log entry; the
+// rest of max_payload is for the piece. minMaxPayload leaves pieces of at least 16 KiB (and room for
+// an encryption envelope).
 const (
 	headerRoom    = 16 * 1024
 	minMaxPayload = 2 * headerRoom
@@ -304,7 +311,6 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.saves.stop(ctx)
 	d.pruner.stop()
 	d.in.shutdown(ctx)
-	d.compactor.stop()
-	d.Store.Flush(ctx)
+	d.packer.stop()
 	return err
 }

@@ -314,19 +314,21 @@ func TestDaemon_BadInputIsRefusedAndHarmless(t *testing.T) {
 		key := checkpoint.Key{Session: "from-the-future"}
 		_, err := env.Client.Save(ctx, key, goodConv)
 		require.NoError(t, err)
-		kv := headsBucket(t, env)
-		e, err := kv.Get(ctx, key.WithDefaults().Token())
+		// The session's last entry again, as a future format would write it ("CPL9").
+		k := key.WithDefaults()
+		subject := "cp.log." + wire.EncodeID(k.Namespace) + "." + wire.EncodeID(k.Session) + "." + wire.EncodeID(k.Agent)
+		js, err := jetstream.New(env.NC)
 		require.NoError(t, err)
-		var rec map[string]any
-		require.NoError(t, json.Unmarshal(e.Value(), &rec))
-		rec["format"] = 99
-		data, _ := json.Marshal(rec)
-		_, err = kv.Put(ctx, key.WithDefaults().Token(), data)
+		st, err := js.Stream(ctx, transfer.LogStream)
+		require.NoError(t, err)
+		last, err := st.GetLastMsgForSubject(ctx, subject)
+		require.NoError(t, err)
+		_, err = js.Publish(ctx, subject, append([]byte("CPL9"), last.Data[4:]...))
 		require.NoError(t, err)
 
 		_, _, err = env.Client.Restore(ctx, key, 0)
 		require.ErrorIs(t, err, checkpoint.ErrUnknownFormat)
-		require.Contains(t, err.Error(), "99")
+		require.Contains(t, err.Error(), "CPL9")
 	})
 
 	require.True(t, env.Daemon.Ready(), "the daemon is still serving")
@@ -347,14 +349,6 @@ func TestDaemon_ClientWithoutDaemonIsUnavailable(t *testing.T) {
 	require.ErrorIs(t, err, checkpoint.ErrUnavailable)
 	assert.Contains(t, err.Error(), "is the daemon running")
 	require.False(t, errors.Is(err, checkpoint.ErrNotFound))
-}
-
-func headsBucket(t *testing.T, env *testenv.Env) jetstream.KeyValue {
-	js, err := jetstream.New(env.NC)
-	require.NoError(t, err)
-	kv, err := js.KeyValue(context.Background(), wire.BucketHeads)
-	require.NoError(t, err)
-	return kv
 }
 
 // Histories and listings longer than one message come in pages, transparently to the client.
@@ -388,6 +382,74 @@ func TestDaemon_LongHistoryAndListingArePaged(t *testing.T) {
 	require.NoError(t, json.Unmarshal(m.Data, &rep))
 	require.True(t, rep.More, "one reply does not hold them all")
 	require.Less(t, len(rep.Versions), 400)
+
+	// Newest first, by cursor: every version once, from the head down; limit bounds a page.
+	var newest []uint64
+	req := wire.HistoryRequest{SessionRequest: wire.SessionRequest{Session: "long"}, NewestFirst: true}
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 400, "the cursor moves on")
+		rep = wire.HistoryReply{}
+		requestJSON(t, env, wire.OpHistory, req, &rep)
+		for _, v := range rep.Versions {
+			newest = append(newest, v.Version)
+		}
+		if !rep.More {
+			require.Empty(t, rep.Cursor)
+			break
+		}
+		require.NotEmpty(t, rep.Cursor)
+		req.Cursor = rep.Cursor
+	}
+	require.Len(t, newest, 400)
+	for i, v := range newest {
+		require.Equal(t, uint64(400-i), v)
+	}
+	rep = wire.HistoryReply{}
+	requestJSON(t, env, wire.OpHistory, wire.HistoryRequest{SessionRequest: wire.SessionRequest{Session: "long"}, NewestFirst: true, Limit: 3}, &rep)
+	require.Equal(t, []uint64{400, 399, 398}, []uint64{rep.Versions[0].Version, rep.Versions[1].Version, rep.Versions[2].Version})
+	require.Len(t, rep.Versions, 3)
+	require.True(t, rep.More)
+
+	// Listings page by cursor, in the order the sessions were created.
+	var listed []string
+	lreq := wire.ListRequest{}
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 301, "the cursor moves on")
+		var lrep wire.ListReply
+		requestJSON(t, env, wire.OpList, lreq, &lrep)
+		for _, h := range lrep.Sessions {
+			listed = append(listed, h.Key.Session)
+		}
+		if !lrep.More {
+			break
+		}
+		require.NotEmpty(t, lrep.Cursor)
+		lreq.Cursor = lrep.Cursor
+	}
+	want := []string{"long"}
+	for i := 0; i < 300; i++ {
+		want = append(want, fmt.Sprintf("s%03d", i))
+	}
+	require.Equal(t, want, listed, "every session once, in creation order")
+
+	// What a client of the old protocol sent, and cursors this daemon never gave, are refused naming what.
+	for _, body := range []string{`{"offset": 5}`, `{"cursor": "nonsense"}`, `{"cursor": "` + wire.EncodeID("other") + `.5"}`} {
+		m, err := env.Conn().Request(wire.APISubject("default", wire.OpList), []byte(body), 5*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, "400", m.Header.Get(wire.HdrServiceErrorCode), "%s: %s", body, m.Data)
+		require.Contains(t, string(m.Data), "cursor", body)
+	}
+}
+
+// requestJSON sends req to op of the default namespace and decodes the reply into rep.
+func requestJSON(t *testing.T, env *testenv.Env, op string, req, rep any) {
+	t.Helper()
+	body, err := json.Marshal(req)
+	require.NoError(t, err)
+	m, err := env.Conn().Request(wire.APISubject("default", op), body, 5*time.Second)
+	require.NoError(t, err)
+	require.Empty(t, m.Header.Get(wire.HdrServiceErrorCode), "%s", m.Data)
+	require.NoError(t, json.Unmarshal(m.Data, rep))
 }
 
 // A NATS server where checkpointd never ran: a save says so (after a short wait for an election

@@ -14,6 +14,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -79,9 +80,13 @@ func TestDialects_SaveRestore(t *testing.T) {
 		nk := checkpoint.Key{Session: "plain"}
 		_, err := env.Client.Save(ctx, nk, []byte(`[{"role":"user","content":"hi"}]`), checkpoint.WithDialect("native"))
 		require.NoError(t, err)
-		e, err := headsBucket(t, env).Get(ctx, nk.WithDefaults().Token())
+		k := nk.WithDefaults()
+		rec, err := env.Daemon.Engine.Head(ctx, engine.Key{Namespace: k.Namespace, Session: k.Session, Agent: k.Agent})
 		require.NoError(t, err)
-		require.NotContains(t, string(e.Value()), `"dialect"`)
+		require.Empty(t, rec.Dialect, "stored as no dialect")
+		m, err := env.NC.Request(wire.APISubject(k.Namespace, wire.OpGet), []byte(`{"session":"plain"}`), 5*time.Second)
+		require.NoError(t, err)
+		require.NotContains(t, string(m.Data), `"dialect"`)
 	})
 }
 

@@ -10,87 +10,100 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/logstore"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
-// swapAnswerLost is the real JetStream store, except that the answer to one SwapHead is lost after
-// the swap was applied: what a daemon sees when the leader of the heads bucket commits the new head
-// and dies before replying (the cluster harness met it: an acknowledged version whose segment was
-// gone).
-type swapAnswerLost struct {
-	snapshot.Store
+// appendAnswerLost is the real JetStream log (stream CP_LOG), except that the answer to one Append
+// is lost after the entry was stored: what a daemon sees when the stream's leader stores the entry
+// and dies before replying (the cluster harness met it with format 2: an acknowledged version whose
+// data was gone).
+type appendAnswerLost struct {
+	engine.Log
 	lose atomic.Bool
 }
 
-func (s *swapAnswerLost) SwapHead(ctx context.Context, h snapshot.Head, rev uint64) error {
-	err := s.Store.SwapHead(ctx, h, rev)
-	if err == nil && s.lose.CompareAndSwap(true, false) {
-		return context.DeadlineExceeded
+func (l *appendAnswerLost) Append(ctx context.Context, key engine.Key, data []byte, after uint64) (uint64, error) {
+	seq, err := l.Log.Append(ctx, key, data, after)
+	if err == nil && l.lose.CompareAndSwap(true, false) {
+		return 0, context.DeadlineExceeded
 	}
-	return err
+	return seq, err
 }
 
-// A save whose head swap was applied but not answered is retried under its save id and found
-// committed (a duplicate): what it wrote must still be there, so the acknowledged version reads.
-func TestFailover_SwapAnsweredLateKeepsTheSave(t *testing.T) {
-	// Segments a failed save wrote are deleted after SegmentGrace: make that at once.
-	env := testenv.Start(t, func(c *transfer.Config) { c.SegmentGrace = time.Millisecond })
-	st := &swapAnswerLost{Store: env.Daemon.Store}
+// lossyEngine is an engine of its own over env's CP_LOG whose next Append answer is lost when lose
+// is set.
+func lossyEngine(t *testing.T, env *testenv.Env, cfg engine.Config) (*engine.Engine, *appendAnswerLost) {
+	log, err := logstore.OpenLog(context.Background(), env.NC, logstore.LogConfig{Stream: transfer.LogStream})
+	require.NoError(t, err)
+	lossy := &appendAnswerLost{Log: log}
+	return engine.New(lossy, cfg), lossy
+}
+
+// A save whose entry was stored but not answered is retried under its save id and found committed
+// (a duplicate, not a second version): the acknowledged version reads, also through the daemon.
+func TestFailover_AppendAnsweredLateKeepsTheSave(t *testing.T) {
+	env := testenv.Start(t)
 	ctx := ctxT(t)
-	key := wire.Key{Namespace: "default", Session: "lost-answer", Agent: "main"}
-	save := func(id string, conv []byte) (snapshot.Saved, error) {
-		return snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: id, Writer: "t", Now: time.Now(),
+	eng, lossy := lossyEngine(t, env, engine.Config{})
+	key := engine.Key{Namespace: "default", Session: "late", Agent: "main"}
+	save := func(id string, conv []byte) (engine.Saved, error) {
+		return eng.Save(ctx, engine.SaveRequest{Key: key, SaveID: id, Writer: "t", Now: time.Now(),
 			Payload: conv, Limits: codec.Limits{MaxBytes: 1 << 20}})
 	}
-	conv := turn(nil, "a", 0)
-	_, err := save("s1", conv)
+	_, err := save("one", []byte(`[{"role":"user","content":"one"}]`))
 	require.NoError(t, err)
-
-	conv = turn(nil, "b", 1) // a rewrite: stored in a segment of its own
-	st.lose.Store(true)
-	_, err = save("s2", conv)
-	require.ErrorIs(t, err, context.DeadlineExceeded, "the swap's answer was lost")
-	saved, err := save("s2", conv) // the ingest retry
+	lossy.lose.Store(true)
+	conv := []byte(`[{"role":"user","content":"one"},{"role":"user","content":"two"}]`)
+	_, err = save("two", conv)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the answer was lost")
+	saved, err := save("two", conv) // the daemon retries the save
 	require.NoError(t, err)
-	require.True(t, saved.Duplicate, "the first attempt was committed")
-
-	time.Sleep(200 * time.Millisecond) // past the grace
-	v, err := snapshot.GetVersion(ctx, st, key, saved.Head.Version.Version, nil)
+	require.True(t, saved.Duplicate, "the retry finds the save committed")
+	require.Equal(t, uint64(2), saved.Record.Version)
+	got, _, err := env.Client.Restore(ctx, keyOfEngine(key), 2)
 	require.NoError(t, err)
-	got, err := snapshot.Read(ctx, st, v, nil)
-	require.NoError(t, err, "the acknowledged version reads")
-	testenv.RequireSameConversation(t, conv, got)
+	require.Equal(t, string(conv), string(got))
+	hist, err := env.Client.History(ctx, keyOfEngine(key))
+	require.NoError(t, err)
+	require.Len(t, hist, 2, "one version per save")
 }
 
-// A compaction whose head swap was applied but not answered must not delete the segment it merged
-// into: the head now refers to it.
-func TestFailover_CompactionAnsweredLateKeepsItsSegment(t *testing.T) {
-	env := testenv.Start(t, func(c *transfer.Config) { c.SegmentGrace = time.Millisecond; c.CompactIdle = 0 })
-	st := &swapAnswerLost{Store: env.Daemon.Store}
+// A pack whose entry was stored but not answered leaves every version readable: the pack is the
+// head (the entries it packed are read from it), and the next pack deletes what it packed.
+func TestFailover_PackAnsweredLateKeepsEveryVersion(t *testing.T) {
+	env := testenv.Start(t)
 	ctx := ctxT(t)
-	key := wire.Key{Namespace: "default", Session: "lost-compaction", Agent: "main"}
-	var conv []byte
+	eng, lossy := lossyEngine(t, env, engine.Config{PackBytes: 1 << 40, PackEntries: 1 << 30})
+	key := engine.Key{Namespace: "default", Session: "packed-late", Agent: "main"}
 	var convs [][]byte
-	for i := range 4 {
-		conv = turn(conv, "a", i)
-		convs = append(convs, conv)
-		_, err := snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: fmt.Sprint("s", i), Writer: "t", Now: time.Now(),
+	conv := []byte(`[`)
+	for i := 0; i < 10; i++ {
+		if i > 0 {
+			conv = conv[:len(conv)-1]
+			conv = append(conv, ',')
+		}
+		conv = append(conv, fmt.Sprintf(`{"role":"user","content":"turn %d"}]`, i)...)
+		_, err := eng.Save(ctx, engine.SaveRequest{Key: key, SaveID: fmt.Sprint("s", i), Writer: "t", Now: time.Now(),
 			Payload: conv, Limits: codec.Limits{MaxBytes: 1 << 20}})
 		require.NoError(t, err)
+		convs = append(convs, append([]byte(nil), conv...))
 	}
-	st.lose.Store(true)
-	_, err := snapshot.Compact(ctx, st, key, true)
-	require.ErrorIs(t, err, context.DeadlineExceeded, "the swap's answer was lost")
-
-	time.Sleep(200 * time.Millisecond) // past the grace
+	lossy.lose.Store(true)
+	_, err := eng.Pack(ctx, key, true)
+	require.Error(t, err, "the pack's answer was lost")
 	for i, want := range convs {
-		v, err := snapshot.GetVersion(ctx, st, key, uint64(i+1), nil)
-		require.NoError(t, err)
-		got, err := snapshot.Read(ctx, st, v, nil)
-		require.NoError(t, err, "version %d reads after the compaction", i+1)
-		testenv.RequireSameConversation(t, want, got)
+		got, _, err := env.Client.Restore(ctx, keyOfEngine(key), uint64(i+1))
+		require.NoError(t, err, "version %d", i+1)
+		require.Equal(t, string(want), string(got))
+	}
+	_, err = eng.Pack(ctx, key, true)
+	require.NoError(t, err)
+	for i, want := range convs {
+		got, _, err := env.Client.Restore(ctx, keyOfEngine(key), uint64(i+1))
+		require.NoError(t, err, "version %d", i+1)
+		require.Equal(t, string(want), string(got))
 	}
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -30,15 +30,15 @@ import (
 type ingester struct {
 	js       jetstream.JetStream
 	st       *streams
-	store    snapshot.Store
+	engine   *engine.Engine
 	maxBytes int64
 	// imagePaths is the policy for images that name local files (codec.ImagePaths).
 	imagePaths codec.ImagePaths
 	log        *slog.Logger
 	m          *metrics.Metrics
 	now        func() time.Time
-	// compactor merges the segments of sessions this daemon saved to.
-	compactor *compactor
+	// packer packs the sessions whose saves say their entries are due (pack.go).
+	packer *packer
 	// budget bounds the bytes of the saves being settled (ingestbudget.go).
 	budget *ingestBudget
 
@@ -233,6 +233,10 @@ func collectLargeSave(chunks int) {
 	}
 }
 
+// largeBytes is the size from which a checkpoint counts as large: its buffers are collected as
+// soon as the save is done with them.
+const largeBytes = 16 << 20
+
 // largeSaveChunks is the chunk count from which a save counts as large (about 16 MiB compressed).
 const largeSaveChunks = 16
 
@@ -309,13 +313,14 @@ func (in *ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wi
 	if json.Unmarshal(m.Data, &res) != nil || !res.OK || res.Version == nil || res.Key != key {
 		return nil, nil
 	}
-	v, err := snapshot.GetVersion(ctx, in.store, key, res.Version.Version, nil)
-	if errors.Is(err, snapshot.ErrNotFound) {
+	rec, err := in.engine.Version(ctx, keyOf(key), res.Version.Version)
+	if errors.Is(err, engine.ErrNotFound) {
 		return nil, nil // pruned since, or never there: settle the save as if new
 	}
 	if err != nil {
 		return nil, err
 	}
+	v := versionOf(rec)
 	if v.SaveID != saveID {
 		in.log.Warn("ingest: a stored result names a version this save did not make; ignoring it",
 			"session", key, "save", saveID, "version", v.Version)
@@ -359,23 +364,20 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	}
 	req := hs.req
 	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
-	saved, err := snapshot.Save(ctx, in.store, req)
-	var ce *snapshot.ConflictError
-	var ve *codec.ValidationError
+	saved, err := in.engine.Save(ctx, req)
 	switch {
-	case errors.As(err, &ce), errors.As(err, &ve), errors.Is(err, snapshot.ErrBadRequest), errors.Is(err, snapshot.ErrCorrupt),
-		errors.Is(err, snapshot.ErrLeased), errors.Is(err, snapshot.ErrFenced), errors.Is(err, snapshot.ErrMoved), errors.Is(err, snapshot.ErrHashMismatch):
+	case isStorageRefusal(err):
 		res, _, _ := refuse(err)
 		res.Received = received
 		return res, 0, nil
 	case err != nil:
 		return wire.SaveResult{}, 0, err
 	}
-	if !saved.Duplicate && snapshot.NeedsCompaction(saved.Head, false) {
-		in.compactor.due(key)
+	if saved.PackDue {
+		in.packer.due(req.Key) // packed after the save is answered, off its latency
 	}
-	in.compactor.touched(key)
-	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &saved.Head.Version, Received: received}, hs.chunks, nil
+	v := versionOf(saved.Record)
+	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received}, hs.chunks, nil
 }
 
 // isRefusal tells a body that cannot be read as sent (a refusal, part of the result) from storage
@@ -387,10 +389,10 @@ func isRefusal(err error) bool {
 
 // saveHeaders is what the headers of a save say, checked.
 type saveHeaders struct {
-	req      snapshot.SaveRequest // all but Payload and Limits
-	encoding string               // wire.EncodingIdentity or wire.EncodingZstd
-	chunks   int                  // the body is in this many chunks; 0: in the message
-	dialect  string               // the conversation's shape; "" is native
+	req      engine.SaveRequest // all but Payload and Limits
+	encoding string             // wire.EncodingIdentity or wire.EncodingZstd
+	chunks   int                // the body is in this many chunks; 0: in the message
+	dialect  string             // the conversation's shape; "" is native
 }
 
 // parseSaveHeaders reads the headers of a save. It does no I/O, so it is fuzzed on its own
@@ -399,7 +401,7 @@ type saveHeaders struct {
 // naming the header, or unknown_format for a Cp-Format this daemon does not know.
 func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time, maxBytes int64) (saveHeaders, error) {
 	hs := saveHeaders{encoding: wire.EncodingIdentity,
-		req: snapshot.SaveRequest{Key: key, SaveID: saveID, Writer: h.Get(wire.HdrWriter), Reason: h.Get(wire.HdrReason), Now: now}}
+		req: engine.SaveRequest{Key: keyOf(key), SaveID: saveID, Writer: h.Get(wire.HdrWriter), Reason: h.Get(wire.HdrReason), Now: now}}
 	for _, name := range []string{wire.HdrWriter, wire.HdrImportSource} {
 		if n := len(h.Get(name)); n > wire.MaxTextHeaderBytes {
 			return hs, fmt.Errorf("%w: header %s: %d bytes, at most %d (it is recorded in the version)", errBadRequest, name, n, wire.MaxTextHeaderBytes)
@@ -433,7 +435,7 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 		if err != nil {
 			return hs, fmt.Errorf("%w: header %s: %v", errBadRequest, wire.HdrForkOf, err)
 		}
-		hs.req.ForkOf = &ref
+		hs.req.ForkOf = forkRefOf(&ref)
 	}
 	if h.Get(wire.HdrImportVersion) != "" {
 		if hs.req.Import, err = importHeaders(h, now); err != nil {
@@ -477,7 +479,7 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 }
 
 // importHeaders reads the headers of a save that copies a version from elsewhere.
-func importHeaders(h nats.Header, now time.Time) (*snapshot.Import, error) {
+func importHeaders(h nats.Header, now time.Time) (*engine.Import, error) {
 	n, err := wire.ParseHeaderUint(wire.HdrImportVersion, h.Get(wire.HdrImportVersion), 1, wire.MaxVersion)
 	if err != nil {
 		return nil, err
@@ -494,8 +496,8 @@ func importHeaders(h nats.Header, now time.Time) (*snapshot.Import, error) {
 	if via != wire.ReasonMigrate && via != wire.ReasonImport {
 		return nil, fmt.Errorf("%w: header %s: %q (want migrate or import)", errBadRequest, wire.HdrImportVia, via)
 	}
-	return &snapshot.Import{Version: n, Created: created, Hash: hash,
-		Origin: wire.Origin{Via: via, Source: h.Get(wire.HdrImportSource), At: now.UTC()}}, nil
+	return &engine.Import{Version: n, Created: created, Hash: hash,
+		Origin: originOf(wire.Origin{Via: via, Source: h.Get(wire.HdrImportSource), At: now.UTC()})}, nil
 }
 
 // readBody returns the body of a save, decoded: the message's own bytes as sent, or its chunks read

@@ -48,7 +48,7 @@ type reservation struct {
 	ctx      context.Context
 	held     int64
 	deadline time.Time // set the first time the save waits
-	large    bool      // eager.begin was called (eagergc.go)
+	large    bool      // the save held a large checkpoint's bytes (mindGC)
 }
 
 // begin starts the reservation of one save; end gives back all of it.
@@ -122,7 +122,6 @@ func (r *reservation) end() {
 	b.wake()
 	b.mu.Unlock()
 	if r.large {
-		eager.end()
 		// What a large save read is garbage now, as large as the save: collect it before the next
 		// large save grows, or refused bombs would pile up until the collector comes round.
 		runtime.GC()
@@ -142,12 +141,11 @@ func (b *ingestBudget) inUse() int64 {
 	return b.used
 }
 
-// mindGC lowers the collector's target once the save holds a large checkpoint's bytes (eagergc.go):
-// decided by bytes actually held, never by a size the client declared.
+// mindGC notes that the save holds a large checkpoint's bytes, so that end collects them: decided
+// by bytes actually held, never by a size the client declared.
 func (r *reservation) mindGC() {
 	if !r.large && r.held >= largeBytes {
 		r.large = true
-		eager.begin()
 	}
 }
 

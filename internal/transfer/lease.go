@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -29,8 +29,8 @@ func (s *service) lease(ctx context.Context, ns string, body []byte) (reply, err
 	if (req.Op == wire.LeaseAcquire || req.Op == wire.LeaseRenew) && (ttl <= 0 || ttl > maxLeaseTTL) {
 		return reply{}, fmt.Errorf("%w: ttlMillis %d: want a TTL above 0 and at most %s", errBadRequest, req.TTLMillis, maxLeaseTTL)
 	}
-	lr := snapshot.LeaseRequest{Key: key, Owner: req.Owner, TTL: ttl, Epoch: req.Epoch, Force: req.Force, Now: time.Now()}
-	var l wire.Lease
+	lr := engine.LeaseRequest{Key: keyOf(key), Owner: req.Owner, TTL: ttl, Epoch: req.Epoch, Force: req.Force, Now: time.Now()}
+	var ls engine.LeaseState
 	switch req.Op {
 	case wire.LeaseAcquire:
 		if err := wire.ValidateID(req.Owner); err != nil {
@@ -39,32 +39,33 @@ func (s *service) lease(ctx context.Context, ns string, body []byte) (reply, err
 		if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
 			return reply{}, err
 		}
-		var took snapshot.Takeover
-		l, took, err = snapshot.AcquireTakingOver(ctx, s.store, lr)
+		var took engine.Takeover
+		ls, took, err = s.engine.Acquire(ctx, lr)
 		if err == nil && took.From != "" && took.From != req.Owner {
 			kind := "expired"
 			if took.Forced {
 				kind = "forced"
 			}
 			s.m.LeaseTakeovers.WithLabelValues(kind).Inc()
-			s.log.Info("lease taken over", "session", key, "from", took.From, "to", req.Owner, "kind", kind, "epoch", l.Epoch)
+			s.log.Info("lease taken over", "session", key, "from", took.From, "to", req.Owner, "kind", kind, "epoch", ls.Lease.Epoch)
 		}
 	case wire.LeaseRenew:
-		l, err = snapshot.Renew(ctx, s.store, lr)
+		ls, err = s.engine.Renew(ctx, lr)
 	case wire.LeaseRelease:
 		// The holder's saves queued before the release are its own: settle them under its epoch.
 		if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
 			return reply{}, err
 		}
-		l, err = snapshot.Release(ctx, s.store, lr)
+		ls, err = s.engine.Release(ctx, lr)
 	case wire.LeaseStatus:
-		l, err = snapshot.LeaseStatus(ctx, s.store, key)
+		ls, err = s.engine.LeaseStatus(ctx, keyOf(key))
 	default:
 		return reply{}, fmt.Errorf("%w: lease op %q (want acquire, renew, release or status)", errBadRequest, req.Op)
 	}
 	if err != nil {
 		return reply{}, err
 	}
+	l := leaseOf(key, ls)
 	s.log.Debug("lease", "op", req.Op, "session", key, "epoch", l.Epoch, "owner", l.Owner)
 	return jsonReply(l)
 }
@@ -82,10 +83,11 @@ func (s *service) seal(ctx context.Context, ns string, body []byte) (reply, erro
 	if err != nil {
 		return reply{}, err
 	}
-	v, err := snapshot.Seal(ctx, s.store, key, req.Expected, req.MovedTo, time.Now())
+	rec, err := s.engine.Seal(ctx, keyOf(key), req.Expected, req.MovedTo, time.Now())
 	if err != nil {
-		return reply{}, notFound(err, key)
+		return reply{}, err
 	}
+	v := versionOf(rec)
 	s.log.Info("session sealed: moved", "session", key, "version", v.Version, "to", req.MovedTo)
 	return jsonReply(v)
 }
@@ -100,10 +102,11 @@ func (s *service) remove(ctx context.Context, ns string, body []byte) (reply, er
 	if err != nil {
 		return reply{}, err
 	}
-	v, err := snapshot.Delete(ctx, s.store, key, req.Expected)
+	rec, err := s.engine.Delete(ctx, keyOf(key), req.Expected)
 	if err != nil {
-		return reply{}, notFound(err, key)
+		return reply{}, err
 	}
+	v := versionOf(rec)
 	s.cache.DropHeld(readSession(ns, req.Session)) // a read under way must not go on serving it
 	s.log.Info("session deleted", "session", key, "head", v.Version)
 	return jsonReply(v)

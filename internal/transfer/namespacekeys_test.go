@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -59,25 +61,29 @@ func TestParseNamespaceKeys_RefusesBadFilesNamingTheMember(t *testing.T) {
 	require.Equal(t, 2, nk.Count(), "a key named twice is one key")
 }
 
-// segmentPieces returns every stored piece of namespace ns in cp_segments, by key.
+// segmentPieces returns every stored entry and value of namespace ns in CP_LOG (what the daemon
+// stores for it), by "<subject>#<sequence>".
 func segmentPieces(t *testing.T, env *testenv.Env, ns string) map[string][]byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	js, err := jetstream.New(env.Conn())
 	require.NoError(t, err)
-	kv, err := js.KeyValue(ctx, wire.BucketSegment)
+	st, err := js.Stream(ctx, transfer.LogStream)
 	require.NoError(t, err)
-	lister, err := kv.ListKeys(ctx)
+	info, err := st.Info(ctx)
 	require.NoError(t, err)
 	out := map[string][]byte{}
-	for k := range lister.Keys() {
-		if !strings.HasPrefix(k, wire.EncodeID(ns)+".") {
-			continue
+	prefixes := []string{"cp.log." + wire.EncodeID(ns) + ".", "cp.val." + wire.EncodeID(ns) + "."}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // deleted (packed)
 		}
-		e, err := kv.Get(ctx, k)
 		require.NoError(t, err)
-		out[k] = e.Value()
+		if strings.HasPrefix(m.Subject, prefixes[0]) || strings.HasPrefix(m.Subject, prefixes[1]) {
+			out[fmt.Sprintf("%s#%d", m.Subject, seq)] = m.Data
+		}
 	}
 	return out
 }
@@ -103,7 +109,7 @@ func markedConversation(n int, marker string) []byte {
 func TestNamespaceKeys_StoredBytesAreSealed(t *testing.T) {
 	nk := namespaceKeys(t, map[string]any{"alice": newNamespaceKey(t)})
 	env := testenv.StartWithMaxPayload(t, 32<<10, func(c *transfer.Config) {
-		c.NamespaceKeys, c.CacheBytes, c.CompactIdle = nk, 1, 200*time.Millisecond
+		c.NamespaceKeys, c.CacheBytes = nk, 1
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -118,7 +124,10 @@ func TestNamespaceKeys_StoredBytesAreSealed(t *testing.T) {
 		}
 		saved[ns+"-marker"] = [][]byte{[]byte(marker)}
 	}
-	time.Sleep(time.Second) // the idle merge and the archive of records run, and write sealed segments too
+	for _, ns := range []string{"alice", "bob"} { // packs write sealed entries too
+		_, err := env.Daemon.Engine.Pack(ctx, engine.Key{Namespace: ns, Session: "s", Agent: wire.DefaultAgent}, true)
+		require.NoError(t, err)
+	}
 	for _, ns := range []string{"alice", "bob"} {
 		for i, want := range saved[ns] {
 			got, _, err := env.Client.Restore(ctx, checkpoint.Key{Namespace: ns, Session: "s"}, uint64(i+1))
@@ -128,20 +137,13 @@ func TestNamespaceKeys_StoredBytesAreSealed(t *testing.T) {
 	}
 
 	alice, bob := segmentPieces(t, env, "alice"), segmentPieces(t, env, "bob")
-	require.Greater(t, len(alice), 4, "several segments")
-	var later int
-	for k := range alice {
-		if !strings.HasSuffix(k, ".0") {
-			later++
-		}
-	}
-	require.Positive(t, later, "some segments or values are in several pieces")
+	require.Greater(t, len(alice), 4, "several entries")
 	for k, v := range alice {
-		require.True(t, bytes.HasPrefix(v, []byte("CPKE\x01")), "piece %s is not sealed", k)
+		require.True(t, bytes.HasPrefix(v, []byte("CPKE\x01")), "entry %s is not sealed", k)
 	}
 	for k, v := range bob {
-		if strings.HasSuffix(k, ".0") {
-			require.True(t, bytes.HasPrefix(v, []byte("CPKT")), "piece %s of a namespace without a key", k)
+		if strings.HasPrefix(k, "cp.log.") {
+			require.True(t, bytes.HasPrefix(v, []byte("CPL2")), "entry %s of a namespace without a key", k)
 		}
 	}
 
@@ -150,11 +152,11 @@ func TestNamespaceKeys_StoredBytesAreSealed(t *testing.T) {
 	env.Server.WaitForShutdown()
 	kvFiles := filepath.Join(env.Dir, "jetstream", "$G", "streams")
 	var inKV []string
-	for _, f := range grepDataDirGlob(t, kvFiles, "KV_*", string(saved["alice-marker"][0])) {
+	for _, f := range grepDataDirGlob(t, kvFiles, transfer.LogStream, string(saved["alice-marker"][0])) {
 		inKV = append(inKV, f)
 	}
-	require.Empty(t, inKV, "alice's bytes readable in the buckets' files")
-	require.NotEmpty(t, grepDataDirGlob(t, kvFiles, "KV_*", string(saved["bob-marker"][0])), "the search must find bob's marker, or it proves nothing")
+	require.Empty(t, inKV, "alice's bytes readable in the stream's files")
+	require.NotEmpty(t, grepDataDirGlob(t, kvFiles, transfer.LogStream, string(saved["bob-marker"][0])), "the search must find bob's marker, or it proves nothing")
 }
 
 // grepDataDirGlob is grepDataDir over the directories under dir matching pattern.
@@ -188,7 +190,7 @@ func restoreWith(t *testing.T, env *testenv.Env, keys *transfer.NamespaceKeys, k
 func TestNamespaceKeys_RotationAndWrongKeys(t *testing.T) {
 	k1, k2 := newNamespaceKey(t), newNamespaceKey(t)
 	env := testenv.Start(t, func(c *transfer.Config) {
-		c.NamespaceKeys, c.CacheBytes, c.CompactIdle = namespaceKeys(t, map[string]any{"*": k1}), 1, 0
+		c.NamespaceKeys, c.CacheBytes = namespaceKeys(t, map[string]any{"*": k1}), 1
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -230,7 +232,7 @@ func TestNamespaceKeys_RotationAndWrongKeys(t *testing.T) {
 // restore fails with code corrupt (the envelope authenticates its bytes and its place), no panic.
 func TestNamespaceKeys_AlteredPiecesAreCorruptNeverGarbage(t *testing.T) {
 	nk := namespaceKeys(t, map[string]any{"*": newNamespaceKey(t)})
-	env := testenv.Start(t, func(c *transfer.Config) { c.NamespaceKeys, c.CacheBytes, c.CompactIdle = nk, 1, 0 })
+	env := testenv.Start(t, func(c *transfer.Config) { c.NamespaceKeys, c.CacheBytes = nk, 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	a, b := checkpoint.Key{Session: "a"}, checkpoint.Key{Session: "b"}
@@ -241,9 +243,9 @@ func TestNamespaceKeys_AlteredPiecesAreCorruptNeverGarbage(t *testing.T) {
 	pieces := segmentPieces(t, env, wire.DefaultNamespace)
 	var pieceA, pieceB string
 	for k := range pieces {
-		if strings.Contains(k, ".a.") {
+		if strings.HasPrefix(k, "cp.log.default.a.") {
 			pieceA = k
-		} else if strings.Contains(k, ".b.") {
+		} else if strings.HasPrefix(k, "cp.log.default.b.") {
 			pieceB = k
 		}
 	}
@@ -257,8 +259,7 @@ func TestNamespaceKeys_AlteredPiecesAreCorruptNeverGarbage(t *testing.T) {
 
 	js, err := jetstream.New(env.Conn())
 	require.NoError(t, err)
-	kv, err := js.KeyValue(ctx, wire.BucketSegment)
-	require.NoError(t, err)
+	subjectA, _, _ := strings.Cut(pieceA, "#")
 	for _, tc := range []struct {
 		name   string
 		stored []byte
@@ -271,7 +272,7 @@ func TestNamespaceKeys_AlteredPiecesAreCorruptNeverGarbage(t *testing.T) {
 		{"only the magic", []byte("CPKE"), "shorter than its envelope"},
 		{"a header with no cipher", sealed[:25], "shorter than its envelope"},
 	} {
-		_, err := kv.Put(ctx, pieceA, tc.stored)
+		_, err := js.Publish(ctx, subjectA, tc.stored) // a's last entry, as the operator wrote it
 		require.NoError(t, err)
 		got, _, err := env.Client.Restore(ctx, a, 1)
 		require.ErrorIs(t, err, checkpoint.ErrCorrupt, tc.name)
@@ -300,7 +301,7 @@ func keyIDs(pieces map[string][]byte) map[string]bool {
 func TestNamespaceKeys_SetKeysWhileRunning(t *testing.T) {
 	k1, k2 := newNamespaceKey(t), newNamespaceKey(t)
 	env := testenv.Start(t, func(c *transfer.Config) {
-		c.NamespaceKeys, c.CacheBytes, c.CompactIdle = namespaceKeys(t, map[string]any{"*": k1}), 1, 0
+		c.NamespaceKeys, c.CacheBytes = namespaceKeys(t, map[string]any{"*": k1}), 1
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -311,7 +312,7 @@ func TestNamespaceKeys_SetKeysWhileRunning(t *testing.T) {
 	first := keyIDs(segmentPieces(t, env, "team"))
 	require.Len(t, first, 1)
 
-	dropped, err := env.Daemon.Store.SetKeys(namespaceKeys(t, map[string]any{"team": []string{k2, k1}}))
+	dropped, err := env.Daemon.SetNamespaceKeys(namespaceKeys(t, map[string]any{"team": []string{k2, k1}}))
 	require.NoError(t, err)
 	require.Empty(t, dropped)
 	_, err = env.Client.Save(ctx, key, markedConversation(3, "one"))
@@ -322,12 +323,12 @@ func TestNamespaceKeys_SetKeysWhileRunning(t *testing.T) {
 	require.NoError(t, err, "the old key still opens version 1")
 	require.Equal(t, string(v1), string(got))
 
-	_, err = env.Daemon.Store.SetKeys(nil)
+	_, err = env.Daemon.SetNamespaceKeys(nil)
 	require.ErrorContains(t, err, "restart checkpointd to turn encryption off")
 	_, _, err = env.Client.Restore(ctx, key, 1)
 	require.NoError(t, err, "a refused reload leaves the running keys")
 
-	dropped, err = env.Daemon.Store.SetKeys(namespaceKeys(t, map[string]any{"team": k2}))
+	dropped, err = env.Daemon.SetNamespaceKeys(namespaceKeys(t, map[string]any{"team": k2}))
 	require.NoError(t, err)
 	require.Len(t, dropped, 1)
 	require.True(t, first[dropped[0]], "the dropped key is the one that sealed version 1: %v", dropped)
@@ -343,6 +344,6 @@ func TestNamespaceKeys_SetKeysWhileRunning(t *testing.T) {
 	require.Equal(t, string(after), string(got))
 
 	plain := testenv.Start(t)
-	_, err = plain.Daemon.Store.SetKeys(namespaceKeys(t, map[string]any{"*": k1}))
+	_, err = plain.Daemon.SetNamespaceKeys(namespaceKeys(t, map[string]any{"*": k1}))
 	require.ErrorContains(t, err, "restart checkpointd to turn encryption on")
 }

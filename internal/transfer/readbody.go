@@ -6,9 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -32,7 +33,7 @@ func readSession(ns, session string) string {
 }
 
 // fullZstd returns the whole conversation of v as a zstd stream, stored frames passed through
-// (snapshot.ReadZstd), cached under the version's hash as the identity bytes are, and only when
+// (engine.ReadZstd), cached under the version's hash as the identity bytes are, and only when
 // they would be (the conversation fits the cache): a conversation too large to cache is held for
 // its read only, as before, rather than kept compressed afterwards beside everything else.
 func (s *service) fullZstd(ctx context.Context, v wire.Version) (readBody, error) {
@@ -40,7 +41,10 @@ func (s *service) fullZstd(ctx context.Context, v wire.Version) (readBody, error
 		if err := takeLoad(ctx, 1, v); err != nil {
 			return readBody{}, err
 		}
-		data, err := snapshot.ReadZstd(ctx, s.store, v, s.cache)
+		data, rec, err := s.engine.ReadZstd(ctx, keyOf(v.Key), v.Version)
+		if err == nil && rec.Hash != v.Hash {
+			err = fmt.Errorf("%w: version %d of %s changed while it was read (the session was deleted and saved again); read it again", errUnavailable, v.Version, v.Key)
+		}
 		return readBody{data: data, hash: v.Hash, raw: v.RawBytes, enc: wire.EncodingZstd}, err
 	}
 	if v.RawBytes > s.cache.max {
@@ -73,12 +77,12 @@ func (s *service) exactVersion(ctx context.Context, ns string, r wire.SessionReq
 	if err != nil {
 		return wire.Version{}, err
 	}
-	v, err := snapshot.GetVersion(ctx, s.store, key, n, s.cache)
-	if errors.Is(err, snapshot.ErrNotFound) {
+	rec, err := s.engine.Version(ctx, keyOf(key), n)
+	if errors.Is(err, engine.ErrNotFound) {
 		return s.version(ctx, ns, r, n)
 	}
 	if err != nil {
 		return wire.Version{}, err
 	}
-	return v, snapshot.CheckFormat(v)
+	return versionOf(rec), nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -20,7 +20,7 @@ import (
 // and its later pieces must not come from the stale hold (docs/protocol.md §5: every piece of one
 // read carries the same Cp-Total, Cp-Encoding and Cp-Hash). Both encodings.
 func TestRead_NewReadIsNotContinuedFromAStaleHold(t *testing.T) {
-	env := testenv.StartWithMaxPayload(t, 64<<10, func(c *transfer.Config) { c.CompactIdle = 0 })
+	env := testenv.StartWithMaxPayload(t, 64<<10, func(c *transfer.Config) { c.Engine.NoPack = true })
 	ctx := ctxT(t)
 	nc := env.Conn()
 	corpus := corpusMessages(t, "claude_code_spotter_258c7280.json")
@@ -42,7 +42,8 @@ func TestRead_NewReadIsNotContinuedFromAStaleHold(t *testing.T) {
 			// the cluster (here: in the store directly, which this daemon's holds know nothing of)
 			// and saved again, so that its version 1 is another conversation (fewer messages, so
 			// another length and hash).
-			_, err = snapshot.Delete(ctx, env.Daemon.Store, key.WithDefaults(), nil)
+			k := key.WithDefaults()
+			_, err = env.Daemon.Engine.Delete(ctx, engine.Key{Namespace: k.Namespace, Session: k.Session, Agent: k.Agent}, nil)
 			require.NoError(t, err)
 			second := arrayOf(corpus[:len(corpus)*2/3])
 			v, err := env.Client.Save(ctx, key, second)
@@ -66,7 +67,7 @@ func TestRead_NewReadIsNotContinuedFromAStaleHold(t *testing.T) {
 // pieces of a read that was under way (held between its pieces) when it was deleted: a delete
 // removes the session (docs/protocol.md §10).
 func TestRead_DeletedSessionIsNotServedFromAHeldRead(t *testing.T) {
-	env := testenv.StartWithMaxPayload(t, 64<<10, func(c *transfer.Config) { c.CompactIdle = 0 })
+	env := testenv.StartWithMaxPayload(t, 64<<10, func(c *transfer.Config) { c.Engine.NoPack = true })
 	ctx := ctxT(t)
 	nc := env.Conn()
 	corpus := corpusMessages(t, "claude_code_spotter_258c7280.json")
@@ -94,7 +95,7 @@ func TestRead_DeletedSessionIsNotServedFromAHeldRead(t *testing.T) {
 // A prune drops the held reads of the sessions it removed versions from: the next piece of a read
 // of a removed version is looked up again, and not found (it used to be served from the hold).
 func TestRead_PrunedVersionIsNotServedFromAHeldRead(t *testing.T) {
-	env := testenv.StartWithMaxPayload(t, 64<<10, func(c *transfer.Config) { c.CompactIdle = 0 })
+	env := testenv.StartWithMaxPayload(t, 64<<10, func(c *transfer.Config) { c.Engine.NoPack = true })
 	ctx := ctxT(t)
 	nc := env.Conn()
 	corpus := corpusMessages(t, "claude_code_spotter_258c7280.json")

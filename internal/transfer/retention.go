@@ -11,19 +11,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // RetentionPolicy is the daemon's retention: a default, and overrides by namespace.
 type RetentionPolicy struct {
-	Default     snapshot.Retention
-	ByNamespace map[string]snapshot.Retention
+	Default     engine.Retention
+	ByNamespace map[string]engine.Retention
 }
 
 // For returns the retention of a namespace.
-func (p RetentionPolicy) For(namespace string) snapshot.Retention {
+func (p RetentionPolicy) For(namespace string) engine.Retention {
 	if r, ok := p.ByNamespace[namespace]; ok {
 		return r
 	}
@@ -31,13 +31,13 @@ func (p RetentionPolicy) For(namespace string) snapshot.Retention {
 }
 
 // ParseNamespaceRetention parses "NAMESPACE:keep=N,age=DURATION" (either part may be left out).
-func ParseNamespaceRetention(s string) (string, snapshot.Retention, error) {
+func ParseNamespaceRetention(s string) (string, engine.Retention, error) {
 	i := strings.LastIndexByte(s, ':')
 	if i <= 0 {
-		return "", snapshot.Retention{}, fmt.Errorf("%q: want NAMESPACE:keep=N,age=DURATION", s)
+		return "", engine.Retention{}, fmt.Errorf("%q: want NAMESPACE:keep=N,age=DURATION", s)
 	}
 	ns, spec := s[:i], s[i+1:]
-	var r snapshot.Retention
+	var r engine.Retention
 	for _, part := range strings.Split(spec, ",") {
 		k, v, ok := strings.Cut(part, "=")
 		var err error
@@ -52,32 +52,69 @@ func ParseNamespaceRetention(s string) (string, snapshot.Retention, error) {
 			err = fmt.Errorf("unknown setting %q (want keep or age)", k)
 		}
 		if err != nil {
-			return "", snapshot.Retention{}, fmt.Errorf("retention for namespace %q: %w", ns, err)
+			return "", engine.Retention{}, fmt.Errorf("retention for namespace %q: %w", ns, err)
 		}
 	}
 	if r.KeepLast < 0 || r.MaxAge < 0 {
-		return "", snapshot.Retention{}, fmt.Errorf("retention for namespace %q: negative limit", ns)
+		return "", engine.Retention{}, fmt.Errorf("retention for namespace %q: negative limit", ns)
 	}
 	return ns, r, nil
 }
 
-// pruneSessions applies retention to the given sessions and reports per session.
-func pruneSessions(ctx context.Context, store snapshot.Store, heads []snapshot.Head, ret func(ns string) snapshot.Retention, dryRun bool) ([]wire.PruneResult, error) {
+// pruneSessions applies retention to the given sessions and reports per session. A session gone
+// meanwhile (deleted, or leased without a version) is skipped.
+func pruneSessions(ctx context.Context, e *engine.Engine, keys []engine.Key, ret func(ns string) engine.Retention, dryRun bool) ([]wire.PruneResult, error) {
 	out := []wire.PruneResult{}
-	for _, h := range heads {
-		var res snapshot.Pruned
-		var err error
-		for attempt := 0; attempt < 5; attempt++ {
-			res, err = snapshot.Prune(ctx, store, h.Key, ret(h.Key.Namespace), time.Now(), dryRun)
-			if !errors.Is(err, snapshot.ErrRevisionMismatch) {
-				break // a save moved the head: look again
-			}
+	for _, k := range keys {
+		res, err := e.Prune(ctx, k, ret(k.Namespace), time.Now(), dryRun)
+		if errors.Is(err, engine.ErrNotFound) {
+			continue
 		}
 		if err != nil {
-			return out, fmt.Errorf("session %s: %w", h.Key, err)
+			return out, fmt.Errorf("session %s: %w", k, err)
 		}
 		if len(res.Versions) > 0 {
-			out = append(out, wire.PruneResult{Key: h.Key, Versions: res.Versions, Kept: res.Kept, Segments: res.Segments})
+			out = append(out, wire.PruneResult{Key: wireKey(k), Versions: res.Versions, Kept: res.Kept})
+		}
+	}
+	return out, nil
+}
+
+// pruneNamespace applies retention to every session of namespace ns ("": of every namespace), a
+// page of the engine's index at a time.
+func pruneNamespace(ctx context.Context, e *engine.Engine, ns string, ret func(ns string) engine.Retention, dryRun bool) ([]wire.PruneResult, error) {
+	namespaces := []string{ns}
+	if ns == "" {
+		var err error
+		if namespaces, err = e.Namespaces(ctx); err != nil {
+			return nil, err
+		}
+	}
+	out := []wire.PruneResult{}
+	for _, space := range namespaces {
+		if ret(space) == (engine.Retention{}) {
+			continue // nothing to remove there
+		}
+		for cursor := uint64(0); ; {
+			heads, next, err := e.Sessions(ctx, space, cursor, listPageSessions)
+			if err != nil {
+				return out, err
+			}
+			keys := make([]engine.Key, 0, len(heads))
+			for _, h := range heads {
+				if h.Record.Version > 0 {
+					keys = append(keys, h.Key)
+				}
+			}
+			res, err := pruneSessions(ctx, e, keys, ret, dryRun)
+			out = append(out, res...)
+			if err != nil {
+				return out, err
+			}
+			if next == 0 {
+				break
+			}
+			cursor = next
 		}
 	}
 	return out, nil
@@ -98,10 +135,10 @@ func newLivePolicy(p RetentionPolicy) *livePolicy {
 func (l *livePolicy) get() RetentionPolicy  { return *l.p.Load() }
 func (l *livePolicy) set(p RetentionPolicy) { l.p.Store(&p) }
 
-// pruner applies the retention policy to every session now and then, and sweeps away segments a
-// crashed save left behind (snapshot.Sweep).
+// pruner applies the retention policy to every session now and then (engine.Prune), and sweeps the
+// values nothing refers to (engine.SweepValues).
 type pruner struct {
-	store    snapshot.Store
+	engine   *engine.Engine
 	policy   *livePolicy
 	interval time.Duration
 	log      *slog.Logger
@@ -148,69 +185,48 @@ func (p *pruner) run(ctx context.Context) {
 	p.m.RetentionRounds.WithLabelValues(result).Inc()
 }
 
-// round applies retention, then sweeps; it reports whether every step succeeded.
+// round applies retention, then sweeps the values no session refers to any more
+// (engine.SweepValues); it reports whether every step succeeded. The log engine has nothing else to
+// sweep: a crashed save leaves no orphan (its entry is its commit), and packs delete what they
+// packed.
 func (p *pruner) round(ctx context.Context) bool {
-	heads, err := p.store.Heads(ctx, "")
-	if err != nil {
-		p.log.Warn("housekeeping: listing sessions failed; trying again next round", "err", err)
-		return false
-	}
 	ok := true
-	if policy := p.policy.get(); policy.Default != (snapshot.Retention{}) || len(policy.ByNamespace) > 0 {
-		res, err := pruneSessions(ctx, p.store, heads, policy.For, false)
+	if policy := p.policy.get(); policy.Default != (engine.Retention{}) || len(policy.ByNamespace) > 0 {
+		res, err := pruneNamespace(ctx, p.engine, "", policy.For, false)
 		if p.pruned != nil {
 			p.pruned(res)
+		}
+		for _, r := range res {
+			p.m.RetentionRemoved.WithLabelValues("version").Add(float64(len(r.Versions)))
+			p.log.Info("retention: pruned old versions", "session", r.Key, "versions", len(r.Versions), "kept", r.Kept)
 		}
 		if err != nil && ctx.Err() == nil {
 			ok = false
 			p.log.Warn("retention: prune failed; trying again next round", "err", err)
 		}
-		for _, r := range res {
-			p.m.RetentionRemoved.WithLabelValues("version").Add(float64(len(r.Versions)))
-			p.m.RetentionRemoved.WithLabelValues("segment").Add(float64(r.Segments))
-			p.log.Info("retention: pruned old versions", "session", r.Key, "versions", len(r.Versions), "kept", r.Kept, "segments_freed", r.Segments)
-		}
 	}
-	before := time.Now().Add(-snapshot.SweepGrace)
-	for _, h := range heads {
-		n, err := snapshot.Sweep(ctx, p.store, h.Key, before)
-		if err != nil && ctx.Err() == nil && !errors.Is(err, snapshot.ErrNotFound) {
-			ok = false
-			p.log.Warn("housekeeping: sweeping unreferenced segments failed; trying again next round", "session", h.Key, "err", err)
-		}
-		if n > 0 {
-			p.m.RetentionRemoved.WithLabelValues("segment").Add(float64(n))
-			p.log.Info("housekeeping: removed segments a crashed save left behind", "session", h.Key, "segments", n)
-		}
-	}
-	return p.sweepValues(ctx, heads, before) && ok
+	return p.sweepValues(ctx) && ok
 }
 
-// sweepValues deletes the large values no session of their namespace refers to any more
-// (snapshot.SweepValues), in every namespace that has sessions or values.
-func (p *pruner) sweepValues(ctx context.Context, heads []snapshot.Head, before time.Time) bool {
-	entries, _, err := p.store.ValueEntries(ctx, "")
+// sweepValues sweeps the values of every namespace (engine.SweepValues: a value is gone two sweeps
+// after nothing referred to it).
+func (p *pruner) sweepValues(ctx context.Context) bool {
+	namespaces, err := p.engine.Namespaces(ctx)
 	if err != nil {
-		p.log.Warn("housekeeping: listing values failed; trying again next round", "err", err)
+		p.log.Warn("housekeeping: listing namespaces failed; trying again next round", "err", err)
 		return false
 	}
 	ok := true
-	namespaces := map[string]bool{}
-	for _, h := range heads {
-		namespaces[h.Key.Namespace] = true
-	}
-	for _, e := range entries {
-		namespaces[e.Namespace] = true
-	}
-	for ns := range namespaces {
-		res, err := snapshot.SweepValues(ctx, p.store, ns, before)
+	for _, ns := range namespaces {
+		res, err := p.engine.SweepValues(ctx, ns)
 		if err != nil && ctx.Err() == nil {
 			ok = false
 			p.log.Warn("housekeeping: sweeping unused values failed; trying again next round", "namespace", ns, "err", err)
 		}
-		if res.Deleted > 0 || res.Orphans > 0 {
+		if res.Deleted > 0 || res.Trashed > 0 || res.Restored > 0 {
 			p.m.RetentionRemoved.WithLabelValues("value").Add(float64(res.Deleted))
-			p.log.Info("housekeeping: removed values no session uses", "namespace", ns, "values", res.Deleted, "freed_bytes", res.FreedBytes, "orphans", res.Orphans)
+			p.log.Info("housekeeping: values no session uses", "namespace", ns, "trashed", res.Trashed,
+				"deleted", res.Deleted, "freed_bytes", res.FreedBytes, "restored", res.Restored)
 		}
 	}
 	return ok

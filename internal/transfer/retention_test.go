@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 )
@@ -28,8 +28,10 @@ func versionsOf(t *testing.T, env *testenv.Env, key checkpoint.Key) []uint64 {
 	return out
 }
 
-func TestRetention_KeepLastAcrossGenerationsAndArchives(t *testing.T) {
-	env := testenv.Start(t, fastIdle)
+// Pruning removes the oldest versions across rewrites and packs: the kept ones restore, the removed
+// ones are not found (saying they were pruned), before and after a restart.
+func TestRetention_KeepLastAcrossRewritesAndPacks(t *testing.T) {
+	env := testenv.Start(t, packByHand)
 	ctx := ctxT(t)
 	key := checkpoint.Key{Session: "prune"}
 	msgs := corpusMessages(t, "openhands_multi_swe_bench.json")
@@ -39,16 +41,14 @@ func TestRetention_KeepLastAcrossGenerationsAndArchives(t *testing.T) {
 		require.NoError(t, err)
 		want[v.Version] = arrayOf(conv)
 	}
-	for n := 4; n <= 80; n += 4 { // versions 1-20, generation 1
+	for n := 4; n <= 80; n += 4 { // versions 1-20
 		save(msgs[:n])
 	}
-	waitArchived(t, env, key) // records of 1-19 archived, the log merged
+	require.Positive(t, packNow(t, env, key).Entries) // records of 1-20 in a pack
 	edited := append([]json.RawMessage{json.RawMessage(`{"role":"user","content":"a different start"}`)}, msgs[1:84]...)
-	save(edited)    // version 21: a rewrite, generation 2
-	save(msgs[:88]) // version 22: another rewrite, generation 3
+	save(edited)    // version 21: a rewrite
+	save(msgs[:88]) // version 22: another rewrite
 	save(msgs[:90]) // version 23
-	gen1Layout := head(t, env, key).OldGens
-	require.Equal(t, []uint64{1, 2}, gen1Layout)
 
 	res, err := env.Client.Prune(ctx, "", checkpoint.PruneOptions{Session: "prune", KeepLast: 2, DryRun: true})
 	require.NoError(t, err)
@@ -61,9 +61,7 @@ func TestRetention_KeepLastAcrossGenerationsAndArchives(t *testing.T) {
 	require.Equal(t, uint64(1), res[0].Versions[0])
 	require.Equal(t, uint64(21), res[0].Versions[20])
 	require.Equal(t, 2, res[0].Kept)
-	require.Positive(t, res[0].Segments, "segments only the dropped generations used are freed")
 	require.Equal(t, []uint64{22, 23}, versionsOf(t, env, key))
-	require.Empty(t, head(t, env, key).OldGens, "no kept version uses generations 1 and 2")
 
 	for n, conv := range want {
 		got, _, err := env.Client.Restore(ctx, key, n)
@@ -79,8 +77,10 @@ func TestRetention_KeepLastAcrossGenerationsAndArchives(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res, "nothing left to prune")
 
-	// The session carries on after a prune, and idles into an archive again.
+	// The session carries on after a prune, and is packed again.
 	save(msgs[:92])
+	require.Equal(t, []uint64{22, 23, 24}, versionsOf(t, env, key))
+	packNow(t, env, key)
 	require.Equal(t, []uint64{22, 23, 24}, versionsOf(t, env, key))
 	env.Restart()
 	require.Equal(t, []uint64{22, 23, 24}, versionsOf(t, env, key))
@@ -186,7 +186,7 @@ func TestRetention_PruneDuringRestores(t *testing.T) {
 func TestRetention_DaemonPolicyByNamespace(t *testing.T) {
 	env := testenv.Start(t, func(c *transfer.Config) {
 		c.RetentionInterval = 100 * time.Millisecond
-		c.Retention = transfer.RetentionPolicy{ByNamespace: map[string]snapshot.Retention{"short": {KeepLast: 2}}}
+		c.Retention = transfer.RetentionPolicy{ByNamespace: map[string]engine.Retention{"short": {KeepLast: 2}}}
 	})
 	ctx := ctxT(t)
 	short, long := checkpoint.Key{Namespace: "short", Session: "s"}, checkpoint.Key{Namespace: "long", Session: "s"}
@@ -202,7 +202,7 @@ func TestRetention_DaemonPolicyByNamespace(t *testing.T) {
 	ns, r, err := transfer.ParseNamespaceRetention("team a:keep=50,age=720h")
 	require.NoError(t, err)
 	require.Equal(t, "team a", ns)
-	require.Equal(t, snapshot.Retention{KeepLast: 50, MaxAge: 720 * time.Hour}, r)
+	require.Equal(t, engine.Retention{KeepLast: 50, MaxAge: 720 * time.Hour}, r)
 	for _, bad := range []string{"noseparator", "ns:keep=x", "ns:size=3", "ns:keep=-1"} {
 		_, _, err := transfer.ParseNamespaceRetention(bad)
 		require.Error(t, err, bad)

@@ -157,10 +157,9 @@ func checkReplicatedStreams(infos ...*jetstream.StreamInfo) error {
 }
 
 // checkOpenedStreams runs checkReplicatedStreams over every stream the daemon writes.
-func checkOpenedStreams(st *streams, store *Store) error {
+func checkOpenedStreams(st *streams, log jetstream.Stream) error {
 	var infos []*jetstream.StreamInfo
-	for _, s := range []jetstream.Stream{st.ingest, st.chunks, st.results,
-		store.headStream, store.verStream, store.layStream, store.segStream, store.valStream} {
+	for _, s := range []jetstream.Stream{st.ingest, st.chunks, st.results, log} {
 		infos = append(infos, s.CachedInfo())
 	}
 	return checkReplicatedStreams(infos...)

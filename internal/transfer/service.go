@@ -20,8 +20,8 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/buildinfo"
 	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -30,7 +30,7 @@ import (
 type service struct {
 	nc      *nats.Conn
 	st      *streams
-	store   snapshot.Store
+	engine  *engine.Engine
 	cache   *byteCache
 	log     *slog.Logger
 	m       *metrics.Metrics
@@ -40,8 +40,7 @@ type service struct {
 	policy  *livePolicy
 	purging sync.Mutex // held while acknowledged saves are purged from the queue (reconcile.go)
 
-	adm   *admission // bounds the requests in progress, never by waiting (admission.go)
-	heads *headIndex // every session's head, for listings (headindex.go)
+	adm *admission // bounds the requests in progress, never by waiting (admission.go)
 
 	results resultCounts // requests by operation and result, for the service's stats ($SRV.STATS)
 }
@@ -93,11 +92,6 @@ type reply struct {
 type opHandler func(ctx context.Context, ns string, body []byte) (reply, error)
 
 func (s *service) start() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.heads.start(ctx); err != nil {
-		return err
-	}
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        wire.ServiceName,
 		Version:     s.semver,
@@ -111,7 +105,6 @@ func (s *service) start() error {
 		StatsHandler: func(e *micro.Endpoint) any { return s.results.of(e.Name) },
 	})
 	if err != nil {
-		s.heads.stop()
 		return fmt.Errorf("service: %w", err)
 	}
 	s.svc = svc
@@ -147,7 +140,6 @@ func (s *service) stop(ctx context.Context) error {
 	}
 	err := s.svc.Stop()
 	s.adm.close()
-	s.heads.stop()
 	if derr := s.adm.drained(ctx); derr != nil && err == nil {
 		err = derr
 	}
@@ -310,16 +302,15 @@ func (s *service) queuedUpTo(ctx context.Context, subject string) (uint64, error
 	return info.State.LastSeq, nil
 }
 
-// list pages the heads of a namespace's sessions (every namespace's, on the admin subject) from the
-// daemon's heads index, once the saves queued before the request are settled and the index holds
-// their heads.
+// list pages the heads of a namespace's sessions (every namespace's, on the admin subject) in the
+// order they were created, once the saves queued before the request are settled (list.go).
 func (s *service) list(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.ListRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
-	if req.Offset < 0 {
-		return reply{}, fmt.Errorf("%w: negative offset", errBadRequest)
+	if req.Offset != 0 {
+		return reply{}, fmt.Errorf("%w: offset is not served any more: page with cursor, the cursor of the previous reply (docs/protocol.md §5)", errBadRequest)
 	}
 	subject := "cp.ingest.>"
 	if ns != "" {
@@ -328,25 +319,30 @@ func (s *service) list(ctx context.Context, ns string, body []byte) (reply, erro
 	if err := s.awaitIngest(ctx, subject); err != nil {
 		return reply{}, err
 	}
-	if err := s.heads.caughtUp(ctx); err != nil {
-		return reply{}, err
-	}
-	return s.heads.page(ns, req.Session, req.Offset, s.maxReply())
+	return s.listPage(ctx, ns, req)
 }
 
 // page encodes {"<field>": [items...], "more": true} with as many items as fit in max bytes (at least
 // one, so that paging always moves on; one item is far smaller than any max payload), each item
 // encoded once.
 func page[T any](field string, items []T, max int64) (reply, error) {
+	r, _, err := pageOf(field, items, max, nil)
+	return r, err
+}
+
+// pageOf is page, and says how many items it holds; more, when set, is the "more" that follows them
+// whether or not they all fit (its JSON, e.g. `,"more":true,"cursor":"…"`), computed from the last
+// item sent.
+func pageOf[T any](field string, items []T, max int64, more func(last T) string) (reply, int, error) {
 	var b bytes.Buffer
 	b.WriteString(`{"` + field + `":[`)
 	n := 0
 	for _, it := range items {
 		enc, err := json.Marshal(it)
 		if err != nil {
-			return reply{}, err
+			return reply{}, 0, err
 		}
-		if n > 0 && int64(b.Len()+len(enc))+32 > max {
+		if n > 0 && int64(b.Len()+len(enc))+160 > max {
 			break
 		}
 		if n > 0 {
@@ -356,11 +352,14 @@ func page[T any](field string, items []T, max int64) (reply, error) {
 		n++
 	}
 	b.WriteByte(']')
-	if n < len(items) {
+	switch {
+	case more != nil && n > 0:
+		b.WriteString(more(items[n-1]))
+	case n < len(items):
 		b.WriteString(`,"more":true`)
 	}
 	b.WriteByte('}')
-	return reply{data: b.Bytes()}, nil
+	return reply{data: b.Bytes()}, n, nil
 }
 
 func (s *service) history(ctx context.Context, ns string, body []byte) (reply, error) {
@@ -372,12 +371,21 @@ func (s *service) history(ctx context.Context, ns string, body []byte) (reply, e
 	if err != nil {
 		return reply{}, err
 	}
-	versions, err := snapshot.History(ctx, s.store, key)
-	if err != nil {
-		return reply{}, notFound(err, key)
+	if req.NewestFirst {
+		return s.historyNewestFirst(ctx, key, req)
 	}
-	i, _ := slices.BinarySearchFunc(versions, req.After+1, func(v wire.Version, n uint64) int { return cmp.Compare(v.Version, n) })
-	versions = versions[i:]
+	if req.Cursor != "" || req.Limit != 0 {
+		return reply{}, fmt.Errorf("%w: cursor and limit page a history newest first (newestFirst: true); oldest first pages with after", errBadRequest)
+	}
+	recs, err := s.engine.History(ctx, keyOf(key))
+	if err != nil {
+		return reply{}, err
+	}
+	i, _ := slices.BinarySearchFunc(recs, req.After+1, func(r engine.Record, n uint64) int { return cmp.Compare(r.Version, n) })
+	versions := make([]wire.Version, 0, len(recs)-i)
+	for _, r := range recs[i:] {
+		versions = append(versions, versionOf(r))
+	}
 	return page("versions", versions, s.maxReply()) // a wire.HistoryReply
 }
 
@@ -400,11 +408,11 @@ func (s *service) version(ctx context.Context, ns string, r wire.SessionRequest,
 	if err != nil {
 		return wire.Version{}, err
 	}
-	v, err := snapshot.GetVersion(ctx, s.store, key, n, s.cache)
+	rec, err := s.engine.Version(ctx, keyOf(key), n)
 	if err != nil {
-		return wire.Version{}, notFound(err, key)
+		return wire.Version{}, err
 	}
-	return v, snapshot.CheckFormat(v)
+	return versionOf(rec), nil
 }
 
 // read serves a piece of a read. Its first piece finds the version and assembles the body (or
@@ -448,10 +456,7 @@ func (s *service) readBody(ctx context.Context, ns string, req wire.ReadRequest,
 	if err != nil {
 		return readBody{}, err
 	}
-	if v.RawBytes >= largeBytes {
-		eager.hold(2 * time.Second) // a large read comes in pieces, one request each (eagergc.go)
-	}
-	view := snapshot.View{Kind: req.View, MaxMessages: req.MaxMessages, Dialect: v.Dialect}
+	view := engine.View{Kind: req.View, MaxMessages: req.MaxMessages, Dialect: v.Dialect}
 	if err := view.Check(); err != nil {
 		return readBody{}, fmt.Errorf("%w: %v", errBadRequest, err)
 	}
@@ -475,9 +480,6 @@ func (s *service) piece(ctx context.Context, b readBody, key string, offset int6
 	}
 	end := min(offset+s.maxReply(), total)
 	if end < total {
-		if b.raw >= largeBytes {
-			eager.hold(2 * time.Second)
-		}
 		// The next pieces cost no lookup and no assembly. A first piece is served from the body held
 		// for the key, if that is the same content, so that its later pieces continue its bytes.
 		b = s.cache.HoldBody(key, b, offset == 0)
@@ -506,10 +508,10 @@ func (s *service) piece(ctx context.Context, b readBody, key string, offset int6
 // merged returns the merged view of the agents and versions a read names, its hash and its cache
 // key. The versions are pinned by the client, so every piece of one read sees the same view.
 func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) ([]byte, string, string, error) {
-	if req.View != "" && req.View != snapshot.ViewFull {
+	if req.View != "" && req.View != engine.ViewFull {
 		return nil, "", "", fmt.Errorf("%w: a merged view takes no view %q (only maxMessages)", errBadRequest, req.View)
 	}
-	if err := (snapshot.View{MaxMessages: req.MaxMessages}).Check(); err != nil {
+	if err := (engine.View{MaxMessages: req.MaxMessages}).Check(); err != nil {
 		return nil, "", "", fmt.Errorf("%w: %v", errBadRequest, err)
 	}
 	agents := make([]string, 0, len(req.Merge))
@@ -535,16 +537,16 @@ func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) (
 		if err := takeLoad(ctx, 2, versions...); err != nil { // the agents' conversations, then their merge
 			return nil, err
 		}
-		convs := make([]snapshot.AgentConversation, 0, len(versions))
+		convs := make([]engine.AgentConversation, 0, len(versions))
 		for i, v := range versions {
-			full, err := snapshot.Read(ctx, s.store, v, s.cache)
+			full, err := s.conversation(ctx, v)
 			if err != nil {
 				return nil, err
 			}
-			convs = append(convs, snapshot.AgentConversation{Agent: agents[i], Messages: codec.SplitCanonical(full[1 : len(full)-1])})
+			convs = append(convs, engine.AgentConversation{Agent: agents[i], Messages: codec.SplitCanonical(full[1 : len(full)-1])})
 		}
-		merged := snapshot.Merge(convs, req.AgentPrefix)
-		return snapshot.Encode(snapshot.View{MaxMessages: req.MaxMessages, Dialect: commonDialect(versions)}.Apply(merged)), nil
+		merged := engine.Merge(convs, req.AgentPrefix)
+		return engine.Encode(engine.View{MaxMessages: req.MaxMessages, Dialect: commonDialect(versions)}.Apply(merged)), nil
 	})
 	if err != nil {
 		return nil, "", "", err
@@ -559,32 +561,28 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 	}
 	ret := s.policy.get().For(ns)
 	if req.KeepLast != 0 || req.MaxAgeSeconds != 0 {
-		ret = snapshot.Retention{KeepLast: req.KeepLast, MaxAge: time.Duration(req.MaxAgeSeconds) * time.Second}
+		ret = engine.Retention{KeepLast: req.KeepLast, MaxAge: time.Duration(req.MaxAgeSeconds) * time.Second}
 	}
 	if ret.KeepLast < 0 || ret.MaxAge < 0 {
 		return reply{}, fmt.Errorf("%w: negative retention limit", errBadRequest)
 	}
-	if ret == (snapshot.Retention{}) {
+	if ret == (engine.Retention{}) {
 		return reply{}, fmt.Errorf("%w: no retention given and none configured for namespace %q (give keepLast or maxAgeSeconds)", errBadRequest, ns)
 	}
-	var heads []snapshot.Head
+	var res []wire.PruneResult
+	var err error
 	if req.Session != "" {
-		key, err := s.settledKey(ctx, ns, wire.SessionRequest{Session: req.Session, Agent: req.Agent})
-		if err != nil {
+		key, kerr := s.settledKey(ctx, ns, wire.SessionRequest{Session: req.Session, Agent: req.Agent})
+		if kerr != nil {
+			return reply{}, kerr
+		}
+		if _, err := s.engine.Head(ctx, keyOf(key)); err != nil {
 			return reply{}, err
 		}
-		h, _, err := s.store.Head(ctx, key)
-		if err != nil {
-			return reply{}, notFound(err, key)
-		}
-		heads = []snapshot.Head{h}
+		res, err = pruneSessions(ctx, s.engine, []engine.Key{keyOf(key)}, func(string) engine.Retention { return ret }, req.DryRun)
 	} else {
-		var err error
-		if heads, err = s.store.Heads(ctx, ns); err != nil {
-			return reply{}, err
-		}
+		res, err = pruneNamespace(ctx, s.engine, ns, func(string) engine.Retention { return ret }, req.DryRun)
 	}
-	res, err := pruneSessions(ctx, s.store, heads, func(string) snapshot.Retention { return ret }, req.DryRun)
 	if !req.DryRun {
 		s.dropPrunedReads(res)
 	}
@@ -607,7 +605,7 @@ func (s *service) dropPrunedReads(res []wire.PruneResult) {
 // viewOf returns the bytes of a view of v, their hash and their cache key. Versions are immutable,
 // so results are cached by the version's hash and the view: the pieces of one large read cost one
 // assembly. A view other than full caches only itself, not the conversation it was cut from.
-func (s *service) viewOf(ctx context.Context, v wire.Version, view snapshot.View) ([]byte, string, string, error) {
+func (s *service) viewOf(ctx context.Context, v wire.Version, view engine.View) ([]byte, string, string, error) {
 	ns := wire.EncodeID(v.Key.Namespace)
 	if view.IsFull() {
 		key := "conv/" + ns + "/" + v.Hash
@@ -615,7 +613,7 @@ func (s *service) viewOf(ctx context.Context, v wire.Version, view snapshot.View
 			if err := takeLoad(ctx, 1, v); err != nil {
 				return nil, err
 			}
-			return snapshot.Read(ctx, s.store, v, s.cache)
+			return s.conversation(ctx, v)
 		})
 		return full, v.Hash, key, err
 	}
@@ -624,16 +622,30 @@ func (s *service) viewOf(ctx context.Context, v wire.Version, view snapshot.View
 		if err := takeLoad(ctx, 2, v); err != nil { // the conversation, then the view cut from it
 			return nil, err
 		}
-		full, err := snapshot.Read(ctx, s.store, v, s.cache)
+		full, err := s.conversation(ctx, v)
 		if err != nil {
 			return nil, err
 		}
-		return snapshot.Encode(view.Apply(codec.SplitCanonical(full[1 : len(full)-1]))), nil
+		return engine.Encode(view.Apply(codec.SplitCanonical(full[1 : len(full)-1]))), nil
 	})
 	if err != nil {
 		return nil, "", "", err
 	}
 	return data, s.cache.Hash(key, data), key, nil
+}
+
+// conversation reads the conversation of v from the engine. v was looked up before: the version
+// read must still be that one (a session deleted and saved again meanwhile has another version
+// of the same number), or the read is refused, to be asked again.
+func (s *service) conversation(ctx context.Context, v wire.Version) ([]byte, error) {
+	conv, rec, err := s.engine.Read(ctx, keyOf(v.Key), v.Version, engine.ReadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if rec.Hash != v.Hash {
+		return nil, fmt.Errorf("%w: version %d of %s changed while it was read (the session was deleted and saved again); read it again", errUnavailable, v.Version, v.Key)
+	}
+	return conv, nil
 }
 
 // commonDialect is the dialect of versions if they all share one, else native: a merged view of
@@ -666,11 +678,4 @@ func (s *service) maxReply() int64 { return max(s.nc.MaxPayload()-8*1024, 1024) 
 func jsonReply(v any) (reply, error) {
 	data, err := json.Marshal(v)
 	return reply{data: data}, err
-}
-
-func notFound(err error, key wire.Key) error {
-	if !errors.Is(err, snapshot.ErrNotFound) {
-		return err
-	}
-	return fmt.Errorf("session %s: %w", key, err) // snapshot.GetVersion names the version
 }

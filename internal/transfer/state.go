@@ -11,12 +11,12 @@ import (
 
 // stateCollector reports, at scrape time, what only JetStream and the daemon's memory know: the
 // ingest queue (saves waiting, the oldest one's age, what the consumer has yet to deliver), each
-// stream's messages and bytes, the sessions in the heads index, the read cache.
+// stream's messages and bytes (CP_LOG holds every session), the read cache.
 //
 // A scrape must stay cheap and must not hang on a JetStream that does not answer: the JetStream
 // figures are refreshed at most every stateMaxAge, in the background, with a deadline; a scrape
 // waits for a refresh at most stateScrapeWait and otherwise reports the last figures, saying how old
-// they are (checkpointd_state_age_seconds). One refresh costs one info request per stream (8) and
+// they are (checkpointd_state_age_seconds). One refresh costs one info request per stream (4) and
 // one for the ingest consumer.
 type stateCollector struct {
 	d *Daemon
@@ -50,8 +50,6 @@ var (
 	pendDesc   = desc("ingest_consumer_pending_messages", "Messages of the ingest consumer by state: undelivered (waiting for a daemon) or unacknowledged (being settled).", "state")
 	strMsgDesc = desc("stream_messages", "Messages stored in each of checkpointd's JetStream streams.", "stream")
 	strByDesc  = desc("stream_bytes", "Bytes stored in each of checkpointd's JetStream streams (per replica).", "stream")
-	sessDesc   = desc("sessions", "Sessions (namespace, session, agent) with a head, as this daemon's heads index knows them.")
-	versDesc   = desc("session_versions", "Versions saved in the sessions that exist: the sum of their head version numbers (pruned versions included).")
 	hitsDesc   = desc("read_cache_lookups_total", "Lookups in the read cache, by result (hit, miss).", "result")
 	cacheDesc  = desc("read_cache_bytes", "Bytes held by the read cache.")
 	ageDesc    = desc("state_age_seconds", "Age of the JetStream figures reported (ingest queue, streams): large when JetStream does not answer.")
@@ -59,7 +57,7 @@ var (
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{queuedDesc, oldestDesc, pendDesc, strMsgDesc, strByDesc, sessDesc, versDesc, hitsDesc, cacheDesc, ageDesc, failDesc} {
+	for _, d := range []*prometheus.Desc{queuedDesc, oldestDesc, pendDesc, strMsgDesc, strByDesc, hitsDesc, cacheDesc, ageDesc, failDesc} {
 		ch <- d
 	}
 }
@@ -96,9 +94,6 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(failDesc, prometheus.CounterValue, float64(c.failures))
 	c.mu.Unlock()
 
-	sessions, versions := c.d.svc.heads.size()
-	gauge(sessDesc, float64(sessions))
-	gauge(versDesc, float64(versions))
 	hits, misses, bytes := c.d.svc.cache.stats()
 	ch <- prometheus.MustNewConstMetric(hitsDesc, prometheus.CounterValue, float64(hits), "hit")
 	ch <- prometheus.MustNewConstMetric(hitsDesc, prometheus.CounterValue, float64(misses), "miss")
@@ -128,8 +123,7 @@ func (c *stateCollector) refresh(done chan struct{}) {
 	defer cancel()
 	failed := false
 	st := c.d.in.st
-	streams := []jetstream.Stream{st.ingest, st.chunks, st.results, c.d.Store.segStream, c.d.Store.verStream,
-		c.d.Store.layStream, c.d.Store.headStream, c.d.Store.valStream}
+	streams := []jetstream.Stream{st.ingest, st.chunks, st.results, c.d.logStream}
 	fresh := map[string]jetstream.StreamState{}
 	for _, s := range streams {
 		info, err := s.Info(ctx)

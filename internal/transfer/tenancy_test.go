@@ -394,10 +394,10 @@ func deputyAttacks(t *testing.T, alice *nats.Conn) {
 	for _, a := range []struct{ reply, body string }{
 		{wire.IngestSubject(tenBobKey), string(read)},
 		{"cp.ingest.bob.stolen.main", string(read)},
-		{"$JS.API.STREAM.PURGE.KV_" + wire.BucketHeads, string(empty)},
+		{"$JS.API.STREAM.PURGE." + transfer.LogStream, string(empty)},
 		{"$JS.API.STREAM.PURGE." + wire.StreamIngest, string(empty)},
 		{"$JS.API.CONSUMER.DELETE." + wire.StreamIngest + ".checkpointd", string(empty)},
-		{"$JS.API.STREAM.DELETE.KV_" + wire.BucketVersion, string(empty)},
+		{"$JS.API.STREAM.DELETE." + transfer.LogStream, string(empty)},
 		{"cp.result.bob.forged", string(read)},
 	} {
 		sub, err := alice.SubscribeSync(a.reply)
@@ -429,7 +429,7 @@ func TestTenancy_ConfusedDeputy(t *testing.T) {
 	// The control: the same attacks on an open server (no --tenants) do the harm the issue
 	// describes, so the test above would notice if tenancy stopped preventing it.
 	t.Run("without tenants the attack is real", func(t *testing.T) {
-		e := testenv.Start(t, func(c *transfer.Config) { c.CompactIdle = 0 })
+		e := testenv.Start(t, func(c *transfer.Config) { c.Engine.NoPack = true })
 		ctx := tenCtx(t)
 		conv := tenancyConv("alice-marker", 2)
 		_, err := e.Client.Save(ctx, tenAliceKey, conv)
@@ -447,7 +447,7 @@ func TestTenancy_ConfusedDeputy(t *testing.T) {
 		require.NoError(t, err, "the daemon wrote into bob's namespace")
 		require.Contains(t, m.Subject, "cp.result.bob.seq.")
 		// An empty reply aimed at the JetStream API purges every head of every namespace.
-		require.NoError(t, nc.PublishRequest(wire.APISubject("alice", wire.OpRead), "$JS.API.STREAM.PURGE.KV_"+wire.BucketHeads,
+		require.NoError(t, nc.PublishRequest(wire.APISubject("alice", wire.OpRead), "$JS.API.STREAM.PURGE."+transfer.LogStream,
 			[]byte(`{"session":"diary","version":1,"offset":`+strconv.Itoa(len(conv))+`}`)))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			_, err := e.Client.Get(ctx, tenBobKey, 0)
@@ -521,18 +521,18 @@ func TestTenancy_NoJetStreamAPI(t *testing.T) {
 		"$JS.API.STREAM.INFO." + wire.StreamResults,
 		"$JS.API.STREAM.INFO." + wire.StreamIngest,
 		"$JS.API.STREAM.PURGE." + wire.StreamIngest,
-		"$JS.API.STREAM.PURGE.KV_" + wire.BucketHeads,
+		"$JS.API.STREAM.PURGE." + transfer.LogStream,
 		"$JS.API.STREAM.DELETE." + wire.StreamResults,
 		"$JS.API.STREAM.MSG.GET." + wire.StreamResults,
-		"$JS.API.STREAM.MSG.DELETE.KV_" + wire.BucketHeads,
+		"$JS.API.STREAM.MSG.DELETE." + transfer.LogStream,
 		"$JS.API.CONSUMER.DELETE." + wire.StreamIngest + ".checkpointd",
 		"$JS.API.CONSUMER.CREATE." + wire.StreamResults,
 		"$JS.API.CONSUMER.LIST." + wire.StreamIngest,
-		"$JS.API.DIRECT.GET.KV_" + wire.BucketHeads,
-		"$JS.API.DIRECT.GET.KV_" + wire.BucketHeads + ".$KV." + wire.BucketHeads + "." + tenBobKey.Token(),
+		"$JS.API.DIRECT.GET." + transfer.LogStream,
+		"$JS.API.DIRECT.GET." + transfer.LogStream + "." + "cp.log." + wire.EncodeID(tenBobKey.Namespace) + "." + wire.EncodeID(tenBobKey.Session) + "." + wire.EncodeID(tenBobKey.Agent),
 		"$JS.API.DIRECT.GET." + wire.StreamResults,
 		wire.ResultDirectGetPrefix + wire.ResultSubject("bob", bobSaveID),
-		"$KV." + wire.BucketHeads + "." + tenBobKey.Token(),
+		"cp.log." + wire.EncodeID(tenBobKey.Namespace) + "." + wire.EncodeID(tenBobKey.Session) + "." + wire.EncodeID(tenBobKey.Agent),
 		"$SRV.PING", "$SRV.INFO", "$SRV.STATS." + wire.ServiceName,
 		wire.AdminListSubject,
 	}
@@ -685,7 +685,7 @@ func TestTenancy_Reload(t *testing.T) {
 	_, _, err = e.Client(f.asBob(t)).Restore(ctx, tenBobKey, 0)
 	require.NoError(t, err)
 	after := tenDaemonState(t, e.DaemonConn())
-	for _, s := range []string{wire.StreamIngest, "consumers of " + wire.StreamIngest, "KV_" + wire.BucketHeads} {
+	for _, s := range []string{wire.StreamIngest, "consumers of " + wire.StreamIngest, transfer.LogStream} {
 		require.NotEmpty(t, after[s])
 	}
 	require.Equal(t, stateBefore["consumers of "+wire.StreamIngest], after["consumers of "+wire.StreamIngest])
@@ -935,7 +935,7 @@ func TestTenancy_SaveRequests(t *testing.T) {
 	// bob's ingest subject, where JetStream stores it as a save in bob's namespace (refused only
 	// for lack of a save id), as protocol.md §3 says of any request. So the test above would
 	// notice if tenancy stopped preventing it.
-	open := testenv.Start(t, func(c *transfer.Config) { c.CompactIdle = 0 })
+	open := testenv.Start(t)
 	nc := open.Conn()
 	results, err := nc.SubscribeSync("cp.result.bob.>")
 	require.NoError(t, err)

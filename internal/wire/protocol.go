@@ -345,30 +345,40 @@ type PruneResult struct {
 	Segments int      `json:"segments"` // stored segments freed
 }
 
-// ListRequest filters OpList. A reply holds as many sessions as fit in one message; when More is
-// set, ask again with Offset advanced by the number received.
+// ListRequest filters OpList. A reply holds a page of sessions; when More is set, ask again with
+// Cursor set to the reply's Cursor. Offset is no longer served (the daemon refuses a positive one,
+// naming cursor): pages follow the order sessions were created in, and a cursor is where one ends.
 type ListRequest struct {
 	Session string `json:"session,omitempty"` // only this session's agents, when set
-	Offset  int    `json:"offset,omitempty"`
+	Cursor  string `json:"cursor,omitempty"`  // opaque: the Cursor of the previous reply ("": the first page)
+	Offset  int    `json:"offset,omitempty"`  // refused when positive (protocol before the log engine)
 }
 
-// ListReply holds the head of each session, ordered by namespace, session and agent.
+// ListReply holds the head of each session, in the order the sessions were created (namespace by
+// namespace, sorted, on the admin subject). Cursor is set when More is.
 type ListReply struct {
 	Sessions []SessionHead `json:"sessions"`
 	More     bool          `json:"more,omitempty"`
+	Cursor   string        `json:"cursor,omitempty"`
 }
 
-// HistoryRequest asks for the versions of a session after version After (0: from the first).
+// HistoryRequest asks for the versions of a session: oldest first after version After (0: from the
+// first), or, with NewestFirst, newest first from the head (or from Cursor, the previous reply's).
 type HistoryRequest struct {
 	SessionRequest
-	After uint64 `json:"after,omitempty"`
+	After       uint64 `json:"after,omitempty"`
+	NewestFirst bool   `json:"newestFirst,omitempty"`
+	Cursor      string `json:"cursor,omitempty"` // NewestFirst only: opaque, the previous reply's
+	Limit       int    `json:"limit,omitempty"`  // NewestFirst only: at most this many versions (0: as many as fit)
 }
 
-// HistoryReply holds versions of a session, oldest first: as many as fit in one message. When More
-// is set, ask again with After set to the last version received.
+// HistoryReply holds versions of a session, as many as fit in one message: oldest first, or newest
+// first if asked. When More is set, ask again with After set to the last version received (oldest
+// first), or with Cursor (newest first).
 type HistoryReply struct {
 	Versions []Version `json:"versions"`
 	More     bool      `json:"more,omitempty"`
+	Cursor   string    `json:"cursor,omitempty"`
 }
 
 // SaveResult is published on ResultSubject once a save is settled, accepted or refused.

@@ -58,10 +58,33 @@ func checkInt(field string, n, hi int64) error {
 func (r GetRequest) Validate() error { return checkUint("version", r.Version, MaxVersion) }
 
 // Validate checks the integers of a history request.
-func (r HistoryRequest) Validate() error { return checkUint("after", r.After, MaxVersion) }
+func (r HistoryRequest) Validate() error {
+	if err := checkUint("after", r.After, MaxVersion); err != nil {
+		return err
+	}
+	if err := checkInt("limit", int64(r.Limit), MaxCount); err != nil {
+		return err
+	}
+	return checkCursor(r.Cursor)
+}
 
 // Validate checks the integers of a list request.
-func (r ListRequest) Validate() error { return checkInt("offset", int64(r.Offset), MaxCount) }
+func (r ListRequest) Validate() error {
+	if err := checkInt("offset", int64(r.Offset), MaxCount); err != nil {
+		return err
+	}
+	return checkCursor(r.Cursor)
+}
+
+// MaxCursorBytes bounds a paging cursor: the daemon makes them far shorter.
+const MaxCursorBytes = 1024
+
+func checkCursor(c string) error {
+	if len(c) > MaxCursorBytes {
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("field cursor: %d bytes, at most %d (send the cursor of the previous reply as it came)", len(c), MaxCursorBytes)}
+	}
+	return nil
+}
 
 // Validate checks the integers of a read request, the versions of a merged read included.
 func (r ReadRequest) Validate() error {

@@ -564,18 +564,54 @@ export class Client {
     return raw;
   }
 
-  /** The heads of the namespace's sessions (every page), optionally of one session only (all its agents). */
+  /**
+   * The heads of the namespace's sessions (every page, following the daemon's cursor), optionally of
+   * one session only (all its agents), sorted by session and agent (the daemon lists them in the
+   * order they were created, §5 "Paging").
+   */
   async list(namespace = "default", opts: { session?: string; timeoutMs?: number } = {}): Promise<Head[]> {
     checkId("namespace", namespace);
     const out: Head[] = [];
+    let cursor: string | undefined;
     for (;;) {
-      const body: Record<string, unknown> = { offset: out.length };
+      const body: Record<string, unknown> = {};
       if (opts.session) body.session = opts.session;
-      const reply = parseJSON(await this.request(namespace, "list", body, opts.timeoutMs), "list") as { sessions?: Head[]; more?: boolean };
-      const page = reply.sessions ?? [];
-      out.push(...page);
+      if (cursor !== undefined) body.cursor = cursor;
+      const reply = parseJSON(await this.request(namespace, "list", body, opts.timeoutMs), "list") as { sessions?: Head[]; more?: boolean; cursor?: string };
+      out.push(...(reply.sessions ?? []));
+      if (!reply.more) break;
+      if (typeof reply.cursor !== "string" || reply.cursor === "" || reply.cursor === cursor) throw internal("list: more is true but the reply gives no new cursor");
+      cursor = reply.cursor;
+    }
+    const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+    return out.sort((a, b) => cmp(a.key.session, b.key.session) || cmp(a.key.agent, b.key.agent));
+  }
+
+  /**
+   * The newest versions of one session, newest first: at most `limit` (default: every version). The
+   * daemon reads them from the head back (§5 "history, newest first"), so a long history's recent
+   * versions are cheap.
+   */
+  async recentHistory(key: KeyLike, opts: { limit?: number; timeoutMs?: number } = {}): Promise<VersionRecord[]> {
+    const k = toKey(key);
+    const limit = opts.limit ?? 0;
+    checkRange("limit", limit, 0);
+    const out: VersionRecord[] = [];
+    let cursor: string | undefined;
+    for (;;) {
+      const body: Record<string, unknown> = { session: k.session, agent: k.agent, newestFirst: true };
+      if (limit > 0) body.limit = limit - out.length;
+      if (cursor !== undefined) body.cursor = cursor;
+      const reply = parseJSON(await this.request(k.namespace, "history", body, opts.timeoutMs), "history") as {
+        versions?: VersionRecord[];
+        more?: boolean;
+        cursor?: string;
+      };
+      out.push(...(reply.versions ?? []).map(checkRecord));
+      if (limit > 0 && out.length >= limit) return out.slice(0, limit);
       if (!reply.more) return out;
-      if (page.length === 0) throw internal("list: more is true but the page is empty");
+      if (typeof reply.cursor !== "string" || reply.cursor === "" || reply.cursor === cursor) throw internal("history: more is true but the reply gives no new cursor");
+      cursor = reply.cursor;
     }
   }
 

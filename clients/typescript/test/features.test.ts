@@ -107,6 +107,8 @@ test("list and history: heads of the namespace, versions after `after`", async (
   const hist = await c.history({ namespace: ns, session: "a" });
   assert.deepEqual(hist.map((v) => [v.version, v.parent]), [[1, 0], [2, 1]]);
   assert.deepEqual((await c.history({ namespace: ns, session: "a" }, { after: 1 })).map((v) => v.version), [2]);
+  assert.deepEqual((await c.recentHistory({ namespace: ns, session: "a" })).map((v) => v.version), [2, 1]);
+  assert.deepEqual((await c.recentHistory({ namespace: ns, session: "a" }, { limit: 1 })).map((v) => v.version), [2]);
   assert.deepEqual(await c.list("nobody-here"), []);
 });
 

@@ -62,6 +62,9 @@ test("list and history page through every session and version", async () => {
   const heads = await c.list(ns);
   assert.deepEqual(heads.map((h) => h.key.session), ["many", ...sessions].sort());
   assert.equal(firstPageMore(await c.request(ns, "list", {})), true, "list paged");
+  const newest = await c.recentHistory(key, { limit: 5 });
+  assert.deepEqual(newest.map((h) => h.version), [N, N - 1, N - 2, N - 3, N - 4]);
+  assert.deepEqual((await c.recentHistory(key)).map((h) => h.version), Array.from({ length: N }, (_, i) => N - i), "every page, newest first");
 });
 
 test("with no checkpointd on the server, saves and requests fail typed (unavailable) within the timeout", async () => {

@@ -20,8 +20,9 @@ func keysOf(list []checkpoint.Session) []string {
 	return out
 }
 
-// Listings come from each daemon's heads index: every change acknowledged before a listing shows
-// in it at once (read-your-writes), in key order, per namespace or across all of them.
+// Listings read each session's head from CP_LOG: every change acknowledged before a listing shows in
+// it at once (read-your-writes), per namespace or across all of them (in key order as the SDK sorts
+// them; the daemon pages them in creation order).
 func TestDaemon_ListFollowsEveryChange(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := ctxT(t)
@@ -49,12 +50,14 @@ func TestDaemon_ListFollowsEveryChange(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"a/s0/main@2", "a/s1/main@1"}, keysOf(list))
 
-	// A session's agents, as RestoreMerged asks for them; an offset past the end.
+	// A session's agents, as RestoreMerged asks for them; an offset (the protocol before cursors) is
+	// refused, naming cursor.
 	merged, agents, err := c.RestoreMerged(ctx, "b", "s1", false)
 	require.NoError(t, err)
 	require.Equal(t, "[]", string(merged))
 	require.Equal(t, map[string]uint64{"main": 1}, agents)
 	m, err := env.Conn().Request(wire.APISubject("a", wire.OpList), []byte(`{"offset":99}`), 5*time.Second)
 	require.NoError(t, err)
-	require.JSONEq(t, `{"sessions":[]}`, string(m.Data))
+	require.Equal(t, "400", m.Header.Get(wire.HdrServiceErrorCode), "%s", m.Data)
+	require.Contains(t, string(m.Data), "cursor")
 }

@@ -1,0 +1,141 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/logstore"
+	"github.com/checkpointd/checkpointd/internal/sealing"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// LogStream is the stream the log engine keeps every session in (docs/format.md §8.2).
+const LogStream = "CP_LOG"
+
+// openLog opens (creating it if missing) the stream CP_LOG and the engine.Log over it. With
+// replicas, reads go to the stream's leader, so they see every acknowledged write.
+func openLog(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, replicas int) (*logstore.Log, jetstream.Stream, error) {
+	log, err := logstore.OpenLog(ctx, nc, logstore.LogConfig{Stream: LogStream, Replicas: max(replicas, 1)})
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := js.Stream(ctx, LogStream)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stream %s: %w", LogStream, err)
+	}
+	return log, st, nil
+}
+
+// Format2Error refuses to start on checkpoints stored in format 2 (the five KV buckets of
+// docs/format.md §2–§6), which this daemon does not read: they must be moved with a bundle, by the
+// previous release (issue 12, item 4).
+type Format2Error struct{}
+
+func (*Format2Error) Error() string {
+	return "this NATS server (or cluster) holds checkpoints in format 2 (the bucket KV_" + wire.BucketHeads +
+		" and no stream " + LogStream + "), which this checkpointd does not read. Move them with a bundle: " +
+		"run the previous release of checkpointd on this data, `checkpointctl export -A -o all.cpbundle` with the previous " +
+		"release's checkpointctl; then start this checkpointd on a new data directory (or server) and run " +
+		"`checkpointctl import all.cpbundle` with this release's checkpointctl. The format-2 data is left untouched"
+}
+
+// refuseFormat2 returns a *Format2Error when the server holds format 2 and no log engine stream
+// yet. Once CP_LOG exists the daemon runs on it (buckets of format 2 beside it are not read).
+func refuseFormat2(ctx context.Context, js jetstream.JetStream) error {
+	_, err := js.Stream(ctx, LogStream)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	_, err = js.Stream(ctx, "KV_"+wire.BucketHeads)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	return &Format2Error{}
+}
+
+// sealLog is where --namespace-keys seal what the engine stores (internal/sealing): with keys, every
+// entry's data and every value is sealed with its namespace's key before it reaches the stream, and
+// opened when read; the engine never sees it (docs/format.md §8.12a). The log is wrapped without
+// keys too (keys nil: everything is stored plain), so that a daemon started without the keys on
+// sealed data refuses it as corrupt naming the key it lacks, rather than as bytes that are not an
+// entry; it costs the envelope's 45 bytes of each entry's room.
+func sealLog(log engine.Log, keys *NamespaceKeys) *sealing.Log {
+	return sealing.NewLog(log, keys)
+}
+
+// SetNamespaceKeys puts new namespace keys in force (SIGHUP) and returns the ids of the keys that
+// were in force and are no longer: what they sealed no longer opens. Encryption cannot be turned
+// on or off while running (an error; the running keys stay).
+func (d *Daemon) SetNamespaceKeys(nk *NamespaceKeys) (dropped []string, err error) {
+	return d.sealed.SetKeys(nk)
+}
+
+// boundedLog bounds each request of the log engine to the server by opTimeout (2 s; a whole Range
+// or Sessions page by rangeTimeout), whatever the caller's deadline: a request sent to a stream
+// leader that has just died is never answered, and giving up after a few seconds lets the caller
+// retry (a save is redelivered; the engine finds it stored if it was) against the newly elected
+// leader, where waiting out a save's whole deadline stalled it for 30 s after every leader loss
+// (TestCluster_Harness, killing CP_LOG's leader).
+type boundedLog struct{ engine.Log }
+
+// rangeTimeout bounds a Range (several batched reads, up to a whole 64 MiB conversation) and a
+// Sessions page.
+const rangeTimeout = 10 * time.Second
+
+func bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
+}
+
+func (l boundedLog) Last(ctx context.Context, key engine.Key) (engine.Entry, error) {
+	ctx, cancel := bounded(ctx, opTimeout)
+	defer cancel()
+	return l.Log.Last(ctx, key)
+}
+
+func (l boundedLog) Append(ctx context.Context, key engine.Key, data []byte, after uint64) (uint64, error) {
+	ctx, cancel := bounded(ctx, opTimeout)
+	defer cancel()
+	return l.Log.Append(ctx, key, data, after)
+}
+
+func (l boundedLog) Get(ctx context.Context, key engine.Key, seq uint64) (engine.Entry, error) {
+	ctx, cancel := bounded(ctx, opTimeout)
+	defer cancel()
+	return l.Log.Get(ctx, key, seq)
+}
+
+func (l boundedLog) Range(ctx context.Context, key engine.Key, from, upTo uint64, fn func(engine.Entry) bool) error {
+	ctx, cancel := bounded(ctx, rangeTimeout)
+	defer cancel()
+	return l.Log.Range(ctx, key, from, upTo, fn)
+}
+
+func (l boundedLog) Sessions(ctx context.Context, ns string, cursor uint64, limit int) ([]engine.Key, uint64, error) {
+	ctx, cancel := bounded(ctx, rangeTimeout)
+	defer cancel()
+	return l.Log.Sessions(ctx, ns, cursor, limit)
+}
+
+func (l boundedLog) PutValue(ctx context.Context, ns, id string, blob []byte) error {
+	ctx, cancel := bounded(ctx, opTimeout)
+	defer cancel()
+	return l.Log.PutValue(ctx, ns, id, blob)
+}
+
+func (l boundedLog) Value(ctx context.Context, ns, id string) ([]byte, error) {
+	ctx, cancel := bounded(ctx, opTimeout)
+	defer cancel()
+	return l.Log.Value(ctx, ns, id)
+}
