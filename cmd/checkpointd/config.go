@@ -20,6 +20,7 @@ type config struct {
 	DataDir         string
 	NATSListen      string
 	NATSURL         string
+	NoUpgrade       bool // --no-upgrade: refuse a store of format 2 instead of upgrading it (upgrade.go)
 	NATSCreds       string
 	Sync            string // --sync: "default" or "always" (fsync every JetStream write; embedded server only)
 	ConfigFile      string // --config FILE: settings as CHECKPOINTD_<FLAG>=VALUE lines, re-read on SIGHUP (reload.go)
@@ -52,6 +53,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.DataDir, "data-dir", "checkpointd-data", "directory of the embedded NATS server's JetStream store")
 	fs.StringVar(&c.NATSListen, "nats-listen", "127.0.0.1:4222", "address the embedded NATS server listens on for clients")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "use this NATS server or cluster (comma-separated URLs) instead of the embedded one")
+	fs.BoolVar(&c.NoUpgrade, "no-upgrade", false, "on a store written by an earlier release (format 2: the KV buckets cp_heads and others), refuse to start with the commands that move the data by hand, instead of upgrading it in place at start-up (docs/format.md §8.17)")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
 	fs.StringVar(&c.Sync, "sync", syncDefault, "`mode` of the embedded server's JetStream writes: default (flushed to disk every 2 minutes, nats-server's default: an acknowledged save survives a crash of the daemon, and of the machine once flushed) or always (fsync before every acknowledgement: it survives a power loss too, at the cost of an fsync per write; see BENCHMARKS.md). With --nats-url set it on that server instead: sync_interval: always")
 	fs.StringVar(&c.Tenants, "tenants", "", "JSON file of logins: each tenant reaches only its namespace, admins every namespace; anonymous clients are refused (re-read on SIGHUP; see docs/security.md)")

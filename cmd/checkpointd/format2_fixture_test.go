@@ -3,9 +3,9 @@ package main
 // The format-2 fixture (testdata/format2, README.md there): a data directory written by the
 // five-bucket engine (format 2), kept so that the log engine that replaced it (docs/format.md §8)
 // can be tested on what checkpointd really wrote (§8.17). TestFormat2Fixture_Write regenerates it
-// (with the format-2 daemon). Since the switch to the log engine, the daemon refuses to start on it,
-// giving the commands that move the data (TestFormat2Fixture_Refused); once an in-place upgrade
-// exists, the comparison with its manifest (testenv.CompareFormat2) runs on the directory upgraded.
+// (with the format-2 daemon, at the commit its README names). The daemon upgrades it in place at
+// start-up and then serves exactly the manifest (TestFormat2Fixture_Upgraded); with --no-upgrade it
+// refuses, giving the commands that move the data by hand (TestFormat2Fixture_NoUpgradeRefuses).
 
 import (
 	"bytes"
@@ -38,28 +38,49 @@ var format2Variants = []struct{ store, manifest string }{
 // maxFixtureBytes bounds what a fixture archive may unpack to.
 const maxFixtureBytes = 256 << 20
 
-// On a format-2 data directory the daemon refuses to start, at once, with the commands that move the
-// data (issue 12, item 4: export with the previous release, import with this one), and leaves the
-// directory's streams as they were: no stream of the log engine is created beside them.
-func TestFormat2Fixture_Refused(t *testing.T) {
+// On a format-2 data directory the daemon upgrades the store in place before it serves (issue 12,
+// item 4), then serves exactly what format 2 held: every session, version, record (but storedBytes
+// and gen, facts of the storage), conversation, lease and seal of the manifest; format 2's buckets
+// are gone, and a restart serves the same from the log engine alone.
+func TestFormat2Fixture_Upgraded(t *testing.T) {
 	for _, v := range format2Variants {
 		t.Run(v.store, func(t *testing.T) {
+			m, err := testenv.ReadFormat2Manifest(filepath.Join(format2Fixture, v.manifest))
+			require.NoError(t, err)
 			dir := t.TempDir()
 			require.NoError(t, testenv.ExtractTarGz(filepath.Join(format2Fixture, v.store), dir, maxFixtureBytes))
-			before := streamDirs(t, dir)
-			require.Contains(t, before, "KV_cp_heads", "the fixture is format 2")
+			require.Contains(t, streamDirs(t, dir), "KV_cp_heads", "the fixture is format 2")
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			logs := &syncBuffer{}
-			err := run(ctx, []string{"--data-dir", dir, "--nats-listen", freeAddr(t), "--http-listen", freeAddr(t), "--log-level", "warn"}, logs)
-			require.Error(t, err, "checkpointd started on format 2:\n%s", logs)
-			require.NoError(t, ctx.Err(), "refused at once, not after retries")
-			for _, want := range []string{"format 2", "checkpointctl export -A -o all.cpbundle", "checkpointctl import all.cpbundle", "previous release"} {
-				require.ErrorContains(t, err, want)
+			for _, pass := range []string{"upgraded", "restarted"} {
+				d := startInProcess(t, dir)
+				require.NoError(t, testenv.CompareFormat2Upgraded(ctx, testenv.ClientServed(d.client(t)), m), "%s: %s against %s", pass, v.store, v.manifest)
+				d.stop(t)
+				for _, s := range streamDirs(t, dir) {
+					require.NotContains(t, s, "KV_cp_", "%s: format 2's buckets are gone", pass)
+				}
 			}
-			require.Equal(t, before, streamDirs(t, dir), "no stream was created or removed")
 		})
 	}
+}
+
+// With --no-upgrade the daemon refuses a format-2 store at once, with the commands that move the
+// data by hand (export with the previous release, import with this one), and leaves the directory's
+// streams as they were.
+func TestFormat2Fixture_NoUpgradeRefuses(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, testenv.ExtractTarGz(filepath.Join(format2Fixture, "store.tar.gz"), dir, maxFixtureBytes))
+	before := streamDirs(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	logs := &syncBuffer{}
+	err := run(ctx, []string{"--data-dir", dir, "--nats-listen", freeAddr(t), "--http-listen", freeAddr(t), "--log-level", "warn", "--no-upgrade"}, logs)
+	require.Error(t, err, "checkpointd started on format 2 with --no-upgrade:\n%s", logs)
+	require.NoError(t, ctx.Err(), "refused at once, not after retries")
+	for _, want := range []string{"format 2", "checkpointctl export -A", "checkpointctl import all.cpbundle", "--no-upgrade"} {
+		require.ErrorContains(t, err, want)
+	}
+	require.Equal(t, before, streamDirs(t, dir), "no stream was created or removed")
 }
 
 // streamDirs lists the JetStream streams stored under a data directory (every account's).
@@ -78,7 +99,6 @@ func streamDirs(t *testing.T, dataDir string) []string {
 // The comparison finds each kind of difference, so that the tests above (and the upgrade test)
 // cannot pass by comparing too little: each case changes one thing in a copy of the manifest.
 func TestCompareFormat2_FindsEveryDifference(t *testing.T) {
-	t.Skip("needs a daemon that serves the format-2 fixture: the log engine refuses format 2 until the in-place upgrade exists (then it runs on the upgraded directory)")
 	m, err := testenv.ReadFormat2Manifest(filepath.Join(format2Fixture, "manifest.json"))
 	require.NoError(t, err)
 	dir := t.TempDir()
@@ -132,12 +152,12 @@ func TestCompareFormat2_FindsEveryDifference(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, json.Unmarshal(b, &changed))
 			tc.change(&changed)
-			err = testenv.CompareFormat2(ctx, c, changed)
+			err = testenv.CompareFormat2Upgraded(ctx, testenv.ClientServed(c), changed)
 			require.Error(t, err)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	require.NoError(t, testenv.CompareFormat2(ctx, c, m), "the manifest itself")
+	require.NoError(t, testenv.CompareFormat2Upgraded(ctx, testenv.ClientServed(c), m), "the manifest itself")
 }
 
 // checkFormat2Fixture unpacks a fixture store into a temporary directory, runs checkpointd on it
@@ -154,7 +174,7 @@ func checkFormat2Fixture(t *testing.T, store, manifest string) {
 	c := d.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	require.NoError(t, testenv.CompareFormat2(ctx, c, m), "%s against %s", store, manifest)
+	require.NoError(t, testenv.CompareFormat2Upgraded(ctx, testenv.ClientServed(c), m), "%s against %s", store, manifest)
 }
 
 // inProcessDaemon is checkpointd as its command line runs it (run), embedded NATS server and all,

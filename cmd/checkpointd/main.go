@@ -128,6 +128,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.NATSURL == "" {
 		reg.MustRegister(metrics.DirSize(cfg.DataDir, 30*time.Second)) // the embedded store's disk use
 	}
+	if err := upgradeStore(ctx, nc, cfg, log); err != nil { // upgrade.go
+		return err
+	}
 	d, err := transfer.Open(ctx, nc, cfg.Daemon)
 	if err != nil {
 		return err

@@ -32,30 +32,21 @@ func openLog(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, replica
 	return log, st, nil
 }
 
-// Format2Error refuses to start on checkpoints stored in format 2 (the five KV buckets of
-// docs/format.md §2–§6), which this daemon does not read: they must be moved with a bundle, by the
-// previous release (issue 12, item 4).
+// Format2Error refuses to serve a server (or cluster) that still holds checkpoints in format 2 (the
+// five KV buckets of docs/format.md §2–§6): they must be upgraded first. cmd/checkpointd does that
+// at start-up (internal/upgrade, docs/format.md §8.17) before it opens the daemon, unless told not
+// to; a program that opens the daemon itself must run internal/upgrade first.
 type Format2Error struct{}
 
 func (*Format2Error) Error() string {
-	return "this NATS server (or cluster) holds checkpoints in format 2 (the bucket KV_" + wire.BucketHeads +
-		" and no stream " + LogStream + "), which this checkpointd does not read. Move them with a bundle: " +
-		"run the previous release of checkpointd on this data, `checkpointctl export -A -o all.cpbundle` with the previous " +
-		"release's checkpointctl; then start this checkpointd on a new data directory (or server) and run " +
-		"`checkpointctl import all.cpbundle` with this release's checkpointctl. The format-2 data is left untouched"
+	return "this NATS server (or cluster) still holds checkpoints in format 2 (the bucket KV_" + wire.BucketHeads +
+		"): upgrade them first (checkpointd does at start-up, unless --no-upgrade; docs/format.md §8.17)"
 }
 
-// refuseFormat2 returns a *Format2Error when the server holds format 2 and no log engine stream
-// yet. Once CP_LOG exists the daemon runs on it (buckets of format 2 beside it are not read).
+// refuseFormat2 returns a *Format2Error while format 2's heads bucket exists: the upgrade deletes
+// it only once every session is on CP_LOG, so a daemon never serves half of an upgrade.
 func refuseFormat2(ctx context.Context, js jetstream.JetStream) error {
-	_, err := js.Stream(ctx, LogStream)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return err
-	}
-	_, err = js.Stream(ctx, "KV_"+wire.BucketHeads)
+	_, err := js.Stream(ctx, "KV_"+wire.BucketHeads)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil
@@ -63,6 +54,29 @@ func refuseFormat2(ctx context.Context, js jetstream.JetStream) error {
 		return err
 	}
 	return &Format2Error{}
+}
+
+// OpenEngine opens the log engine as Open does (the stream CP_LOG, created if missing; its log
+// sealed with cfg.NamespaceKeys), for work that must be done before the daemon serves: the upgrade
+// of a store of format 2 (cmd/checkpointd). It returns the engine and the log it stores in.
+func OpenEngine(ctx context.Context, nc *nats.Conn, cfg Config) (*engine.Engine, engine.Log, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = autoReplicas(nc)
+	}
+	var log engine.Log
+	err = retryStartup(ctx, cfg.Logger, func(ctx context.Context) (err error) {
+		log, _, err = openLog(ctx, nc, js, cfg.Replicas)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sealed := sealLog(boundedLog{log}, cfg.NamespaceKeys)
+	return engine.New(sealed, cfg.Engine), sealed, nil
 }
 
 // sealLog is where --namespace-keys seal what the engine stores (internal/sealing): with keys, every
