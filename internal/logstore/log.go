@@ -25,8 +25,8 @@ import (
 //	cp.val.<ns>.<id>               a value, created once with Nats-Expected-Last-Subject-Sequence 0
 //
 // Every id is a subject token encoded with wire.EncodeID, so no id a client chooses can add a
-// token or a wildcard to a subject. Unlike the prototype's Store, it knows nothing of what an
-// entry says: the engine (internal/engine) decides that.
+// token or a wildcard to a subject. It knows nothing of what an entry says: the engine
+// (internal/engine) decides that.
 type Log struct {
 	nc     *nats.Conn
 	stream jetstream.Stream
@@ -83,6 +83,15 @@ func OpenLog(ctx context.Context, nc *nats.Conn, cfg LogConfig) (*Log, error) {
 	}
 	return &Log{nc: nc, stream: st, cfg: cfg, batch: serverAtLeast(nc, 2, 11),
 		leader: cfg.LeaderReads || cfg.Replicas > 1, maxEntry: max(int(nc.MaxPayload())-headerRoom, 0)}, nil
+}
+
+// serverAtLeast reports whether the connected server's version is at least major.minor.
+func serverAtLeast(nc *nats.Conn, major, minor int) bool {
+	var ma, mi, pa int
+	if _, err := fmt.Sscanf(nc.ConnectedServerVersion(), "%d.%d.%d", &ma, &mi, &pa); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
 }
 
 func (c LogConfig) withDefaults() LogConfig {

@@ -2,8 +2,10 @@ package logstore
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +16,6 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/engine/logtest"
-	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -52,39 +53,9 @@ func TestLog_Conformance(t *testing.T) {
 	logtest.Run(t, freshLog(nc, LogConfig{}))
 }
 
-// … on a real R3 cluster, connected to a node that is not the stream's leader: direct gets are
-// answered there, by a replica that learns of each write after it was acknowledged, so reads that
-// must see every write (Last, and the end of Range and Sessions) go to the leader.
-func TestLog_ConformanceCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node cluster")
-	}
-	c := testenv.StartCluster(t, 3)
-	cfg := LogConfig{Replicas: 3}
-	openFresh(t, connect(t, c.URLs()), cfg)
-	leader := c.StreamLeader(cfg.withDefaults().Stream, 10*time.Second)
-	var follower string
-	for _, n := range c.Nodes {
-		if n.Name != leader {
-			follower = "nats://" + n.Listen
-			break
-		}
-	}
-	logtest.Run(t, freshLog(connect(t, follower), cfg))
-}
-
 // … on Debian's nats-server 2.9.10 (no batched direct gets: entries are read one by one).
 func TestLog_ConformanceOldNATS(t *testing.T) {
-	bin := "/usr/sbin/nats-server"
-	if p, err := exec.LookPath("nats-server"); err == nil {
-		bin = p
-	}
-	if _, err := os.Stat(bin); err != nil || testing.Short() {
-		t.Skip("no nats-server binary (apt-get install nats-server)")
-	}
-	out, err := exec.Command(bin, "--version").Output()
-	require.NoError(t, err)
-	t.Logf("running against %s", strings.TrimSpace(string(out)))
+	bin := oldNATS(t)
 	nc := connect(t, startProcess(t, bin))
 	require.False(t, serverAtLeast(nc, 2, 11))
 	logtest.Run(t, freshLog(nc, LogConfig{}))
@@ -202,4 +173,72 @@ func TestLog_MalformedIndexEntry(t *testing.T) {
 	last, err := l.Last(ctx, k)
 	require.NoError(t, err)
 	require.Equal(t, seq, last.Seq)
+}
+
+// startServer runs an embedded nats-server as the daemon does, and connects to it.
+func startServer(t testing.TB) (*nats.Conn, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := startEmbedded(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return connect(t, s.ClientURL()), dir
+}
+
+func connect(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// startProcess runs bin with JetStream on a temp dir and a free port, and returns its URL.
+func startProcess(t testing.TB, bin string) string {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("listen: \"127.0.0.1:-1\"\nports_file_dir: %q\njetstream { store_dir: %q }\n", dir, filepath.Join(dir, "js"))), 0o600))
+	cmd := exec.Command(bin, "-c", conf)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var url string
+	require.Eventually(t, func() bool {
+		matches, _ := filepath.Glob(filepath.Join(dir, "*.ports"))
+		if len(matches) == 0 {
+			return false
+		}
+		b, err := os.ReadFile(matches[0])
+		if err != nil {
+			return false
+		}
+		_, rest, ok := strings.Cut(string(b), `"nats":["`)
+		url, _, _ = strings.Cut(rest, `"`)
+		if !ok || url == "" {
+			return false
+		}
+		nc, err := nats.Connect(url)
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		_, err = js.AccountInfo(context.Background())
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond)
+	return url
+}
+
+// oldNATS returns the path of a nats-server binary older than 2.11 (Debian's 2.9.10), or skips.
+func oldNATS(t testing.TB) string {
+	bin := "/usr/sbin/nats-server"
+	if p, err := exec.LookPath("nats-server"); err == nil {
+		bin = p
+	}
+	if _, err := os.Stat(bin); err != nil || testing.Short() {
+		t.Skip("no nats-server binary (apt-get install nats-server)")
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	require.NoError(t, err)
+	t.Logf("running against %s", strings.TrimSpace(string(out)))
+	return bin
 }
