@@ -1,0 +1,188 @@
+package logstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// create appends a log's first entry: its index entry first, so that a crash between the two
+// leaves a listed session with an empty log (which Sessions' callers skip) rather than a session
+// nobody can list. A creation that loses its compare-and-swap (another creator won, or the log
+// already existed) deletes the index entry it wrote: the winner wrote its own.
+func (l *Log) create(ctx context.Context, key engine.Key, subject string, data []byte) (uint64, error) {
+	idx, _ := indexSubject(key.Namespace) // the key is valid
+	idxSeq, err := l.publish(ctx, idx, []byte(indexToken(key)), 0, nil)
+	if err != nil {
+		return 0, fmt.Errorf("logstore: listing %s: %w", subject, err)
+	}
+	hdr := nats.Header{indexHeader: []string{strconv.FormatUint(idxSeq, 10)}}
+	seq, err := l.publish(ctx, subject, data, 0, hdr)
+	if errors.Is(err, engine.ErrConflict) && !l.legacyIndex() {
+		if derr := l.deleteSeqs(ctx, []uint64{idxSeq}); derr != nil {
+			err = errors.Join(err, fmt.Errorf("logstore: its index entry %d on %s stays: %w", idxSeq, idx, derr))
+		}
+	}
+	return seq, err
+}
+
+// indexEntries returns the sequences of key's entries on its namespace's index.
+func (l *Log) indexEntries(ctx context.Context, key engine.Key, subject string) ([]uint64, error) {
+	idx, _ := indexSubject(key.Namespace)
+	token := []byte(indexToken(key))
+	var bound uint64 // every index entry of the log precedes its first entry
+	first, err := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, l.leader)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		bound = first.seq
+		if seq, perr := strconv.ParseUint(first.header.Get(indexHeader), 10, 64); perr == nil && seq > 0 {
+			m, err := l.get(ctx, getRequest{Seq: seq}, l.leader)
+			if err == nil && m.subject == idx && bytes.Equal(m.data, token) {
+				return []uint64{seq}, nil
+			}
+		}
+	}
+	var seqs []uint64
+	err = l.scan(ctx, idx, 1, bound, rangeBatch, func(m msg) bool {
+		if bytes.Equal(m.data, token) {
+			seqs = append(seqs, m.seq)
+		}
+		return true
+	})
+	return seqs, err
+}
+
+func (l *Log) Sessions(ctx context.Context, ns string, cursor uint64, limit int) ([]engine.Key, uint64, error) {
+	idx, err := indexSubject(ns)
+	if err != nil {
+		return nil, 0, err
+	}
+	if limit <= 0 {
+		return nil, 0, fmt.Errorf("logstore: sessions of %q: a page of %d keys", ns, limit)
+	}
+	limit = min(limit, maxPage)
+	var keys []engine.Key
+	var next uint64
+	var bad error
+	err = l.scan(ctx, idx, max(cursor, 1), 0, limit+1, func(m msg) bool { // one more: is there a next page?
+		if len(keys) == limit {
+			next = m.seq // there is more, from here
+			return false
+		}
+		k, err := parseIndexEntry(ns, m.data)
+		if err != nil {
+			bad = fmt.Errorf("index entry %d: %w", m.seq, err)
+			return false
+		}
+		if l.legacyIndex() {
+			listed, err := l.indexEntryHolds(ctx, k, m.seq)
+			if err != nil {
+				bad = fmt.Errorf("index entry %d: %w", m.seq, err)
+				return false
+			}
+			if !listed {
+				return true
+			}
+		}
+		keys = append(keys, k)
+		return true
+	})
+	if err == nil {
+		err = bad
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("logstore: sessions of %q: %w", ns, err)
+	}
+	return keys, next, nil
+}
+
+// legacyIndex: the server is older than 2.11, whose filestore can lose track of a subject's
+// messages after deletes (nats-server 2.9.10 and 2.10.0 `removeSeqPerSubject`: deleting the
+// subject's last message in a block leaves that block's `Last` on it, and once one message of the
+// subject is left there, `First` is set to that stale `Last`, so next_by_subj reads skip the live
+// message; seen here as a listing that lost a session after a creation race). On such servers
+// index entries are never deleted: Sessions checks each against the log it names instead
+// (indexEntryHolds).
+func (l *Log) legacyIndex() bool { return !l.batch }
+
+// indexEntryHolds reports whether index entry seq lists k (legacy servers, which keep index
+// entries of lost creations and purged logs): k's log must have entries, and its first entry, if
+// it still names its index entry (Cp-Index), must name this one. A log whose first entry was
+// deleted (packed) cannot tell, and is listed: a key re-created after a purge, or created by
+// racing creators, may then be listed more than once on such a server.
+func (l *Log) indexEntryHolds(ctx context.Context, k engine.Key, seq uint64) (bool, error) {
+	subject, _ := logSubject(k)
+	first, err := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, l.leader)
+	if errors.Is(err, engine.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	named, perr := strconv.ParseUint(first.header.Get(indexHeader), 10, 64)
+	return perr != nil || named == seq, nil
+}
+
+func parseIndexEntry(ns string, data []byte) (engine.Key, error) {
+	session, agent, ok := strings.Cut(string(data), ".")
+	if !ok {
+		return engine.Key{}, fmt.Errorf("%w: %.100q is not <session>.<agent>", wire.ErrInvalidID, data)
+	}
+	k := engine.Key{Namespace: ns}
+	var err error
+	if k.Session, err = wire.DecodeID(session); err != nil {
+		return engine.Key{}, err
+	}
+	if k.Agent, err = wire.DecodeID(agent); err != nil {
+		return engine.Key{}, err
+	}
+	return k, nil
+}
+
+// Namespaces lists the subjects of the namespaces' indexes (STREAM.INFO, one subject per
+// namespace: O(namespaces)). A namespace whose every session was purged has no index entry left,
+// and is not listed.
+func (l *Log) Namespaces(ctx context.Context) ([]string, error) {
+	subjects, err := l.subjects(ctx, "cp.idx.*")
+	if err != nil {
+		return nil, fmt.Errorf("logstore: namespaces: %w", err)
+	}
+	var out []string
+	for _, s := range subjects {
+		ns, err := wire.DecodeID(strings.TrimPrefix(s, "cp.idx."))
+		if err != nil {
+			return nil, fmt.Errorf("logstore: namespaces: subject %q: %w", s, err)
+		}
+		out = append(out, ns)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// subjects returns the stream's subjects that match filter and hold a message.
+func (l *Log) subjects(ctx context.Context, filter string) ([]string, error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(info.State.Subjects))
+	for s := range info.State.Subjects {
+		out = append(out, s)
+	}
+	return out, nil
+}

@@ -1,0 +1,122 @@
+package logstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
+)
+
+// publish stores data on subject with Nats-Expected-Last-Subject-Sequence = after (0: the
+// subject must be empty), except on an index subject (cp.idx.<ns>, shared by the namespace's
+// sessions), and returns its sequence.
+//
+// A clustered stream's leader also refuses a write whose subject has another write in process
+// (proposed, not yet applied: nats-server's expectedPerSubjectInProcess and inflight checks),
+// with 10164 and no last sequence, whatever after says. The conformance suite met it with one
+// writer appending in sequence, right after its previous append was acknowledged. So on 10164 the
+// leader is asked for the subject's last sequence: if it is still after, the write is tried again
+// (the refusal came before anything was proposed); otherwise it is a lost compare-and-swap.
+func (l *Log) publish(ctx context.Context, subject string, data []byte, after uint64, hdr nats.Header) (uint64, error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		seq, err := l.publishOnce(ctx, subject, data, after, hdr)
+		if !errors.Is(err, errInProcess) {
+			return seq, err
+		}
+		last, gerr := l.get(ctx, getRequest{LastFor: subject}, true)
+		if errors.Is(gerr, engine.ErrNotFound) {
+			last.seq, gerr = 0, nil
+		}
+		switch {
+		case gerr != nil:
+			return 0, errors.Join(err, fmt.Errorf("logstore: reading the last sequence of %s: %w", subject, gerr))
+		case last.seq != after:
+			return 0, fmt.Errorf("%w (the last is %d)", err, last.seq)
+		case attempt == 100:
+			return 0, fmt.Errorf("%w (100 attempts)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, errors.Join(err, ctx.Err())
+		case <-time.After(time.Duration(min(attempt, 10)) * time.Millisecond):
+		}
+	}
+}
+
+// publishOnce is one publish of publish.
+func (l *Log) publishOnce(ctx context.Context, subject string, data []byte, after uint64, hdr nats.Header) (uint64, error) {
+	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	for k, v := range hdr {
+		m.Header[k] = v
+	}
+	if !strings.HasPrefix(subject, "cp.idx.") {
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
+	}
+	resp, err := l.nc.RequestMsgWithContext(ctx, m)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return 0, fmt.Errorf("logstore: %s: %w: %v", subject, engine.ErrTooLarge, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("logstore: publishing to %s: %w", subject, err)
+	}
+	var ack struct {
+		Seq uint64 `json:"seq"`
+	}
+	if err := apiReply(resp, &ack); err != nil {
+		return 0, fmt.Errorf("logstore: publishing to %s: %w", subject, err)
+	}
+	if ack.Seq == 0 {
+		return 0, fmt.Errorf("logstore: publishing to %s: ack without a sequence %.200q", subject, resp.Data)
+	}
+	return ack.Seq, nil
+}
+
+// errInProcess marks 10164 (see publish).
+var errInProcess = errors.New("another write to the subject is in process")
+
+// apiError is a JetStream API error reply.
+type apiError struct {
+	Code        int    `json:"code"`
+	ErrCode     uint16 `json:"err_code"`
+	Description string `json:"description"`
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%s (JetStream %d/%d)", e.Description, e.Code, e.ErrCode)
+}
+
+// JetStream error codes (nats-server's errors.json).
+const (
+	errCodeWrongLastSequence = 10071
+	// errCodeWrongLastSequenceClustered: "wrong last sequence" without the last sequence
+	// (JSStreamWrongLastSequenceConstantErr), what a clustered stream answers when the subject has
+	// a write in process (publish).
+	errCodeWrongLastSequenceClustered = 10164
+	errCodeNoMessageFound             = 10037
+	errCodeSequenceNotFound           = 10043
+	errCodeMessageTooLarge            = 10054
+)
+
+// mapped wraps the engine's error that the code stands for, if any.
+func (e *apiError) mapped() error {
+	switch e.ErrCode {
+	case errCodeWrongLastSequence:
+		return fmt.Errorf("%w: %v", engine.ErrConflict, e)
+	case errCodeWrongLastSequenceClustered:
+		return fmt.Errorf("%w: %w: %v", engine.ErrConflict, errInProcess, e)
+	case errCodeNoMessageFound, errCodeSequenceNotFound:
+		return fmt.Errorf("%w: %v", engine.ErrNotFound, e)
+	case errCodeMessageTooLarge:
+		return fmt.Errorf("%w: %v", engine.ErrTooLarge, e)
+	}
+	return e
+}
