@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -211,7 +212,10 @@ func (l *Log) Delete(ctx context.Context, key engine.Key, seqs ...uint64) error 
 
 // deleteSeqs deletes messages by sequence, all requests sent at once
 // ($JS.API.STREAM.MSG.DELETE with no_erase: the bytes stay in their block until JetStream drops
-// or compacts it, docs/format.md §8.8). Messages already gone are skipped.
+// or compacts it, docs/format.md §8.8). Messages already gone are skipped: the server answers
+// 10043 for one deleted inside a block, and 10057 "no message found" for one below the stream's
+// first sequence or in a block already removed (another daemon's delete, a second Purge). Each
+// request has its own reply subject (<inbox>.<seq>), so that an error names its sequence.
 func (l *Log) deleteSeqs(ctx context.Context, seqs []uint64) error {
 	if len(seqs) == 0 {
 		return nil
@@ -219,25 +223,26 @@ func (l *Log) deleteSeqs(ctx context.Context, seqs []uint64) error {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
 	inbox := l.nc.NewRespInbox()
-	sub, err := l.nc.SubscribeSync(inbox)
+	sub, err := l.nc.SubscribeSync(inbox + ".*")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	api := apiPrefix + "STREAM.MSG.DELETE." + l.cfg.Stream
 	for _, seq := range seqs {
-		req := []byte(`{"seq":` + strconv.FormatUint(seq, 10) + `,"no_erase":true}`)
-		if err := l.nc.PublishRequest(apiPrefix+"STREAM.MSG.DELETE."+l.cfg.Stream, inbox, req); err != nil {
-			return err
+		n := strconv.FormatUint(seq, 10)
+		if err := l.nc.PublishRequest(api, inbox+"."+n, []byte(`{"seq":`+n+`,"no_erase":true}`)); err != nil {
+			return fmt.Errorf("deleting message %d of stream %s: %w", seq, l.cfg.Stream, err)
 		}
 	}
 	var errs []error
 	for range seqs {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return errors.Join(append(errs, fmt.Errorf("waiting for %d deletes: %w", len(seqs), err))...)
+			return errors.Join(append(errs, fmt.Errorf("waiting for %d deletes on stream %s: %w", len(seqs), l.cfg.Stream, err))...)
 		}
 		if err := apiReply(m, nil); err != nil && !errors.Is(err, engine.ErrNotFound) {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("deleting message %s of stream %s: %w", strings.TrimPrefix(m.Subject, inbox+"."), l.cfg.Stream, err))
 		}
 	}
 	return errors.Join(errs...)

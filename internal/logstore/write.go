@@ -104,7 +104,14 @@ const (
 	errCodeNoMessageFound             = 10037
 	errCodeSequenceNotFound           = 10043
 	errCodeMessageTooLarge            = 10054
+	// errCodeMessageDeleteFailed: a message delete the store failed, its error the description;
+	// "no message found" (filestore: below the first sequence, or in a removed block) is a
+	// message already gone.
+	errCodeMessageDeleteFailed = 10057
 )
+
+// msgNotFound is nats-server's ErrStoreMsgNotFound, as a 10057 describes it.
+const msgNotFound = "no message found"
 
 // mapped wraps the engine's error that the code stands for, if any.
 func (e *apiError) mapped() error {
@@ -117,6 +124,10 @@ func (e *apiError) mapped() error {
 		return fmt.Errorf("%w: %v", engine.ErrNotFound, e)
 	case errCodeMessageTooLarge:
 		return fmt.Errorf("%w: %v", engine.ErrTooLarge, e)
+	case errCodeMessageDeleteFailed:
+		if strings.Contains(e.Description, msgNotFound) {
+			return fmt.Errorf("%w: %v", engine.ErrNotFound, e)
+		}
 	}
 	return e
 }
