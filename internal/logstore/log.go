@@ -239,7 +239,7 @@ func (l *Log) deleteSeqs(ctx context.Context, seqs []uint64) error {
 	for range seqs {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return errors.Join(append(errs, fmt.Errorf("waiting for %d deletes on stream %s: %w", len(seqs), l.cfg.Stream, err))...)
+			return errors.Join(append(errs, fmt.Errorf("waiting for %d deletes on stream %s: %w", len(seqs), l.cfg.Stream, unavailable(err)))...)
 		}
 		if err := apiReply(m, nil); err != nil && !errors.Is(err, engine.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("deleting message %s of stream %s: %w", strings.TrimPrefix(m.Subject, inbox+"."), l.cfg.Stream, err))

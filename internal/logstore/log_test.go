@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -241,4 +242,40 @@ func oldNATS(t testing.TB) string {
 	require.NoError(t, err)
 	t.Logf("running against %s", strings.TrimSpace(string(out)))
 	return bin
+}
+
+// When no server answers for the stream (an election without a leader, a restart, or here a
+// stream deleted under the daemon), reads and writes fail with ErrUnavailable, which the engine
+// and the daemon tell apart from a real failure (the client may retry).
+func TestLog_NoStreamIsUnavailable(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	seq, err := l.Append(ctx, k, []byte("e"), 0)
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteStream(ctx, StreamOf(LogConfig{})))
+
+	_, err = l.Last(ctx, k)
+	require.ErrorIs(t, err, ErrUnavailable, "a direct get nobody answers")
+	require.ErrorIs(t, l.Range(ctx, k, 0, 0, func(engine.Entry) bool { return true }), ErrUnavailable)
+	_, err = l.Append(ctx, k, []byte("e"), seq)
+	require.ErrorIs(t, err, ErrUnavailable, "a publish nobody stores")
+	require.NotErrorIs(t, err, engine.ErrConflict)
+}
+
+// Ids a client chose reach error messages quoted: no control character or invalid UTF-8 of
+// theirs is written raw into the daemon's logs.
+func TestLog_IDsQuotedInErrors(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	k := engine.Key{Namespace: "n\x1b[31m\nforged log line", Session: "\xff", Agent: "a"}
+	_, err := l.Append(ctx, k, []byte("x"), 0)
+	require.ErrorIs(t, err, wire.ErrInvalidID)
+	require.True(t, utf8.ValidString(err.Error()), "%q", err.Error())
+	require.NotContains(t, err.Error(), "\x1b")
+	require.NotContains(t, err.Error(), "\n")
 }

@@ -3,7 +3,6 @@ package logstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -47,7 +46,7 @@ func (l *Log) get(ctx context.Context, req getRequest, leader bool) (msg, error)
 	body, _ := json.Marshal(req)
 	reply, err := l.nc.RequestWithContext(ctx, apiPrefix+"STREAM.MSG.GET."+l.cfg.Stream, body)
 	if err != nil {
-		return msg{}, fmt.Errorf("stream leader get %s: %w", body, err)
+		return msg{}, fmt.Errorf("stream leader get %s: %w", body, unavailable(err))
 	}
 	var resp struct {
 		Message *struct {
@@ -97,7 +96,7 @@ func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) 
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return false, fmt.Errorf("direct get %s: %w", body, err)
+			return false, fmt.Errorf("direct get %s: %w", body, unavailable(err))
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
@@ -106,7 +105,7 @@ func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) 
 		case "204": // the end of a batch
 			return m.Header.Get("Nats-Num-Pending") != "0", nil
 		case "503":
-			return false, fmt.Errorf("direct get %s: no responders (is stream %s there?)", body, l.cfg.Stream)
+			return false, fmt.Errorf("direct get %s: %w: no responders (is stream %s there?)", body, ErrUnavailable, l.cfg.Stream)
 		default:
 			return false, fmt.Errorf("direct get %s: status %s %s", body, status, m.Header.Get("Description"))
 		}
@@ -125,7 +124,7 @@ func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) 
 // apiReply reads a JetStream API reply into v, mapping its error (if any) to the engine's.
 func apiReply(m *nats.Msg, v any) error {
 	if st := m.Header.Get("Status"); st == "503" {
-		return errors.New("no responders (is JetStream there?)")
+		return fmt.Errorf("%w: no responders (is JetStream there?)", ErrUnavailable)
 	}
 	var resp struct {
 		Error *apiError `json:"error"`

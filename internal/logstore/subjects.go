@@ -13,7 +13,9 @@ import (
 func logSubject(k engine.Key) (string, error) {
 	wk := wire.Key{Namespace: k.Namespace, Session: k.Session, Agent: k.Agent}
 	if err := wk.Validate(); err != nil {
-		return "", fmt.Errorf("logstore: key %s: %w", k, err)
+		// quoted: the ids are a client's, and may hold anything (control characters, bytes
+		// that are not UTF-8) that must not reach a log line raw
+		return "", fmt.Errorf("logstore: key %q/%q/%q: %w", k.Namespace, k.Session, k.Agent, err)
 	}
 	return "cp.log." + wk.Token(), nil
 }

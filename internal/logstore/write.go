@@ -62,6 +62,7 @@ func (l *Log) publishOnce(ctx context.Context, subject string, data []byte, afte
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
 	}
 	resp, err := l.nc.RequestMsgWithContext(ctx, m)
+	err = unavailable(err)
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return 0, fmt.Errorf("logstore: %s: %w: %v", subject, engine.ErrTooLarge, err)
 	}
@@ -78,6 +79,20 @@ func (l *Log) publishOnce(ctx context.Context, subject string, data []byte, afte
 		return 0, fmt.Errorf("logstore: publishing to %s: ack without a sequence %.200q", subject, resp.Data)
 	}
 	return ack.Seq, nil
+}
+
+// ErrUnavailable: the store cannot answer now, and the same call may succeed later: the stream
+// has no leader (an election: JetStream 10008), no server answers for it (no responders: a
+// restart, or the stream is gone), or the server is not ready to check a compare-and-swap
+// (10163). The engine and the daemon tell it apart with errors.Is (clients are told to retry).
+var ErrUnavailable = errors.New("the store is temporarily unavailable")
+
+// unavailable marks nats.go's no-responders error as ErrUnavailable (keeping both).
+func unavailable(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // errInProcess marks 10164 (see publish).
@@ -104,6 +119,10 @@ const (
 	errCodeNoMessageFound             = 10037
 	errCodeSequenceNotFound           = 10043
 	errCodeMessageTooLarge            = 10054
+	// errCodeClusterNotAvailable: "JetStream system temporarily unavailable" (no leader).
+	errCodeClusterNotAvailable = 10008
+	// errCodeExpectedLastNotReady: "expected last sequence per subject temporarily unavailable".
+	errCodeExpectedLastNotReady = 10163
 	// errCodeMessageDeleteFailed: a message delete the store failed, its error the description;
 	// "no message found" (filestore: below the first sequence, or in a removed block) is a
 	// message already gone.
@@ -124,6 +143,8 @@ func (e *apiError) mapped() error {
 		return fmt.Errorf("%w: %v", engine.ErrNotFound, e)
 	case errCodeMessageTooLarge:
 		return fmt.Errorf("%w: %v", engine.ErrTooLarge, e)
+	case errCodeClusterNotAvailable, errCodeExpectedLastNotReady:
+		return fmt.Errorf("%w: %v", ErrUnavailable, e)
 	case errCodeMessageDeleteFailed:
 		if strings.Contains(e.Description, msgNotFound) {
 			return fmt.Errorf("%w: %v", engine.ErrNotFound, e)
