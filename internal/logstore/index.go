@@ -22,13 +22,13 @@ import (
 // already existed) deletes the index entry it wrote: the winner wrote its own.
 func (l *Log) create(ctx context.Context, key engine.Key, subject string, data []byte) (uint64, error) {
 	idx, _ := indexSubject(key.Namespace) // the key is valid
-	idxSeq, err := l.publish(ctx, idx, []byte(indexToken(key)), 0, nil)
+	idxSeq, err := l.publish(ctx, idx, []byte(indexToken(key)), anyLastSeq, nil)
 	if err != nil {
 		return 0, fmt.Errorf("logstore: listing %s: %w", subject, err)
 	}
 	hdr := nats.Header{indexHeader: []string{strconv.FormatUint(idxSeq, 10)}}
-	seq, err := l.publish(ctx, subject, data, 0, hdr)
-	if errors.Is(err, engine.ErrConflict) && !l.legacyIndex() {
+	seq, err := l.publish(ctx, subject, data, lastSeqIs(0), hdr)
+	if errors.Is(err, engine.ErrConflict) && !l.legacyIndex {
 		if derr := l.deleteSeqs(ctx, []uint64{idxSeq}); derr != nil {
 			err = errors.Join(err, fmt.Errorf("logstore: its index entry %d on %s stays: %w", idxSeq, idx, derr))
 		}
@@ -41,7 +41,7 @@ func (l *Log) indexEntries(ctx context.Context, key engine.Key, subject string) 
 	idx, _ := indexSubject(key.Namespace)
 	token := []byte(indexToken(key))
 	var bound uint64 // every index entry of the log precedes its first entry
-	first, err := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, l.leader)
+	first, err := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, l.upToDate)
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
 	case err != nil:
@@ -49,7 +49,7 @@ func (l *Log) indexEntries(ctx context.Context, key engine.Key, subject string) 
 	default:
 		bound = first.seq
 		if seq, perr := strconv.ParseUint(first.header.Get(indexHeader), 10, 64); perr == nil && seq > 0 {
-			m, err := l.get(ctx, getRequest{Seq: seq}, l.leader)
+			m, err := l.get(ctx, getRequest{Seq: seq}, l.upToDate)
 			if err == nil && m.subject == idx && bytes.Equal(m.data, token) {
 				return []uint64{seq}, nil
 			}
@@ -87,7 +87,7 @@ func (l *Log) Sessions(ctx context.Context, ns string, cursor uint64, limit int)
 			bad = fmt.Errorf("index entry %d: %w", m.seq, err)
 			return false
 		}
-		if l.legacyIndex() {
+		if l.legacyIndex {
 			listed, err := l.indexEntryHolds(ctx, k, m.seq)
 			if err != nil {
 				bad = fmt.Errorf("index entry %d: %w", m.seq, err)
@@ -109,14 +109,13 @@ func (l *Log) Sessions(ctx context.Context, ns string, cursor uint64, limit int)
 	return keys, next, nil
 }
 
-// legacyIndex: the server is older than 2.11, whose filestore can lose track of a subject's
+// Log.legacyIndex: a server older than 2.11, whose filestore can lose track of a subject's
 // messages after deletes (nats-server 2.9.10 and 2.10.0 `removeSeqPerSubject`: deleting the
 // subject's last message in a block leaves that block's `Last` on it, and once one message of the
 // subject is left there, `First` is set to that stale `Last`, so next_by_subj reads skip the live
 // message; seen here as a listing that lost a session after a creation race). On such servers
 // index entries are never deleted: Sessions checks each against the log it names instead
 // (indexEntryHolds).
-func (l *Log) legacyIndex() bool { return !l.batch }
 
 // indexEntryHolds reports whether index entry seq lists k (legacy servers, which keep index
 // entries of lost creations and purged logs): k's log must have entries, and its first entry, if
@@ -125,7 +124,7 @@ func (l *Log) legacyIndex() bool { return !l.batch }
 // racing creators, may then be listed more than once on such a server.
 func (l *Log) indexEntryHolds(ctx context.Context, k engine.Key, seq uint64) (bool, error) {
 	subject, _ := logSubject(k)
-	first, err := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, l.leader)
+	first, err := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, l.upToDate)
 	if errors.Is(err, engine.ErrNotFound) {
 		return false, nil
 	}

@@ -29,11 +29,17 @@ type Log struct {
 	nc     *nats.Conn
 	stream jetstream.Stream
 	cfg    LogConfig
-	// batch: the server answers batched direct gets (nats-server ≥ 2.11); older servers are read
-	// one direct get per entry.
-	batch bool
-	// leader: reads that must see every acknowledged write go to the stream leader.
-	leader   bool
+	// batchedGets: the server answers batched direct gets (nats-server ≥ 2.11); older servers are
+	// read one direct get per entry.
+	batchedGets bool
+	// legacyIndex: the server's filestore can lose track of a subject's messages after deletes
+	// (older than 2.11, see Sessions), so index entries are never deleted. That 2.11 also brought
+	// batched gets is a coincidence: the two are separate facts.
+	legacyIndex bool
+	// upToDate is the replica that answers reads that must see every acknowledged write (Last,
+	// Get, Value, the end of a Range or a Sessions page): the stream leader on a replicated
+	// stream, or with LeaderReads.
+	upToDate replica
 	maxEntry int
 }
 
@@ -79,8 +85,12 @@ func OpenLog(ctx context.Context, nc *nats.Conn, cfg LogConfig) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("logstore: creating stream %s: %w", cfg.Stream, err)
 	}
-	return &Log{nc: nc, stream: st, cfg: cfg, batch: serverAtLeast(nc, 2, 11),
-		leader: cfg.LeaderReads || cfg.Replicas > 1, maxEntry: max(int(nc.MaxPayload())-headerRoom, 0)}, nil
+	l := &Log{nc: nc, stream: st, cfg: cfg, maxEntry: max(int(nc.MaxPayload())-headerRoom, 0),
+		batchedGets: serverAtLeast(nc, 2, 11), legacyIndex: !serverAtLeast(nc, 2, 11), upToDate: anyReplica}
+	if cfg.LeaderReads || cfg.Replicas > 1 {
+		l.upToDate = leaderOnly
+	}
+	return l, nil
 }
 
 // serverAtLeast reports whether the connected server's version is at least major.minor.
@@ -136,7 +146,7 @@ func (l *Log) Last(ctx context.Context, key engine.Key) (engine.Entry, error) {
 	if err != nil {
 		return engine.Entry{}, err
 	}
-	m, err := l.get(ctx, getRequest{LastFor: subject}, l.leader)
+	m, err := l.get(ctx, getRequest{LastFor: subject}, l.upToDate)
 	if err != nil {
 		return engine.Entry{}, fmt.Errorf("logstore: last entry of %s: %w", subject, err)
 	}
@@ -151,7 +161,7 @@ func (l *Log) Get(ctx context.Context, key engine.Key, seq uint64) (engine.Entry
 	if seq == 0 {
 		return engine.Entry{}, fmt.Errorf("logstore: %s entry 0: %w", subject, engine.ErrNotFound)
 	}
-	m, err := l.get(ctx, getRequest{Seq: seq}, l.leader)
+	m, err := l.get(ctx, getRequest{Seq: seq}, l.upToDate)
 	if err == nil && m.subject != subject { // another log's entry
 		err = engine.ErrNotFound
 	}
@@ -170,7 +180,7 @@ func (l *Log) Append(ctx context.Context, key engine.Key, data []byte, after uin
 		return 0, fmt.Errorf("logstore: appending %d bytes to %s: %w (max %d)", len(data), subject, engine.ErrTooLarge, l.maxEntry)
 	}
 	if after > 0 {
-		return l.publish(ctx, subject, data, after, nil)
+		return l.publish(ctx, subject, data, lastSeqIs(after), nil)
 	}
 	return l.create(ctx, key, subject, data)
 }
@@ -258,7 +268,7 @@ func (l *Log) Purge(ctx context.Context, key engine.Key) error {
 		return err
 	}
 	var idxSeqs []uint64
-	if !l.legacyIndex() {
+	if !l.legacyIndex {
 		if idxSeqs, err = l.indexEntries(ctx, key, subject); err != nil {
 			return fmt.Errorf("logstore: purging %s: finding its index entry: %w", subject, err)
 		}

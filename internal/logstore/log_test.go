@@ -279,3 +279,14 @@ func TestLog_IDsQuotedInErrors(t *testing.T) {
 	require.NotContains(t, err.Error(), "\x1b")
 	require.NotContains(t, err.Error(), "\n")
 }
+
+// A clustered stream's 10164 ("wrong last sequence" without the last sequence: the subject has a
+// write in process) is not a lost compare-and-swap by itself: publish asks the leader, and only
+// its answer that the subject moved on makes an ErrConflict. Were 10164 a conflict already, an
+// unanswered leader read or an expired context would report one, and PutValue would report a
+// value stored that is not (review finding 6).
+func TestLog_InProcessIsNotAConflict(t *testing.T) {
+	err := (&apiError{Code: 400, ErrCode: errCodeWrongLastSequenceClustered, Description: "wrong last sequence"}).mapped()
+	require.ErrorIs(t, err, errInProcess)
+	require.NotErrorIs(t, err, engine.ErrConflict)
+}

@@ -18,7 +18,6 @@ type getRequest struct {
 	NextFor  string `json:"next_by_subj,omitempty"`
 	Batch    int    `json:"batch,omitempty"`     // direct gets, nats-server ≥ 2.11
 	MaxBytes int    `json:"max_bytes,omitempty"` // with Batch
-	NoHdr    bool   `json:"no_hdr,omitempty"`    // with Batch: the messages alone (no sequence, no subject)
 }
 
 // msg is one stored message as a get returns it.
@@ -29,10 +28,21 @@ type msg struct {
 	data    []byte
 }
 
-// get returns one message: from the stream leader ($JS.API.STREAM.MSG.GET), which has every
-// acknowledged write, or from any replica (direct get). engine.ErrNotFound if there is none.
-func (l *Log) get(ctx context.Context, req getRequest, leader bool) (msg, error) {
-	if !leader {
+// replica says which server answers a read.
+type replica int
+
+const (
+	// anyReplica: a direct get ($JS.API.DIRECT.GET), answered by the nearest replica, which may
+	// not have applied the last acknowledged writes yet.
+	anyReplica replica = iota
+	// leaderOnly: $JS.API.STREAM.MSG.GET, answered by the stream leader, which has every
+	// acknowledged write.
+	leaderOnly
+)
+
+// get returns one message, read from the given replica; engine.ErrNotFound if there is none.
+func (l *Log) get(ctx context.Context, req getRequest, from replica) (msg, error) {
+	if from == anyReplica {
 		var out msg
 		found := false
 		err := l.directBatch(ctx, req, func(m msg) bool { out, found = m, true; return false })
@@ -72,14 +82,17 @@ func (l *Log) get(ctx context.Context, req getRequest, leader bool) (msg, error)
 }
 
 // directBatch sends a direct get ($JS.API.DIRECT.GET, answered by any replica) and calls fn
-// with each message of the reply, in order, until fn returns false. A batched request
-// (req.Batch > 0, nats-server ≥ 2.11) is answered with up to Batch messages, then an end-of-batch
-// status (204); it reports whether the server holds more messages after the batch.
+// with each message of the reply, in order, until fn returns false.
 func (l *Log) directBatch(ctx context.Context, req getRequest, fn func(msg) bool) (err error) {
 	_, err = l.directBatchMore(ctx, req, fn)
 	return err
 }
 
+// directBatchMore is directBatch, and also reports whether the server holds more messages after
+// those it sent. A batched request (req.Batch > 0, nats-server ≥ 2.11) is answered with up to
+// Batch messages, then an end-of-batch status (204) whose Nats-Num-Pending says how many more
+// match; an unbatched one with one message, or 404 when there is none (more is then false: the
+// caller asks again from the next sequence).
 func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) bool) (more bool, err error) {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
@@ -110,10 +123,8 @@ func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) 
 			return false, fmt.Errorf("direct get %s: status %s %s", body, status, m.Header.Get("Description"))
 		}
 		out := msg{subject: m.Header.Get("Nats-Subject"), header: m.Header, data: m.Data}
-		if !req.NoHdr {
-			if out.seq, err = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil || out.seq == 0 {
-				return false, fmt.Errorf("direct get %s: a message without a sequence (Nats-Sequence %q)", body, m.Header.Get("Nats-Sequence"))
-			}
+		if out.seq, err = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil || out.seq == 0 {
+			return false, fmt.Errorf("direct get %s: a message without a sequence (Nats-Sequence %q)", body, m.Header.Get("Nats-Sequence"))
 		}
 		if !fn(out) || req.Batch == 0 {
 			return false, nil

@@ -23,11 +23,13 @@ func (l *Log) Range(ctx context.Context, key engine.Key, from, upTo uint64, fn f
 }
 
 // scan calls fn with subject's messages whose sequence is in [from, upTo] (upTo 0: no bound),
-// in order, until fn returns false. It reads with batched direct gets of up to batch messages
-// (nats-server ≥ 2.11; one direct get per message before), from any replica. On a replicated stream a replica may be
-// behind the leader: it has every message up to some point and none after, so when the replica
-// says there is no more, the leader is asked for the next message (one STREAM.MSG.GET); if it
-// has one, the scan goes on from it. So a scan sees every message acknowledged before it began
+// in order, until fn returns false. It reads with direct gets, answered by any replica: batches
+// of up to batch messages (nats-server ≥ 2.11), or one message per request on older servers.
+//
+// On a replicated stream the replica that answers may be behind the leader: it has every message
+// up to some point and none after. So when that replica says there is no more, and reads must be
+// up to date (Log.upToDate), the leader is asked for the next message (one STREAM.MSG.GET); if it
+// has one, the scan goes on from it. A scan thus sees every message acknowledged before it began
 // (read-your-writes), and a scan up to a known sequence reads that far, unless the message is
 // gone (deleted or purged).
 func (l *Log) scan(ctx context.Context, subject string, from, upTo uint64, batch int, fn func(msg) bool) error {
@@ -42,10 +44,10 @@ func (l *Log) scan(ctx context.Context, subject string, from, upTo uint64, batch
 		if more && last > 0 { // (more without a message would not move on)
 			continue
 		}
-		if !l.leader || (upTo > 0 && from > upTo) {
+		if l.upToDate == anyReplica || (upTo > 0 && from > upTo) {
 			return nil
 		}
-		m, err := l.get(ctx, getRequest{Seq: from, NextFor: subject}, true)
+		m, err := l.get(ctx, getRequest{Seq: from, NextFor: subject}, leaderOnly)
 		if errors.Is(err, engine.ErrNotFound) || err == nil && upTo > 0 && m.seq > upTo {
 			return nil
 		}
@@ -68,7 +70,7 @@ func (l *Log) scanBatch(ctx context.Context, subject string, from, upTo uint64, 
 		n = int(upTo-from) + 1
 	}
 	req := getRequest{Seq: from, NextFor: subject}
-	if l.batch {
+	if l.batchedGets {
 		req.Batch, req.MaxBytes = n, rangeBytes
 	}
 	var ferr error
@@ -94,7 +96,7 @@ func (l *Log) scanBatch(ctx context.Context, subject string, from, upTo uint64, 
 	if stopped || err != nil {
 		return last, false, stopped, err
 	}
-	if !l.batch && last > 0 {
+	if !l.batchedGets && last > 0 {
 		more = true // one at a time: ask again until the server says there is none
 	}
 	return last, more, false, nil

@@ -34,13 +34,13 @@ func TestReview_PurgeOfEmptyLogRacingACreation(t *testing.T) {
 	require.NoError(t, err)
 
 	// create, step 1: the index entry
-	idxSeq, err := l.publish(ctx, idx, []byte(indexToken(k)), 0, nil)
+	idxSeq, err := l.publish(ctx, idx, []byte(indexToken(k)), anyLastSeq, nil)
 	require.NoError(t, err)
 	// another caller purges the key, whose log is still empty
 	require.NoError(t, l.Purge(ctx, k))
 	// create, step 2: the log's first entry (its compare-and-swap on 0 holds: the log is empty)
 	hdr := nats.Header{indexHeader: []string{strconv.FormatUint(idxSeq, 10)}}
-	seq, err := l.publish(ctx, subject, []byte("first"), 0, hdr)
+	seq, err := l.publish(ctx, subject, []byte("first"), lastSeqIs(0), hdr)
 	require.NoError(t, err)
 
 	last, err := l.Last(ctx, k)

@@ -21,11 +21,22 @@ func (l *Log) PutValue(ctx context.Context, ns, id string, blob []byte) error {
 	if len(blob) > l.maxEntry {
 		return fmt.Errorf("logstore: value %s: %d bytes: %w (max %d)", subject, len(blob), engine.ErrTooLarge, l.maxEntry)
 	}
-	_, err = l.publish(ctx, subject, blob, 0, nil)
-	if errors.Is(err, engine.ErrConflict) {
-		return nil // it exists: values are named by their content, the first one stays
+	for attempt := 1; ; attempt++ {
+		_, err = l.publish(ctx, subject, blob, lastSeqIs(0), nil)
+		if !errors.Is(err, engine.ErrConflict) {
+			return err
+		}
+		// The subject has a message: another writer's copy of the same value (values are named
+		// by their content; the first one stays). Reporting it stored commits a reference to it,
+		// so the leader is asked that it is still there (a DeleteValue may have come between).
+		_, gerr := l.get(ctx, getRequest{LastFor: subject}, leaderOnly)
+		switch {
+		case gerr == nil:
+			return nil
+		case !errors.Is(gerr, engine.ErrNotFound) || attempt == 3:
+			return fmt.Errorf("logstore: value %s: refused as existing (%v), but reading it from the leader: %w", subject, err, gerr)
+		}
 	}
-	return err
 }
 
 func (l *Log) Value(ctx context.Context, ns, id string) ([]byte, error) {
@@ -33,7 +44,7 @@ func (l *Log) Value(ctx context.Context, ns, id string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := l.get(ctx, getRequest{LastFor: subject}, l.leader)
+	m, err := l.get(ctx, getRequest{LastFor: subject}, l.upToDate)
 	if err != nil {
 		return nil, fmt.Errorf("logstore: value %s: %w", subject, err)
 	}

@@ -14,52 +14,66 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 )
 
-// publish stores data on subject with Nats-Expected-Last-Subject-Sequence = after (0: the
-// subject must be empty), except on an index subject (cp.idx.<ns>, shared by the namespace's
-// sessions), and returns its sequence.
+// lastSeq is what a publish requires of its subject's last sequence: Nats-Expected-Last-
+// Subject-Sequence, the compare-and-swap of a log's Append and of a value's creation; or nothing
+// (anyLastSeq), for an index subject, which every session of the namespace appends to.
+type lastSeq struct {
+	check bool
+	seq   uint64 // with check: the subject's last sequence must be this (0: it has no message)
+}
+
+func lastSeqIs(seq uint64) lastSeq { return lastSeq{check: true, seq: seq} }
+
+var anyLastSeq = lastSeq{}
+
+// publish stores data on subject if its last sequence is as expected, and returns the new
+// message's sequence; engine.ErrConflict if the subject's last sequence is another.
 //
 // A clustered stream's leader also refuses a write whose subject has another write in process
 // (proposed, not yet applied: nats-server's expectedPerSubjectInProcess and inflight checks),
-// with 10164 and no last sequence, whatever after says. The conformance suite met it with one
-// writer appending in sequence, right after its previous append was acknowledged. So on 10164 the
-// leader is asked for the subject's last sequence: if it is still after, the write is tried again
-// (the refusal came before anything was proposed); otherwise it is a lost compare-and-swap.
-func (l *Log) publish(ctx context.Context, subject string, data []byte, after uint64, hdr nats.Header) (uint64, error) {
+// with 10164 and no last sequence, whatever the expected sequence. The conformance suite met it
+// with one writer appending in sequence, right after its previous append was acknowledged. So on
+// 10164 the leader is asked for the subject's last sequence: if it is still the expected one, the
+// write is tried again (the refusal came before anything was proposed); if it is another, the
+// compare-and-swap is lost (ErrConflict). A 10164 is never reported as ErrConflict unless the
+// leader said so: a caller takes a conflict for "someone else wrote it" (PutValue: the value
+// exists), which an unanswered read does not show.
+func (l *Log) publish(ctx context.Context, subject string, data []byte, expect lastSeq, hdr nats.Header) (uint64, error) {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		seq, err := l.publishOnce(ctx, subject, data, after, hdr)
+		seq, err := l.publishOnce(ctx, subject, data, expect, hdr)
 		if !errors.Is(err, errInProcess) {
 			return seq, err
 		}
-		last, gerr := l.get(ctx, getRequest{LastFor: subject}, true)
+		last, gerr := l.get(ctx, getRequest{LastFor: subject}, leaderOnly)
 		if errors.Is(gerr, engine.ErrNotFound) {
 			last.seq, gerr = 0, nil
 		}
 		switch {
 		case gerr != nil:
-			return 0, errors.Join(err, fmt.Errorf("logstore: reading the last sequence of %s: %w", subject, gerr))
-		case last.seq != after:
-			return 0, fmt.Errorf("%w (the last is %d)", err, last.seq)
+			return 0, fmt.Errorf("%w; reading the last sequence of %s from the leader: %w", err, subject, gerr)
+		case last.seq != expect.seq:
+			return 0, fmt.Errorf("%w: %w (the last is %d)", engine.ErrConflict, err, last.seq)
 		case attempt == 100:
-			return 0, fmt.Errorf("%w (100 attempts)", err)
+			return 0, fmt.Errorf("%w: %w (100 attempts)", ErrUnavailable, err)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, errors.Join(err, ctx.Err())
+			return 0, fmt.Errorf("%w: %w", err, ctx.Err())
 		case <-time.After(time.Duration(min(attempt, 10)) * time.Millisecond):
 		}
 	}
 }
 
 // publishOnce is one publish of publish.
-func (l *Log) publishOnce(ctx context.Context, subject string, data []byte, after uint64, hdr nats.Header) (uint64, error) {
+func (l *Log) publishOnce(ctx context.Context, subject string, data []byte, expect lastSeq, hdr nats.Header) (uint64, error) {
 	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	for k, v := range hdr {
 		m.Header[k] = v
 	}
-	if !strings.HasPrefix(subject, "cp.idx.") {
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
+	if expect.check {
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect.seq, 10))
 	}
 	resp, err := l.nc.RequestMsgWithContext(ctx, m)
 	err = unavailable(err)
@@ -137,8 +151,8 @@ func (e *apiError) mapped() error {
 	switch e.ErrCode {
 	case errCodeWrongLastSequence:
 		return fmt.Errorf("%w: %v", engine.ErrConflict, e)
-	case errCodeWrongLastSequenceClustered:
-		return fmt.Errorf("%w: %w: %v", engine.ErrConflict, errInProcess, e)
+	case errCodeWrongLastSequenceClustered: // publish asks the leader whether it is a conflict
+		return fmt.Errorf("%w: %v", errInProcess, e)
 	case errCodeNoMessageFound, errCodeSequenceNotFound:
 		return fmt.Errorf("%w: %v", engine.ErrNotFound, e)
 	case errCodeMessageTooLarge:
