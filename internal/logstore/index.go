@@ -18,8 +18,8 @@ import (
 
 // create appends a log's first entry: its index entry first, so that a crash between the two
 // leaves a listed session with an empty log (which Sessions' callers skip) rather than a session
-// nobody can list. A creation that loses its compare-and-swap (another creator won, or the log
-// already existed) deletes the index entry it wrote: the winner wrote its own.
+// nobody can list. The first entry names its index entry (Cp-Index). A creation that fails takes
+// its index entry back (unlist), unless its entry may still land.
 func (l *Log) create(ctx context.Context, key engine.Key, subject string, data []byte) (uint64, error) {
 	idx, _ := indexSubject(key.Namespace) // the key is valid
 	idxSeq, err := l.publish(ctx, idx, []byte(indexToken(key)), anyLastSeq, nil)
@@ -28,12 +28,36 @@ func (l *Log) create(ctx context.Context, key engine.Key, subject string, data [
 	}
 	hdr := nats.Header{indexHeader: []string{strconv.FormatUint(idxSeq, 10)}}
 	seq, err := l.publish(ctx, subject, data, lastSeqIs(0), hdr)
-	if errors.Is(err, engine.ErrConflict) && !l.legacyIndex {
-		if derr := l.deleteSeqs(ctx, []uint64{idxSeq}); derr != nil {
-			err = errors.Join(err, fmt.Errorf("logstore: its index entry %d on %s stays: %w", idxSeq, idx, derr))
+	if err == nil || l.legacyIndex { // legacy servers never delete index entries (Log.legacyIndex)
+		return seq, err
+	}
+	return l.unlist(ctx, subject, idx, idxSeq, err)
+}
+
+// unlist deletes the index entry idxSeq of a creation whose first entry failed with err, so that
+// a creation tried again is not listed twice. If the server refused the entry (a lost
+// compare-and-swap: the winner wrote its own index entry; a full stream; ...), nothing was
+// stored. Otherwise (a timeout) the entry may have been stored, or may still be: the leader is
+// asked for the log's first entry. If it names idxSeq, the creation succeeded after all and its
+// sequence is returned; if it names another, another creation won; if the log is empty, the index
+// entry stays (an entry still under way would otherwise land unlisted): a retried creation is
+// then listed twice, which engine.Log allows (Sessions skips the second in one page).
+func (l *Log) unlist(ctx context.Context, subject, idx string, idxSeq uint64, err error) (uint64, error) {
+	if !refused(err) {
+		first, ferr := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, leaderOnly)
+		switch {
+		case errors.Is(ferr, engine.ErrNotFound):
+			return 0, fmt.Errorf("%w (its index entry %d stays: the entry may still land)", err, idxSeq)
+		case ferr != nil:
+			return 0, errors.Join(err, fmt.Errorf("logstore: its index entry %d stays: reading the log's first entry: %w", idxSeq, ferr))
+		case first.header.Get(indexHeader) == strconv.FormatUint(idxSeq, 10):
+			return first.seq, nil
 		}
 	}
-	return seq, err
+	if derr := l.deleteSeqs(ctx, []uint64{idxSeq}); derr != nil {
+		return 0, errors.Join(err, fmt.Errorf("logstore: its index entry %d on %s stays: %w", idxSeq, idx, derr))
+	}
+	return 0, err
 }
 
 // indexEntries returns the sequences of key's entries on its namespace's index.
@@ -75,6 +99,7 @@ func (l *Log) Sessions(ctx context.Context, ns string, cursor uint64, limit int)
 	}
 	limit = min(limit, maxPage)
 	var keys []engine.Key
+	listed := map[engine.Key]bool{} // a key may have two index entries (unlist, Purge)
 	var next uint64
 	var bad error
 	err = l.scan(ctx, idx, max(cursor, 1), 0, limit+1, func(m msg) bool { // one more: is there a next page?
@@ -97,7 +122,10 @@ func (l *Log) Sessions(ctx context.Context, ns string, cursor uint64, limit int)
 				return true
 			}
 		}
-		keys = append(keys, k)
+		if !listed[k] {
+			keys = append(keys, k)
+			listed[k] = true
+		}
 		return true
 	})
 	if err == nil {

@@ -290,3 +290,25 @@ func TestLog_InProcessIsNotAConflict(t *testing.T) {
 	require.ErrorIs(t, err, errInProcess)
 	require.NotErrorIs(t, err, engine.ErrConflict)
 }
+
+// A key with two index entries (a creation that timed out and was tried again keeps its first,
+// engine.Log allows it) is listed once in a page.
+func TestLog_KeyWithTwoIndexEntriesListedOncePerPage(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	other := engine.Key{Namespace: "n", Session: "t", Agent: "a"}
+	_, err := l.Append(ctx, k, []byte("e"), 0)
+	require.NoError(t, err)
+	_, err = l.Append(ctx, other, []byte("e"), 0)
+	require.NoError(t, err)
+	idx, err := indexSubject("n")
+	require.NoError(t, err)
+	_, err = l.publish(ctx, idx, []byte(indexToken(k)), anyLastSeq, nil)
+	require.NoError(t, err)
+	keys, next, err := l.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []engine.Key{k, other}, keys)
+	require.Zero(t, next)
+}

@@ -146,23 +146,33 @@ const (
 // msgNotFound is nats-server's ErrStoreMsgNotFound, as a 10057 describes it.
 const msgNotFound = "no message found"
 
-// mapped wraps the engine's error that the code stands for, if any.
+// mapped wraps the engine's error that the code stands for, if any, and e itself (a refusal:
+// refused).
 func (e *apiError) mapped() error {
 	switch e.ErrCode {
 	case errCodeWrongLastSequence:
-		return fmt.Errorf("%w: %v", engine.ErrConflict, e)
+		return fmt.Errorf("%w: %w", engine.ErrConflict, e)
 	case errCodeWrongLastSequenceClustered: // publish asks the leader whether it is a conflict
-		return fmt.Errorf("%w: %v", errInProcess, e)
+		return fmt.Errorf("%w: %w", errInProcess, e)
 	case errCodeNoMessageFound, errCodeSequenceNotFound:
-		return fmt.Errorf("%w: %v", engine.ErrNotFound, e)
+		return fmt.Errorf("%w: %w", engine.ErrNotFound, e)
 	case errCodeMessageTooLarge:
-		return fmt.Errorf("%w: %v", engine.ErrTooLarge, e)
+		return fmt.Errorf("%w: %w", engine.ErrTooLarge, e)
 	case errCodeClusterNotAvailable, errCodeExpectedLastNotReady:
-		return fmt.Errorf("%w: %v", ErrUnavailable, e)
+		return fmt.Errorf("%w: %w", ErrUnavailable, e)
 	case errCodeMessageDeleteFailed:
 		if strings.Contains(e.Description, msgNotFound) {
-			return fmt.Errorf("%w: %v", engine.ErrNotFound, e)
+			return fmt.Errorf("%w: %w", engine.ErrNotFound, e)
 		}
 	}
 	return e
+}
+
+// refused reports whether err says the server did not store the message: it answered with an
+// error (a JetStream API error: a lost compare-and-swap, a full stream, ...), nobody received it
+// (no responders), or it was never sent (too large). Otherwise (a timeout, a lost connection) the
+// message may have been stored, or may still be.
+func refused(err error) bool {
+	var api *apiError
+	return errors.As(err, &api) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, engine.ErrTooLarge)
 }
