@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,33 +61,63 @@ func (l *Log) unlist(ctx context.Context, subject, idx string, idxSeq uint64, er
 	return 0, err
 }
 
-// indexEntries returns the sequences of key's entries on its namespace's index.
+// indexEntries returns the sequences of key's entries on its namespace's index, for Purge.
+//
+// The log's first entry names its index entry (Cp-Index). Once that entry was deleted (a pack),
+// the index is read up to the log's first entry, which every index entry of the log precedes:
+// O(sessions created before it). An empty log has no first entry: the whole index is read, for
+// what crashed creations left; but a creation under way (its index entry written, its first
+// entry not yet) must keep its index entry, or its entry lands unlisted. So an empty log's index
+// entries younger than l.indexGrace, in stream time, are kept (creationGrace).
 func (l *Log) indexEntries(ctx context.Context, key engine.Key, subject string) ([]uint64, error) {
 	idx, _ := indexSubject(key.Namespace)
 	token := []byte(indexToken(key))
-	var bound uint64 // every index entry of the log precedes its first entry
 	first, err := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, l.upToDate)
-	switch {
-	case errors.Is(err, engine.ErrNotFound):
-	case err != nil:
-		return nil, err
-	default:
-		bound = first.seq
+	if err == nil {
 		if seq, perr := strconv.ParseUint(first.header.Get(indexHeader), 10, 64); perr == nil && seq > 0 {
 			m, err := l.get(ctx, getRequest{Seq: seq}, l.upToDate)
 			if err == nil && m.subject == idx && bytes.Equal(m.data, token) {
 				return []uint64{seq}, nil
 			}
 		}
+		return l.indexEntriesBefore(ctx, idx, token, first.seq, time.Time{})
 	}
+	if !errors.Is(err, engine.ErrNotFound) {
+		return nil, err
+	}
+	now, err := l.streamTime(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.indexEntriesBefore(ctx, idx, token, 0, now.Add(-l.indexGrace))
+}
+
+// indexEntriesBefore returns the sequences of idx's entries that hold token, up to sequence
+// bound (0: to the end), leaving out those stored after writtenBy (zero: none left out; one whose
+// time is unknown is left out too).
+func (l *Log) indexEntriesBefore(ctx context.Context, idx string, token []byte, bound uint64, writtenBy time.Time) ([]uint64, error) {
 	var seqs []uint64
-	err = l.scan(ctx, idx, 1, bound, rangeBatch, func(m msg) bool {
-		if bytes.Equal(m.data, token) {
+	err := l.scan(ctx, idx, 1, bound, rangeBatch, func(m msg) bool {
+		young := !writtenBy.IsZero() && (m.time.IsZero() || m.time.After(writtenBy))
+		if bytes.Equal(m.data, token) && !young {
 			seqs = append(seqs, m.seq)
 		}
 		return true
 	})
 	return seqs, err
+}
+
+// streamTime is the time of the stream's last message, by the clocks of its leaders: an index
+// entry's age is measured against it rather than against this host's clock, which may differ
+// from the servers'. It is never later than the servers' now, so ages are never overstated.
+func (l *Log) streamTime(ctx context.Context) (time.Time, error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	info, err := l.stream.Info(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading stream %s's last time: %w", l.cfg.Stream, err)
+	}
+	return info.State.LastTime, nil
 }
 
 func (l *Log) Sessions(ctx context.Context, ns string, cursor uint64, limit int) ([]engine.Key, uint64, error) {

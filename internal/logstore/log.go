@@ -40,7 +40,10 @@ type Log struct {
 	// Get, Value, the end of a Range or a Sessions page): the stream leader on a replicated
 	// stream, or with LeaderReads.
 	upToDate replica
-	maxEntry int
+	// indexGrace: a Purge of an empty log keeps the index entries younger than this
+	// (creationGrace; tests lower it).
+	indexGrace time.Duration
+	maxEntry   int
 }
 
 // LogConfig configures a Log. The zero value of each field picks its default.
@@ -67,6 +70,12 @@ const (
 	rangeBytes = 8 << 20
 	// maxPage is the most keys one Sessions page returns (a larger limit is split into pages).
 	maxPage = 1024
+	// creationGrace is how long after its index entry a creation's first entry may still land: a
+	// Purge of an empty log keeps the index entries younger than this (Log.indexEntries). A
+	// creation sends its first entry right after its index entry was acknowledged; 10 minutes
+	// covers a publish held in the client's buffer while it reconnects (nats.go's default: 60
+	// attempts 2 s apart), with room.
+	creationGrace = 10 * time.Minute
 	// indexHeader, on a log's first entry, names the sequence of its index entry (Purge).
 	indexHeader = "Cp-Index"
 	apiPrefix   = "$JS.API."
@@ -86,7 +95,8 @@ func OpenLog(ctx context.Context, nc *nats.Conn, cfg LogConfig) (*Log, error) {
 		return nil, fmt.Errorf("logstore: creating stream %s: %w", cfg.Stream, err)
 	}
 	l := &Log{nc: nc, stream: st, cfg: cfg, maxEntry: max(int(nc.MaxPayload())-headerRoom, 0),
-		batchedGets: serverAtLeast(nc, 2, 11), legacyIndex: !serverAtLeast(nc, 2, 11), upToDate: anyReplica}
+		batchedGets: serverAtLeast(nc, 2, 11), legacyIndex: !serverAtLeast(nc, 2, 11), upToDate: anyReplica,
+		indexGrace: creationGrace}
 	if cfg.LeaderReads || cfg.Replicas > 1 {
 		l.upToDate = leaderOnly
 	}
@@ -258,10 +268,8 @@ func (l *Log) deleteSeqs(ctx context.Context, seqs []uint64) error {
 	return errors.Join(errs...)
 }
 
-// Purge removes key's log, then its index entries: the other order could leave, after a crash,
-// a log no listing shows. Its index entry is found by the log's first entry (Cp-Index), or,
-// once that entry was deleted (a pack), by reading the namespace's index up to the log's first
-// entry, which every index entry of the log precedes; that read is O(sessions created before it).
+// Purge removes key's log, then its index entries (indexEntries): the other order could leave,
+// after a crash, a log no listing shows.
 func (l *Log) Purge(ctx context.Context, key engine.Key) error {
 	subject, err := logSubject(key)
 	if err != nil {

@@ -312,3 +312,30 @@ func TestLog_KeyWithTwoIndexEntriesListedOncePerPage(t *testing.T) {
 	require.Equal(t, []engine.Key{k, other}, keys)
 	require.Zero(t, next)
 }
+
+// A Purge of an empty log deletes the index entries a crashed creation left (its index entry
+// written, never its first entry) once they are older than the grace a creation under way has;
+// younger ones stay (TestReview_PurgeOfEmptyLogRacingACreation).
+func TestLog_PurgeOfEmptyLogDeletesOldLeftovers(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	idx, err := indexSubject(k.Namespace)
+	require.NoError(t, err)
+	_, err = l.publish(ctx, idx, []byte(indexToken(k)), anyLastSeq, nil) // a creation that crashed
+	require.NoError(t, err)
+
+	require.NoError(t, l.Purge(ctx, k))
+	keys, _, err := l.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []engine.Key{k}, keys, "young: it may be a creation under way")
+
+	l.indexGrace = time.Nanosecond // as if the grace had passed
+	_, err = l.Append(ctx, engine.Key{Namespace: "m", Session: "x", Agent: "a"}, []byte("later"), 0) // the stream's time moves on
+	require.NoError(t, err)
+	require.NoError(t, l.Purge(ctx, k))
+	keys, _, err = l.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, keys, "old: a crash's leftover, deleted")
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -26,6 +27,8 @@ type msg struct {
 	subject string
 	header  nats.Header
 	data    []byte
+	// time is when the stream stored it (its leader's clock; zero if the reply did not say).
+	time time.Time
 }
 
 // replica says which server answers a read.
@@ -60,10 +63,11 @@ func (l *Log) get(ctx context.Context, req getRequest, from replica) (msg, error
 	}
 	var resp struct {
 		Message *struct {
-			Subject string `json:"subject"`
-			Seq     uint64 `json:"seq"`
-			Header  []byte `json:"hdrs"`
-			Data    []byte `json:"data"`
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Header  []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
 		} `json:"message"`
 	}
 	if err := apiReply(reply, &resp); err != nil {
@@ -72,7 +76,7 @@ func (l *Log) get(ctx context.Context, req getRequest, from replica) (msg, error
 	if resp.Message == nil {
 		return msg{}, fmt.Errorf("stream leader get %s: a reply without a message", body)
 	}
-	m := msg{seq: resp.Message.Seq, subject: resp.Message.Subject, data: resp.Message.Data}
+	m := msg{seq: resp.Message.Seq, subject: resp.Message.Subject, data: resp.Message.Data, time: resp.Message.Time}
 	if len(resp.Message.Header) > 0 {
 		if m.header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
 			return msg{}, fmt.Errorf("stream leader get %s: message %d's headers: %w", body, m.seq, err)
@@ -123,6 +127,7 @@ func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) 
 			return false, fmt.Errorf("direct get %s: status %s %s", body, status, m.Header.Get("Description"))
 		}
 		out := msg{subject: m.Header.Get("Nats-Subject"), header: m.Header, data: m.Data}
+		out.time, _ = time.Parse(time.RFC3339Nano, m.Header.Get("Nats-Time-Stamp")) // zero if not
 		if out.seq, err = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil || out.seq == 0 {
 			return false, fmt.Errorf("direct get %s: a message without a sequence (Nats-Sequence %q)", body, m.Header.Get("Nats-Sequence"))
 		}
