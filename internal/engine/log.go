@@ -85,7 +85,9 @@ type Log interface {
 	// that failed without knowing whether its entry was stored, tried again), never twice in one
 	// page: callers that gather several pages drop the keys they already have.
 	Sessions(ctx context.Context, ns string, cursor uint64, limit int) ([]Key, uint64, error)
-	// Namespaces returns every namespace that has had a session, sorted.
+	// Namespaces returns every namespace that has a session or a value, sorted (so that a sweep
+	// of values visits a namespace whose sessions were all purged). A namespace that has neither
+	// any more may still be listed (a store may keep its index): callers find it empty.
 	Namespaces(ctx context.Context) ([]string, error)
 
 	// PutValue stores blob as value id of namespace ns if it has none yet (values are named by
