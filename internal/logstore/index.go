@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -210,24 +211,28 @@ func parseIndexEntry(ns string, data []byte) (engine.Key, error) {
 	return k, nil
 }
 
-// Namespaces lists the subjects of the namespaces' indexes (STREAM.INFO, one subject per
-// namespace: O(namespaces)). A namespace whose every session was purged has no index entry left,
-// and is not listed.
+// Namespaces lists the namespaces of the index subjects (cp.idx.<ns>) and of the value subjects
+// (cp.val.<ns>.<id>) that hold a message, with STREAM.INFO: O(namespaces + values). A namespace
+// whose sessions were all purged is still listed while it holds values (a sweep must visit them);
+// on a server older than 2.11, whose index entries are never deleted (Log.legacyIndex), it stays
+// listed for good.
 func (l *Log) Namespaces(ctx context.Context) ([]string, error) {
-	subjects, err := l.subjects(ctx, "cp.idx.*")
-	if err != nil {
-		return nil, fmt.Errorf("logstore: namespaces: %w", err)
-	}
-	var out []string
-	for _, s := range subjects {
-		ns, err := wire.DecodeID(strings.TrimPrefix(s, "cp.idx."))
+	found := map[string]bool{}
+	for _, filter := range []string{"cp.idx.*", "cp.val.*.*"} {
+		subjects, err := l.subjects(ctx, filter)
 		if err != nil {
-			return nil, fmt.Errorf("logstore: namespaces: subject %q: %w", s, err)
+			return nil, fmt.Errorf("logstore: namespaces: %w", err)
 		}
-		out = append(out, ns)
+		for _, s := range subjects {
+			token := strings.Split(s, ".")[2] // cp.idx.<ns>, cp.val.<ns>.<id>
+			ns, err := wire.DecodeID(token)
+			if err != nil {
+				return nil, fmt.Errorf("logstore: namespaces: subject %q: %w", s, err)
+			}
+			found[ns] = true
+		}
 	}
-	slices.Sort(out)
-	return out, nil
+	return slices.Sorted(maps.Keys(found)), nil
 }
 
 // subjects returns the stream's subjects that match filter and hold a message.

@@ -48,18 +48,53 @@ func openFresh(t *testing.T, nc *nats.Conn, cfg LogConfig) *Log {
 	return l
 }
 
+// suiteOptions are the conformance suite's options for logs opened with cfg: the other log is
+// opened through a connection to otherURL (another daemon; on a cluster, another node); a full
+// store is the stream's max_bytes.
+func suiteOptions(otherURL string, cfg LogConfig) logtest.Options {
+	return logtest.Options{
+		Other: func(t *testing.T, _ engine.Log) engine.Log {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			other, err := OpenLog(ctx, connect(t, otherURL), cfg)
+			require.NoError(t, err)
+			return other
+		},
+		Fill: func(t *testing.T, l engine.Log, free int) func() {
+			ll := l.(*Log)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			js, err := jetstream.New(ll.nc)
+			require.NoError(t, err)
+			info, err := ll.stream.Info(ctx)
+			require.NoError(t, err)
+			full := LogStreamConfig(ll.cfg)
+			full.MaxBytes = int64(info.State.Bytes) + int64(free)
+			_, err = js.UpdateStream(ctx, full)
+			require.NoError(t, err)
+			return func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				_, err := js.UpdateStream(ctx, LogStreamConfig(ll.cfg))
+				require.NoError(t, err)
+			}
+		},
+	}
+}
+
 // The JetStream log passes the conformance suite on the embedded server (nats-server of go.mod).
 func TestLog_Conformance(t *testing.T) {
 	nc, _ := startServer(t)
-	logtest.Run(t, freshLog(nc, LogConfig{}))
+	logtest.Run(t, freshLog(nc, LogConfig{}), suiteOptions(nc.ConnectedUrl(), LogConfig{}))
 }
 
 // … on Debian's nats-server 2.9.10 (no batched direct gets: entries are read one by one).
 func TestLog_ConformanceOldNATS(t *testing.T) {
 	bin := oldNATS(t)
-	nc := connect(t, startProcess(t, bin))
+	url := startProcess(t, bin)
+	nc := connect(t, url)
 	require.False(t, serverAtLeast(nc, 2, 11))
-	logtest.Run(t, freshLog(nc, LogConfig{}))
+	logtest.Run(t, freshLog(nc, LogConfig{}), suiteOptions(url, LogConfig{}))
 }
 
 // Ids that are not ids (empty, too long, not UTF-8) are refused with wire.ErrInvalidID, naming
@@ -331,7 +366,7 @@ func TestLog_PurgeOfEmptyLogDeletesOldLeftovers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []engine.Key{k}, keys, "young: it may be a creation under way")
 
-	l.indexGrace = time.Nanosecond // as if the grace had passed
+	l.indexGrace = time.Nanosecond                                                                   // as if the grace had passed
 	_, err = l.Append(ctx, engine.Key{Namespace: "m", Session: "x", Agent: "a"}, []byte("later"), 0) // the stream's time moves on
 	require.NoError(t, err)
 	require.NoError(t, l.Purge(ctx, k))
