@@ -169,14 +169,6 @@ func (l *Log) Sessions(ctx context.Context, ns string, cursor uint64, limit int)
 	return keys, next, nil
 }
 
-// Log.legacyIndex: a server older than 2.11, whose filestore can lose track of a subject's
-// messages after deletes (nats-server 2.9.10 and 2.10.0 `removeSeqPerSubject`: deleting the
-// subject's last message in a block leaves that block's `Last` on it, and once one message of the
-// subject is left there, `First` is set to that stale `Last`, so next_by_subj reads skip the live
-// message; seen here as a listing that lost a session after a creation race). On such servers
-// index entries are never deleted: Sessions checks each against the log it names instead
-// (indexEntryHolds).
-
 // indexEntryHolds reports whether index entry seq lists k (legacy servers, which keep index
 // entries of lost creations and purged logs): k's log must have entries, and its first entry, if
 // it still names its index entry (Cp-Index), must name this one. A log whose first entry was

@@ -32,9 +32,14 @@ type Log struct {
 	// batchedGets: the server answers batched direct gets (nats-server ≥ 2.11); older servers are
 	// read one direct get per entry.
 	batchedGets bool
-	// legacyIndex: the server's filestore can lose track of a subject's messages after deletes
-	// (older than 2.11, see Sessions), so index entries are never deleted. That 2.11 also brought
-	// batched gets is a coincidence: the two are separate facts.
+	// legacyIndex: the server is older than 2.11, whose filestore can lose track of a subject's
+	// messages after deletes (nats-server 2.9.10 and 2.10.0 `removeSeqPerSubject`: deleting the
+	// subject's last message in a block leaves that block's `Last` on it, and once one message of
+	// the subject is left there, `First` is set to that stale `Last`, so next_by_subj reads skip
+	// the live message; seen here as a listing that lost a session after a creation race). On
+	// such servers index entries are never deleted: Sessions checks each against the log it names
+	// instead (indexEntryHolds). That 2.11 also brought batched gets is a coincidence: the two
+	// are separate facts.
 	legacyIndex bool
 	// upToDate is the replica that answers reads that must see every acknowledged write (Last,
 	// Get, Value, the end of a Range or a Sessions page): the stream leader on a replicated

@@ -350,7 +350,7 @@ func TestLog_KeyWithTwoIndexEntriesListedOncePerPage(t *testing.T) {
 
 // A Purge of an empty log deletes the index entries a crashed creation left (its index entry
 // written, never its first entry) once they are older than the grace a creation under way has;
-// younger ones stay (TestReview_PurgeOfEmptyLogRacingACreation).
+// younger ones stay (TestLog_PurgeOfEmptyLogKeepsACreationUnderWay).
 func TestLog_PurgeOfEmptyLogDeletesOldLeftovers(t *testing.T) {
 	nc, _ := startServer(t)
 	l := openFresh(t, nc, LogConfig{})
