@@ -80,8 +80,9 @@ type Log interface {
 
 	// Sessions returns up to limit keys of namespace ns, in the order their logs were created,
 	// starting at cursor (0: the first), and the cursor of the next page (0: no more). A key may be
-	// listed whose log is empty (a crash between the two writes of a creation, or a purge under
-	// way): callers check with Last. A key may also be listed twice, in two pages (a creation
+	// listed whose log is empty (a crash between the two writes of a creation, a purge under
+	// way, or a Purge of an empty log, which may leave the listing of what could be a creation
+	// under way): callers check with Last. A key may also be listed twice, in two pages (a creation
 	// that failed without knowing whether its entry was stored, tried again), never twice in one
 	// page: callers that gather several pages drop the keys they already have.
 	Sessions(ctx context.Context, ns string, cursor uint64, limit int) ([]Key, uint64, error)
