@@ -99,6 +99,9 @@ func (l *Log) publishOnce(ctx context.Context, subject string, data []byte, expe
 // has no leader (an election: JetStream 10008), no server answers for it (no responders: a
 // restart, or the stream is gone), or the server is not ready to check a compare-and-swap
 // (10163). The engine and the daemon tell it apart with errors.Is (clients are told to retry).
+// A request that no server answered in time is not marked: it may have been carried out (the
+// error is then the context's deadline, or nats.ErrTimeout). Nor is a store's refusal (10077: a
+// full stream or disk), which waiting alone does not lift.
 var ErrUnavailable = errors.New("the store is temporarily unavailable")
 
 // unavailable marks nats.go's no-responders error as ErrUnavailable (keeping both).
