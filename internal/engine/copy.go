@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 )
@@ -101,15 +100,6 @@ func (e *Engine) commitCopy(ctx context.Context, s *session, rec Record, p saveP
 		return Record{}, fmt.Errorf("%w: copying version %d of %s: the record says %s, %d bytes, counts %+v; the conversation is %s, %d bytes, counts %+v",
 			ErrHashMismatch, rec.Version, rec.Key, rec.Hash, rec.RawBytes, rec.Counts, hash, next.RawBytes+2, next.Counts)
 	}
-	// Values are stored only once the conversation is known to be the record's.
-	stripped, vals, added, err := e.storeValues(ctx, rec.Key.Namespace, raw)
-	if err != nil {
-		return Record{}, err
-	}
-	piece := &Piece{Messages: p.messages, RawBytes: int64(len(stripped)), CRC: crc32.Checksum(stripped, castagnoli), Values: vals}
-	if p.rewrite {
-		piece.Keep = &p.keepBytes
-	}
 	next.Version, next.Parent = rec.Version, rec.Parent
 	next.SaveID, next.Writer, next.Reason, next.Dialect = rec.SaveID, rec.Writer, rec.Reason, rec.Dialect
 	next.Created, next.ForkOf, next.Origin = rec.Created.UTC(), copyFork(rec.ForkOf), copyOrigin(rec.Origin)
@@ -117,39 +107,12 @@ func (e *Engine) commitCopy(ctx context.Context, s *session, rec Record, p saveP
 		next.FirstVersion = rec.Version // the versions before it were pruned, or never here
 	}
 	next.Pack, next.Deleted = s.lastPack(), s.lastDeleted()
-	if s.last.Kind == KindPack && !s.last.Open {
-		s.enc = nil // a recompressed pack ended the frames before it
+	next.TailEntries, next.TailBytes = h.TailEntries+1, h.TailBytes
+	if s.last.Kind == kindPack {
+		next.TailEntries, next.TailBytes = 1, 0
 	}
-	var data []byte
-	piece.Frame = s.enc == nil && len(stripped) > 0
-	if piece.Frame {
-		if s.enc, err = newEncoder(e.cfg.Window, !e.cfg.NoFastSaves); err != nil {
-			return Record{}, err
-		}
-	}
-	if len(stripped) > 0 {
-		if data, err = s.enc.add(stripped); err != nil {
-			s.enc = nil
-			return Record{}, err
-		}
-	}
-	next.StoredBytes = int64(len(data)) + added
-	next.TailEntries, next.TailBytes = h.TailEntries+1, h.TailBytes+int64(len(data))
-	if s.last.Kind == KindPack {
-		next.TailEntries, next.TailBytes = 1, int64(len(data))
-	}
-	if _, err := e.write(ctx, s, Meta{Kind: KindSave, Head: next, Piece: piece}, data); err != nil {
-		s.enc = nil
-		return Record{}, err
-	}
-	out, err := recordOf(s.key, next)
-	if err != nil {
-		return Record{}, err
-	}
-	if s.recentOK {
-		s.recent = append(s.recent, out)
-	}
-	return out, nil
+	saved, err := e.commitHead(ctx, s, next, p, raw)
+	return saved.Record, err
 }
 
 func copyFork(f *ForkRef) *ForkRef {
@@ -177,7 +140,7 @@ func (e *Engine) CopyState(ctx context.Context, key Key, lease *Lease, moved *Mo
 	if lease != nil && lease.Epoch > MaxVersion {
 		return fmt.Errorf("%w: copying the lease of %s: epoch %d (at most %d)", ErrBadRequest, key, lease.Epoch, MaxVersion)
 	}
-	_, err := e.changeHead(ctx, key, func(h *Head) error {
+	_, err := e.changeHead(ctx, key, func(h *headState) error {
 		var l *Lease
 		if lease != nil {
 			c := *lease

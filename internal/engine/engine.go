@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Config tunes an Engine. The zero value of each field picks its default.
@@ -36,6 +37,12 @@ type Config struct {
 	// encoder (~2–4 MiB with a 1 MiB window); default 64. The least recently used goes first; its
 	// next save reads the head again and starts a new frame (a few hundred bytes worse).
 	Sessions int
+	// ValueGrace bounds the time between a save's check that its values are stored and its
+	// commit (a save that takes longer is refused: ErrBusy), and is how long a swept value waits
+	// in the trash before it goes (values.go); default 1 minute.
+	ValueGrace time.Duration
+	// Clock is the time (default time.Now); tests move it.
+	Clock func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -50,6 +57,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Sessions == 0 {
 		c.Sessions = 64
+	}
+	if c.ValueGrace == 0 {
+		c.ValueGrace = time.Minute
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	return c
 }
@@ -73,7 +86,11 @@ type Engine struct {
 
 // New returns an Engine storing sessions in log.
 func New(log Log, cfg Config) *Engine {
-	return &Engine{log: log, cfg: cfg.withDefaults(), sessions: map[Key]*list.Element{}, lru: list.New()}
+	cfg = cfg.withDefaults()
+	// A pack's records must fit in one entry (its data may take parts): packing by the bytes of
+	// whole entries, at most half an entry's worth, keeps them there.
+	cfg.PackBytes = min(cfg.PackBytes, int64(log.MaxEntry()/2))
+	return &Engine{log: log, cfg: cfg, sessions: map[Key]*list.Element{}, lru: list.New()}
 }
 
 // session is what the engine caches of one session: its last entry and its compressor. It is
@@ -83,8 +100,8 @@ type session struct {
 	mu      sync.Mutex
 	key     Key
 	loaded  bool
-	lastSeq uint64 // 0: the log is empty
-	last    Meta   // the last entry's meta (zero if none)
+	lastSeq uint64    // 0: the log is empty
+	last    entryMeta // the last entry's meta (zero if none)
 	enc     *encoder
 	// recent holds the records of the last pack's versions and of the saves after it, oldest
 	// first, so that a save delivered again is recognised without a read (docs/format.md §8.5).
@@ -135,7 +152,7 @@ func (e *Engine) load(ctx context.Context, s *session) error {
 	last, err := e.log.Last(ctx, s.key)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		s.lastSeq, s.last = 0, Meta{Head: emptyHead()}
+		s.lastSeq, s.last = 0, entryMeta{Head: emptyHead()}
 	case err != nil:
 		return err
 	default:
@@ -149,9 +166,47 @@ func (e *Engine) load(ctx context.Context, s *session) error {
 	return nil
 }
 
+// again decides what an attempt's error means for the next: true to try again, after dropping the
+// session, when the log moved on under the attempt (a lost compare-and-swap, a short read) or when
+// the attempt refused, or found nothing to do, from a cached head the log has moved past (another
+// daemon wrote since: its lease, its version must be seen). Any other failure drops the session
+// too (an append whose answer was lost may have been stored).
+func (e *Engine) again(ctx context.Context, s *session, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrConflict) || errors.Is(err, errShort):
+		e.forget(s)
+		return true
+	case isRefusal(err) || errors.Is(err, ErrNotFound) || errors.Is(err, errUnchanged) || errors.Is(err, ErrBusy):
+		if e.stale(ctx, s) {
+			e.forget(s)
+			return true
+		}
+		return false
+	}
+	e.forget(s)
+	return false
+}
+
+// stale reports whether the log moved past the session's cached last entry.
+func (e *Engine) stale(ctx context.Context, s *session) bool {
+	s.mu.Lock()
+	seq, loaded := s.lastSeq, s.loaded
+	s.mu.Unlock()
+	if !loaded {
+		return true
+	}
+	last, err := e.log.Last(ctx, s.key)
+	if errors.Is(err, ErrNotFound) {
+		return seq != 0
+	}
+	return err != nil || last.Seq != seq
+}
+
 // lastPack is the sequence of the session's last pack (0: none).
 func (s *session) lastPack() uint64 {
-	if s.last.Kind == KindPack {
+	if s.last.Kind == kindPack {
 		return s.lastSeq
 	}
 	return s.last.Head.Pack
@@ -166,15 +221,21 @@ func (s *session) lastDeleted() uint64 {
 }
 
 // emptyHead is the head of a session with no entry: the empty conversation "[]".
-func emptyHead() Head {
+func emptyHead() headState {
 	state, _ := extendHash(nil, nil)
-	return Head{State: state}
+	return headState{State: state}
 }
 
 // write appends an entry (as parts first if it is larger than the log takes) after the
 // session's last entry, and makes it the session's last. Any error leaves the session to be
 // dropped by the caller: the log may hold parts of it, which readers skip.
-func (e *Engine) write(ctx context.Context, s *session, m Meta, data []byte) (uint64, error) {
+func (e *Engine) write(ctx context.Context, s *session, m entryMeta, data []byte) (uint64, error) {
+	return e.writeBy(ctx, s, m, data, time.Time{})
+}
+
+// writeBy is write, refused (ErrBusy, nothing more written) if the commit would come after
+// deadline (zero: none): a save's values are safe from the sweep until then.
+func (e *Engine) writeBy(ctx context.Context, s *session, m entryMeta, data []byte, deadline time.Time) (uint64, error) {
 	body, err := encodeEntry(m, data)
 	if err != nil {
 		return 0, err
@@ -189,6 +250,9 @@ func (e *Engine) write(ctx context.Context, s *session, m Meta, data []byte) (ui
 			return 0, err
 		}
 	}
+	if !deadline.IsZero() && e.cfg.Clock().After(deadline) {
+		return 0, fmt.Errorf("%w: session %s: the save took longer than the values' grace (%s); send it again", ErrBusy, s.key, e.cfg.ValueGrace)
+	}
 	seq, err := e.log.Append(ctx, s.key, body, after)
 	if err != nil {
 		return 0, err
@@ -197,12 +261,19 @@ func (e *Engine) write(ctx context.Context, s *session, m Meta, data []byte) (ui
 	return seq, nil
 }
 
+// encodedSize is the size of the entry of m and data (its tail bytes not counted yet: a varint
+// more or less at most).
+func encodedSize(m entryMeta, data []byte) (int64, error) {
+	b, err := encodeEntry(m, nil)
+	return int64(len(b) + len(data)), err
+}
+
 // writeParts writes the first bytes of data as part entries, so that what is left fits in the
 // entry of meta m (whose encoding without data is metaLen bytes); it sets m.Parts and returns
 // the last part's sequence and the rest of the data.
-func (e *Engine) writeParts(ctx context.Context, s *session, m *Meta, data []byte, metaLen int) (uint64, []byte, error) {
+func (e *Engine) writeParts(ctx context.Context, s *session, m *entryMeta, data []byte, metaLen int) (uint64, []byte, error) {
 	max := e.log.MaxEntry()
-	part := Meta{Kind: KindPart, Head: s.last.Head}
+	part := entryMeta{Kind: kindPart, Head: s.last.Head}
 	part.Head.Pack, part.Head.Deleted = s.lastPack(), s.lastDeleted()
 	hdr, err := encodeEntry(part, nil)
 	if err != nil {
@@ -212,17 +283,17 @@ func (e *Engine) writeParts(ctx context.Context, s *session, m *Meta, data []byt
 	if room < minPart || last < minPart {
 		return 0, nil, fmt.Errorf("session %s: an entry's meta of %d bytes leaves no room in entries of %d: %w", s.key, metaLen, max, ErrTooLarge)
 	}
-	n := (len(data) - last + room - 1) / room
+	split := len(data) - last // the parts hold data[:split], the entry itself the rest
 	after := s.lastSeq
-	for i := range n {
-		seq, err := e.log.Append(ctx, s.key, append(hdr[:len(hdr):len(hdr)], data[i*room:(i+1)*room]...), after)
+	for at := 0; at < split; at += room {
+		seq, err := e.log.Append(ctx, s.key, append(hdr[:len(hdr):len(hdr)], data[at:min(at+room, split)]...), after)
 		if err != nil {
 			return 0, nil, err
 		}
 		after = seq
+		m.Parts++
 	}
-	m.Parts = n
-	return after, data[n*room:], nil
+	return after, data[split:], nil
 }
 
 const (

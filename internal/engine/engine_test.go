@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/memlog"
 )
 
 func TestEngine_SaveRead(t *testing.T) {
@@ -70,4 +71,62 @@ func TestEngine_HistoryPage(t *testing.T) {
 	}
 	_, _, err := e.HistoryPage(ctx, k, engine.HistoryCursor{}, 0)
 	require.ErrorIs(t, err, engine.ErrBadRequest)
+}
+
+// Deep history pages go on from the pack the last one ended in; a forged or stale cursor only
+// costs a walk from the head.
+func TestEngine_HistoryPageCursor(t *testing.T) {
+	mem := memlog.New(1 << 20)
+	log := &countingLog{Log: mem}
+	e := engine.New(log, engine.Config{PackEntries: 8})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	saveTurns(t, e, k, 0, 2*100)
+	recs, cur, err := e.HistoryPage(ctx, k, engine.HistoryCursor{}, 30)
+	require.NoError(t, err)
+	require.Equal(t, uint64(71), recs[29].Version)
+	require.NotZero(t, cur.Pack, "the page ended in a pack")
+	log.reads = 0
+	deep, next, err := e.HistoryPage(ctx, k, cur, 30)
+	require.NoError(t, err)
+	hinted := log.reads
+	log.reads = 0
+	_, _, err = e.HistoryPage(ctx, k, engine.HistoryCursor{Before: cur.Before}, 30)
+	require.NoError(t, err)
+	require.Less(t, hinted, log.reads, "the cursor's pack saves the walk from the head")
+	require.Equal(t, uint64(70), deep[0].Version)
+	require.Equal(t, uint64(41), deep[29].Version)
+	for _, forged := range []uint64{1, cur.Pack + 1, 1 << 40} {
+		again, next2, err := e.HistoryPage(ctx, k, engine.HistoryCursor{Before: cur.Before, Pack: forged}, 30)
+		require.NoError(t, err, "pack %d", forged)
+		require.Equal(t, deep, again)
+		require.Equal(t, next, next2)
+	}
+	other := engine.Key{Namespace: "n", Session: "other", Agent: "a"}
+	saveTurns(t, e, other, 0, 40)
+	var theirs uint64
+	require.NoError(t, mem.Range(ctx, other, 0, 0, func(en engine.Entry) bool { theirs = en.Seq; return false }))
+	again, _, err := e.HistoryPage(ctx, k, engine.HistoryCursor{Before: cur.Before, Pack: theirs}, 30)
+	require.NoError(t, err)
+	require.Equal(t, deep, again, "another session's pack is not this one's")
+}
+
+// countingLog counts the reads of entries (Last, Get, Range).
+type countingLog struct {
+	engine.Log
+	reads int
+}
+
+func (c *countingLog) Last(cx ctxT, k engine.Key) (engine.Entry, error) {
+	c.reads++
+	return c.Log.Last(cx, k)
+}
+
+func (c *countingLog) Get(cx ctxT, k engine.Key, seq uint64) (engine.Entry, error) {
+	c.reads++
+	return c.Log.Get(cx, k, seq)
+}
+
+func (c *countingLog) Range(cx ctxT, k engine.Key, from, upTo uint64, fn func(engine.Entry) bool) error {
+	c.reads++
+	return c.Log.Range(cx, k, from, upTo, fn)
 }

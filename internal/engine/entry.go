@@ -19,14 +19,15 @@ import (
 // varint (binary.Varint) then its nanoseconds (< 1e9) as a varint.
 //
 //	magic    4    "CPL2" (a reader refuses other formats: ErrUnknownFormat)
-//	kind     1    KindSave, KindState, KindPack, KindPart
+//	kind     1    kindSave (1), kindState (2), kindFork (3), kindPack (4), kindPart (5)
 //	flags    1    bit 0: the data starts a zstd frame (save, pack); bit 1: keep present (save);
 //	              bit 2: lease present; bit 3: open pack; bit 4: moved present; bit 5: a
 //	              deletion (state); bit 6: values listed (save); others 0
 //	head          version, messages, rawBytes (of the messages joined by ",", no brackets),
 //	              state (108 bytes, crypto/sha256 MarshalBinary after "[" and those bytes),
 //	              counts (user, assistant, toolResult, extension, toolCalls, system),
-//	              firstVersion, pack, tailEntries, tailBytes, deleted,
+//	              firstVersion, pack, tailEntries, tailBytes, deleted, pins (count, then
+//	              per pin: the fork's namespace, session, agent, and the version it reads),
 //	              lease if flag 2: owner, epoch, acquired (time), expires (time),
 //	              moved if flag 4: to, at (time),
 //	              and, if version > 0, the head version's record: parent, saveId, writer, reason,
@@ -38,31 +39,34 @@ import (
 //	              hash (32 bytes), counts (6), parent, saveId, writer, reason, dialect, created,
 //	              storedBytes, extras; piece rawBytes, piece CRC-32C, piece flags (bit 0 frame, bit 1
 //	              keep, bit 2 values), keep if set, values if set
+//	fork          the source's namespace, session, agent, and the version version 1 is
 //	part          nothing more
 //	data          the rest: save and pack: the session's zstd stream (§8.4); part: a piece of the
 //	              next save's or pack's data; state: none (refused if present)
 //
 // A save or pack whose entry would be larger than the Log's MaxEntry is written as parts: entries
-// of kind KindPart carrying the head unchanged and the first bytes of its data, then the save or
+// of kind kindPart carrying the head unchanged and the first bytes of its data, then the save or
 // pack itself with parts = how many, its data the rest. Readers join the parts right before it;
 // parts no save or pack takes (a save that failed half-way) are skipped, and the next pack deletes
 // them.
 var entryMagic = [4]byte{'C', 'P', 'L', '2'}
 
-// Kind says what an entry is.
-type Kind byte
+// entryKind says what an entry is.
+type entryKind byte
 
 const (
-	KindSave  Kind = 1 // a version: its record in the head, and its new messages
-	KindState Kind = 2 // the head unchanged, its lease, seal or first version changed
-	KindPack  Kind = 4 // the saves since the previous pack, joined: their records and data
-	KindPart  Kind = 5 // the first bytes of the data of the save or pack that follows
+	kindSave  entryKind = 1 // a version: its record in the head, and its new messages
+	kindState entryKind = 2 // the head unchanged, its lease, seal or first version changed
+	kindPack  entryKind = 4 // the saves since the previous pack, joined: their records and data
+	kindPart  entryKind = 5 // the first bytes of the data of the save or pack that follows
 )
 
-// Kind 3 was the prototype's fork entry (docs/format.md §8.11); forks are saves (ForkOf) here.
+// kindFork is the first entry of a fork: version 1 is another session's version, read through
+// that session (docs/format.md §8.11); the fork's first pack copies it in.
+const kindFork entryKind = 3
 
-// Head is the session's state after an entry.
-type Head struct {
+// headState is the session's state after an entry.
+type headState struct {
 	Version  uint64
 	RawBytes int64  // bytes of the messages joined by "," (no brackets)
 	State    []byte // SHA-256 state after "[" and those bytes
@@ -82,17 +86,26 @@ type Head struct {
 	Lease        *Lease
 	Moved        *Moved
 	// Pack is the sequence of the last pack before the entry (0: none); TailEntries and
-	// TailBytes count the entries after it and their data, the entry included.
+	// TailBytes count the entries after it and their bytes (meta and data), the entry included.
 	Pack        uint64
 	TailEntries int
 	TailBytes   int64
 	// Deleted is the sequence of the session's last deletion before the entry (0: none): the
 	// entries before it are not this session's (a crash kept them from being deleted).
 	Deleted uint64
+	// Pins are the forks that read this session through one of its versions: retention keeps
+	// those versions, and a deletion copies the forks in first.
+	Pins []forkPin
 }
 
-// Piece describes a save's data.
-type Piece struct {
+// forkPin names a fork reading a session's version.
+type forkPin struct {
+	Fork    Key
+	Version uint64
+}
+
+// pieceInfo describes a save's data.
+type pieceInfo struct {
 	Messages int
 	RawBytes int64 // bytes the data decodes to (a leading "," included, after the first)
 	Frame    bool  // the data starts a new zstd frame
@@ -101,23 +114,24 @@ type Piece struct {
 	Keep *int64
 	// Values are the large strings cut out of the piece (values.go): its bytes are RawBytes (what
 	// the data decodes to, CRC covers) plus theirs.
-	Values []ValueRef
+	Values []valueRef
 }
 
-// Packed is one version in a pack: its record and its piece.
-type Packed struct {
-	Record Record // Key not stored
-	Piece  Piece  // Messages not stored
+// packedVersion is one version in a pack: its record and its piece.
+type packedVersion struct {
+	Record Record    // Key not stored
+	Piece  pieceInfo // Messages not stored
 }
 
-// Meta is an entry's fields.
-type Meta struct {
-	Kind   Kind
-	Head   Head
-	Piece  *Piece   // saves
-	Packed []Packed // packs
-	Open   bool     // packs: the data is the packed saves' stored bytes, its last frame open
-	Parts  int      // saves and packs: part entries before it holding the first bytes of its data
+// entryMeta is an entry's fields.
+type entryMeta struct {
+	Kind   entryKind
+	Head   headState
+	Piece  *pieceInfo      // saves
+	Packed []packedVersion // packs
+	Open   bool            // packs: the data is the packed saves' stored bytes, its last frame open
+	Parts  int             // saves and packs: part entries before it holding the first bytes of its data
+	Source *forkPin        // a fork's first entry: the session (Fork) and version it starts from
 	// Deletion, on a state entry, says it deletes the session: its log starts again after it.
 	Deletion bool
 }
@@ -140,17 +154,21 @@ const (
 	maxCount   = 1 << 53
 	maxSize    = 1 << 62
 	maxPacked  = 1 << 16
+	maxPins    = 64      // forks reading one session at once; more forks are copies
 	secondsMax = 1 << 40 // far beyond year 9999 both ways
 )
 
 // encodeEntry builds an entry's bytes.
-func encodeEntry(m Meta, data []byte) ([]byte, error) {
+func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 	h := &m.Head
 	if len(h.State) != stateSize {
 		return nil, fmt.Errorf("engine: a hash state of %d bytes, want %d", len(h.State), stateSize)
 	}
+	if err := checkTimes(m); err != nil {
+		return nil, err
+	}
 	var flags byte
-	if m.Piece != nil && m.Piece.Frame || m.Kind == KindPack && len(m.Packed) > 0 && m.Packed[0].Piece.Frame {
+	if m.Piece != nil && m.Piece.Frame || m.Kind == kindPack && len(m.Packed) > 0 && m.Packed[0].Piece.Frame {
 		flags |= flagFrame
 	}
 	if m.Piece != nil && m.Piece.Keep != nil {
@@ -183,6 +201,14 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 	out = binary.AppendUvarint(out, uint64(h.TailEntries))
 	out = binary.AppendUvarint(out, uint64(h.TailBytes))
 	out = binary.AppendUvarint(out, h.Deleted)
+	out = binary.AppendUvarint(out, uint64(len(h.Pins)))
+	for _, p := range h.Pins {
+		var err error
+		if out, err = appendKey(out, p.Fork); err != nil {
+			return nil, err
+		}
+		out = binary.AppendUvarint(out, p.Version)
+	}
 	if l := h.Lease; l != nil {
 		if len(l.Owner) > maxString {
 			return nil, fmt.Errorf("%w: a lease owner of %d bytes (at most %d)", ErrBadRequest, len(l.Owner), maxString)
@@ -204,7 +230,7 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 		}
 	}
 	switch m.Kind {
-	case KindSave:
+	case kindSave:
 		p := m.Piece
 		out = binary.AppendUvarint(out, uint64(p.Messages))
 		out = binary.AppendUvarint(out, uint64(p.RawBytes))
@@ -217,7 +243,13 @@ func encodeEntry(m Meta, data []byte) ([]byte, error) {
 		if out, err = appendValues(out, p.Values); err != nil {
 			return nil, err
 		}
-	case KindPack:
+	case kindFork:
+		var err error
+		if out, err = appendKey(out, m.Source.Fork); err != nil {
+			return nil, err
+		}
+		out = binary.AppendUvarint(out, m.Source.Version)
+	case kindPack:
 		out = binary.AppendUvarint(out, uint64(m.Parts))
 		var err error
 		if out, err = appendPacked(out, m.Packed); err != nil {
@@ -285,7 +317,7 @@ func appendRecordFields(out []byte, parent uint64, saveID, writer, reason, diale
 	return append(binary.AppendUvarint(out, uint64(len(x))), x...), nil
 }
 
-func appendPacked(out []byte, packed []Packed) ([]byte, error) {
+func appendPacked(out []byte, packed []packedVersion) ([]byte, error) {
 	out = binary.AppendUvarint(out, uint64(len(packed)))
 	for _, p := range packed {
 		r := p.Record
@@ -326,7 +358,7 @@ func appendPacked(out []byte, packed []Packed) ([]byte, error) {
 
 // appendValues writes a piece's value list (nothing when empty: a flag says it is there): count,
 // then per value at, size, id (32 bytes).
-func appendValues(out []byte, vals []ValueRef) ([]byte, error) {
+func appendValues(out []byte, vals []valueRef) ([]byte, error) {
 	if len(vals) == 0 {
 		return out, nil
 	}
@@ -343,7 +375,7 @@ func appendValues(out []byte, vals []ValueRef) ([]byte, error) {
 }
 
 // values reads a piece's value list.
-func (r *reader) values() []ValueRef {
+func (r *reader) values() []valueRef {
 	n := r.uint("value count", min(uint64(len(r.b)), maxPacked))
 	if r.err == nil && n == 0 {
 		r.fail("an empty value list")
@@ -351,9 +383,9 @@ func (r *reader) values() []ValueRef {
 	if r.err != nil {
 		return nil
 	}
-	out := make([]ValueRef, 0, n)
+	out := make([]valueRef, 0, n)
 	for range n {
-		v := ValueRef{At: r.int("value at", maxSize), Size: r.int("value size", maxSize)}
+		v := valueRef{At: r.int("value at", maxSize), Size: r.int("value size", maxSize)}
 		v.ID = hex.EncodeToString(r.bytes("value id", sha256.Size))
 		if r.err != nil {
 			return nil
@@ -363,8 +395,42 @@ func (r *reader) values() []ValueRef {
 	return out
 }
 
+func appendKey(out []byte, k Key) ([]byte, error) {
+	for _, s := range []string{k.Namespace, k.Session, k.Agent} {
+		if len(s) > maxString {
+			return nil, fmt.Errorf("%w: a key part of %d bytes (at most %d)", ErrBadRequest, len(s), maxString)
+		}
+		out = appendString(out, s)
+	}
+	return out, nil
+}
+
+func (r *reader) key(what string) Key {
+	return Key{Namespace: r.string(what), Session: r.string(what), Agent: r.string(what)}
+}
+
 func appendString(out []byte, s string) []byte {
 	return append(binary.AppendUvarint(out, uint64(len(s))), s...)
+}
+
+// checkTimes refuses an entry with a time a reader would refuse (beyond ±2^40 seconds).
+func checkTimes(m entryMeta) error {
+	ts := []time.Time{m.Head.Created}
+	if l := m.Head.Lease; l != nil {
+		ts = append(ts, l.Acquired, l.Expires)
+	}
+	if mv := m.Head.Moved; mv != nil {
+		ts = append(ts, mv.At)
+	}
+	for _, p := range m.Packed {
+		ts = append(ts, p.Record.Created)
+	}
+	for _, t := range ts {
+		if s := t.Unix(); !t.IsZero() && (s > secondsMax || s < -secondsMax) {
+			return fmt.Errorf("%w: the time %s is out of range", ErrBadRequest, t)
+		}
+	}
+	return nil
 }
 
 func appendTime(out []byte, t time.Time) []byte {
@@ -479,22 +545,22 @@ func (r *reader) recordFields(rec *Record) {
 
 // decodeEntry splits an entry into its meta and data (a slice of b). It never panics: bytes that
 // are not an entry are refused with ErrCorrupt (ErrUnknownFormat for another format's magic).
-func decodeEntry(b []byte) (Meta, []byte, error) {
-	var m Meta
+func decodeEntry(b []byte) (entryMeta, []byte, error) {
+	var m entryMeta
 	if len(b) < 6 || !bytes.Equal(b[:4], entryMagic[:]) {
 		if len(b) >= 4 && bytes.Equal(b[:3], entryMagic[:3]) && b[3] != entryMagic[3] {
 			return m, nil, fmt.Errorf("%w: %q (this code reads %q)", ErrUnknownFormat, b[:4], entryMagic[:])
 		}
 		return m, nil, fmt.Errorf("%w: not a log entry (bad magic)", ErrCorrupt)
 	}
-	m.Kind = Kind(b[4])
+	m.Kind = entryKind(b[4])
 	flags := b[5]
-	if m.Kind != KindSave && m.Kind != KindState && m.Kind != KindPack && m.Kind != KindPart {
+	if m.Kind != kindSave && m.Kind != kindState && m.Kind != kindPack && m.Kind != kindPart && m.Kind != kindFork {
 		return m, nil, fmt.Errorf("%w: unknown entry kind %d", ErrCorrupt, m.Kind)
 	}
-	if flags&^flagsKnown != 0 || m.Kind != KindSave && m.Kind != KindPack && flags&flagFrame != 0 ||
-		m.Kind != KindSave && flags&flagKeep != 0 || m.Kind != KindPack && flags&flagOpen != 0 ||
-		m.Kind != KindState && flags&flagDeletion != 0 || m.Kind != KindSave && flags&flagValues != 0 {
+	if flags&^flagsKnown != 0 || m.Kind != kindSave && m.Kind != kindPack && flags&flagFrame != 0 ||
+		m.Kind != kindSave && flags&flagKeep != 0 || m.Kind != kindPack && flags&flagOpen != 0 ||
+		m.Kind != kindState && flags&flagDeletion != 0 || m.Kind != kindSave && flags&flagValues != 0 {
 		return m, nil, fmt.Errorf("%w: flags %#x in an entry of kind %d", ErrCorrupt, flags, m.Kind)
 	}
 	r := &reader{b: b[6:]}
@@ -509,6 +575,10 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 	h.TailEntries = int(r.uint("tail entries", maxCount))
 	h.TailBytes = r.int("tail bytes", maxSize)
 	h.Deleted = r.uint("deleted", maxSize)
+	pins := r.uint("pins", maxPins)
+	for range pins {
+		h.Pins = append(h.Pins, forkPin{Fork: r.key("pin"), Version: r.uint("pin version", MaxVersion)})
+	}
 	m.Deletion = flags&flagDeletion != 0
 	if flags&flagLease != 0 {
 		h.Lease = &Lease{Owner: r.string("lease owner"), Epoch: r.uint("lease epoch", MaxVersion)}
@@ -525,8 +595,8 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 		h.Created, h.StoredBytes, h.ForkOf, h.Origin = rec.Created, rec.StoredBytes, rec.ForkOf, rec.Origin
 	}
 	switch m.Kind {
-	case KindSave:
-		m.Piece = &Piece{Messages: int(r.uint("piece messages", maxCount)), RawBytes: r.int("piece raw bytes", maxSize),
+	case kindSave:
+		m.Piece = &pieceInfo{Messages: int(r.uint("piece messages", maxCount)), RawBytes: r.int("piece raw bytes", maxSize),
 			Frame: flags&flagFrame != 0}
 		m.Piece.CRC = r.crc("piece CRC")
 		m.Parts = int(r.uint("parts", maxCount))
@@ -537,38 +607,46 @@ func decodeEntry(b []byte) (Meta, []byte, error) {
 		if flags&flagValues != 0 {
 			m.Piece.Values = r.values()
 		}
-	case KindPack:
+	case kindFork:
+		m.Source = &forkPin{Fork: r.key("fork source")}
+		m.Source.Version = r.uint("fork source version", MaxVersion)
+	case kindPack:
 		m.Open = flags&flagOpen != 0
 		m.Parts = int(r.uint("parts", maxCount))
 		m.Packed = r.packed()
 		if r.err == nil && len(m.Packed) == 0 {
 			r.fail("an empty pack")
 		}
+		for i := 1; r.err == nil && i < len(m.Packed); i++ {
+			if m.Packed[i].Record.Version != m.Packed[i-1].Record.Version+1 {
+				r.fail("a pack of versions %d then %d", m.Packed[i-1].Record.Version, m.Packed[i].Record.Version)
+			}
+		}
 		if r.err == nil && m.Packed[0].Piece.Frame != (flags&flagFrame != 0) {
 			r.fail("a pack whose frame flag is not its first piece's")
 		}
 	}
 	if r.err != nil {
-		return Meta{}, nil, r.err
+		return entryMeta{}, nil, r.err
 	}
-	if m.Kind == KindSave && h.Version == 0 {
-		return Meta{}, nil, fmt.Errorf("%w: a save of version 0", ErrCorrupt)
+	if (m.Kind == kindSave || m.Kind == kindFork) && h.Version == 0 {
+		return entryMeta{}, nil, fmt.Errorf("%w: a version 0 in an entry of kind %d", ErrCorrupt, m.Kind)
 	}
-	if m.Kind == KindState && len(r.b) > 0 {
-		return Meta{}, nil, fmt.Errorf("%w: %d bytes of data in a state entry", ErrCorrupt, len(r.b))
+	if (m.Kind == kindState || m.Kind == kindFork) && len(r.b) > 0 {
+		return entryMeta{}, nil, fmt.Errorf("%w: %d bytes of data in an entry of kind %d", ErrCorrupt, len(r.b), m.Kind)
 	}
 	return m, r.b, nil
 }
 
 // packed reads a pack's versions.
-func (r *reader) packed() []Packed {
+func (r *reader) packed() []packedVersion {
 	n := r.uint("pack count", min(uint64(len(r.b)), maxPacked))
 	if r.err != nil {
 		return nil
 	}
-	out := make([]Packed, 0, n)
+	out := make([]packedVersion, 0, n)
 	for range n {
-		var p Packed
+		var p packedVersion
 		p.Record.Version = r.uint("packed version", MaxVersion)
 		messages := int(r.uint("packed messages", maxCount))
 		p.Record.RawBytes = r.int("packed raw bytes", maxSize)
@@ -630,7 +708,7 @@ func extendHash(state, piece []byte) ([]byte, error) {
 }
 
 // recordOf is the record of the head version an entry's head describes.
-func recordOf(key Key, h Head) (Record, error) {
+func recordOf(key Key, h headState) (Record, error) {
 	hash, err := finish(h.State)
 	if err != nil {
 		return Record{}, err

@@ -10,14 +10,14 @@ import (
 )
 
 func testEntries(t testing.TB) map[string]struct {
-	meta Meta
+	meta entryMeta
 	data string
 } {
 	state, err := extendHash(nil, []byte("x"))
 	require.NoError(t, err)
 	keep := int64(7)
 	created := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	rec := Head{Version: 3, RawBytes: 1234, State: state, Counts: Counts{Messages: 9, User: 4, Assistant: 4, ToolResult: 1, ToolCalls: 1},
+	rec := headState{Version: 3, RawBytes: 1234, State: state, Counts: Counts{Messages: 9, User: 4, Assistant: 4, ToolResult: 1, ToolCalls: 1},
 		Parent: 2, SaveID: "id-3", Writer: "w", Reason: "turn", Dialect: "anthropic", Created: created, StoredBytes: 77,
 		FirstVersion: 2, Pack: 12, TailEntries: 3, TailBytes: 300, Deleted: 4}
 	forked := rec
@@ -28,24 +28,30 @@ func testEntries(t testing.TB) map[string]struct {
 	leased.Moved = &Moved{To: "west", At: created}
 	hash := "sha256:" + strings.Repeat("ab", 32)
 	return map[string]struct {
-		meta Meta
+		meta entryMeta
 		data string
 	}{
-		"save": {Meta{Kind: KindSave, Head: rec, Piece: &Piece{Messages: 2, RawBytes: 300, Frame: true, CRC: 0xdeadbeef}}, "zstd bytes"},
-		"save with parts, extras": {Meta{Kind: KindSave, Head: forked, Parts: 3,
-			Piece: &Piece{Messages: 2, RawBytes: 300, CRC: 1}}, "z"},
-		"rewrite with lease and seal": {Meta{Kind: KindSave, Head: leased, Piece: &Piece{Messages: 1, RawBytes: 3, Keep: &keep,
-			Values: []ValueRef{{At: 1, Size: 40000, ID: strings.Repeat("0f", 32)}, {At: 50000, Size: 33000, ID: strings.Repeat("1e", 32)}}}}, "z"},
-		"state":       {Meta{Kind: KindState, Head: leased}, ""},
-		"empty state": {Meta{Kind: KindState, Head: Head{State: state, Lease: &Lease{Epoch: 1}}}, ""},
-		"deletion":    {Meta{Kind: KindState, Deletion: true, Head: Head{State: state, Deleted: 9, Lease: &Lease{Epoch: 3}}}, ""},
-		"part":        {Meta{Kind: KindPart, Head: rec}, "part bytes"},
-		"open pack": {Meta{Kind: KindPack, Head: rec, Open: true, Parts: 1, Packed: []Packed{
+		"save": {entryMeta{Kind: kindSave, Head: rec, Piece: &pieceInfo{Messages: 2, RawBytes: 300, Frame: true, CRC: 0xdeadbeef}}, "zstd bytes"},
+		"save with parts, extras": {entryMeta{Kind: kindSave, Head: forked, Parts: 3,
+			Piece: &pieceInfo{Messages: 2, RawBytes: 300, CRC: 1}}, "z"},
+		"rewrite with lease and seal": {entryMeta{Kind: kindSave, Head: leased, Piece: &pieceInfo{Messages: 1, RawBytes: 3, Keep: &keep,
+			Values: []valueRef{{At: 1, Size: 40000, ID: strings.Repeat("0f", 32)}, {At: 50000, Size: 33000, ID: strings.Repeat("1e", 32)}}}}, "z"},
+		"state":       {entryMeta{Kind: kindState, Head: leased}, ""},
+		"empty state": {entryMeta{Kind: kindState, Head: headState{State: state, Lease: &Lease{Epoch: 1}}}, ""},
+		"deletion":    {entryMeta{Kind: kindState, Deletion: true, Head: headState{State: state, Deleted: 9, Lease: &Lease{Epoch: 3}}}, ""},
+		"fork":        {entryMeta{Kind: kindFork, Head: forked, Source: &forkPin{Fork: Key{"n", "src", "a"}, Version: 7}}, ""},
+		"pinned state": {entryMeta{Kind: kindState, Head: func() headState {
+			h := rec
+			h.Pins = []forkPin{{Fork: Key{"n", "f1", "a"}, Version: 3}, {Fork: Key{"n", "f2", "a"}, Version: 1}}
+			return h
+		}()}, ""},
+		"part": {entryMeta{Kind: kindPart, Head: rec}, "part bytes"},
+		"open pack": {entryMeta{Kind: kindPack, Head: rec, Open: true, Parts: 1, Packed: []packedVersion{
 			{Record: Record{Version: 8, SaveID: "a", Created: created, Counts: Counts{Messages: 18}, RawBytes: 900, Hash: hash, Reason: "turn"},
-				Piece: Piece{RawBytes: 50, Frame: true, CRC: 5}},
+				Piece: pieceInfo{RawBytes: 50, Frame: true, CRC: 5}},
 			{Record: Record{Version: 9, Parent: 8, SaveID: "b", Created: created, Counts: Counts{Messages: 20, System: 1}, RawBytes: 1001, Hash: hash,
-				ForkOf: forked.ForkOf, Origin: forked.Origin}, Piece: Piece{RawBytes: 99, Keep: &keep,
-				Values: []ValueRef{{At: 9, Size: 40000, ID: strings.Repeat("0f", 32)}}}}}}, "frames"},
+				ForkOf: forked.ForkOf, Origin: forked.Origin}, Piece: pieceInfo{RawBytes: 99, Keep: &keep,
+				Values: []valueRef{{At: 9, Size: 40000, ID: strings.Repeat("0f", 32)}}}}}}, "frames"},
 	}
 }
 
@@ -61,7 +67,7 @@ func TestEntry_RoundTripAndRefusals(t *testing.T) {
 		require.Equal(t, e.data, string(data), name)
 		// Every cut of its meta is refused (a cut inside the data reads as shorter data).
 		for n := range len(b) - len(e.data) {
-			if e.meta.Kind == KindPart && n == len(b)-len(e.data) {
+			if e.meta.Kind == kindPart && n == len(b)-len(e.data) {
 				continue
 			}
 			_, _, err := decodeEntry(b[:n])
@@ -75,13 +81,13 @@ func TestEntry_RoundTripAndRefusals(t *testing.T) {
 	for name, b := range map[string][]byte{
 		"empty": nil, "bad magic": append([]byte("CPKT"), save[4:]...),
 		"unknown kind":            append([]byte("CPL2\x09"), save[5:]...),
-		"the prototype's fork":    append([]byte("CPL2\x03"), save[5:]...),
 		"unknown flag":            append([]byte("CPL2\x01\x80"), save[6:]...),
 		"frame flag on a state":   append([]byte("CPL2\x02\x01"), state[6:]...),
 		"keep flag on a pack":     append([]byte("CPL2\x04\x02"), state[6:]...),
 		"deletion flag on a save": append([]byte("CPL2\x01\x21"), save[6:]...),
 		"version above the max":   append([]byte("CPL2\x01\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), save[7:]...),
 		"state with data":         append(state, 'x'),
+		"frame flag on a fork":    append([]byte("CPL2\x03\x01"), state[6:]...),
 		"save of version 0":       append([]byte("CPL2\x01\x01\x00"), save[7:]...),
 	} {
 		_, _, err := decodeEntry(b)
@@ -89,7 +95,7 @@ func TestEntry_RoundTripAndRefusals(t *testing.T) {
 	}
 	_, _, err = decodeEntry(append([]byte("CPL1"), save[4:]...))
 	require.ErrorIs(t, err, ErrUnknownFormat, "the prototype's format")
-	_, err = encodeEntry(Meta{Kind: KindSave, Piece: &Piece{}}, nil)
+	_, err = encodeEntry(entryMeta{Kind: kindSave, Piece: &pieceInfo{}}, nil)
 	require.Error(t, err, "an entry without a hash state is not written")
 }
 
@@ -118,4 +124,17 @@ func FuzzDecodeEntry(f *testing.F) {
 		require.Equal(t, m, m2)
 		require.Equal(t, data, data2)
 	})
+}
+
+func TestEntry_TimesOutOfRange(t *testing.T) {
+	e := testEntries(t)["state"]
+	e.meta.Head.Lease.Expires = time.Unix(secondsMax+1, 0)
+	_, err := encodeEntry(e.meta, nil)
+	require.ErrorIs(t, err, ErrBadRequest)
+	e.meta.Head.Lease.Expires = time.Unix(secondsMax, 999_999_999).UTC()
+	b, err := encodeEntry(e.meta, nil)
+	require.NoError(t, err)
+	m, _, err := decodeEntry(b)
+	require.NoError(t, err)
+	require.Equal(t, e.meta.Head.Lease.Expires, m.Head.Lease.Expires)
 }

@@ -2,8 +2,28 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"time"
 )
+
+// Forks (docs/format.md §8.11).
+//
+// A fork's first entry (kindFork) says "version 1 is version v of session S": nothing of the
+// conversation is copied, and a read of the fork reads S at v (checked against the fork's
+// version 1 hash). S's packs never delete what the fork needs: they keep every version, and the
+// fork reads S by version, not by sequence. What could take v away is S's retention or deletion,
+// so S's head carries a pin {fork, v} (written before the fork entry): retention keeps pinned
+// versions, and a deletion of S first copies each pinning fork in. The fork's first pack copies
+// S's version into its own log (one frame, off the fork's latency: Fork returns PackDue) and then
+// unpins it, so the dependency lasts until the caller's first Pack of the fork.
+//
+// Crash points: a pin without its fork entry (the fork failed or crashed) is stale; a fork packed
+// but not unpinned leaves a stale pin. Stale pins are dropped when S's deletion or retention looks
+// at them (the fork no longer starts with a fork entry of S at v). A session holds at most
+// maxPins pins: a fork beyond that is a copy (one save of the whole conversation). A fork of a
+// fork not packed yet packs it first, so a read goes through one source at most.
 
 // ForkRequest starts session To at version Version of session From.
 type ForkRequest struct {
@@ -16,23 +36,210 @@ type ForkRequest struct {
 	Now     time.Time
 }
 
-// Fork makes version 1 of req.To the conversation of version req.Version of req.From, recording
-// where it came from (ForkOf, reason "fork"); To must not exist yet (a conflict otherwise).
-//
-// The fork's messages are stored again, as one save of the whole conversation: ~1/7 of its size
-// (316 KB for the corpus's 2.2 MB). docs/format.md §8.11 prefers pins, which would keep a fork
-// under 1 KB by reading the source's entries; they need a pin list in every entry of the source, a
-// "kept from" bound beside the pack chain so the source's packs skip pinned entries, a write to
-// the source from the fork's first pack (unpin) and a copy of every pinning fork before the source
-// is deleted: four crash points across two sessions this build had no time to test. A copy is one
-// save, correct at any crash, and is what the daemon does today (a client-side restore and save).
+// errNoPin: the source holds maxPins pins already.
+var errNoPin = errors.New("no pin left")
+
+// Fork makes version 1 of req.To version req.Version of req.From, recording where it came from
+// (ForkOf, reason "fork"); To must not have a version yet (a conflict otherwise). It writes a pin
+// on From and a fork entry on To (a few hundred bytes whatever the conversation's size); the
+// caller then runs Pack on To (Saved.PackDue), which copies the conversation in.
 func (e *Engine) Fork(ctx context.Context, req ForkRequest) (Saved, error) {
-	conv, rec, err := e.Read(ctx, req.From, req.Version, ReadOptions{})
+	if req.From == req.To {
+		return Saved{}, fmt.Errorf("%w: a session cannot be forked into itself", ErrBadRequest)
+	}
+	// A fork of a fork not packed yet would read through two sessions, and so on: the source
+	// copies its own source in first, so that a fork reads through one session at most.
+	if err := e.packFork(ctx, req.From); err != nil {
+		return Saved{}, err
+	}
+	last, err := e.last(ctx, req.From)
 	if err != nil {
 		return Saved{}, err
 	}
+	v, err := checkVersion(req.From, last.meta.Head, req.Version)
+	if err != nil {
+		return Saved{}, err
+	}
+	conv, rec, err := e.Read(ctx, req.From, v, ReadOptions{})
+	if err != nil {
+		return Saved{}, err
+	}
+	pin := forkPin{Fork: req.To, Version: v}
+	err = e.pin(ctx, req.From, pin)
+	if errors.Is(err, errNoPin) {
+		return e.forkCopy(ctx, req, conv, rec)
+	}
+	if err != nil {
+		return Saved{}, err
+	}
+	state, err := extendHash(nil, conv[1:len(conv)-1])
+	if err != nil {
+		return Saved{}, err
+	}
+	saved, err := e.writeFork(ctx, req, rec, state)
+	if err != nil && !saved.Duplicate {
+		_ = e.unpin(ctx, req.From, pin) // best effort: a pin left is stale, and dropped later
+	}
+	return saved, err
+}
+
+// forkCopy is a fork stored as one save of the whole conversation.
+func (e *Engine) forkCopy(ctx context.Context, req ForkRequest, conv []byte, rec Record) (Saved, error) {
 	zero := uint64(0)
 	return e.Save(ctx, SaveRequest{Key: req.To, SaveID: req.SaveID, Expected: &zero, Writer: req.Writer, Reason: ReasonFork,
 		ForkOf: &ForkRef{Key: req.From, Version: rec.Version}, Epoch: req.Epoch, Payload: conv, Now: req.Now,
 		Limits: dialectLimits(rec.Dialect)})
+}
+
+// writeFork appends the fork entry as To's first version.
+func (e *Engine) writeFork(ctx context.Context, req ForkRequest, src Record, state []byte) (Saved, error) {
+	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
+		s := e.session(req.To)
+		saved, err := e.writeForkOnce(ctx, s, req, src, state)
+		if e.again(ctx, s, err) {
+			continue
+		}
+		return saved, err
+	}
+	return Saved{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, req.To, maxSwapAttempts)
+}
+
+func (e *Engine) writeForkOnce(ctx context.Context, s *session, req ForkRequest, src Record, state []byte) (Saved, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := e.load(ctx, s); err != nil {
+		return Saved{}, err
+	}
+	h := s.last.Head
+	if req.SaveID != "" {
+		if rec, ok, err := e.savedBefore(ctx, s, req.SaveID); err != nil || ok {
+			return Saved{Record: rec, Duplicate: ok}, err
+		}
+	}
+	if h.Version > 0 {
+		return Saved{}, &ConflictError{Key: req.To, Expected: 0, Head: h.Version}
+	}
+	if err := checkWrite(h, req.To, req.Epoch, false, req.Now); err != nil {
+		return Saved{}, err
+	}
+	next := h
+	next.Version, next.Parent, next.RawBytes, next.State, next.Counts = 1, 0, src.RawBytes-2, state, src.Counts
+	next.SaveID, next.Writer, next.Reason, next.Dialect = req.SaveID, req.Writer, ReasonFork, src.Dialect
+	next.Created, next.StoredBytes, next.Origin = req.Now.UTC(), 0, nil
+	next.ForkOf = &ForkRef{Key: req.From, Version: src.Version}
+	next.FirstVersion, next.Moved = 0, nil
+	next.Pack, next.Deleted = s.lastPack(), s.lastDeleted()
+	next.TailEntries, next.TailBytes = h.TailEntries+1, h.TailBytes
+	m := entryMeta{Kind: kindFork, Head: next, Source: &forkPin{Fork: req.From, Version: src.Version}}
+	if _, err := e.write(ctx, s, m, nil); err != nil {
+		return Saved{}, err
+	}
+	s.enc = nil // the fork's first save starts a frame
+	rec, err := recordOf(req.To, next)
+	if err != nil {
+		return Saved{}, err
+	}
+	if s.recentOK {
+		s.recent = append(s.recent, rec)
+	}
+	return Saved{Record: rec, PackDue: !e.cfg.NoPack}, nil
+}
+
+// pin adds p to key's pins (once).
+func (e *Engine) pin(ctx context.Context, key Key, p forkPin) error {
+	_, err := e.changeHead(ctx, key, func(h *headState) error {
+		switch {
+		case h.Version == 0 || p.Version < h.FirstVersion:
+			return fmt.Errorf("session %s version %d: %w", key, p.Version, ErrNotFound)
+		case slices.Contains(h.Pins, p):
+			return errUnchanged
+		case len(h.Pins) >= maxPins:
+			return errNoPin
+		}
+		h.Pins = append(slices.Clip(h.Pins), p)
+		return nil
+	})
+	return err
+}
+
+// unpin removes p from key's pins.
+func (e *Engine) unpin(ctx context.Context, key Key, p forkPin) error {
+	_, err := e.changeHead(ctx, key, func(h *headState) error {
+		i := slices.Index(h.Pins, p)
+		if i < 0 {
+			return errUnchanged
+		}
+		h.Pins = slices.Delete(slices.Clone(h.Pins), i, i+1)
+		return nil
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// releasePins makes key's pins of versions up to upTo (0: all) go: each fork still reading key is
+// packed (which copies the version in and unpins it), a stale pin is removed.
+func (e *Engine) releasePins(ctx context.Context, key Key, pins []forkPin, upTo uint64) error {
+	for _, p := range pins {
+		if upTo != 0 && p.Version > upTo {
+			continue
+		}
+		for attempt := 0; ; attempt++ {
+			reads, err := e.forkReads(ctx, p.Fork, key, p.Version)
+			if err != nil {
+				return err
+			}
+			if !reads {
+				break
+			}
+			if attempt == maxReadAttempts {
+				return fmt.Errorf("%w: fork %s of %s kept moving while it was copied in", ErrBusy, p.Fork, key)
+			}
+			if _, err := e.Pack(ctx, p.Fork, true); err != nil {
+				return fmt.Errorf("copying fork %s of %s in: %w", p.Fork, key, err)
+			}
+		}
+		if err := e.unpin(ctx, key, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// packFork packs key if its log still starts with a fork entry (copying its source in).
+func (e *Engine) packFork(ctx context.Context, key Key) error {
+	last, err := e.last(ctx, key)
+	if errors.Is(err, ErrNotFound) || err == nil && lastPackOf(last) != 0 {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	entries, err := e.entriesFor(ctx, key, sinceOf(last), last.seq, false)
+	if err != nil || len(entries) == 0 || entries[0].meta.Kind != kindFork {
+		return err
+	}
+	_, err = e.Pack(ctx, key, true)
+	return err
+}
+
+// forkReads reports whether fork's log still starts with a fork entry of src at version v.
+func (e *Engine) forkReads(ctx context.Context, fork, src Key, v uint64) (bool, error) {
+	last, err := e.last(ctx, fork)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	entries, err := e.entriesFor(ctx, fork, max(lastPackOf(last), sinceOf(last)), last.seq, false)
+	if err != nil {
+		return false, err
+	}
+	if lastPackOf(last) != 0 || len(entries) == 0 {
+		return false, nil // packed: the fork holds its copy
+	}
+	first := entries[0]
+	return first.meta.Kind == kindFork && *first.meta.Source == forkPin{Fork: src, Version: v}, nil
 }

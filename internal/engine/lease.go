@@ -45,7 +45,7 @@ func (e *Engine) Acquire(ctx context.Context, req LeaseRequest) (LeaseState, Tak
 		return LeaseState{}, Takeover{}, fmt.Errorf("%w: acquiring a lease needs an owner and a positive TTL", ErrBadRequest)
 	}
 	var took Takeover // set by the attempt that succeeds: changeHead may retry
-	ls, err := e.changeHead(ctx, req.Key, func(h *Head) error {
+	ls, err := e.changeHead(ctx, req.Key, func(h *headState) error {
 		if h.Moved != nil {
 			return &MovedError{Key: req.Key, Moved: *h.Moved}
 		}
@@ -71,7 +71,7 @@ func (e *Engine) Renew(ctx context.Context, req LeaseRequest) (LeaseState, error
 	if req.TTL <= 0 {
 		return LeaseState{}, fmt.Errorf("%w: renewing a lease needs a positive TTL", ErrBadRequest)
 	}
-	return e.changeHead(ctx, req.Key, func(h *Head) error {
+	return e.changeHead(ctx, req.Key, func(h *headState) error {
 		if h.Moved != nil {
 			return &MovedError{Key: req.Key, Moved: *h.Moved}
 		}
@@ -88,7 +88,7 @@ func (e *Engine) Renew(ctx context.Context, req LeaseRequest) (LeaseState, error
 // Release gives the lease of epoch req.Epoch up: the session is free, and that epoch can write no
 // more. The epoch is kept, so the next acquisition's is higher.
 func (e *Engine) Release(ctx context.Context, req LeaseRequest) (LeaseState, error) {
-	return e.changeHead(ctx, req.Key, func(h *Head) error {
+	return e.changeHead(ctx, req.Key, func(h *headState) error {
 		if err := checkEpoch(*h, req.Key, req.Epoch); err != nil {
 			return err
 		}
@@ -117,23 +117,22 @@ var errUnchanged = errors.New("unchanged")
 
 // changeHead applies change to the session's head and appends it as a state entry, reading the
 // head again when another writer came first.
-func (e *Engine) changeHead(ctx context.Context, key Key, change func(*Head) error) (LeaseState, error) {
+func (e *Engine) changeHead(ctx context.Context, key Key, change func(*headState) error) (LeaseState, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(key)
 		ls, err := e.changeOnce(ctx, s, change)
-		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
-			e.forget(s)
+		if e.again(ctx, s, err) {
 			continue
 		}
-		if err != nil && !isRefusal(err) {
-			e.forget(s)
+		if errors.Is(err, errUnchanged) {
+			return ls, nil
 		}
 		return ls, err
 	}
 	return LeaseState{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, key, maxSwapAttempts)
 }
 
-func (e *Engine) changeOnce(ctx context.Context, s *session, change func(*Head) error) (LeaseState, error) {
+func (e *Engine) changeOnce(ctx context.Context, s *session, change func(*headState) error) (LeaseState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := e.load(ctx, s); err != nil {
@@ -142,7 +141,7 @@ func (e *Engine) changeOnce(ctx context.Context, s *session, change func(*Head) 
 	h := s.last.Head
 	err := change(&h)
 	if errors.Is(err, errUnchanged) {
-		return LeaseState{Lease: leaseOf(h), Head: h.Version}, nil
+		return LeaseState{Lease: leaseOf(h), Head: h.Version}, err
 	}
 	if err != nil {
 		return LeaseState{}, err
@@ -154,28 +153,34 @@ func (e *Engine) changeOnce(ctx context.Context, s *session, change func(*Head) 
 }
 
 // writeState appends a state entry holding head h (s.mu held).
-func (e *Engine) writeState(ctx context.Context, s *session, h Head) error {
+func (e *Engine) writeState(ctx context.Context, s *session, h headState) error {
 	h.Pack, h.Deleted = s.lastPack(), s.lastDeleted()
 	h.TailEntries++
-	if s.last.Kind == KindPack {
+	if s.last.Kind == kindPack {
 		h.TailEntries, h.TailBytes = 1, 0
 	}
-	_, err := e.write(ctx, s, Meta{Kind: KindState, Head: h}, nil)
+	m := entryMeta{Kind: kindState, Head: h}
+	size, err := encodedSize(m, nil)
+	if err != nil {
+		return err
+	}
+	m.Head.TailBytes += size
+	_, err = e.write(ctx, s, m, nil)
 	return err
 }
 
 // writeDeletion appends a state entry that deletes the session, holding head h (s.mu held): the
 // log starts again after it, with no pack before.
-func (e *Engine) writeDeletion(ctx context.Context, s *session, h Head) error {
+func (e *Engine) writeDeletion(ctx context.Context, s *session, h headState) error {
 	h.Pack, h.TailEntries, h.TailBytes, h.Deleted = 0, 0, 0, s.lastDeleted()
-	if _, err := e.write(ctx, s, Meta{Kind: KindState, Head: h, Deletion: true}, nil); err != nil {
+	if _, err := e.write(ctx, s, entryMeta{Kind: kindState, Head: h, Deletion: true}, nil); err != nil {
 		return err
 	}
 	s.enc, s.recent, s.recentOK = nil, nil, true
 	return nil
 }
 
-func leaseOf(h Head) Lease {
+func leaseOf(h headState) Lease {
 	if h.Lease == nil {
 		return Lease{}
 	}
@@ -183,7 +188,7 @@ func leaseOf(h Head) Lease {
 }
 
 // checkEpoch refuses an epoch that is not the session's current, unreleased one.
-func checkEpoch(h Head, key Key, epoch uint64) error {
+func checkEpoch(h headState, key Key, epoch uint64) error {
 	cur := leaseOf(h)
 	switch {
 	case epoch == 0:
@@ -209,7 +214,7 @@ func ownerText(l Lease) string {
 // checkWrite decides whether a save may write to the session: not if it moved (unless the save
 // imports a version by migration, which brings the session back), not with a stale epoch, and not
 // without an epoch while somebody holds the lease.
-func checkWrite(h Head, key Key, epoch uint64, comingBack bool, now time.Time) error {
+func checkWrite(h headState, key Key, epoch uint64, comingBack bool, now time.Time) error {
 	if h.Moved != nil && !comingBack {
 		return &MovedError{Key: key, Moved: *h.Moved}
 	}
@@ -227,8 +232,8 @@ func checkWrite(h Head, key Key, epoch uint64, comingBack bool, now time.Time) e
 // it refuses writes (MovedError) while its versions stay readable, and its lease is over. Sealing
 // again to the same place is a no-op.
 func (e *Engine) Seal(ctx context.Context, key Key, expected uint64, to string, now time.Time) (Record, error) {
-	var head Head
-	_, err := e.changeHead(ctx, key, func(h *Head) error {
+	var head headState
+	_, err := e.changeHead(ctx, key, func(h *headState) error {
 		head = *h
 		if h.Version == 0 {
 			return fmt.Errorf("session %s: %w", key, ErrNotFound)

@@ -162,3 +162,27 @@ func TestLease_LongStrings(t *testing.T) {
 	e.Forget()
 	checkHistory(t, e, k, 1)
 }
+
+// A refusal is never decided on a cached head another daemon has moved past: its lease, its
+// version are seen.
+func TestSave_StaleCacheRefusals(t *testing.T) {
+	a, log := newEngine(t, 1<<20, engine.Config{})
+	b := engine.New(log, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	_, err := save(a, engine.SaveRequest{Key: k, SaveID: "1", Payload: conversation(2)})
+	require.NoError(t, err)
+	l, _, err := b.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "o", TTL: time.Minute, Now: now})
+	require.NoError(t, err)
+	_, err = save(b, engine.SaveRequest{Key: k, SaveID: "2", Payload: conversation(4), Epoch: l.Lease.Epoch})
+	require.NoError(t, err)
+	// a's cache holds version 1 and no lease.
+	s, err := save(a, engine.SaveRequest{Key: k, SaveID: "3", Expected: u64(2), Payload: conversation(6), Epoch: l.Lease.Epoch})
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), s.Record.Version)
+	_, err = b.Renew(ctx, engine.LeaseRequest{Key: k, Epoch: l.Lease.Epoch, TTL: time.Minute, Now: now})
+	require.NoError(t, err)
+	_, err = a.Seal(ctx, k, 3, "west", now)
+	require.NoError(t, err)
+	_, err = save(b, engine.SaveRequest{Key: k, SaveID: "4", Payload: conversation(8)})
+	require.ErrorIs(t, err, engine.ErrMoved, "b sees the seal")
+}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"slices"
 )
 
 // Packs bound what a read fetches (docs/format.md §8.7): every entry costs a read ~10 µs however
 // small, so the saves since the last pack are joined into one pack entry once their data reaches
-// PackBytes or they are PackEntries entries. A pack holds their records and their messages,
+// PackBytes (meta included) or they are PackEntries entries. A pack holds their records and their messages,
 // compressed again as one zstd frame (or, PackOpen, as they were stored); it is appended with the
 // compare-and-swap of a save (it carries the head, so it is the head until the next save), and the
 // entries it packed are then deleted. Each stored byte is thus written at most twice.
@@ -26,145 +28,223 @@ type PackResult struct {
 	Seq     uint64
 }
 
-// Pack packs key's entries since its last pack if they are due (Saved.PackDue); force packs any
-// run of two or more. The caller runs it after answering a save, or when the session is idle.
+// Pack packs key's entries since its last pack if they are due (Saved.PackDue); force packs them
+// whatever their number. The caller runs it after answering a save, or when the session is idle.
 func (e *Engine) Pack(ctx context.Context, key Key, force bool) (PackResult, error) {
-	s := e.session(key)
+	for attempt := 0; ; attempt++ {
+		s := e.session(key)
+		res, err := e.packOnce(ctx, s, force)
+		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
+			e.forget(s) // another writer came first: nothing was written, the next pack does it
+			return PackResult{}, nil
+		}
+		if err != nil && attempt == 0 && e.again(ctx, s, err) {
+			continue // decided on a cached head another daemon moved past (a deletion, say)
+		}
+		if err != nil {
+			e.forget(s)
+		}
+		return res, err
+	}
+}
+
+func (e *Engine) packOnce(ctx context.Context, s *session, force bool) (PackResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := e.load(ctx, s); err != nil {
 		return PackResult{}, err
 	}
 	h := s.last.Head
-	due := s.last.Kind != KindPack && (e.packDue(h) || force && h.TailEntries >= 2)
-	if e.cfg.NoPack || !due {
+	// A fork's first entry is packed at once: the pack copies its source's version in.
+	due := s.last.Kind != kindPack && (e.packDue(h) || s.last.Kind == kindFork || force && h.TailEntries >= 1)
+	if !due || e.cfg.NoPack && s.last.Kind != kindFork && !force {
 		return PackResult{}, nil
 	}
-	res, err := e.pack(ctx, s)
-	if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
-		e.forget(s) // another writer came first: its next use reads the log again
-		return PackResult{}, nil
-	}
-	if err != nil {
-		e.forget(s)
-	}
-	return res, err
+	return e.pack(ctx, s)
 }
 
 func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
-	// Read from the pack before the previous one: entries the previous pack covered but a crash
-	// kept from deleting are deleted now (they are skipped, not packed again).
-	prev, from, prevParts := s.lastPack(), uint64(0), 0
-	if prev != 0 {
-		en, err := e.log.Get(ctx, s.key, prev)
-		if err != nil {
-			return PackResult{}, err
-		}
-		m, _, err := decodeEntry(en.Data)
-		if err != nil {
-			return PackResult{}, fmt.Errorf("session %s entry %d: %w", s.key, prev, err)
-		}
-		from, prevParts = m.Head.Pack+1, m.Parts
-	}
-	var all []ent
-	err := e.log.Range(ctx, s.key, from, s.lastSeq, func(en Entry) bool {
-		all = append(all, ent{seq: en.Seq, data: en.Data})
-		return true
-	})
+	t, err := e.readTail(ctx, s)
 	if err != nil {
 		return PackResult{}, err
 	}
-	if len(all) == 0 || all[len(all)-1].seq != s.lastSeq {
-		return PackResult{}, errShort
-	}
-	// prev's own parts are the entries right before it: they stay with it.
-	keep := map[uint64]bool{prev: true}
-	for i := len(all) - 1; i >= 0 && prevParts > 0; i-- {
-		if all[i].seq < prev {
-			keep[all[i].seq] = true
-			prevParts--
-		}
-	}
-	var raw []ent
-	var dead []uint64 // every entry to delete once the pack is committed
-	since := s.lastDeleted()
-	for _, x := range all {
-		if keep[x.seq] {
-			continue
-		}
-		dead = append(dead, x.seq)
-		if x.seq < prev || x.seq < since {
-			continue // covered by prev, or before a deletion, left by a crash: deleted, not packed
-		}
-		m, data, err := decodeEntry(x.data)
-		if err != nil {
-			return PackResult{}, fmt.Errorf("session %s entry %d: %w", s.key, x.seq, err)
-		}
-		raw = append(raw, ent{seq: x.seq, meta: m, data: data})
-	}
-	live, err := resolve(s.key, raw, true)
+	c, err := e.collect(ctx, s.key, t.live)
 	if err != nil {
 		return PackResult{}, err
 	}
-	var packed []Packed
-	var pieces []*Piece
-	var datas [][]byte
-	for _, x := range live {
-		switch x.meta.Kind {
-		case KindSave:
-			rec, err := recordOf(s.key, x.meta.Head)
-			if err != nil {
-				return PackResult{}, err
-			}
-			rec.Key = Key{}
-			packed = append(packed, Packed{Record: rec, Piece: *x.meta.Piece})
-			pieces, datas = append(pieces, x.meta.Piece), append(datas, x.data)
-		case KindPack:
-			return PackResult{}, fmt.Errorf("session %s entry %d: %w: a pack after the last pack", s.key, x.seq, ErrCorrupt)
+	if len(c.packed) == 0 {
+		// Only state entries (lease renewals, say): no version to pack, and nothing reads them
+		// but the last, which holds the head. The others go.
+		dead := slices.DeleteFunc(t.dead, func(seq uint64) bool { return seq == s.lastSeq })
+		if len(dead) == 0 || e.crashBeforeDeletes {
+			return PackResult{}, nil
 		}
+		return PackResult{Entries: len(dead)}, e.log.Delete(ctx, s.key, dead...)
 	}
-	if len(packed) == 0 {
-		return PackResult{}, nil // only leases: left for the next pack
-	}
-	data, err := e.packData(packed, pieces, datas)
+	open := e.cfg.PackOpen && c.source == nil // a copied-in source is compressed with the rest
+	data, err := e.packData(c.packed, c.pieces, c.datas, c.prefix, open)
 	if err != nil {
 		return PackResult{}, fmt.Errorf("session %s: packing: %w", s.key, err)
 	}
-	m := Meta{Kind: KindPack, Head: s.last.Head, Packed: packed, Open: e.cfg.PackOpen}
-	m.Head.Pack, m.Head.TailEntries, m.Head.TailBytes, m.Head.Deleted = prev, 0, 0, since
+	m := entryMeta{Kind: kindPack, Head: s.last.Head, Packed: c.packed, Open: open}
+	m.Head.Pack, m.Head.TailEntries, m.Head.TailBytes, m.Head.Deleted = t.prev, 0, 0, s.lastDeleted()
 	seq, err := e.write(ctx, s, m, data)
 	if err != nil {
 		return PackResult{}, err
 	}
+	e.packed(s, m)
+	res := PackResult{Entries: len(t.dead), Bytes: len(data), Seq: seq}
+	if e.crashBeforeDeletes {
+		return res, nil
+	}
+	if err := e.log.Delete(ctx, s.key, t.dead...); err != nil {
+		return res, err
+	}
+	if c.source != nil {
+		// The fork holds its copy now: its source may go. (A crash before this leaves a stale
+		// pin, dropped when the source's retention or deletion looks at it.)
+		return res, e.unpin(ctx, c.source.Fork, forkPin{Fork: s.key, Version: c.source.Version})
+	}
+	return res, nil
+}
+
+// tail is what a pack reads: the previous pack's sequence, the live entries after it, and every
+// entry to delete once the pack is committed.
+type tail struct {
+	prev uint64
+	live []ent
+	dead []uint64
+}
+
+// readTail reads the session's entries from the pack before the previous one: entries the
+// previous pack covered but a crash kept from deleting are deleted now (skipped, not packed
+// again), as are entries before a deletion.
+func (e *Engine) readTail(ctx context.Context, s *session) (tail, error) {
+	t := tail{prev: s.lastPack()}
+	from, prevParts := uint64(0), 0
+	if t.prev != 0 {
+		en, err := e.log.Get(ctx, s.key, t.prev)
+		if err != nil {
+			return t, err
+		}
+		m, _, err := decodeEntry(en.Data)
+		if err != nil {
+			return t, fmt.Errorf("session %s entry %d: %w", s.key, t.prev, err)
+		}
+		from, prevParts = m.Head.Pack+1, m.Parts
+	}
+	var all []Entry
+	err := e.log.Range(ctx, s.key, from, s.lastSeq, func(en Entry) bool {
+		all = append(all, en)
+		return true
+	})
+	if err != nil {
+		return t, err
+	}
+	if len(all) == 0 || all[len(all)-1].Seq != s.lastSeq {
+		return t, errShort
+	}
+	// prev's own parts are the entries right before it: they stay with it.
+	keep := map[uint64]bool{t.prev: true}
+	for i := len(all) - 1; i >= 0 && prevParts > 0; i-- {
+		if all[i].Seq < t.prev {
+			keep[all[i].Seq] = true
+			prevParts--
+		}
+	}
+	var raw []ent
+	since := s.lastDeleted()
+	for _, en := range all {
+		if keep[en.Seq] {
+			continue
+		}
+		t.dead = append(t.dead, en.Seq)
+		if en.Seq < t.prev || en.Seq < since {
+			continue
+		}
+		m, data, err := decodeEntry(en.Data)
+		if err != nil {
+			return t, fmt.Errorf("session %s entry %d: %w", s.key, en.Seq, err)
+		}
+		raw = append(raw, ent{seq: en.Seq, meta: m, data: data})
+	}
+	t.live, err = resolve(s.key, raw, true)
+	return t, err
+}
+
+// collected is what a pack holds: its versions, the saves' pieces and stored data, and, when the
+// tail starts with a fork entry, the source's version copied in.
+type collected struct {
+	packed []packedVersion
+	pieces []*pieceInfo
+	datas  [][]byte
+	prefix []byte
+	source *forkPin
+}
+
+// collect gathers the versions of the live tail.
+func (e *Engine) collect(ctx context.Context, key Key, live []ent) (collected, error) {
+	var c collected
+	for i, x := range live {
+		switch x.meta.Kind {
+		case kindFork:
+			if i != 0 {
+				return c, fmt.Errorf("session %s entry %d: %w: a fork entry after the first", key, x.seq, ErrCorrupt)
+			}
+			prefix, err := e.forkSource(ctx, key, x, 0)
+			if err != nil {
+				return c, err
+			}
+			rec, err := recordOf(Key{}, x.meta.Head)
+			if err != nil {
+				return c, err
+			}
+			c.packed = append(c.packed, packedVersion{Record: rec, Piece: pieceInfo{Messages: x.meta.Head.Counts.Messages,
+				RawBytes: int64(len(prefix)), CRC: crc32.Checksum(prefix, castagnoli), Frame: true}})
+			c.prefix, c.source = prefix, x.meta.Source
+		case kindSave:
+			rec, err := recordOf(Key{}, x.meta.Head)
+			if err != nil {
+				return c, err
+			}
+			c.packed = append(c.packed, packedVersion{Record: rec, Piece: *x.meta.Piece})
+			c.pieces, c.datas = append(c.pieces, x.meta.Piece), append(c.datas, x.data)
+		case kindPack:
+			return c, fmt.Errorf("session %s entry %d: %w: a pack after the last pack", key, x.seq, ErrCorrupt)
+		}
+	}
+	return c, nil
+}
+
+// packed updates the session's cache after its pack m was committed.
+func (e *Engine) packed(s *session, m entryMeta) {
 	if !m.Open {
 		s.enc = nil // the next save starts a new frame: the pack replaced the frames it continued
 	}
 	if s.recentOK {
-		s.recent = nil
-		for _, p := range packed {
+		s.recent = s.recent[:0]
+		for _, p := range m.Packed {
 			r := p.Record
 			r.Key = s.key
 			s.recent = append(s.recent, r)
 		}
 	}
-	res := PackResult{Entries: len(dead), Bytes: len(data), Seq: seq}
-	if e.crashBeforeDeletes {
-		return res, nil
-	}
-	return res, e.log.Delete(ctx, s.key, dead...)
 }
 
 // packData is a pack's data. By default the packed saves are decoded and compressed again as one
 // zstd frame (a stream cut at every save decodes 1.3–1.7× slower than the same bytes compressed
 // at once); the pieces keep their sizes and Keep, and only the first starts a frame. With
 // PackOpen, their stored bytes as they are.
-func (e *Engine) packData(packed []Packed, pieces []*Piece, datas [][]byte) ([]byte, error) {
-	if e.cfg.PackOpen {
+func (e *Engine) packData(packed []packedVersion, pieces []*pieceInfo, datas [][]byte, prefix []byte, open bool) ([]byte, error) {
+	if open {
 		return joinStored(pieces, datas), nil
 	}
 	plain, err := decodeRuns(pieces, datas)
 	if err != nil {
 		return nil, err
+	}
+	if prefix != nil {
+		plain = append(prefix[:len(prefix):len(prefix)], plain...)
 	}
 	for i := range packed {
 		packed[i].Piece.Frame = i == 0

@@ -1,9 +1,12 @@
 package engine_test
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -117,8 +120,57 @@ func TestSave_ConcurrentEngines(t *testing.T) {
 			}
 		}()
 	}
+	// Meanwhile a housekeeper packs (forced), forgets, forks the head and reads, on both engines.
+	stop := make(chan struct{})
+	var forks sync.Map // fork key → the version's content it must read as
+	housekeeper := func() {
+		defer close(stop)
+		for i := 0; ; i++ {
+			mu.Lock()
+			done := len(acked) == writers*saves
+			mu.Unlock()
+			if done {
+				return
+			}
+			e := []*engine.Engine{a, b}[i%2]
+			if _, err := e.Pack(ctx, k, true); err != nil {
+				t.Errorf("pack: %v", err)
+				return
+			}
+			if i%3 == 0 {
+				e.Forget()
+			}
+			if i%5 == 0 {
+				fk := engine.Key{Namespace: "n", Session: fmt.Sprint("fork", i), Agent: "a"}
+				s, err := e.Fork(ctx, engine.ForkRequest{From: k, To: fk, SaveID: "f", Now: now})
+				if errors.Is(err, engine.ErrNotFound) {
+					continue // no version yet
+				}
+				if err != nil {
+					t.Errorf("fork: %v", err)
+					return
+				}
+				forks.Store(fk, s.Record.Hash)
+			}
+			if _, _, err := e.ReadZstd(ctx, k, 0); err != nil && !errors.Is(err, engine.ErrNotFound) {
+				t.Errorf("read: %v", err)
+				return
+			}
+		}
+	}
+	go housekeeper()
 	wg.Wait()
+	<-stop
 	require.Len(t, acked, writers*saves)
+	n := 0
+	forks.Range(func(fk, hash any) bool {
+		_, rec, err := b.Read(ctx, fk.(engine.Key), 1, engine.ReadOptions{Verify: true})
+		require.NoError(t, err)
+		require.Equal(t, hash, rec.Hash)
+		n++
+		return true
+	})
+	t.Logf("%d forks made while saving", n)
 	h, err := b.History(ctx, k)
 	require.NoError(t, err)
 	require.Len(t, h, writers*saves)
@@ -128,4 +180,39 @@ func TestSave_ConcurrentEngines(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, string(got), r.SaveID)
 	}
+}
+
+// Lease renewals between saves do not pile up: a pack deletes state entries even when there is no
+// version to pack; and saves with long strings pack before their records outgrow an entry.
+func TestPack_StateEntriesAndLongRecords(t *testing.T) {
+	e, log := newEngine(t, 64<<10, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	_, err := save(e, engine.SaveRequest{Key: k, SaveID: "1", Payload: conversation(2)})
+	require.NoError(t, err)
+	l, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "o", TTL: time.Minute, Now: now})
+	require.NoError(t, err)
+	for range 300 {
+		_, err = e.Renew(ctx, engine.LeaseRequest{Key: k, Epoch: l.Lease.Epoch, TTL: time.Minute, Now: now})
+		require.NoError(t, err)
+	}
+	_, err = e.Pack(ctx, k, true)
+	require.NoError(t, err)
+	require.LessOrEqual(t, entries(t, log, k), 3)
+	st, err := e.LeaseStatus(ctx, k)
+	require.NoError(t, err)
+	require.Equal(t, l.Lease.Epoch, st.Lease.Epoch)
+	checkHistory(t, e, k, 1)
+
+	long := strings.Repeat("w", 4000)
+	for i := range 100 {
+		s, err := save(e, engine.SaveRequest{Key: k, SaveID: fmt.Sprint(long, i), Writer: long, Reason: long, Epoch: l.Lease.Epoch,
+			Payload: conversation(4 + 2*i)})
+		require.NoError(t, err)
+		if s.PackDue {
+			_, err := e.Pack(ctx, k, false)
+			require.NoError(t, err)
+		}
+	}
+	require.Less(t, entries(t, log, k), 50, "packed (each pack a few of these records: they fit an entry)")
+	checkHistory(t, e, k, 101)
 }

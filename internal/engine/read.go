@@ -12,13 +12,14 @@ import (
 // ent is one entry of a log, decoded.
 type ent struct {
 	seq  uint64
-	meta Meta
+	meta entryMeta
 	data []byte
 }
 
 // errShort reports a read that did not see every entry it should have (a pack deleted some under
-// it, or a replica lags); the read starts again.
-var errShort = errors.New("the log changed under the read")
+// it, or a replica lags); the read starts again. One that stays short after maxReadAttempts is
+// reported as it is: entries are missing (ErrCorrupt).
+var errShort = fmt.Errorf("%w: the log changed under the read, or lost entries", ErrCorrupt)
 
 // entries returns key's live entries up to sequence upTo in order, stopping after the first one
 // for which stop returns true (stop may be nil): parts joined to the save or pack they belong to,
@@ -79,7 +80,7 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 	var parts []ent
 	for _, x := range raw {
 		switch {
-		case x.meta.Kind == KindPart:
+		case x.meta.Kind == kindPart:
 			parts = append(parts, x)
 			continue
 		case x.meta.Parts > 0:
@@ -99,7 +100,7 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 			out = out[:0] // the session was deleted here: what came before is not its
 		}
 		parts = parts[:0]
-		if x.meta.Kind == KindPack {
+		if x.meta.Kind == kindPack {
 			// Everything after the pack before it is in it (or was dead already: a deletion's
 			// leftovers), whatever its kind.
 			for len(out) > 0 && out[len(out)-1].seq > x.meta.Head.Pack {
@@ -111,13 +112,30 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 	return out, nil
 }
 
+// entriesHolding returns key's live entries up to the one holding version v. The read stops at
+// the first save or pack holding v (one a pack covers but a crash left holds the same bytes), and
+// never at a fork entry: a pack may have copied its source in, and the source be gone.
+func (e *Engine) entriesHolding(ctx context.Context, key Key, from, upTo, v uint64) ([]ent, error) {
+	entries, err := e.entries(ctx, key, from, upTo, func(x ent) bool { return x.meta.Kind != kindFork && holds(v)(x) })
+	if err != nil {
+		return nil, err
+	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		if holds(v)(entries[i]) {
+			return entries[:i+1], nil
+		}
+	}
+	// The head names v, so its entry must be there: a deletion or retention moved under us.
+	return nil, fmt.Errorf("session %s version %d: %w", key, v, errShort)
+}
+
 // holds returns whether an entry holds version v's data.
 func holds(v uint64) func(ent) bool {
 	return func(x ent) bool {
 		switch x.meta.Kind {
-		case KindSave:
+		case kindSave, kindFork:
 			return x.meta.Head.Version == v
-		case KindPack:
+		case kindPack:
 			p := x.meta.Packed
 			return p[0].Record.Version <= v && v <= p[len(p)-1].Record.Version
 		}
@@ -127,7 +145,7 @@ func holds(v uint64) func(ent) bool {
 
 // recordIn returns version v's record from the entry holding it, and its index in a pack.
 func recordIn(key Key, x ent, v uint64) (Record, int, error) {
-	if x.meta.Kind == KindPack {
+	if x.meta.Kind == kindPack {
 		i := int(v - x.meta.Packed[0].Record.Version)
 		r := x.meta.Packed[i].Record
 		r.Key = key
@@ -184,7 +202,7 @@ func (e *Engine) last(ctx context.Context, key Key) (ent, error) {
 }
 
 // checkVersion settles which version v (0: the head) names, given the session's head.
-func checkVersion(key Key, h Head, v uint64) (uint64, error) {
+func checkVersion(key Key, h headState, v uint64) (uint64, error) {
 	switch {
 	case h.Version == 0:
 		return 0, fmt.Errorf("session %s: %w: it has no version", key, ErrNotFound)
@@ -216,26 +234,38 @@ func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, e
 // logAt reads key's entries from sequence from (its last deletion) up to upTo and returns "["
 // followed by the log of version v (its messages joined by ","), and v's record.
 func (e *Engine) logAt(ctx context.Context, key Key, from, upTo, v uint64) ([]byte, Record, error) {
-	entries, err := e.entries(ctx, key, from, upTo, holds(v))
+	return e.logAtDepth(ctx, key, from, upTo, v, 0)
+}
+
+// maxForkDepth bounds how many forks a read goes through (a fork of a fork of ...) before the
+// first pack of each copies its source in.
+const maxForkDepth = 16
+
+func (e *Engine) logAtDepth(ctx context.Context, key Key, from, upTo, v uint64, depth int) ([]byte, Record, error) {
+	entries, err := e.entriesHolding(ctx, key, from, upTo, v)
 	if err != nil {
 		return nil, Record{}, err
-	}
-	if len(entries) == 0 || !holds(v)(entries[len(entries)-1]) {
-		// The head names v, so its entry must be there: a deletion or retention moved under us.
-		return nil, Record{}, fmt.Errorf("session %s version %d: %w", key, v, errShort)
 	}
 	target := entries[len(entries)-1]
 	rec, n, err := recordIn(key, target, v)
 	if err != nil {
 		return nil, Record{}, err
 	}
-	lb := logBuilder{out: append(make([]byte, 0, rec.RawBytes+64), '['), // room for "]", and for the decoder
-		fetch: func(ref ValueRef) ([]byte, error) { return e.value(ctx, key.Namespace, ref) }}
-	for _, x := range entries {
+	lb := logBuilder{out: append(make([]byte, 0, sizeHint(rec.RawBytes+64)), '['), // room for "]", and for the decoder
+		fetch: func(ref valueRef) ([]byte, error) { return e.value(ctx, key.Namespace, ref) }}
+	for i, x := range entries {
 		switch x.meta.Kind {
-		case KindSave:
+		case kindFork:
+			if i != 0 {
+				return nil, Record{}, fmt.Errorf("session %s entry %d: %w: a fork entry after the first", key, x.seq, ErrCorrupt)
+			}
+			var src []byte
+			if src, err = e.forkSource(ctx, key, x, depth); err == nil {
+				lb.out = append(lb.out, src...)
+			}
+		case kindSave:
 			err = lb.add(x.meta.Piece, x.data)
-		case KindPack:
+		case kindPack:
 			packed := x.meta.Packed
 			if x.seq == target.seq {
 				packed, lb.partial = packed[:n+1], n+1 < len(packed)
@@ -251,6 +281,37 @@ func (e *Engine) logAt(ctx context.Context, key Key, from, upTo, v uint64) ([]by
 		err = fmt.Errorf("session %s version %d: %w: the log has %d bytes, its record says %d", key, v, ErrCorrupt, len(log)-1, rec.RawBytes-2)
 	}
 	return log, rec, err
+}
+
+// forkSource returns the log (no "[") of the version a fork entry starts from, read through its
+// source session, checked against the fork's version 1.
+func (e *Engine) forkSource(ctx context.Context, key Key, x ent, depth int) ([]byte, error) {
+	src := x.meta.Source
+	if depth >= maxForkDepth {
+		return nil, fmt.Errorf("session %s: %w: more than %d forks deep", key, ErrCorrupt, maxForkDepth)
+	}
+	last, err := e.last(ctx, src.Fork)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("session %s, forked from %s version %d: %w: the source is gone", key, src.Fork, src.Version, ErrCorrupt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := checkVersion(src.Fork, last.meta.Head, src.Version); err != nil {
+		return nil, fmt.Errorf("session %s, forked from %s version %d: %w: %v", key, src.Fork, src.Version, ErrCorrupt, err)
+	}
+	log, rec, err := e.logAtDepth(ctx, src.Fork, sinceOf(last), last.seq, src.Version, depth+1)
+	if err != nil {
+		return nil, fmt.Errorf("session %s, forked from %s: %w", key, src.Fork, err)
+	}
+	mine, err := finish(x.meta.Head.State)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Hash != mine {
+		return nil, fmt.Errorf("session %s: %w: its source %s version %d is %s, the fork started from %s", key, ErrCorrupt, src.Fork, src.Version, rec.Hash, mine)
+	}
+	return log[1:], nil
 }
 
 // Head returns the record of key's newest version: one read of the log's last entry, so that it
@@ -308,16 +369,28 @@ func (e *Engine) version(ctx context.Context, key Key, n uint64) (Record, error)
 // walkBack calls fn with the session's records newest first, from the last entry's, until fn
 // returns false: the saves since the last pack (one read), then each pack's, one read each.
 func (e *Engine) walkBack(ctx context.Context, key Key, last ent, fn func(Record) bool) error {
+	return e.walkBackFrom(ctx, key, last, 0, func(r Record, _ uint64) bool { return fn(r) })
+}
+
+// walkBackFrom is walkBack starting at the pack at sequence pack (0: at the head), fn also given
+// the sequence of the pack holding each record (0: not in a pack).
+func (e *Engine) walkBackFrom(ctx context.Context, key Key, last ent, pack uint64, fn func(Record, uint64) bool) error {
 	first := max(last.meta.Head.FirstVersion, 1)
-	emit := func(r Record) bool { return r.Version < first || fn(r) }
-	tail, pack, err := e.tailRecords(ctx, key, last)
-	if err != nil {
-		return err
-	}
-	for i := len(tail) - 1; i >= 0; i-- {
-		if !emit(tail[i]) || tail[i].Version <= first {
-			return nil
+	if pack == 0 {
+		tail, prev, packed, err := e.tailRecords(ctx, key, last)
+		if err != nil {
+			return err
 		}
+		for i := len(tail) - 1; i >= 0; i-- {
+			at := uint64(0)
+			if i < packed {
+				at = lastPackOf(last) // the last pack's records come first in the tail
+			}
+			if tail[i].Version >= first && !fn(tail[i], at) || tail[i].Version <= first {
+				return nil
+			}
+		}
+		pack = prev
 	}
 	for pack != 0 {
 		en, err := e.log.Get(ctx, key, pack)
@@ -331,13 +404,13 @@ func (e *Engine) walkBack(ctx context.Context, key Key, last ent, fn func(Record
 		if err != nil {
 			return fmt.Errorf("session %s entry %d: %w", key, pack, err)
 		}
-		if m.Kind != KindPack {
+		if m.Kind != kindPack {
 			return fmt.Errorf("session %s entry %d: %w: the head names it as a pack", key, pack, ErrCorrupt)
 		}
 		for i := len(m.Packed) - 1; i >= 0; i-- {
 			r := m.Packed[i].Record
 			r.Key = key
-			if !emit(r) || r.Version <= first {
+			if r.Version >= first && !fn(r, pack) || r.Version <= first {
 				return nil
 			}
 		}
@@ -355,25 +428,27 @@ func sinceOf(x ent) uint64 {
 }
 
 func lastPackOf(x ent) uint64 {
-	if x.meta.Kind == KindPack {
+	if x.meta.Kind == kindPack {
 		return x.seq
 	}
 	return x.meta.Head.Pack
 }
 
 // tailRecords returns the records of the last pack and the saves after it, oldest first, read
-// up to the last entry, and the sequence of the pack before the last one (0: none).
-func (e *Engine) tailRecords(ctx context.Context, key Key, last ent) ([]Record, uint64, error) {
+// up to the last entry, the sequence of the pack before the last one (0: none), and how many of
+// the records are the last pack's.
+func (e *Engine) tailRecords(ctx context.Context, key Key, last ent) ([]Record, uint64, int, error) {
 	entries, err := e.entriesFor(ctx, key, max(lastPackOf(last), sinceOf(last)), last.seq, false)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	var prev uint64
-	if len(entries) > 0 && entries[0].meta.Kind == KindPack {
-		prev = entries[0].meta.Head.Pack
+	packed := 0
+	if len(entries) > 0 && entries[0].meta.Kind == kindPack {
+		prev, packed = entries[0].meta.Head.Pack, len(entries[0].meta.Packed)
 	}
 	recs, err := records(key, entries)
-	return recs, prev, err
+	return recs, prev, packed, err
 }
 
 // records returns the records of the saves and packs among entries, in order.
@@ -381,13 +456,13 @@ func records(key Key, entries []ent) ([]Record, error) {
 	var out []Record
 	for _, x := range entries {
 		switch x.meta.Kind {
-		case KindPack:
+		case kindPack:
 			for _, p := range x.meta.Packed {
 				r := p.Record
 				r.Key = key
 				out = append(out, r)
 			}
-		case KindSave:
+		case kindSave, kindFork:
 			r, err := recordOf(key, x.meta.Head)
 			if err != nil {
 				return nil, err
@@ -426,10 +501,12 @@ func (e *Engine) history(ctx context.Context, key Key) ([]Record, error) {
 	return slices.DeleteFunc(out, func(r Record) bool { return r.Version < first }), err
 }
 
-// HistoryCursor is where a page of history goes on: the versions below Before. The zero cursor
-// starts at the head.
+// HistoryCursor is where a page of history goes on: the versions below Before, found from the
+// pack at sequence Pack on (0: from the head; a hint, checked: a stale or forged one only costs a
+// walk from the head). The zero cursor starts at the head.
 type HistoryCursor struct {
 	Before uint64
+	Pack   uint64
 }
 
 // HistoryPage returns up to limit records of key, newest first, below the cursor, and the cursor
@@ -449,8 +526,9 @@ func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, li
 			return nil, HistoryCursor{}, err
 		}
 		var out []Record
+		var at uint64 // the pack holding the last record taken
 		more := false
-		err = e.walkBack(ctx, key, last, func(r Record) bool {
+		walk := func(r Record, pack uint64) bool {
 			if cur.Before != 0 && r.Version >= cur.Before {
 				return true
 			}
@@ -458,15 +536,33 @@ func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, li
 				more = true
 				return false
 			}
-			out = append(out, r)
+			out, at = append(out, r), pack
 			return true
-		})
+		}
+		from := uint64(0)
+		if cur.Pack != 0 && cur.Before != 0 && e.isPackOf(ctx, key, last, cur.Pack) {
+			from = cur.Pack
+		}
+		err = e.walkBackFrom(ctx, key, last, from, walk)
 		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
 			continue
 		}
 		if err != nil || !more {
 			return out, HistoryCursor{}, err
 		}
-		return out, HistoryCursor{Before: out[len(out)-1].Version}, nil
+		return out, HistoryCursor{Before: out[len(out)-1].Version, Pack: at}, nil
 	}
+}
+
+// isPackOf reports whether seq is a pack of key's live log (a cursor's hint is the client's).
+func (e *Engine) isPackOf(ctx context.Context, key Key, last ent, seq uint64) bool {
+	if seq < sinceOf(last) || seq > last.seq {
+		return false
+	}
+	en, err := e.log.Get(ctx, key, seq)
+	if err != nil {
+		return false
+	}
+	m, _, err := decodeEntry(en.Data)
+	return err == nil && m.Kind == kindPack
 }

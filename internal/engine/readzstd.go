@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -33,12 +32,9 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 	if v, err = checkVersion(key, last.meta.Head, v); err != nil {
 		return nil, Record{}, err
 	}
-	entries, err := e.entries(ctx, key, sinceOf(last), last.seq, holds(v))
+	entries, err := e.entriesHolding(ctx, key, sinceOf(last), last.seq, v)
 	if err != nil {
 		return nil, Record{}, err
-	}
-	if len(entries) == 0 || !holds(v)(entries[len(entries)-1]) {
-		return nil, Record{}, fmt.Errorf("session %s version %d: %w", key, v, errShort)
 	}
 	target := entries[len(entries)-1]
 	rec, n, err := recordIn(key, target, v)
@@ -55,15 +51,15 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 	out := append(make([]byte, 0, 64<<10), openBracket...)
 	open := false
 	for _, x := range entries {
-		if len(x.data) == 0 || x.meta.Kind != KindSave && x.meta.Kind != KindPack {
+		if len(x.data) == 0 || x.meta.Kind != kindSave && x.meta.Kind != kindPack {
 			continue // adds no bytes
 		}
-		starts := x.meta.Kind == KindSave && x.meta.Piece.Frame || x.meta.Kind == KindPack && startsFrame(x.meta.Packed)
+		starts := x.meta.Kind == kindSave && x.meta.Piece.Frame || x.meta.Kind == kindPack && startsFrame(x.meta.Packed)
 		if starts && open {
 			out = append(out, frameEnd...)
 		}
 		out = append(out, x.data...)
-		open = x.meta.Kind == KindSave || x.meta.Open
+		open = x.meta.Kind == kindSave || x.meta.Open
 	}
 	if open {
 		out = append(out, frameEnd...)
@@ -75,16 +71,18 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 // is: every piece appended (no rewrite), none with values, the first starting a frame, and the
 // version the last of its entry.
 func storedAsIs(entries []ent, target ent, n int) bool {
-	if target.meta.Kind == KindPack && n != len(target.meta.Packed)-1 {
+	if target.meta.Kind == kindPack && n != len(target.meta.Packed)-1 {
 		return false
 	}
 	first := true
 	for _, x := range entries {
-		var pieces []Piece
+		var pieces []pieceInfo
 		switch x.meta.Kind {
-		case KindSave:
-			pieces = []Piece{*x.meta.Piece}
-		case KindPack:
+		case kindFork:
+			return false
+		case kindSave:
+			pieces = []pieceInfo{*x.meta.Piece}
+		case kindPack:
 			for _, p := range x.meta.Packed {
 				pieces = append(pieces, p.Piece)
 			}
@@ -92,7 +90,7 @@ func storedAsIs(entries []ent, target ent, n int) bool {
 			continue
 		}
 		if len(x.data) > 0 && first {
-			if x.meta.Kind == KindSave && !pieces[0].Frame || x.meta.Kind == KindPack && !startsFrame(x.meta.Packed) {
+			if x.meta.Kind == kindSave && !pieces[0].Frame || x.meta.Kind == kindPack && !startsFrame(x.meta.Packed) {
 				return false
 			}
 			first = false

@@ -35,7 +35,7 @@ func (e *Engine) Prune(ctx context.Context, key Key, ret Retention, now time.Tim
 		return res, nil
 	}
 	all, err := e.History(ctx, key)
-	if err != nil {
+	if err != nil || len(all) == 0 {
 		return res, err
 	}
 	head := all[len(all)-1].Version
@@ -53,18 +53,36 @@ func (e *Engine) Prune(ctx context.Context, key Key, ret Retention, now time.Tim
 	if cut == 0 || dryRun {
 		return res, nil
 	}
-	_, err = e.changeHead(ctx, key, func(h *Head) error {
+	// Forks reading versions to be removed copy them in first.
+	st, err := e.last(ctx, key)
+	if err != nil {
+		return res, err
+	}
+	if err := e.releasePins(ctx, key, st.meta.Head.Pins, cut); err != nil {
+		return res, err
+	}
+	_, err = e.changeHead(ctx, key, func(h *headState) error {
 		if h.Version == 0 {
 			return fmt.Errorf("session %s: %w", key, ErrNotFound)
 		}
 		if h.FirstVersion > cut {
 			return errUnchanged // a prune or a save came first
 		}
+		for _, p := range h.Pins {
+			if p.Version <= cut {
+				return fmt.Errorf("%w: session %s: a fork of version %d came in during the prune; prune again", ErrBusy, key, p.Version)
+			}
+		}
 		h.FirstVersion = cut + 1
 		return nil
 	})
 	return res, err
 }
+
+// pinnedError says forks read the session (deleteOnce).
+type pinnedError struct{ pins []forkPin }
+
+func (e *pinnedError) Error() string { return fmt.Sprintf("%d forks read the session", len(e.pins)) }
 
 // Delete removes the session: a deletion entry (a state entry of version 0, the commit point, by
 // a compare-and-swap), then every entry before it. expected, when set, is the version the head
@@ -78,14 +96,18 @@ func (e *Engine) Delete(ctx context.Context, key Key, expected *uint64) (Record,
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(key)
 		rec, upTo, err := e.deleteOnce(ctx, s, expected)
-		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
-			e.forget(s)
+		var pinned *pinnedError
+		if errors.As(err, &pinned) {
+			// Forks read this session: copy them in first (each one's pack unpins it).
+			if err := e.releasePins(ctx, key, pinned.pins, 0); err != nil {
+				return Record{}, err
+			}
+			continue
+		}
+		if e.again(ctx, s, err) {
 			continue
 		}
 		if err != nil {
-			if !isRefusal(err) {
-				e.forget(s)
-			}
 			return Record{}, err
 		}
 		var dead []uint64
@@ -113,6 +135,9 @@ func (e *Engine) deleteOnce(ctx context.Context, s *session, expected *uint64) (
 	}
 	if expected != nil && h.Version != *expected {
 		return Record{}, 0, &ConflictError{Key: s.key, Expected: *expected, Head: h.Version}
+	}
+	if len(h.Pins) > 0 {
+		return Record{}, 0, &pinnedError{pins: h.Pins}
 	}
 	rec, err := recordOf(s.key, h)
 	if err != nil {

@@ -65,12 +65,8 @@ func (e *Engine) Save(ctx context.Context, req SaveRequest) (Saved, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(req.Key)
 		saved, err := e.saveOnce(ctx, s, req)
-		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
-			e.forget(s)
+		if e.again(ctx, s, err) {
 			continue
-		}
-		if err != nil && !isRefusal(err) {
-			e.forget(s) // the outcome may be unknown (a lost acknowledgement): read the head again
 		}
 		return saved, err
 	}
@@ -166,7 +162,7 @@ func (e *Engine) savedBefore(ctx context.Context, s *session, saveID string) (Re
 		if s.lastSeq == 0 {
 			s.recent, s.recentOK = nil, true
 		} else {
-			recs, _, err := e.tailRecords(ctx, s.key, ent{seq: s.lastSeq, meta: s.last})
+			recs, _, _, err := e.tailRecords(ctx, s.key, ent{seq: s.lastSeq, meta: s.last})
 			if err != nil {
 				return Record{}, false, err
 			}
@@ -235,7 +231,7 @@ func (e *Engine) importedBefore(ctx context.Context, s *session, imp Import, com
 // checkNumber refuses a save whose version number would leave 1..MaxVersion, and an import that
 // does not continue the session's own line: on a session with versions, an import is the head's
 // next version; only an empty session may start anywhere (a copy of a pruned source).
-func checkNumber(key Key, h Head, found bool, imp *Import) error {
+func checkNumber(key Key, h headState, found bool, imp *Import) error {
 	switch {
 	case imp != nil && (imp.Version < 1 || imp.Version > MaxVersion):
 		return fmt.Errorf("%w: import of version %d: versions are 1..%d", ErrBadRequest, imp.Version, MaxVersion)
@@ -250,7 +246,7 @@ func checkNumber(key Key, h Head, found bool, imp *Import) error {
 
 // checkDialect refuses a save whose dialect (normalised: "" is native) is not the session's: a
 // session holds one shape of conversation.
-func checkDialect(key Key, h Head, found bool, dialect string) error {
+func checkDialect(key Key, h headState, found bool, dialect string) error {
 	if !found || h.Dialect == dialect {
 		return nil
 	}
@@ -338,7 +334,7 @@ func (e *Engine) plan(ctx context.Context, s *session, req SaveRequest) (savePla
 
 // canonicalTail recognises payload as the head's canonical bytes plus more messages, hashing only
 // the shared prefix, and returns the new messages as a JSON array.
-func canonicalTail(h Head, payload []byte) ([]byte, bool) {
+func canonicalTail(h headState, payload []byte) ([]byte, bool) {
 	n := h.RawBytes + 1 // "[" and the head's messages
 	if int64(len(payload)) <= n+1 || payload[n] != ',' {
 		return nil, false
@@ -357,7 +353,7 @@ func canonicalTail(h Head, payload []byte) ([]byte, bool) {
 }
 
 // checkGrowth refuses an append that would take the conversation past the size limit.
-func checkGrowth(h Head, p savePlan, lim codec.Limits) error {
+func checkGrowth(h headState, p savePlan, lim codec.Limits) error {
 	size := h.RawBytes + 2 + int64(len(p.tail))
 	if h.Counts.Messages > 0 && p.messages > 0 {
 		size++
@@ -399,23 +395,69 @@ func addCounts(c Counts, s codec.Stats) Counts {
 
 // commit compresses the plan's new messages, builds the entry and appends it.
 func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p savePlan) (Saved, error) {
-	h := s.last.Head
-	next := h
 	raw := p.tail
 	if p.keep > 0 && p.messages > 0 {
 		raw = append([]byte{','}, p.tail...)
 	}
-	state := h.State
-	stripped, vals, added, err := e.storeValues(ctx, req.Key.Namespace, raw)
+	next, err := nextHead(s, req, p, raw)
 	if err != nil {
 		return Saved{}, err
 	}
-	piece := &Piece{Messages: p.messages, RawBytes: int64(len(stripped)), CRC: crc32.Checksum(stripped, castagnoli), Values: vals}
-	if p.rewrite {
-		state, piece.Keep = p.keepState, &p.keepBytes
-	}
-	if next.State, err = extendHash(state, raw); err != nil {
+	return e.commitHead(ctx, s, next, p, raw)
+}
+
+// commitHead writes the save entry of head next, whose new bytes are raw (values included): it
+// stores raw's large values, compresses the rest and appends the entry with a compare-and-swap.
+// Save and CopyVersion differ only in how they make next.
+func (e *Engine) commitHead(ctx context.Context, s *session, next headState, p savePlan, raw []byte) (Saved, error) {
+	stripped, vals, added, deadline, err := e.storeValues(ctx, s.key.Namespace, raw)
+	if err != nil {
 		return Saved{}, err
+	}
+	piece := &pieceInfo{Messages: p.messages, RawBytes: int64(len(stripped)), CRC: crc32.Checksum(stripped, castagnoli), Values: vals}
+	if p.rewrite {
+		piece.Keep = &p.keepBytes
+	}
+	data, err := e.compress(s, piece, stripped)
+	if err != nil {
+		return Saved{}, err
+	}
+	next.StoredBytes = int64(len(data)) + added
+	m := entryMeta{Kind: kindSave, Head: next, Piece: piece}
+	// The tail counts whole entries, meta included: a pack's records then stay well within an
+	// entry, however long a save's strings.
+	size, err := encodedSize(m, data)
+	if err == nil {
+		m.Head.TailBytes += size
+		_, err = e.writeBy(ctx, s, m, data, deadline)
+	}
+	if err != nil {
+		s.enc = nil // it has compressed the piece; the stored stream has not
+		return Saved{}, err
+	}
+	rec, err := recordOf(s.key, m.Head)
+	if err != nil {
+		return Saved{}, err
+	}
+	if s.recentOK {
+		s.recent = append(s.recent, rec)
+	}
+	return Saved{Record: rec, PackDue: e.packDue(m.Head)}, nil
+}
+
+// nextHead is the head after the save: the plan applied to the session's head, raw being the
+// piece's bytes (values included); an import takes the number, time and origin it declares once
+// its hash is checked. Its tail counts the save's entry but for its size.
+func nextHead(s *session, req SaveRequest, p savePlan, raw []byte) (headState, error) {
+	h := s.last.Head
+	next := h
+	state := h.State
+	if p.rewrite {
+		state = p.keepState
+	}
+	var err error
+	if next.State, err = extendHash(state, raw); err != nil {
+		return headState{}, err
 	}
 	next.RawBytes = p.keepBytes + int64(len(raw))
 	next.Counts = p.counts
@@ -425,10 +467,10 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 	if imp := req.Import; imp != nil {
 		hash, err := finish(next.State)
 		if err != nil {
-			return Saved{}, err
+			return headState{}, err
 		}
 		if hash != imp.Hash {
-			return Saved{}, fmt.Errorf("%w: version %d of %s: declared %s, the conversation hashes to %s", ErrHashMismatch, imp.Version, req.Key, imp.Hash, hash)
+			return headState{}, fmt.Errorf("%w: version %d of %s: declared %s, the conversation hashes to %s", ErrHashMismatch, imp.Version, req.Key, imp.Hash, hash)
 		}
 		next.Version, next.Created = imp.Version, imp.Created.UTC()
 		origin := imp.Origin
@@ -439,46 +481,41 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 		next.Moved = nil // the session is back: it was migrated here again
 	}
 	next.Pack, next.Deleted = s.lastPack(), s.lastDeleted()
-	if s.last.Kind == KindPack && !s.last.Open {
+	next.TailEntries, next.TailBytes = h.TailEntries+1, h.TailBytes
+	if s.last.Kind == kindPack {
+		next.TailEntries, next.TailBytes = 1, 0
+	}
+	return next, nil
+}
+
+// compress runs the piece's bytes through the session's encoder and returns the stream's bytes
+// for them, setting piece.Frame when they start a frame (no encoder: first save, restart,
+// eviction, a lost compare-and-swap, or after a recompressed pack). An empty piece (a save that
+// adds no message) has no data and never starts a frame.
+func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte) ([]byte, error) {
+	if s.last.Kind == kindPack && !s.last.Open {
 		s.enc = nil // a recompressed pack ended the frames before it
 	}
-	// An empty piece (a save that adds no message) has no data and never starts a frame.
-	var data []byte
-	piece.Frame = s.enc == nil && len(stripped) > 0
+	if len(stripped) == 0 {
+		return nil, nil
+	}
+	piece.Frame = s.enc == nil
 	if piece.Frame {
+		var err error
 		if s.enc, err = newEncoder(e.cfg.Window, !e.cfg.NoFastSaves); err != nil {
-			return Saved{}, err
+			return nil, err
 		}
 	}
-	if len(stripped) > 0 {
-		if data, err = s.enc.add(stripped); err != nil {
-			s.enc = nil
-			return Saved{}, err
-		}
-	}
-	next.StoredBytes = int64(len(data)) + added
-	next.TailEntries = h.TailEntries + 1
-	next.TailBytes = h.TailBytes + int64(len(data))
-	if s.last.Kind == KindPack {
-		next.TailEntries, next.TailBytes = 1, int64(len(data))
-	}
-	m := Meta{Kind: KindSave, Head: next, Piece: piece}
-	if _, err := e.write(ctx, s, m, data); err != nil {
-		s.enc = nil // it has compressed the piece; the stored stream has not
-		return Saved{}, err
-	}
-	rec, err := recordOf(s.key, next)
+	data, err := s.enc.add(stripped)
 	if err != nil {
-		return Saved{}, err
+		s.enc = nil
+		return nil, err
 	}
-	if s.recentOK {
-		s.recent = append(s.recent, rec)
-	}
-	return Saved{Record: rec, PackDue: e.packDue(next)}, nil
+	return data, nil
 }
 
 // packDue says whether the entries since the last pack are due to be packed.
-func (e *Engine) packDue(h Head) bool {
+func (e *Engine) packDue(h headState) bool {
 	return !e.cfg.NoPack && (h.TailEntries >= e.cfg.PackEntries || h.TailBytes >= e.cfg.PackBytes)
 }
 

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -284,4 +285,43 @@ func (f *failingLog) Append(c ctxT, k engine.Key, data []byte, after uint64) (ui
 		return 0, errInjected
 	}
 	return f.Log.Append(c, k, data, after)
+}
+
+// A log that lost entries (a part, a save in the middle) is reported corrupt, not retried forever.
+func TestRead_LostEntries(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{NoPack: true})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	saveTurns(t, e, k, 0, 20)
+	var seqs []uint64
+	require.NoError(t, log.Range(ctx, k, 0, 0, func(en engine.Entry) bool { seqs = append(seqs, en.Seq); return true }))
+	require.NoError(t, log.Delete(ctx, k, seqs[3]))
+	_, _, err := e.Read(ctx, k, 0, engine.ReadOptions{})
+	require.ErrorIs(t, err, engine.ErrCorrupt)
+	_, _, err = e.Read(ctx, k, 3, engine.ReadOptions{Verify: true})
+	require.NoError(t, err, "versions before the loss read")
+}
+
+// Stored sizes are claims: an entry whose head claims a huge conversation is refused as corrupt,
+// not allocated (nor a panic).
+func TestRead_CorruptSizes(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	_, err := save(e, engine.SaveRequest{Key: k, SaveID: "1", Payload: conversation(4)})
+	require.NoError(t, err)
+	last, err := log.Last(ctx, k)
+	require.NoError(t, err)
+	b := last.Data
+	at := 6
+	for range 2 { // version, messages
+		_, n := binary.Uvarint(b[at:])
+		at += n
+	}
+	_, n := binary.Uvarint(b[at:])
+	forged := append(binary.AppendUvarint(append([]byte(nil), b[:at]...), 1<<60), b[at+n:]...)
+	require.NoError(t, log.Purge(ctx, k))
+	_, err = log.Append(ctx, k, forged, 0)
+	require.NoError(t, err)
+	e.Forget()
+	_, _, err = e.Read(ctx, k, 0, engine.ReadOptions{})
+	require.ErrorIs(t, err, engine.ErrCorrupt)
 }

@@ -15,7 +15,7 @@ import (
 // 2.42× for each save compressed alone (docs/format.md §8).
 //
 // The encoder lives in the daemon's session cache. When it is lost (restart, eviction, a lost
-// compare-and-swap) the next save starts a new frame (Piece.Frame): the frame before it is never
+// compare-and-swap) the next save starts a new frame (pieceInfo.Frame): the frame before it is never
 // closed with a last block, so a reader closes each frame itself with frameEnd. Frames carry no
 // checksum (a version's SHA-256 checks what is read).
 //
@@ -69,7 +69,7 @@ var decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDe
 
 // joinStored joins the stored data of consecutive saves, ending each frame before a save that
 // starts a new one; the last frame stays open (an open pack's data).
-func joinStored(pieces []*Piece, datas [][]byte) []byte {
+func joinStored(pieces []*pieceInfo, datas [][]byte) []byte {
 	var out []byte
 	for i, d := range datas {
 		if len(out) > 0 && pieces[i].Frame {
@@ -87,11 +87,11 @@ var packEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.Wi
 	zstd.WithEncoderCRC(false))
 
 // empty reports whether a piece adds no bytes: it has no data and belongs to no frame.
-func empty(p *Piece, data []byte) bool { return p.RawBytes == 0 && len(data) == 0 && !p.Frame }
+func empty(p *pieceInfo, data []byte) bool { return p.RawBytes == 0 && len(data) == 0 && !p.Frame }
 
 // decodeRuns decodes the data of consecutive save entries (their pieces as stored, Keep not
 // applied): each run of entries sharing a frame at once. Empty pieces add nothing.
-func decodeRuns(pieces []*Piece, datas [][]byte) ([]byte, error) {
+func decodeRuns(pieces []*pieceInfo, datas [][]byte) ([]byte, error) {
 	var out []byte
 	for start := 0; start < len(pieces); {
 		if empty(pieces[start], datas[start]) {
@@ -126,6 +126,10 @@ func decodeRuns(pieces []*Piece, datas [][]byte) ([]byte, error) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// sizeHint bounds a buffer's capacity taken from stored sizes: a corrupt size must not allocate
+// more than a read can decode (the decoder refuses more than maxDecoded), nor a negative one.
+func sizeHint(n int64) int64 { return max(0, min(n, maxDecoded)) }
+
 // logBuilder rebuilds a session's log (its messages joined by ",") from its save and pack
 // entries, in subject order: the data of a run of entries sharing a frame is decoded at once,
 // then each piece is checked against its CRC-32C and appended, after cutting the log to its Keep
@@ -139,13 +143,13 @@ type logBuilder struct {
 	closed  bool   // the last data queued ends its frame (a pack's): no frameEnd to add
 	out     []byte // "[" then the log: a restore adds "]" and has the conversation, copied never
 	data    [][]byte
-	pieces  []*Piece
+	pieces  []*pieceInfo
 	// fetch returns a value a piece lists (values.go).
-	fetch func(ValueRef) ([]byte, error)
+	fetch func(valueRef) ([]byte, error)
 }
 
 // add queues a save entry's piece; a piece that starts a frame first finishes the run before it.
-func (lb *logBuilder) add(p *Piece, data []byte) error {
+func (lb *logBuilder) add(p *pieceInfo, data []byte) error {
 	if empty(p, data) {
 		if p.CRC != 0 { // CRC-32C of nothing
 			return fmt.Errorf("%w: an empty piece with a CRC-32C of %#x", ErrCorrupt, p.CRC)
@@ -169,7 +173,7 @@ func (lb *logBuilder) add(p *Piece, data []byte) error {
 
 // addPack queues a pack: one whole frame, or (open) its saves' stored bytes, which the saves
 // after it may continue (pack.go).
-func (lb *logBuilder) addPack(packed []Packed, data []byte, open bool) error {
+func (lb *logBuilder) addPack(packed []packedVersion, data []byte, open bool) error {
 	if allEmpty(packed) { // saves that added nothing (or the first of a pack read up to one)
 		for i := range packed {
 			p := packed[i].Piece
@@ -195,7 +199,7 @@ func (lb *logBuilder) addPack(packed []Packed, data []byte, open bool) error {
 }
 
 // allEmpty reports whether no piece of a pack adds bytes.
-func allEmpty(packed []Packed) bool {
+func allEmpty(packed []packedVersion) bool {
 	for _, p := range packed {
 		if p.Piece.RawBytes > 0 {
 			return false
@@ -205,7 +209,7 @@ func allEmpty(packed []Packed) bool {
 }
 
 // startsFrame reports whether a pack's data starts a frame: its first piece that is not empty does.
-func startsFrame(packed []Packed) bool {
+func startsFrame(packed []packedVersion) bool {
 	for _, p := range packed {
 		if p.Piece.RawBytes > 0 || p.Piece.Frame {
 			return p.Piece.Frame
@@ -235,7 +239,7 @@ func (lb *logBuilder) flush() error {
 	if !lb.closed {
 		stream = append(stream, frameEnd...)
 	}
-	pieces := make([]Piece, len(lb.pieces))
+	pieces := make([]pieceInfo, len(lb.pieces))
 	for i, p := range lb.pieces {
 		pieces[i] = *p
 	}
@@ -253,7 +257,7 @@ func (lb *logBuilder) flush() error {
 		lb.out = out
 		return checkPieces(out[n:], pieces)
 	}
-	plain, err := decoder.DecodeAll(stream, make([]byte, 0, raw))
+	plain, err := decoder.DecodeAll(stream, make([]byte, 0, sizeHint(raw)))
 	if err != nil {
 		return fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
 	}
@@ -281,7 +285,7 @@ func (lb *logBuilder) flush() error {
 }
 
 // checkPieces checks each piece of plain (their bytes in order) against its CRC-32C.
-func checkPieces(plain []byte, pieces []Piece) error {
+func checkPieces(plain []byte, pieces []pieceInfo) error {
 	for _, p := range pieces {
 		if crc32.Checksum(plain[:p.RawBytes], castagnoli) != p.CRC {
 			return fmt.Errorf("%w: a piece of %d bytes does not match its CRC-32C", ErrCorrupt, p.RawBytes)
