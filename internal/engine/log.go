@@ -83,10 +83,15 @@ type Log interface {
 
 	// Sessions returns up to limit keys of namespace ns, in the order their logs were created,
 	// starting at cursor (0: the first), and the cursor of the next page (0: no more). A key may be
-	// listed whose log is empty (a crash between the two writes of a creation, or a purge under
-	// way): callers check with Last.
+	// listed whose log is empty (a crash between the two writes of a creation, a purge under
+	// way, or a Purge of an empty log, which may leave the listing of what could be a creation
+	// under way): callers check with Last. A key may also be listed twice, in two pages (a creation
+	// that failed without knowing whether its entry was stored, tried again), never twice in one
+	// page: callers that gather several pages drop the keys they already have.
 	Sessions(ctx context.Context, ns string, cursor uint64, limit int) ([]Key, uint64, error)
-	// Namespaces returns every namespace that has had a session, sorted.
+	// Namespaces returns every namespace that has a session or a value, sorted (so that a sweep
+	// of values visits a namespace whose sessions were all purged). A namespace that has neither
+	// any more may still be listed (a store may keep its index): callers find it empty.
 	Namespaces(ctx context.Context) ([]string, error)
 
 	// PutValue stores blob as value id of namespace ns if it has none yet (values are named by

@@ -26,7 +26,9 @@ func TestLog_ConformanceCluster(t *testing.T) {
 	c := testenv.StartCluster(t, 3)
 	cfg := logstore.LogConfig{Replicas: 3}
 	logstore.OpenFresh(t, logstore.Connect(t, c.URLs()), cfg)
-	logtest.Run(t, logstore.FreshLog(logstore.Connect(t, followerURL(c, logstore.StreamOf(cfg))), cfg))
+	leader := "nats://" + c.Node(c.StreamLeader(logstore.StreamOf(cfg), 10*time.Second)).Listen
+	logtest.Run(t, logstore.FreshLog(logstore.Connect(t, followerURL(c, logstore.StreamOf(cfg))), cfg),
+		logstore.SuiteOptions(leader, cfg)) // the other log: a daemon on the leader's node
 }
 
 // followerURL is the URL of a node that does not lead the stream.

@@ -11,4 +11,5 @@ var (
 	StartProcess  = startProcess
 	OldNATS       = oldNATS
 	ServerAtLeast = serverAtLeast
+	SuiteOptions  = suiteOptions
 )

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,18 +48,53 @@ func openFresh(t *testing.T, nc *nats.Conn, cfg LogConfig) *Log {
 	return l
 }
 
+// suiteOptions are the conformance suite's options for logs opened with cfg: the other log is
+// opened through a connection to otherURL (another daemon; on a cluster, another node); a full
+// store is the stream's max_bytes.
+func suiteOptions(otherURL string, cfg LogConfig) logtest.Options {
+	return logtest.Options{
+		Other: func(t *testing.T, _ engine.Log) engine.Log {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			other, err := OpenLog(ctx, connect(t, otherURL), cfg)
+			require.NoError(t, err)
+			return other
+		},
+		Fill: func(t *testing.T, l engine.Log, free int) func() {
+			ll := l.(*Log)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			js, err := jetstream.New(ll.nc)
+			require.NoError(t, err)
+			info, err := ll.stream.Info(ctx)
+			require.NoError(t, err)
+			full := LogStreamConfig(ll.cfg)
+			full.MaxBytes = int64(info.State.Bytes) + int64(free)
+			_, err = js.UpdateStream(ctx, full)
+			require.NoError(t, err)
+			return func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				_, err := js.UpdateStream(ctx, LogStreamConfig(ll.cfg))
+				require.NoError(t, err)
+			}
+		},
+	}
+}
+
 // The JetStream log passes the conformance suite on the embedded server (nats-server of go.mod).
 func TestLog_Conformance(t *testing.T) {
 	nc, _ := startServer(t)
-	logtest.Run(t, freshLog(nc, LogConfig{}))
+	logtest.Run(t, freshLog(nc, LogConfig{}), suiteOptions(nc.ConnectedUrl(), LogConfig{}))
 }
 
 // … on Debian's nats-server 2.9.10 (no batched direct gets: entries are read one by one).
 func TestLog_ConformanceOldNATS(t *testing.T) {
 	bin := oldNATS(t)
-	nc := connect(t, startProcess(t, bin))
+	url := startProcess(t, bin)
+	nc := connect(t, url)
 	require.False(t, serverAtLeast(nc, 2, 11))
-	logtest.Run(t, freshLog(nc, LogConfig{}))
+	logtest.Run(t, freshLog(nc, LogConfig{}), suiteOptions(url, LogConfig{}))
 }
 
 // Ids that are not ids (empty, too long, not UTF-8) are refused with wire.ErrInvalidID, naming
@@ -241,4 +277,100 @@ func oldNATS(t testing.TB) string {
 	require.NoError(t, err)
 	t.Logf("running against %s", strings.TrimSpace(string(out)))
 	return bin
+}
+
+// When no server answers for the stream (an election without a leader, a restart, or here a
+// stream deleted under the daemon), reads and writes fail with ErrUnavailable, which the engine
+// and the daemon tell apart from a real failure (the client may retry).
+func TestLog_NoStreamIsUnavailable(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	seq, err := l.Append(ctx, k, []byte("e"), 0)
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteStream(ctx, StreamOf(LogConfig{})))
+
+	_, err = l.Last(ctx, k)
+	require.ErrorIs(t, err, ErrUnavailable, "a direct get nobody answers")
+	require.ErrorIs(t, l.Range(ctx, k, 0, 0, func(engine.Entry) bool { return true }), ErrUnavailable)
+	_, err = l.Append(ctx, k, []byte("e"), seq)
+	require.ErrorIs(t, err, ErrUnavailable, "a publish nobody stores")
+	require.NotErrorIs(t, err, engine.ErrConflict)
+}
+
+// Ids a client chose reach error messages quoted: no control character or invalid UTF-8 of
+// theirs is written raw into the daemon's logs.
+func TestLog_IDsQuotedInErrors(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	k := engine.Key{Namespace: "n\x1b[31m\nforged log line", Session: "\xff", Agent: "a"}
+	_, err := l.Append(ctx, k, []byte("x"), 0)
+	require.ErrorIs(t, err, wire.ErrInvalidID)
+	require.True(t, utf8.ValidString(err.Error()), "%q", err.Error())
+	require.NotContains(t, err.Error(), "\x1b")
+	require.NotContains(t, err.Error(), "\n")
+}
+
+// A clustered stream's 10164 ("wrong last sequence" without the last sequence: the subject has a
+// write in process) is not a lost compare-and-swap by itself: publish asks the leader, and only
+// its answer that the subject moved on makes an ErrConflict. Were 10164 a conflict already, an
+// unanswered leader read or an expired context would report one, and PutValue would report a
+// value stored that is not (review finding 6).
+func TestLog_InProcessIsNotAConflict(t *testing.T) {
+	err := (&apiError{Code: 400, ErrCode: errCodeWrongLastSequenceClustered, Description: "wrong last sequence"}).mapped()
+	require.ErrorIs(t, err, errInProcess)
+	require.NotErrorIs(t, err, engine.ErrConflict)
+}
+
+// A key with two index entries (a creation that timed out and was tried again keeps its first,
+// engine.Log allows it) is listed once in a page.
+func TestLog_KeyWithTwoIndexEntriesListedOncePerPage(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	other := engine.Key{Namespace: "n", Session: "t", Agent: "a"}
+	_, err := l.Append(ctx, k, []byte("e"), 0)
+	require.NoError(t, err)
+	_, err = l.Append(ctx, other, []byte("e"), 0)
+	require.NoError(t, err)
+	idx, err := indexSubject("n")
+	require.NoError(t, err)
+	_, err = l.publish(ctx, idx, []byte(indexToken(k)), anyLastSeq, nil)
+	require.NoError(t, err)
+	keys, next, err := l.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []engine.Key{k, other}, keys)
+	require.Zero(t, next)
+}
+
+// A Purge of an empty log deletes the index entries a crashed creation left (its index entry
+// written, never its first entry) once they are older than the grace a creation under way has;
+// younger ones stay (TestLog_PurgeOfEmptyLogKeepsACreationUnderWay).
+func TestLog_PurgeOfEmptyLogDeletesOldLeftovers(t *testing.T) {
+	nc, _ := startServer(t)
+	l := openFresh(t, nc, LogConfig{})
+	ctx := context.Background()
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	idx, err := indexSubject(k.Namespace)
+	require.NoError(t, err)
+	_, err = l.publish(ctx, idx, []byte(indexToken(k)), anyLastSeq, nil) // a creation that crashed
+	require.NoError(t, err)
+
+	require.NoError(t, l.Purge(ctx, k))
+	keys, _, err := l.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []engine.Key{k}, keys, "young: it may be a creation under way")
+
+	l.indexGrace = time.Nanosecond                                                                   // as if the grace had passed
+	_, err = l.Append(ctx, engine.Key{Namespace: "m", Session: "x", Agent: "a"}, []byte("later"), 0) // the stream's time moves on
+	require.NoError(t, err)
+	require.NoError(t, l.Purge(ctx, k))
+	keys, _, err = l.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, keys, "old: a crash's leftover, deleted")
 }

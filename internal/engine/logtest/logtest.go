@@ -19,45 +19,74 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 )
 
+// Options give the cases what only the store's own test can make. The zero value runs every case
+// that needs none of them.
+type Options struct {
+	// Other returns another Log on l's store, as a second daemon opens it (on a cluster, through
+	// another node than l's). nil: l itself.
+	Other func(t *testing.T, l engine.Log) engine.Log
+	// Fill makes l's store refuse what would take it past about free more bytes (a full disk, an
+	// operator's limit), until the returned function is called. nil: the case that needs it is
+	// skipped.
+	Fill func(t *testing.T, l engine.Log, free int) (unfill func())
+}
+
 // Run runs every case against logs made by newLog, which must return a fresh, empty log each time
 // (a case may write anything to it), cleaned up when its t ends. Cases run one after another.
-func Run(t *testing.T, newLog func(t *testing.T) engine.Log) {
+// At most one Options is read.
+func Run(t *testing.T, newLog func(t *testing.T) engine.Log, options ...Options) {
+	var opts Options
+	if len(options) > 0 {
+		opts = options[0]
+	}
+	if opts.Other == nil {
+		opts.Other = func(_ *testing.T, l engine.Log) engine.Log { return l }
+	}
 	cases := []struct {
 		name string
-		fn   func(t *testing.T, l engine.Log)
+		fn   func(t *testing.T, l engine.Log, opts Options)
 	}{
-		{"Append/EmptyLogExpectsZero", testAppendEmptyExpectsZero},
-		{"Append/StaleAfterWritesNothing", testAppendStaleAfter},
-		{"Append/ConcurrentOneWinsPerSequence", testAppendConcurrent},
-		{"Append/SequencesGrowAcrossLogs", testSequencesGrow},
-		{"Append/KeepsItsOwnCopy", testAppendCopies},
-		{"Last/ReadYourWrites", testLastReadYourWrites},
-		{"Get/OnlyItsOwnLog", testGet},
-		{"Range/BoundsAndOrder", testRangeBounds},
-		{"Range/EarlyStop", testRangeEarlyStop},
-		{"Range/MoreEntriesThanABatch", testRangeManyEntries},
-		{"Range/MoreBytesThanABatch", testRangeManyBytes},
-		{"Delete/SkipsMissingAndOtherLogs", testDelete},
-		{"Delete/RefusesTheLastEntry", testDeleteLast},
-		{"Purge/LogAndSessionGone", testPurge},
-		{"Purge/KeyCreatedAgain", testPurgeRecreate},
-		{"Sessions/PagesInCreationOrder", testSessionsPaging},
-		{"Sessions/ManySessionsLargeLimit", testSessionsLargeLimit},
-		{"Sessions/ConcurrentCreationListedOnce", testSessionsConcurrentCreation},
-		{"Namespaces/Sorted", testNamespaces},
-		{"Values/CreatedOnce", testValues},
-		{"MaxEntry/TooLarge", testMaxEntry},
-		{"HostileIDs/NeverCollide", testHostileIDs},
+		{"Append/EmptyLogExpectsZero", plain(testAppendEmptyExpectsZero)},
+		{"Append/StaleAfterWritesNothing", plain(testAppendStaleAfter)},
+		{"Append/ConcurrentOneWinsPerSequence", plain(testAppendConcurrent)},
+		{"Append/SequencesGrowAcrossLogs", plain(testSequencesGrow)},
+		{"Append/KeepsItsOwnCopy", plain(testAppendCopies)},
+		{"Append/RefusedCreationTriedAgainListedOnce", testRefusedCreationRetried},
+		{"Last/ReadYourWrites", plain(testLastReadYourWrites)},
+		{"ReadYourWrites/AcrossTwoLogsOnOneStore", testReadYourWritesAcrossLogs},
+		{"Get/OnlyItsOwnLog", plain(testGet)},
+		{"Range/BoundsAndOrder", plain(testRangeBounds)},
+		{"Range/EarlyStop", plain(testRangeEarlyStop)},
+		{"Range/MoreEntriesThanABatch", plain(testRangeManyEntries)},
+		{"Range/MoreBytesThanABatch", plain(testRangeManyBytes)},
+		{"Delete/SkipsMissingAndOtherLogs", plain(testDelete)},
+		{"Delete/RefusesTheLastEntry", plain(testDeleteLast)},
+		{"Purge/LogAndSessionGone", plain(testPurge)},
+		{"Purge/KeyCreatedAgain", plain(testPurgeRecreate)},
+		{"Purge/RacingACreation", plain(testPurgeRacingCreation)},
+		{"Sessions/PagesInCreationOrder", plain(testSessionsPaging)},
+		{"Sessions/ManySessionsLargeLimit", plain(testSessionsLargeLimit)},
+		{"Sessions/ConcurrentCreationListedOnce", plain(testSessionsConcurrentCreation)},
+		{"Namespaces/Sorted", plain(testNamespaces)},
+		{"Namespaces/AfterEverySessionIsPurged", plain(testNamespacesAfterPurge)},
+		{"Values/CreatedOnce", plain(testValues)},
+		{"MaxEntry/TooLarge", plain(testMaxEntry)},
+		{"HostileIDs/NeverCollide", plain(testHostileIDs)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
-			c.fn(t, newLog(t))
+			c.fn(t, newLog(t), opts)
 			if d := time.Since(start); d > 2*time.Second {
 				t.Logf("took %v", d.Round(time.Millisecond))
 			}
 		})
 	}
+}
+
+// plain is a case that needs no Options.
+func plain(fn func(t *testing.T, l engine.Log)) func(t *testing.T, l engine.Log, _ Options) {
+	return func(t *testing.T, l engine.Log, _ Options) { fn(t, l) }
 }
 
 func ctxOf(t *testing.T) context.Context {
@@ -637,7 +666,28 @@ func testNamespaces(t *testing.T, l engine.Log) {
 	require.NoError(t, l.PutValue(ctx, "values-only", "id", []byte("v")))
 	nss, err = l.Namespaces(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{"Mid", "alpha", "b", "b.c", "zeta"}, nss)
+	require.Equal(t, []string{"Mid", "alpha", "b", "b.c", "values-only", "zeta"}, nss, "a namespace with values only is listed")
+}
+
+// Namespaces after every session of a namespace was purged: still listed while it holds a value
+// (a sweep of values must visit it); without values, it may be listed or not.
+func testNamespacesAfterPurge(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	kept, gone := key("kept", "s"), key("gone", "s")
+	appendN(t, l, kept, "e", 2)
+	appendN(t, l, gone, "e", 2)
+	require.NoError(t, l.PutValue(ctx, "kept", strings.Repeat("ab", 32), []byte("a value")))
+	require.NoError(t, l.Purge(ctx, kept))
+	require.NoError(t, l.Purge(ctx, gone))
+	soon(t, sessionsAre(l, "kept", 10))
+	nss, err := l.Namespaces(ctx)
+	require.NoError(t, err)
+	require.Contains(t, nss, "kept", "a namespace whose sessions were purged and that holds a value")
+	require.Subset(t, []string{"gone", "kept"}, nss, "nothing else")
+	require.True(t, slices.IsSorted(nss))
+	keys, _, err := l.Sessions(ctx, "gone", 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, keys, "a namespace listed without sessions is empty")
 }
 
 // Values: created once (a second PutValue keeps the first), read, listed, deleted.
@@ -814,4 +864,125 @@ func testHostileIDs(t *testing.T, l engine.Log) {
 		}
 		require.NoError(t, err, "value %q survives", id)
 	}
+}
+
+// A creation the store refuses for another reason than a lost compare-and-swap (here a full
+// store), tried again once there is room: the session is created once and listed once; the
+// refusal left nothing (no entry, no listing).
+func testRefusedCreationRetried(t *testing.T, l engine.Log, opts Options) {
+	if opts.Fill == nil {
+		t.Skip("the store's test gives no Fill")
+	}
+	ctx := ctxOf(t)
+	first, k := key("n", "first"), key("n", "refused")
+	appendN(t, l, first, "e", 1)
+	size := min(l.MaxEntry(), 256<<10)
+	unfill := opts.Fill(t, l, size/2)
+	_, err := l.Append(ctx, k, make([]byte, size), 0)
+	require.Error(t, err, "the store is full")
+	require.NotErrorIs(t, err, engine.ErrConflict, "a refusal is not a lost compare-and-swap")
+	unfill()
+	_, err = l.Last(ctx, k)
+	require.ErrorIs(t, err, engine.ErrNotFound, "a refused creation wrote nothing")
+	soon(t, sessionsAre(l, "n", 10, first))
+	seq, err := l.Append(ctx, k, []byte("again"), 0)
+	require.NoError(t, err)
+	requireEntries(t, []engine.Entry{{Seq: seq, Data: []byte("again")}}, rangeAll(t, l, k, 0, 0))
+	for _, limit := range []int{1, 10} {
+		soon(t, sessionsAre(l, "n", limit, first, k))
+	}
+}
+
+// Every read through one Log sees every write acknowledged through another on the same store
+// (two daemons; on a cluster, on two nodes), in both directions, at once.
+func testReadYourWritesAcrossLogs(t *testing.T, l engine.Log, opts Options) {
+	ctx := ctxOf(t)
+	other := opts.Other(t, l)
+	k := key("n", "shared")
+	logs := []engine.Log{l, other}
+	var after uint64
+	var want []engine.Entry
+	for i := range 20 {
+		w, r := logs[i%2], logs[(i+1)%2]
+		data := []byte(fmt.Sprint("entry ", i))
+		seq, err := w.Append(ctx, k, data, after)
+		require.NoError(t, err, "append %d", i)
+		want = append(want, engine.Entry{Seq: seq, Data: data})
+		after = seq
+		last, err := r.Last(ctx, k)
+		require.NoError(t, err, "Last through the other log after append %d", i)
+		requireEntries(t, want[i:], []engine.Entry{last})
+		e, err := r.Get(ctx, k, seq)
+		require.NoError(t, err)
+		requireEntries(t, want[i:], []engine.Entry{e})
+		requireEntries(t, want, rangeAll(t, r, k, 0, 0))
+		keys, _, err := r.Sessions(ctx, "n", 0, 10)
+		require.NoError(t, err)
+		require.Equal(t, []engine.Key{k}, keys)
+		id := fmt.Sprintf("%064x", i)
+		require.NoError(t, w.PutValue(ctx, "n", id, data))
+		v, err := r.Value(ctx, "n", id)
+		require.NoError(t, err, "Value through the other log")
+		require.Equal(t, data, v)
+	}
+	_, err := other.Append(ctx, k, []byte("stale"), want[len(want)-2].Seq)
+	require.ErrorIs(t, err, engine.ErrConflict, "the compare-and-swap holds across the two")
+}
+
+// A Purge racing a creation of the same key: whichever comes first, a key whose log has entries
+// is listed (once), and a purged key's log is empty. Run many times, with the Purge started
+// at different points of the creation.
+func testPurgeRacingCreation(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	var exist []engine.Key
+	for round := range 30 {
+		k := key("n", fmt.Sprint("race", round))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		var appendErr, purgeErr error
+		wg.Add(2)
+		// One or the other starts a little later, by 0 to 1 ms, so that the Purge lands at
+		// different points of the creation.
+		delay := time.Duration(round%10) * 100 * time.Microsecond
+		go func() {
+			defer wg.Done()
+			<-start
+			if round%2 == 0 {
+				time.Sleep(delay)
+			}
+			_, appendErr = l.Append(ctx, k, []byte("first"), 0)
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			if round%2 == 1 {
+				time.Sleep(delay)
+			}
+			purgeErr = l.Purge(ctx, k)
+		}()
+		close(start)
+		wg.Wait()
+		require.NoError(t, appendErr, "round %d", round)
+		require.NoError(t, purgeErr, "round %d", round)
+		if _, err := l.Last(ctx, k); err == nil {
+			exist = append(exist, k)
+		} else {
+			require.ErrorIs(t, err, engine.ErrNotFound)
+		}
+	}
+	// Every key with entries is listed once; others may be listed (a Purge keeps a young index
+	// entry of an empty log: it may be a creation under way), and have an empty log.
+	soon(t, func() error {
+		listed := map[engine.Key]int{}
+		for _, k := range allSessions(t, l, "n", 7) {
+			listed[k]++
+		}
+		for _, k := range exist {
+			if listed[k] != 1 {
+				return fmt.Errorf("%s has entries and is listed %d times", k, listed[k])
+			}
+		}
+		return nil
+	})
+	t.Logf("%d of 30 creations came after their purge", len(exist))
 }

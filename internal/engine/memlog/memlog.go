@@ -149,6 +149,11 @@ func (l *Log) Namespaces(ctx context.Context) ([]string, error) {
 			out = append(out, ns)
 		}
 	}
+	for ns, vs := range l.values { // a namespace whose sessions were purged may hold values
+		if len(vs) > 0 && !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
 	slices.Sort(out)
 	return out, nil
 }

@@ -3,9 +3,9 @@ package logstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -19,7 +19,6 @@ type getRequest struct {
 	NextFor  string `json:"next_by_subj,omitempty"`
 	Batch    int    `json:"batch,omitempty"`     // direct gets, nats-server ≥ 2.11
 	MaxBytes int    `json:"max_bytes,omitempty"` // with Batch
-	NoHdr    bool   `json:"no_hdr,omitempty"`    // with Batch: the messages alone (no sequence, no subject)
 }
 
 // msg is one stored message as a get returns it.
@@ -28,12 +27,25 @@ type msg struct {
 	subject string
 	header  nats.Header
 	data    []byte
+	// time is when the stream stored it (its leader's clock; zero if the reply did not say).
+	time time.Time
 }
 
-// get returns one message: from the stream leader ($JS.API.STREAM.MSG.GET), which has every
-// acknowledged write, or from any replica (direct get). engine.ErrNotFound if there is none.
-func (l *Log) get(ctx context.Context, req getRequest, leader bool) (msg, error) {
-	if !leader {
+// replica says which server answers a read.
+type replica int
+
+const (
+	// anyReplica: a direct get ($JS.API.DIRECT.GET), answered by the nearest replica, which may
+	// not have applied the last acknowledged writes yet.
+	anyReplica replica = iota
+	// leaderOnly: $JS.API.STREAM.MSG.GET, answered by the stream leader, which has every
+	// acknowledged write.
+	leaderOnly
+)
+
+// get returns one message, read from the given replica; engine.ErrNotFound if there is none.
+func (l *Log) get(ctx context.Context, req getRequest, from replica) (msg, error) {
+	if from == anyReplica {
 		var out msg
 		found := false
 		err := l.directBatch(ctx, req, func(m msg) bool { out, found = m, true; return false })
@@ -47,14 +59,15 @@ func (l *Log) get(ctx context.Context, req getRequest, leader bool) (msg, error)
 	body, _ := json.Marshal(req)
 	reply, err := l.nc.RequestWithContext(ctx, apiPrefix+"STREAM.MSG.GET."+l.cfg.Stream, body)
 	if err != nil {
-		return msg{}, fmt.Errorf("stream leader get %s: %w", body, err)
+		return msg{}, fmt.Errorf("stream leader get %s: %w", body, unavailable(err))
 	}
 	var resp struct {
 		Message *struct {
-			Subject string `json:"subject"`
-			Seq     uint64 `json:"seq"`
-			Header  []byte `json:"hdrs"`
-			Data    []byte `json:"data"`
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Header  []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
 		} `json:"message"`
 	}
 	if err := apiReply(reply, &resp); err != nil {
@@ -63,7 +76,7 @@ func (l *Log) get(ctx context.Context, req getRequest, leader bool) (msg, error)
 	if resp.Message == nil {
 		return msg{}, fmt.Errorf("stream leader get %s: a reply without a message", body)
 	}
-	m := msg{seq: resp.Message.Seq, subject: resp.Message.Subject, data: resp.Message.Data}
+	m := msg{seq: resp.Message.Seq, subject: resp.Message.Subject, data: resp.Message.Data, time: resp.Message.Time}
 	if len(resp.Message.Header) > 0 {
 		if m.header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
 			return msg{}, fmt.Errorf("stream leader get %s: message %d's headers: %w", body, m.seq, err)
@@ -73,14 +86,17 @@ func (l *Log) get(ctx context.Context, req getRequest, leader bool) (msg, error)
 }
 
 // directBatch sends a direct get ($JS.API.DIRECT.GET, answered by any replica) and calls fn
-// with each message of the reply, in order, until fn returns false. A batched request
-// (req.Batch > 0, nats-server ≥ 2.11) is answered with up to Batch messages, then an end-of-batch
-// status (204); it reports whether the server holds more messages after the batch.
+// with each message of the reply, in order, until fn returns false.
 func (l *Log) directBatch(ctx context.Context, req getRequest, fn func(msg) bool) (err error) {
 	_, err = l.directBatchMore(ctx, req, fn)
 	return err
 }
 
+// directBatchMore is directBatch, and also reports whether the server holds more messages after
+// those it sent. A batched request (req.Batch > 0, nats-server ≥ 2.11) is answered with up to
+// Batch messages, then an end-of-batch status (204) whose Nats-Num-Pending says how many more
+// match; an unbatched one with one message, or 404 when there is none (more is then false: the
+// caller asks again from the next sequence).
 func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) bool) (more bool, err error) {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
@@ -97,7 +113,7 @@ func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) 
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return false, fmt.Errorf("direct get %s: %w", body, err)
+			return false, fmt.Errorf("direct get %s: %w", body, unavailable(err))
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
@@ -106,15 +122,14 @@ func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) 
 		case "204": // the end of a batch
 			return m.Header.Get("Nats-Num-Pending") != "0", nil
 		case "503":
-			return false, fmt.Errorf("direct get %s: no responders (is stream %s there?)", body, l.cfg.Stream)
+			return false, fmt.Errorf("direct get %s: %w: no responders (is stream %s there?)", body, ErrUnavailable, l.cfg.Stream)
 		default:
 			return false, fmt.Errorf("direct get %s: status %s %s", body, status, m.Header.Get("Description"))
 		}
 		out := msg{subject: m.Header.Get("Nats-Subject"), header: m.Header, data: m.Data}
-		if !req.NoHdr {
-			if out.seq, err = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil || out.seq == 0 {
-				return false, fmt.Errorf("direct get %s: a message without a sequence (Nats-Sequence %q)", body, m.Header.Get("Nats-Sequence"))
-			}
+		out.time, _ = time.Parse(time.RFC3339Nano, m.Header.Get("Nats-Time-Stamp")) // zero if not
+		if out.seq, err = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil || out.seq == 0 {
+			return false, fmt.Errorf("direct get %s: a message without a sequence (Nats-Sequence %q)", body, m.Header.Get("Nats-Sequence"))
 		}
 		if !fn(out) || req.Batch == 0 {
 			return false, nil
@@ -125,7 +140,7 @@ func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) 
 // apiReply reads a JetStream API reply into v, mapping its error (if any) to the engine's.
 func apiReply(m *nats.Msg, v any) error {
 	if st := m.Header.Get("Status"); st == "503" {
-		return errors.New("no responders (is JetStream there?)")
+		return fmt.Errorf("%w: no responders (is JetStream there?)", ErrUnavailable)
 	}
 	var resp struct {
 		Error *apiError `json:"error"`
