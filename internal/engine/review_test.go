@@ -368,3 +368,73 @@ func TestReview_WindowLargerThanReadsDecode(t *testing.T) {
 	require.NoError(t, err, "an acknowledged save must read back")
 	require.Equal(t, string(conversation(4)), string(got))
 }
+
+// lostAckLog stores the next Append to key failKey, then reports a failure (a publish whose
+// acknowledgement was lost: the outcome is unknown to the caller).
+type lostAckLog struct {
+	*memlog.Log
+	mu      sync.Mutex
+	failKey *engine.Key
+}
+
+func (l *lostAckLog) Append(c ctxT, key engine.Key, data []byte, after uint64) (uint64, error) {
+	seq, err := l.Log.Append(c, key, data, after)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && l.failKey != nil && *l.failKey == key {
+		l.failKey = nil
+		return 0, errors.New("nats: timeout")
+	}
+	return seq, err
+}
+
+// Finding 8 (fork.go Fork): when the fork entry's append fails with an unknown outcome (a lost
+// acknowledgement), Fork unpins the source "best effort" although the fork entry may be stored.
+// The fork then exists, reads through a source that no longer protects it, and the source's next
+// prune or deletion leaves its version 1 unreadable.
+func TestReview_ForkUnpinsAfterAnUnknownOutcome(t *testing.T) {
+	inner := memlog.New(1 << 20)
+	l := &lostAckLog{Log: inner}
+	e := engine.New(l, engine.Config{})
+	src, dst := reviewKey("src"), reviewKey("dst")
+	saveAppends(t, e, src, 3)
+	l.failKey = &dst
+	_, err := e.Fork(ctx, engine.ForkRequest{From: src, Version: 1, To: dst, SaveID: "f", Now: now})
+	require.Error(t, err)
+	head, err := e.Head(ctx, dst)
+	require.NoError(t, err, "the fork entry was stored")
+	require.Equal(t, uint64(1), head.Version)
+
+	_, err = e.Prune(ctx, src, engine.Retention{KeepLast: 1}, now, false)
+	require.NoError(t, err)
+	_, _, err = e.Read(ctx, dst, 1, engine.ReadOptions{Verify: true})
+	require.NoError(t, err, "a stored fork's version 1 must stay readable")
+}
+
+// Finding 9 (pack.go packData/decodeRuns): a recompressing pack decodes the saves since the last
+// pack on their own, but after an open pack (PackOpen) those saves continue the open pack's
+// frame. Two daemons on one log with different PackOpen (a rolling change of the setting) leave
+// a session no recompressing pack can ever pack: every Pack fails, and the tail grows for good.
+func TestReview_RecompressingPackAfterAnOpenPackFails(t *testing.T) {
+	inner := memlog.New(1 << 20)
+	a := engine.New(inner, engine.Config{PackOpen: true, PackEntries: 4})
+	b := engine.New(inner, engine.Config{PackEntries: 4})
+	k := reviewKey("s")
+	saveAppends(t, a, k, 4)
+	r, err := a.Pack(ctx, k, false)
+	require.NoError(t, err)
+	require.Positive(t, r.Seq, "an open pack")
+	saveAppends2 := func(from, n int) {
+		for v := from; v < from+n; v++ {
+			base := uint64(v)
+			_, err := save(a, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("x", v), Base: &base, Payload: array(2*v, 2*v+2)})
+			require.NoError(t, err)
+		}
+	}
+	saveAppends2(4, 2) // these continue the open pack's frame
+	_, err = b.Pack(ctx, k, true)
+	require.NoError(t, err)
+	got, _, err := b.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(conversation(12)), string(got))
+}
