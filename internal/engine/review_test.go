@@ -111,6 +111,15 @@ func (l *hookLog) Delete(c ctxT, key engine.Key, seqs ...uint64) error {
 
 func reviewKey(s string) engine.Key { return engine.Key{Namespace: "n", Session: s, Agent: "a"} }
 
+// saveAppends2 saves version v+1 of k (messages 2v, 2v+1) as an append.
+func saveAppends2(t *testing.T, e *engine.Engine, k engine.Key, v int) {
+	t.Helper()
+	base := uint64(v)
+	_, err := save(e, engine.SaveRequest{Key: k, SaveID: fmt.Sprintf("%s-%d", k.Session, v+1), Base: &base,
+		Payload: array(2*v, 2*v+2)})
+	require.NoError(t, err)
+}
+
 // saveAppends saves versions 1..n of k, two messages each, as appends.
 func saveAppends(t *testing.T, e *engine.Engine, k engine.Key, n int) {
 	t.Helper()
@@ -220,13 +229,24 @@ func TestReview_PruneAfterDeleteAndResaveHidesNewVersions(t *testing.T) {
 // 1..3: run starts the pack when a's next Range of k is about to deliver its second entry, so
 // that read meets entries 2 and 3 deleted and 4 and 5 (the read's last) still there.
 func gapRead(t *testing.T) (a *engine.Engine, k engine.Key, run func(read func())) {
+	return gapReadFrames(t, false)
+}
+
+// gapReadFrames is gapRead; frames makes every save start a zstd frame of its own (the engine
+// forgets its sessions between saves, as a restart or another daemon's save would make it).
+func gapReadFrames(t *testing.T, frames bool) (a *engine.Engine, k engine.Key, run func(read func())) {
 	inner := memlog.New(1 << 20)
 	hl := newHookLog(inner)
 	a = engine.New(hl, engine.Config{NoPack: true})
 	bl := newHookLog(inner)
 	b := engine.New(bl, engine.Config{})
 	k = reviewKey("s")
-	saveAppends(t, a, k, 5)
+	for v := 0; v < 5; v++ {
+		if frames {
+			a.Forget()
+		}
+		saveAppends2(t, a, k, v)
+	}
 	run = func(read func()) {
 		bl.afterDeletes, bl.paused, bl.resume = 3, make(chan struct{}), make(chan struct{})
 		done := make(chan error, 1)
@@ -437,4 +457,23 @@ func TestReview_RecompressingPackAfterAnOpenPackFails(t *testing.T) {
 	got, _, err := b.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
 	require.Equal(t, string(conversation(12)), string(got))
+}
+
+// Finding 4c: the same gap under ReadZstd, which passes the stored frames through undecoded:
+// when the saves start frames of their own (each after a restart, an eviction or another
+// daemon's save), the stream it returns decodes cleanly to a conversation that lacks the missing
+// entries' messages, under the version's record, and no error.
+func TestReview_ReadZstdReturnsOtherBytesWhenAPackDeletesUnderIt(t *testing.T) {
+	a, k, run := gapReadFrames(t, true)
+	var z []byte
+	var rec engine.Record
+	var err error
+	run(func() { z, rec, err = a.ReadZstd(ctx, k, 0) })
+	if err != nil {
+		return // refusing (or reading again) is fine
+	}
+	got, derr := zstdDecoder.DecodeAll(z, nil)
+	require.NoError(t, derr)
+	require.Equal(t, uint64(5), rec.Version)
+	require.Equal(t, string(conversation(10)), string(got), "ReadZstd returned other bytes than version 5")
 }
