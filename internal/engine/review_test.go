@@ -477,3 +477,23 @@ func TestReview_ReadZstdReturnsOtherBytesWhenAPackDeletesUnderIt(t *testing.T) {
 	require.Equal(t, uint64(5), rec.Version)
 	require.Equal(t, string(conversation(10)), string(got), "ReadZstd returned other bytes than version 5")
 }
+
+// Finding 10 (save.go saveOnce): the save id is looked up before an import is told apart, so an
+// import whose save id some other version of the session has (a source that reused a save id
+// after a pack: savedBefore only remembers the last pack and after) is answered "duplicate" with
+// that other version's record — another version number and hash than the import declared — and
+// nothing is copied.
+func TestReview_ImportAnsweredWithAnotherVersionBySaveID(t *testing.T) {
+	e, _ := newEngine(t, 1<<20, engine.Config{})
+	k := reviewKey("s")
+	imp := func(v uint64, n int) (engine.Saved, error) {
+		return save(e, engine.SaveRequest{Key: k, SaveID: "same", Payload: conversation(n), Reason: engine.ReasonMigrate,
+			Import: &engine.Import{Version: v, Created: now, Hash: hashOf(conversation(n)), Origin: engine.Origin{Via: engine.ReasonMigrate}}})
+	}
+	_, err := imp(1, 2)
+	require.NoError(t, err)
+	s, err := imp(2, 4)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), s.Record.Version, "an import of version 2 answered with version %d (duplicate %v)", s.Record.Version, s.Duplicate)
+	require.Equal(t, hashOf(conversation(4)), s.Record.Hash)
+}
