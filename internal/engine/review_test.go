@@ -10,8 +10,10 @@ package engine_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -26,6 +28,7 @@ type hookLog struct {
 	mu sync.Mutex
 	// beforeAppend runs before the next Append to key onKey.
 	onKey        engine.Key
+	onKind       byte // when not 0: only before an entry of this kind (byte 4 of an entry)
 	beforeAppend func()
 	// beforeEntry runs in the next Range of key rangeKey before it delivers its entry number at.
 	rangeKey    engine.Key
@@ -40,10 +43,10 @@ type hookLog struct {
 
 func newHookLog(inner *memlog.Log) *hookLog { return &hookLog{Log: inner} }
 
-func (l *hookLog) takeAppendHook(key engine.Key) func() {
+func (l *hookLog) takeAppendHook(key engine.Key, data []byte) func() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.beforeAppend == nil || key != l.onKey {
+	if l.beforeAppend == nil || key != l.onKey || l.onKind != 0 && (len(data) < 5 || data[4] != l.onKind) {
 		return nil
 	}
 	f := l.beforeAppend
@@ -52,7 +55,7 @@ func (l *hookLog) takeAppendHook(key engine.Key) func() {
 }
 
 func (l *hookLog) Append(c ctxT, key engine.Key, data []byte, after uint64) (uint64, error) {
-	if f := l.takeAppendHook(key); f != nil {
+	if f := l.takeAppendHook(key, data); f != nil {
 		f()
 	}
 	return l.Log.Append(c, key, data, after)
@@ -496,4 +499,62 @@ func TestReview_ImportAnsweredWithAnotherVersionBySaveID(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), s.Record.Version, "an import of version 2 answered with version %d (duplicate %v)", s.Record.Version, s.Duplicate)
 	require.Equal(t, hashOf(conversation(4)), s.Record.Hash)
+}
+
+// randomText is n characters of hex: text that hardly compresses (and, under 32 KiB, is no value).
+func randomText(n int, seed uint64) string {
+	b := make([]byte, n)
+	x := seed*0x9E3779B97F4A7C15 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = "0123456789abcdef"[x%16]
+	}
+	return string(b)
+}
+
+// Finding 11 (pack.go pack, the "only state entries" branch): a pack of a tail without a version
+// deletes every entry of it but the last without appending anything, so without a
+// compare-and-swap: nothing tells it that a save is being written in parts right then. The parts
+// already written are the tail's last entries; the pack deletes all of them but the last; the
+// save's own entry then commits (its expected last sequence, its last part, is still the last)
+// and is acknowledged, and no read ever gets it back (its parts are gone: short, then
+// ErrCorrupt), nor can the session be packed again.
+func TestReview_StateOnlyPackDeletesThePartsOfASaveInFlight(t *testing.T) {
+	inner := memlog.New(4096)
+	hl := newHookLog(inner)
+	a := engine.New(hl, engine.Config{})    // the lease holder, saving
+	b := engine.New(inner, engine.Config{}) // another daemon, packing (forced, or an idle pack)
+	k := reviewKey("s")
+	_, err := save(a, engine.SaveRequest{Key: k, SaveID: "1", Payload: conversation(2)})
+	require.NoError(t, err)
+	_, err = a.Pack(ctx, k, true)
+	require.NoError(t, err)
+	ls, _, err := a.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "a", TTL: time.Hour, Now: now})
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ { // renewals: the tail holds state entries only
+		_, err = a.Renew(ctx, engine.LeaseRequest{Key: k, Epoch: ls.Lease.Epoch, TTL: time.Hour, Now: now})
+		require.NoError(t, err)
+	}
+
+	var msgs []string
+	for i := 0; i < 20; i++ {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":"%s"}]}`, randomText(2000, uint64(i))))
+	}
+	conv := []byte("[" + string(conversation(2)[1:len(conversation(2))-1]) + "," + strings.Join(msgs, ",") + "]")
+	hl.mu.Lock()
+	hl.onKey, hl.onKind = k, 1 // before the save's own entry: its parts are written
+	hl.beforeAppend = func() {
+		_, err := b.Pack(ctx, k, true)
+		require.NoError(t, err)
+	}
+	hl.mu.Unlock()
+	_, err = save(a, engine.SaveRequest{Key: k, SaveID: "2", Epoch: ls.Lease.Epoch, Payload: conv})
+	if err != nil {
+		return // refused: fine
+	}
+	got, _, err := a.Read(ctx, k, 2, engine.ReadOptions{Verify: true})
+	require.NoError(t, err, "version 2 was acknowledged")
+	require.Equal(t, string(conv), string(got))
 }
