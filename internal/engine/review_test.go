@@ -344,26 +344,21 @@ func TestReview_SourceDeleteDropsThePinOfAForkIntoADeletedSession(t *testing.T) 
 
 // Finding 5 (pack.go packOnce): Pack decides "due" from the engine's cached head and never checks
 // it against the log, even when forced. releasePins (a deletion or prune of a fork's source)
-// relies on a forced Pack of the fork to copy it in: with a stale cached fork (another daemon
-// deleted it and forked it again) the Pack does nothing, four times, and the source's Delete
-// fails with ErrBusy — and again at every retry, for as long as the fork stays cached. (On the
-// code as reviewed, finding 0 hides this one: forkReads calls the pin stale and the Delete
-// succeeds, leaving the fork unreadable. Both must be fixed for this test to pass.)
+// relies on a forced Pack of the fork to copy it in: with a stale cached fork the Pack does
+// nothing, four times, and the source's Delete fails with ErrBusy — and again at every retry,
+// for as long as the fork stays cached. Here the engine cached the fork's session while it was
+// empty (a save to it was refused), then another daemon forked into it.
 func TestReview_StaleCacheMakesForcedPackANoOp(t *testing.T) {
 	inner := memlog.New(1 << 20)
 	a := engine.New(inner, engine.Config{})
 	b := engine.New(inner, engine.Config{})
 	src, dst := reviewKey("src"), reviewKey("dst")
 	saveAppends(t, a, src, 3)
-	_, err := a.Fork(ctx, engine.ForkRequest{From: src, Version: 2, To: dst, SaveID: "f", Now: now})
-	require.NoError(t, err)
-	_, err = a.Pack(ctx, dst, true) // a caches dst: its last entry is a pack
-	require.NoError(t, err)
+	_, err := save(a, engine.SaveRequest{Key: dst, SaveID: "bad", Payload: []byte(`[{"role":`)})
+	require.Error(t, err) // refused: a caches dst as an empty session
 
-	_, err = b.Delete(ctx, dst, nil) // another daemon deletes the fork and forks it again
-	require.NoError(t, err)
-	_, err = b.Fork(ctx, engine.ForkRequest{From: src, Version: 3, To: dst, SaveID: "f2", Now: now})
-	require.NoError(t, err)
+	_, err = b.Fork(ctx, engine.ForkRequest{From: src, Version: 3, To: dst, SaveID: "f", Now: now})
+	require.NoError(t, err) // another daemon forks into dst (and has not packed it yet)
 
 	for try := 0; try < 2; try++ {
 		_, err = a.Delete(ctx, src, nil)
