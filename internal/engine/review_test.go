@@ -553,3 +553,33 @@ func TestReview_StateOnlyPackDeletesThePartsOfASaveInFlight(t *testing.T) {
 	require.NoError(t, err, "version 2 was acknowledged")
 	require.Equal(t, string(conv), string(got))
 }
+
+// Finding 12 (read.go HistoryPage/isPackOf): a cursor's Pack is checked to be a pack of the
+// session, not to be the pack that holds the versions just below Before. A cursor of an old
+// page's Pack with a recent Before (forged, or a client mixing cursors) pages from that old pack:
+// the versions between are skipped, and the page still says there is more. The doc's claim "a
+// stale or forged one only costs a walk from the head" does not hold.
+func TestReview_HistoryCursorWithAnotherPackSkipsVersions(t *testing.T) {
+	e, _ := newEngine(t, 1<<20, engine.Config{PackEntries: 4})
+	k := reviewKey("s")
+	saveTurns(t, e, k, 0, 40) // 20 versions, packs of 4
+	var cursors []engine.HistoryCursor
+	cur := engine.HistoryCursor{}
+	for {
+		_, next, err := e.HistoryPage(ctx, k, cur, 3)
+		require.NoError(t, err)
+		if next == (engine.HistoryCursor{}) {
+			break
+		}
+		cursors = append(cursors, next)
+		cur = next
+	}
+	require.GreaterOrEqual(t, len(cursors), 3)
+	first, deep := cursors[0], cursors[len(cursors)-1]
+	require.NotZero(t, deep.Pack)
+	mixed := engine.HistoryCursor{Before: first.Before, Pack: deep.Pack}
+	page, _, err := e.HistoryPage(ctx, k, mixed, 3)
+	require.NoError(t, err)
+	require.NotEmpty(t, page)
+	require.Equal(t, first.Before-1, page[0].Version, "the page below version %d", first.Before)
+}
