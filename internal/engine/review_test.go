@@ -583,3 +583,63 @@ func TestReview_HistoryCursorWithAnotherPackSkipsVersions(t *testing.T) {
 	require.NotEmpty(t, page)
 	require.Equal(t, first.Before-1, page[0].Version, "the page below version %d", first.Before)
 }
+
+// Finding 4d: the gap of finding 4 in the value sweep's mark loses a value for good. A save made
+// sure of its value, a sweep trashed it before the save committed (the trash exists for this),
+// and the next sweep, two graces later, settles the trash entry: its mark reads the session while
+// a pack on another daemon deletes the entries it packed; the mark misses the save's entry
+// (the read's last entry still came), finds the value unused, and deletes the trash entry. The
+// value is gone; version 1 reads as corrupt.
+func TestReview_SweepMarkMissesAValueAPackIsMoving(t *testing.T) {
+	const grace = time.Minute
+	clk := &clock{t: now}
+	inner := memlog.New(1 << 20)
+	hl := newHookLog(inner)
+	cfg := engine.Config{ValueGrace: grace, Clock: clk.now, NoPack: true}
+	a := engine.New(hl, cfg) // saves, and sweeps
+	bl := newHookLog(inner)
+	b := engine.New(bl, engine.Config{ValueGrace: grace, Clock: clk.now}) // packs
+	k := reviewKey("s")
+	img := image(40 << 10)
+	first := []byte("[" + string(imageMessage(0, img)) + "]")
+
+	hl.mu.Lock()
+	hl.onKey, hl.onKind = k, 1 // the save stored its value; before it commits, a sweep runs
+	hl.beforeAppend = func() {
+		res, err := a.SweepValues(ctx, "n")
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Trashed)
+	}
+	hl.mu.Unlock()
+	_, err := save(a, engine.SaveRequest{Key: k, SaveID: "1", Payload: first})
+	require.NoError(t, err)
+	for v := 1; v < 5; v++ {
+		base := uint64(v)
+		_, err := save(a, engine.SaveRequest{Key: k, SaveID: fmt.Sprint(v + 1), Base: &base, Payload: array(10*v, 10*v+1)})
+		require.NoError(t, err)
+	}
+	_, _, err = a.Read(ctx, k, 1, engine.ReadOptions{Verify: true})
+	require.NoError(t, err, "read through the trash")
+
+	clk.add(3 * grace)
+	bl.afterDeletes, bl.paused, bl.resume = 3, make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	hl.mu.Lock()
+	hl.rangeKey, hl.rangeAt = k, 0
+	hl.beforeEntry = func() {
+		go func() {
+			_, err := b.Pack(ctx, k, true)
+			done <- err
+		}()
+		<-bl.paused
+	}
+	hl.mu.Unlock()
+	_, err = a.SweepValues(ctx, "n")
+	close(bl.resume)
+	require.NoError(t, <-done)
+	require.NoError(t, err)
+
+	got, _, err := a.Read(ctx, k, 1, engine.ReadOptions{Verify: true})
+	require.NoError(t, err, "version 1 refers to its value")
+	require.Equal(t, string(first), string(got))
+}
