@@ -53,6 +53,8 @@ type Client struct {
 	writer  string
 	// maxRestore bounds what a restore decodes where the version record gives no size (a merge).
 	maxRestore int64
+	// ingestOnly: saves skip the request to the daemons and go to the ingest stream (WithIngestSaves).
+	ingestOnly bool
 
 	mu   sync.Mutex
 	last map[Key]lastSave // the last save of each session, for sending only what grew
@@ -67,6 +69,11 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 // WithMaxRestoreBytes bounds the conversation a merged restore may return (default 1 GiB); a
 // restore of one version is bounded by the size its record gives.
 func WithMaxRestoreBytes(n int64) Option { return func(c *Client) { c.maxRestore = n } }
+
+// WithIngestSaves makes every save go to the ingest stream (docs/protocol.md §4.1), queued until a
+// daemon settles it, without first asking a daemon to save it as a request (§4.0), as clients did
+// before checkpointd 0.4. Slower: it is for comparing the two paths (checkpointbench).
+func WithIngestSaves() Option { return func(c *Client) { c.ingestOnly = true } }
 
 // WithWriter names this process in the versions it writes (default "host/pid").
 func WithWriter(name string) Option { return func(c *Client) { c.writer = name } }

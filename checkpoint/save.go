@@ -172,51 +172,7 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 
-	// Subscribe to the outcome before publishing, so it cannot slip past.
-	resultSubject := wire.ResultSubject(key.Namespace, o.saveID)
-	sub, err := c.nc.SubscribeSync(resultSubject)
-	if err != nil {
-		return Version{}, unavailable("subscribing to %s: %v", resultSubject, err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-
-	msg := nats.NewMsg(wire.IngestSubject(key))
-	msg.Header.Set(wire.HdrSaveID, o.saveID)
-	msg.Header.Set(wire.HdrWriter, c.writer)
-	msg.Header.Set(wire.HdrEncoding, wire.EncodingZstd)
-	if o.reason != "" {
-		msg.Header.Set(wire.HdrReason, o.reason)
-	}
-	if o.expected != nil {
-		msg.Header.Set(wire.HdrExpectedVersion, strconv.FormatUint(*o.expected, 10))
-	}
-	if base != nil {
-		msg.Header.Set(wire.HdrBaseVersion, strconv.FormatUint(*base, 10))
-	}
-	if o.forkOf != nil {
-		msg.Header.Set(wire.HdrForkOf, o.forkOf.String())
-	}
-	if o.epoch != 0 {
-		msg.Header.Set(wire.HdrEpoch, strconv.FormatUint(o.epoch, 10))
-	}
-	if o.dialect != "" && o.dialect != codec.DialectNative { // native goes without the header
-		msg.Header.Set(wire.HdrDialect, o.dialect)
-	}
-	if v := o.imported; v != nil {
-		msg.Header.Set(wire.HdrImportVersion, strconv.FormatUint(v.Version, 10))
-		msg.Header.Set(wire.HdrImportCreated, v.Created.UTC().Format(time.RFC3339Nano))
-		msg.Header.Set(wire.HdrHash, v.Hash)
-		msg.Header.Set(wire.HdrImportVia, o.via)
-		msg.Header.Set(wire.HdrImportSource, o.source)
-		msg.Header.Set(wire.HdrWriter, v.Writer)
-		msg.Header.Set(wire.HdrReason, v.Reason)
-		if v.ForkOf != nil {
-			msg.Header.Set(wire.HdrForkOf, v.ForkOf.String())
-		}
-		if v.Dialect != "" { // a copy keeps the original's dialect
-			msg.Header.Set(wire.HdrDialect, v.Dialect)
-		}
-	}
+	hdr := saveHeaders(o, base, c.writer)
 	// The JetStream message id makes the attempts of this call count once. It is the save id and a
 	// random part: JetStream drops repeats of a message id across every namespace, so an id another
 	// tenant could guess (a save id like "turn-8") would let that tenant get this save dropped. A
@@ -228,18 +184,177 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 		if err != nil {
 			return Version{}, err
 		}
-		msg.Header.Set(wire.HdrChunks, strconv.Itoa(n))
+		hdr.Set(wire.HdrChunks, strconv.Itoa(n))
 		body = nil
 	}
-	msg.Data = body
-	if _, err := c.publish(ctx, msg, msgID); err != nil {
-		return Version{}, err
-	}
-	data, err := c.awaitResult(ctx, sub, resultSubject)
+	data, err := c.send(ctx, key, o.saveID, msgID, hdr, body)
 	if err != nil {
 		return Version{}, err
 	}
 	return c.checkResult(ctx, data, key, o.saveID, wire.Hash(conversation))
+}
+
+// send delivers a save and returns its result: as a request to a daemon, answered once the save is
+// durable (docs/protocol.md §4.0), or, when no daemon answers requests (or WithIngestSaves), on the
+// ingest stream, which keeps the save until a daemon settles it (§4.1).
+func (c *Client) send(ctx context.Context, key Key, saveID, msgID string, hdr nats.Header, body []byte) ([]byte, error) {
+	if !c.ingestOnly {
+		data, err := c.requestSave(ctx, key, saveID, hdr, body)
+		if !errors.Is(err, errNoDaemon) {
+			return data, err
+		}
+	}
+	return c.ingestSave(ctx, key, saveID, msgID, hdr, body)
+}
+
+// saveHeaders are the headers of a save (docs/protocol.md §4.1), the same on both paths.
+func saveHeaders(o saveOptions, base *uint64, writer string) nats.Header {
+	h := nats.Header{}
+	h.Set(wire.HdrSaveID, o.saveID)
+	h.Set(wire.HdrWriter, writer)
+	h.Set(wire.HdrEncoding, wire.EncodingZstd)
+	if o.reason != "" {
+		h.Set(wire.HdrReason, o.reason)
+	}
+	if o.expected != nil {
+		h.Set(wire.HdrExpectedVersion, strconv.FormatUint(*o.expected, 10))
+	}
+	if base != nil {
+		h.Set(wire.HdrBaseVersion, strconv.FormatUint(*base, 10))
+	}
+	if o.forkOf != nil {
+		h.Set(wire.HdrForkOf, o.forkOf.String())
+	}
+	if o.epoch != 0 {
+		h.Set(wire.HdrEpoch, strconv.FormatUint(o.epoch, 10))
+	}
+	if o.dialect != "" && o.dialect != codec.DialectNative { // native goes without the header
+		h.Set(wire.HdrDialect, o.dialect)
+	}
+	if v := o.imported; v != nil {
+		h.Set(wire.HdrImportVersion, strconv.FormatUint(v.Version, 10))
+		h.Set(wire.HdrImportCreated, v.Created.UTC().Format(time.RFC3339Nano))
+		h.Set(wire.HdrHash, v.Hash)
+		h.Set(wire.HdrImportVia, o.via)
+		h.Set(wire.HdrImportSource, o.source)
+		h.Set(wire.HdrWriter, v.Writer)
+		h.Set(wire.HdrReason, v.Reason)
+		if v.ForkOf != nil {
+			h.Set(wire.HdrForkOf, v.ForkOf.String())
+		}
+		if v.Dialect != "" { // a copy keeps the original's dialect
+			h.Set(wire.HdrDialect, v.Dialect)
+		}
+	}
+	return h
+}
+
+// errNoDaemon is requestSave's "no responders": no daemon listens on the save subject (none runs,
+// or one too old to take saves as requests). The save goes to the ingest stream instead.
+var errNoDaemon = errors.New("no checkpointd answers save requests")
+
+// requestAttempt bounds one save request, and requestAttemptPerChunk adds to it for each chunk
+// the daemon reads; a request unanswered in that time is sent again with the same save id (the
+// daemon recognises the repeat). maxRequestAttempt is the daemon's own bound on settling one.
+const (
+	requestAttempt         = 5 * time.Second
+	requestAttemptPerChunk = time.Second
+	maxRequestAttempt      = 30 * time.Second
+)
+
+// requestSave sends the save as a core NATS request to the daemons (docs/protocol.md §4.0) and
+// returns the result the reply carries, once the save is durable. It returns errNoDaemon when
+// nobody listens. A request unanswered in time is sent again, and a busy or unavailable refusal
+// (nothing was stored) is retried after the wait it hints at, until ctx ends; then the last
+// refusal is returned as the result.
+func (c *Client) requestSave(ctx context.Context, key Key, saveID string, hdr nats.Header, body []byte) ([]byte, error) {
+	subject := wire.SaveSubject(key)
+	attempt := requestAttempt
+	if n, err := strconv.Atoi(hdr.Get(wire.HdrChunks)); err == nil {
+		attempt = min(attempt+time.Duration(n)*requestAttemptPerChunk, maxRequestAttempt)
+	}
+	for try := 1; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		reply, err := c.nc.RequestMsgWithContext(actx, &nats.Msg{Subject: subject, Header: hdr, Data: body})
+		cancel()
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			return nil, errNoDaemon
+		case err == nil:
+			wait, again := retryableRefusal(reply.Data, try)
+			if !again || !sleepCtx(ctx, wait) {
+				return reply.Data, nil
+			}
+		case errors.Is(err, nats.ErrMaxPayload):
+			return nil, &Error{Code: wire.CodeTooLarge, Message: err.Error(), Index: -1, Offset: -1}
+		case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrBadSubscription):
+			return nil, unavailable("sending the save on %s: %v", subject, err)
+		case ctx.Err() != nil:
+			return nil, unavailable("no checkpointd answered the save on %s in time; its outcome is unknown: "+
+				"restore the session to see it, or save again with the same save id (%s)", subject, saveID)
+		default:
+			// Unanswered in time (the daemon died, or is slow), or the connection is moving to
+			// another server: send it again, with the same save id.
+			if !sleepCtx(ctx, 50*time.Millisecond) {
+				return nil, unavailable("no checkpointd answered the save on %s in time (%v); save again with the same save id (%s)", subject, err, saveID)
+			}
+		}
+	}
+}
+
+// retryableRefusal reports whether a save's result is a refusal that stored nothing and may go
+// through later (busy, or unavailable: a daemon shutting down, storage briefly away), and how long
+// to wait before the attempt after try.
+func retryableRefusal(data []byte, try int) (time.Duration, bool) {
+	var res struct {
+		Error *wire.Error `json:"error"`
+	}
+	if json.Unmarshal(data, &res) != nil || res.Error == nil {
+		return 0, false
+	}
+	switch res.Error.Code {
+	case wire.CodeBusy:
+		var hint time.Duration
+		if ms := res.Error.RetryAfterMillis; ms != nil {
+			hint = time.Duration(*ms) * time.Millisecond
+		}
+		return busyWait(hint, try), true
+	case wire.CodeUnavailable:
+		return busyWait(0, try), true
+	}
+	return 0, false
+}
+
+// sleepCtx waits d, and reports false if ctx ended first (or would end before d is up).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// ingestSave publishes the save to the ingest stream (docs/protocol.md §4.1), the fallback when no
+// daemon answers requests: the PubAck means it is durable, and its result comes when a daemon has
+// settled it.
+func (c *Client) ingestSave(ctx context.Context, key Key, saveID, msgID string, hdr nats.Header, body []byte) ([]byte, error) {
+	// Subscribe to the outcome before publishing, so it cannot slip past.
+	resultSubject := wire.ResultSubject(key.Namespace, saveID)
+	sub, err := c.nc.SubscribeSync(resultSubject)
+	if err != nil {
+		return nil, unavailable("subscribing to %s: %v", resultSubject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if _, err := c.publish(ctx, &nats.Msg{Subject: wire.IngestSubject(key), Header: hdr, Data: body}, msgID); err != nil {
+		return nil, err
+	}
+	return c.awaitResult(ctx, sub, resultSubject)
 }
 
 // publishAttempt bounds one publish: a publish sent to a stream leader that just died is never

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 )
@@ -24,13 +25,15 @@ func runLatency(ctx context.Context, b *bench) error {
 	t := b.report.add("latency", "Latency against the raw JetStream operation on the same bytes (interleaved, same server and connection)",
 		"checkpointd operation", "raw operation", "checkpointd p50", "raw p50", "ratio p50", "checkpointd p99", "raw p99", "ratio p99")
 	n := b.o.scale.Iterations
+	if err := appendPaths(ctx, b, c, t, n); err != nil {
+		return err
+	}
 	steps := []struct {
 		what string
 		ops  opPair
 		raw  string
 		max  float64
 	}{
-		{"append 2 messages, until the version is known", appendOps(b.corpus.large), "sync publish of the 2 messages", 3},
 		{"whole-array save of a grown array (SDK)", wholeArrayOps(b.corpus.large), "sync publish of what grew", 3},
 		{"first save, " + size(int64(len(b.corpus.small.bytes()))), firstSaveOps(b.corpus.small), "zstd + sync publish", 2},
 		{"first save, " + size(int64(len(b.corpus.medium.bytes()))), firstSaveOps(b.corpus.medium), "zstd + sync publish", 2},
@@ -50,7 +53,9 @@ func runLatency(ctx context.Context, b *bench) error {
 		}
 		ratioRow(t, s.what, s.raw, got[0], got[1], s.max)
 	}
-	t.note("append: checkpoint.Client.Append of 2 consecutive messages of %s (%d bytes on average) onto the session's head; "+
+	t.note("append: checkpoint.Client.Append of 2 consecutive messages of %s (%d bytes on average) onto the session's head, "+
+		"as a request to the daemon (docs/protocol.md §4.0, the SDK's way) and, interleaved in the same run, on the ingest stream "+
+		"(§4.1, the fallback when no daemon answers; checkpoint.WithIngestSaves); "+
 		"whole-array: checkpoint.Client.Save of the whole array after the previous save of it (the SDK sends what grew).", largeFile, avgPair(b.corpus.large))
 	t.note("raw operations publish to (and direct-get from) a plain file stream created on the daemon's embedded server.")
 	return d.stop()
@@ -81,11 +86,19 @@ func avgPair(c conversation) int {
 // session when the conversation is used up.
 type appender struct {
 	c       *conn
+	cp      *checkpoint.Client // the client appending (c.cp unless set)
 	conv    conversation
 	prefix  string
 	session int
 	base    uint64
 	next    int // the next pair
+}
+
+func (a *appender) client() *checkpoint.Client {
+	if a.cp != nil {
+		return a.cp
+	}
+	return a.c.cp
 }
 
 func (a *appender) key() checkpoint.Key {
@@ -98,26 +111,46 @@ func (a *appender) prepare(ctx context.Context) error {
 		return nil
 	}
 	a.session++
-	v, err := a.c.cp.Save(ctx, a.key(), a.conv.pair(0))
+	v, err := a.client().Save(ctx, a.key(), a.conv.pair(0))
 	a.base, a.next = v.Version, 1
 	return err
 }
 
 func (a *appender) append(ctx context.Context) error {
-	v, err := a.c.cp.Append(ctx, a.key(), a.base, a.conv.pair(a.next))
+	v, err := a.client().Append(ctx, a.key(), a.base, a.conv.pair(a.next))
 	a.base = v.Version
 	a.next++
 	return err
 }
 
-func appendOps(conv conversation) opPair {
-	return func(ctx context.Context, c *conn) (op, op, error) {
-		a := &appender{c: c, conv: conv, prefix: "append"}
-		var pair []byte
-		return op{name: "append", setup: func(int) error { return a.prepare(ctx) }, run: func(int) error { return a.append(ctx) }},
-			op{name: "publish", setup: func(i int) error { pair = conv.pair(i + 1); return nil },
-				run: func(int) error { _, err := c.js.Publish(ctx, "bench.latency.append", pair); return err }}, nil
+// appendPaths measures a 2-message append through the SDK by its two paths, a request to the
+// daemon and the ingest stream, interleaved with the raw publish of the same bytes: two rows
+// against the same raw samples.
+func appendPaths(ctx context.Context, b *bench, c *conn, t *table, n int) error {
+	viaIngest, err := checkpoint.New(c.nc, checkpoint.WithTimeout(2*time.Minute), checkpoint.WithIngestSaves())
+	if err != nil {
+		return err
 	}
+	b.logf("latency: append 2 messages by request and by the ingest stream (%d samples each)", n)
+	req := &appender{c: c, cp: c.cp, conv: b.corpus.large, prefix: "append"}
+	ing := &appender{c: c, cp: viaIngest, conv: b.corpus.large, prefix: "append-ingest"}
+	var pair []byte
+	got, err := interleave(n,
+		op{name: "append (request)", setup: func(int) error { return req.prepare(ctx) }, run: func(int) error { return req.append(ctx) }},
+		op{name: "append (ingest)", setup: func(int) error { return ing.prepare(ctx) }, run: func(int) error { return ing.append(ctx) }},
+		op{name: "publish", setup: func(i int) error { pair = b.corpus.large.pair(i + 1); return nil },
+			run: func(int) error { _, err := c.js.Publish(ctx, "bench.latency.append", pair); return err }})
+	if err != nil {
+		return fmt.Errorf("append: %w", err)
+	}
+	ratioRow(t, "append 2 messages, until the version is known", "sync publish of the 2 messages", got[0], got[2], 3)
+	// The fallback has no target of its own: the row shows what the request path saves.
+	ing50, ing99 := ratio(got[1].pct(50), got[2].pct(50)), ratio(got[1].pct(99), got[2].pct(99))
+	t.row("… the same on the ingest stream (the fallback)", "sync publish of the 2 messages",
+		ms(got[1].pct(50)), ms(got[2].pct(50)), times(ing50), ms(got[1].pct(99)), ms(got[2].pct(99)), times(ing99)).
+		value("checkpointd_p50_s", got[1].pct(50).Seconds()).value("raw_p50_s", got[2].pct(50).Seconds()).
+		value("ratio_p50", ing50).value("ratio_p99", ing99)
+	return nil
 }
 
 func wholeArrayOps(conv conversation) opPair {

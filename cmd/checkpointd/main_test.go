@@ -80,7 +80,7 @@ func TestCheckpointd_ProcessServesAndShutsDownCleanly(t *testing.T) {
 
 	// The daemon publishes a save's result before it counts it: poll.
 	require.Eventually(t, func() bool {
-		return strings.Contains(waitHTTP(t, "http://"+httpAddr+"/metrics", http.StatusOK), `checkpointd_saves_total{result="ok"} 1`)
+		return strings.Contains(waitHTTP(t, "http://"+httpAddr+"/metrics", http.StatusOK), `checkpointd_saves_total{path="request",result="ok"} 1`)
 	}, 10*time.Second, 20*time.Millisecond)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))

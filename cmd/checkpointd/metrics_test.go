@@ -86,13 +86,13 @@ func TestMetrics_AnswerOperatorsQuestions(t *testing.T) {
 	var m scrape
 	require.Eventually(t, func() bool {
 		m = getMetrics(t, p.httpAddr)
-		return m.samples["checkpointd_sessions"] == 1 && m.samples[`checkpointd_saves_total{result="invalid"}`] == 1
+		return m.samples["checkpointd_sessions"] == 1 && m.samples[`checkpointd_saves_total{path="request",result="invalid"}`] == 1
 	}, 10*time.Second, 100*time.Millisecond, "sessions and refusals never reported:\n%s", m.text)
 
 	// What the operator asks, answered.
 	for sample, check := range map[string]func(float64) bool{
-		`checkpointd_saves_total{result="ok"}`:                                 func(v float64) bool { return v == 1 },
-		`checkpointd_saves_total{result="fenced"}`:                             func(v float64) bool { return v == 0 }, // present before the first
+		`checkpointd_saves_total{path="request",result="ok"}`:                  func(v float64) bool { return v == 1 },
+		`checkpointd_saves_total{path="request",result="fenced"}`:              func(v float64) bool { return v == 0 }, // present before the first
 		"checkpointd_ingest_queued_messages":                                   func(v float64) bool { return v == 0 },
 		"checkpointd_session_versions":                                         func(v float64) bool { return v == 1 },
 		"checkpointd_ingest_oldest_queued_age_seconds":                         func(v float64) bool { return v == 0 },

@@ -48,6 +48,11 @@ var (
 // compare-and-swap on the last one; per namespace, the list of its sessions and a set of values
 // written once. Every method is safe for concurrent use, also by several processes (daemons)
 // sharing one store, and every write is durable when it returns.
+//
+// Every read sees every Append and PutValue that returned before it began. What Delete, Purge and
+// DeleteValue remove, on the other hand, may still be read by Range and listed by Sessions for a
+// moment after they returned, on a replicated store (a replica that has not applied the delete
+// yet); Last, Get and Value reflect it at once.
 type Log interface {
 	// MaxEntry is the largest Data an Append or PutValue accepts; larger ones get ErrTooLarge.
 	MaxEntry() int

@@ -403,7 +403,14 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 	if err != nil {
 		return Saved{}, err
 	}
-	stripped, vals, added, deadline, err := e.storeValues(ctx, req.Key.Namespace, raw)
+	return e.commitHead(ctx, s, next, p, raw)
+}
+
+// commitHead writes the save entry of head next, whose new bytes are raw (values included): it
+// stores raw's large values, compresses the rest and appends the entry with a compare-and-swap.
+// Save and CopyVersion differ only in how they make next.
+func (e *Engine) commitHead(ctx context.Context, s *session, next headState, p savePlan, raw []byte) (Saved, error) {
+	stripped, vals, added, deadline, err := e.storeValues(ctx, s.key.Namespace, raw)
 	if err != nil {
 		return Saved{}, err
 	}

@@ -17,9 +17,11 @@ const namespace = "checkpointd"
 
 // Metrics are the daemon's collectors.
 type Metrics struct {
-	// Saves counts settled saves by result: "ok", "duplicate" or the refusal's error code.
+	// Saves counts settled saves by path (SavePathRequest or SavePathIngest) and result: "ok",
+	// "duplicate" or the refusal's error code.
 	Saves *prometheus.CounterVec
-	// SaveSeconds is the time from taking a save off the ingest stream to publishing its result.
+	// SaveSeconds is the time to settle one save: from taking it off the ingest stream to
+	// publishing its result, or from receiving its request to answering it.
 	SaveSeconds prometheus.Histogram
 	// RawBytes and StoredBytes count the canonical and the newly stored (compressed) bytes of saves.
 	RawBytes, StoredBytes prometheus.Counter
@@ -37,8 +39,9 @@ type Metrics struct {
 	// ReadBytesInUse is the bytes of replies being built and read loads in flight, against the
 	// read budget (admission.go in internal/transfer).
 	ReadBytesInUse prometheus.Gauge
-	// ReceivedBytes counts the bytes of saves taken off the ingest streams (save messages and
-	// their chunks, as sent: compressed if the client compressed).
+	// ReceivedBytes counts the bytes of saves received: the bodies of save requests, and of save
+	// messages taken off the ingest stream, and their chunks, as sent (compressed if the client
+	// compressed).
 	ReceivedBytes prometheus.Counter
 	// RetentionRounds counts housekeeping rounds (retention and sweeps) by result: ok or error (at
 	// least one step failed; the next round tries again).
@@ -65,16 +68,23 @@ func (m *Metrics) Register(c prometheus.Collector) error { return m.reg.Register
 var SaveResults = []string{"ok", "duplicate", "invalid", "too_large", "unknown_format", "conflict", "leased",
 	"fenced", "moved", "corrupt", "busy", "bad_request", "unavailable", "internal"}
 
+// The paths a save takes to the daemon (saves_total's path label): a core NATS request answered
+// when the save is durable (docs/protocol.md §4.0), or the ingest stream, the fallback (§4.1).
+const (
+	SavePathRequest = "request"
+	SavePathIngest  = "ingest"
+)
+
 // New creates the collectors and registers them, with the Go and process collectors, on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Saves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "saves_total",
-			Help: "Saves settled, by result (ok, duplicate, or the error code of a refusal).",
-		}, []string{"result"}),
+			Help: "Saves settled, by path (request, or ingest: the fallback stream) and result (ok, duplicate, or the error code of a refusal).",
+		}, []string{"path", "result"}),
 		SaveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "save_duration_seconds",
-			Help:    "Time to settle one save, from ingest to published result.",
+			Help:    "Time to settle one save, from ingest to published result, or from request to reply.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
 		}),
 		RawBytes: prometheus.NewCounter(prometheus.CounterOpts{
@@ -112,7 +122,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		ReceivedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ingest_received_bytes_total",
-			Help: "Bytes of saves taken off the ingest streams (messages and chunks, as sent).",
+			Help: "Bytes of saves received (request and ingest message bodies, chunks), as sent.",
 		}),
 		RetentionRounds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "retention_rounds_total",
@@ -136,8 +146,10 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, k := range []string{"expired", "forced"} {
 		m.LeaseTakeovers.WithLabelValues(k)
 	}
-	for _, r := range SaveResults {
-		m.Saves.WithLabelValues(r)
+	for _, p := range []string{SavePathRequest, SavePathIngest} {
+		for _, r := range SaveResults {
+			m.Saves.WithLabelValues(p, r)
+		}
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.RetentionRounds.WithLabelValues(r)

@@ -40,10 +40,10 @@ func TestHandler_HealthFollowsReadiness(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "ok\n", body)
 
-	m.Saves.WithLabelValues("ok").Add(3)
-	m.Saves.WithLabelValues("invalid").Inc()
-	require.Equal(t, 3.0, testutil.ToFloat64(m.Saves.WithLabelValues("ok")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.Saves.WithLabelValues("invalid")))
+	m.Saves.WithLabelValues(SavePathRequest, "ok").Add(3)
+	m.Saves.WithLabelValues(SavePathRequest, "invalid").Inc()
+	require.Equal(t, 3.0, testutil.ToFloat64(m.Saves.WithLabelValues(SavePathRequest, "ok")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Saves.WithLabelValues(SavePathRequest, "invalid")))
 	_, body = get("/metrics")
 	for _, name := range []string{"checkpointd_saves_total", "checkpointd_compacted_bytes_total", "checkpointd_nats_events_total{event=\"disconnect\"} 0", "go_goroutines", "process_resident_memory_bytes"} {
 		require.Contains(t, body, name)

@@ -239,12 +239,13 @@ type grant struct {
 }
 
 // namespaceGrants are the subjects a client of one namespace (ns, encoded) needs, and nothing more:
-// its requests, its saves and chunks (JetStream publishes answered by the stream's PubAck through
+// its requests, its saves (as requests to the daemon, and on the ingest stream, the fallback) and chunks (JetStream publishes answered by the stream's PubAck through
 // the import), the results of its saves, and direct gets of its stored results (the fallback of
 // docs/protocol.md §4.3).
 func namespaceGrants(ns string) []grant {
 	return []grant{
 		{true, "cp.api." + ns + ".>"},
+		{true, "cp.save." + ns + ".>"},
 		{true, "cp.ingest." + ns + ".>"},
 		{true, "cp.chunk." + ns + ".>"},
 		{true, wire.ResultDirectGetPrefix + "cp.result." + ns + ".>"},
@@ -257,6 +258,7 @@ func namespaceGrants(ns string) []grant {
 var adminGrants = []grant{
 	{true, "cp.admin.>"},
 	{true, "cp.api.>"},
+	{true, "cp.save.>"},
 	{true, "cp.ingest.>"},
 	{true, "cp.chunk.>"},
 	{true, wire.ResultDirectGetPrefix + ">"},

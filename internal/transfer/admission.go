@@ -33,6 +33,7 @@ type admission struct {
 	running [classes]int
 	limit   [classes]int
 	bytes   int64 // reserved now
+	peak    int64 // the most ever reserved at once
 	budget  int64
 	closed  bool
 	service [classes]time.Duration // recent service time of each class (a moving average), for hints
@@ -45,6 +46,7 @@ type opClass int
 const (
 	classPoint opClass = iota
 	classScan
+	classSave // saves sent as requests (saverequest.go), admitted apart from reads
 	classes
 )
 
@@ -82,9 +84,14 @@ func (a *admission) admit(c opClass, bytes int64) (*ticket, error) {
 func (a *admission) reserve(c opClass, n int64) error {
 	n = min(n, a.budget)
 	if n > 0 && a.bytes > 0 && a.bytes+n > a.budget {
-		return a.busy(c, fmt.Sprintf("%d of %d bytes of replies and reads in progress", a.bytes, a.budget))
+		what := "replies and reads"
+		if c == classSave {
+			what = "save requests (--ingest-memory)"
+		}
+		return a.busy(c, fmt.Sprintf("%d of %d bytes of %s in progress", a.bytes, a.budget, what))
 	}
 	a.bytes += n
+	a.peak = max(a.peak, a.bytes)
 	a.gauge.Set(float64(a.bytes))
 	return nil
 }
@@ -110,7 +117,10 @@ func (a *admission) drained(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		a.mu.Lock()
-		n := a.running[classPoint] + a.running[classScan]
+		n := 0
+		for _, r := range a.running {
+			n += r
+		}
 		a.mu.Unlock()
 		if n == 0 {
 			return nil
@@ -124,8 +134,11 @@ func (a *admission) drained(ctx context.Context) error {
 }
 
 func (c opClass) String() string {
-	if c == classScan {
+	switch c {
+	case classScan:
 		return "list/history/prune"
+	case classSave:
+		return "save"
 	}
 	return "get/read/lease"
 }

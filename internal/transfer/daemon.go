@@ -108,6 +108,7 @@ type Daemon struct {
 	cfg       Config
 	in        *ingester
 	svc       *service
+	saves     *saveRequests // saves sent as requests (saverequest.go)
 	compactor *compactor
 	pruner    *pruner
 	Store     *Store
@@ -165,6 +166,13 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	d.in = &ingester{js: js, st: st, store: store, maxBytes: cfg.MaxCheckpointBytes, imagePaths: cfg.ImagePaths, log: cfg.Logger,
 		m: cfg.Metrics, now: time.Now, compactor: d.compactor, budget: newIngestBudget(cfg.ingestBudget())}
 	if err := d.in.start(ctx, cfg.Lanes); err != nil {
+		d.compactor.stop()
+		_ = d.svc.stop(ctx)
+		return nil, err
+	}
+	d.saves = newSaveRequests(d.in, nc, cfg.ingestBudget())
+	if err := d.saves.start(); err != nil {
+		d.in.shutdown(ctx)
 		d.compactor.stop()
 		_ = d.svc.stop(ctx)
 		return nil, err
@@ -284,13 +292,16 @@ func (d *Daemon) Readiness() error {
 	return errors.Join(errs...)
 }
 
-// Close stops serving new requests, then finishes the saves already taken off the queue. When ctx
-// ends first, unfinished saves stay queued for the next daemon: nothing acknowledged is lost.
+// Close stops serving new requests, answers the save requests already received, then finishes the
+// saves already taken off the queue. When ctx ends first, unfinished saves stay queued for the next
+// daemon (nothing acknowledged is lost), and save requests still settling are answered
+// unavailable (their writers retry them).
 func (d *Daemon) Close(ctx context.Context) error {
 	d.ready.Store(false)
 	d.guard.stop()
 	d.health.stop()
 	err := d.svc.stop(ctx)
+	d.saves.stop(ctx)
 	d.pruner.stop()
 	d.in.shutdown(ctx)
 	d.compactor.stop()

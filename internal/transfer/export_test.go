@@ -16,3 +16,12 @@ func HoldIngestBudget(d *Daemon, wait time.Duration) (release func()) {
 	_ = r.Reserve(b.limit) // the oldest: never waits
 	return r.end
 }
+
+// SaveRequestPeakBytes is the most the save requests in progress at d ever held at once (their
+// bodies and headers, as admitted).
+func SaveRequestPeakBytes(d *Daemon) int64 {
+	a := d.saves.adm
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.peak
+}

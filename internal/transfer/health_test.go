@@ -2,12 +2,16 @@ package transfer_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -55,11 +59,11 @@ func TestDaemon_HealthFollowsTheIngestConsumer(t *testing.T) {
 		"health must fail while no ingest consumer of the daemon's exists")
 	require.ErrorContains(t, env.Daemon.Health(), "ingest consumer checkpointd")
 
-	// A save queued meanwhile waits; once it has waited longer than StallAfter, health says so.
+	// A save queued meanwhile (on the ingest stream, where a client's save goes when no daemon
+	// answers its request) waits; once it has waited longer than StallAfter, health says so.
 	saved := make(chan error, 1)
 	go func() {
-		_, err := env.Client.Save(ctx, checkpoint.Key{Session: "during"}, []byte(`[{"role":"user","content":[{"type":"text","text":"hi"}]}]`))
-		saved <- err
+		saved <- queueSave(ctx, env, checkpoint.Key{Session: "during"}, []byte(`[{"role":"user","content":[{"type":"text","text":"hi"}]}]`))
 	}()
 	require.Eventually(t, func() bool {
 		err := env.Daemon.Health()
@@ -87,9 +91,8 @@ func TestDaemon_HealthFollowsTheIngestConsumer(t *testing.T) {
 	require.NoError(t, js.DeleteConsumer(ctx, wire.StreamIngest, "checkpointd"))
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	_, err = env.Client.Save(sctx, checkpoint.Key{Session: "after"}, []byte(`[{"role":"user","content":[{"type":"text","text":"again"}]}]`))
-	require.NoError(t, err)
-	require.NoError(t, env.Daemon.Health())
+	require.NoError(t, queueSave(sctx, env, checkpoint.Key{Session: "after"}, []byte(`[{"role":"user","content":[{"type":"text","text":"again"}]}]`)))
+	require.Eventually(t, func() bool { return env.Daemon.Health() == nil }, 5*time.Second, 20*time.Millisecond)
 }
 
 func errorContains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
@@ -114,4 +117,42 @@ func TestDaemon_CountsItsConnectionsEvents(t *testing.T) {
 	require.Eventually(t, func() bool { return env.Daemon.Health() == nil }, 10*time.Second, 20*time.Millisecond)
 	_, err = env.Client.Save(ctxT(t), checkpoint.Key{Session: "after-reconnect"}, []byte(`[]`))
 	require.NoError(t, err)
+}
+
+// queueSave publishes a save on the ingest stream, as a client does when no daemon answers its
+// request, and waits for its result: nil if it made a version.
+func queueSave(ctx context.Context, env *testenv.Env, key checkpoint.Key, conv []byte) error {
+	nc, err := nats.Connect(env.URL())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	key = key.WithDefaults()
+	saveID := nuid.Next()
+	sub, err := nc.SubscribeSync(wire.ResultSubject(key.Namespace, saveID))
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(wire.IngestSubject(key))
+	m.Header.Set(wire.HdrSaveID, saveID)
+	m.Data = conv
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return err
+	}
+	r, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return err
+	}
+	var res wire.SaveResult
+	if err := json.Unmarshal(r.Data, &res); err != nil {
+		return err
+	}
+	if !res.OK {
+		return fmt.Errorf("refused: %+v", res.Error)
+	}
+	return nil
 }

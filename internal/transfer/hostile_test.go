@@ -212,6 +212,17 @@ func hostileRows(h *hostile) []hostileRow {
 		{name: "history/after out of range", request: &rawRequest{api(wire.OpHistory), `{"session":"a","after":18446744073709551615}`}, want: refused(wire.CodeBadRequest)},
 		{name: "get/version out of range", request: &rawRequest{api(wire.OpGet), `{"session":"a","version":9007199254740992}`}, want: refused(wire.CodeBadRequest)},
 
+		// Issue 12 (saves as requests): ids and headers a request could carry as well as a publish
+		// (JetStream refuses headers above 64 KiB; so does a daemon, for a request).
+		{name: "save/save id with dots and wildcards", save: &rawSave{subject: ingest(h.key("dotted")), headers: hdr(wire.HdrSaveID, "a.b.*.>"), body: good}, want: outcome{version: 1}},
+		{name: "save/enormous writer header", save: &rawSave{headers: hdr(wire.HdrWriter, strings.Repeat("w", 60<<10)), body: good}, want: refused(wire.CodeBadRequest)},
+		{name: "save/enormous import source header", save: &rawSave{headers: func() map[string]string {
+			m := importHdr(strconv.FormatUint(aHead+1, 10), wire.Hash(good))
+			m[wire.HdrImportSource] = strings.Repeat("s", 60<<10)
+			return m
+		}(), body: good}, want: refused(wire.CodeBadRequest)},
+		{name: "save/enormous unknown header is ignored", save: &rawSave{subject: ingest(h.key("big header")), headers: hdr("X-Junk", strings.Repeat("j", 60<<10)), body: good}, want: outcome{version: 1}},
+
 		// Requests with bad bodies, ids or values.
 		{name: "get/body not JSON", request: &rawRequest{api(wire.OpGet), `{`}, want: refused(wire.CodeBadRequest)},
 		{name: "get/version of the wrong type", request: &rawRequest{api(wire.OpGet), `{"session":"a","version":"one"}`}, want: refused(wire.CodeBadRequest)},

@@ -177,7 +177,7 @@ func (in *ingester) handle(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	key, saveID, err := attribute(msg.Subject(), msg.Headers().Get(wire.HdrSaveID))
+	key, saveID, err := attribute(wire.IngestSubjectPrefix, msg.Subject(), msg.Headers().Get(wire.HdrSaveID))
 	if err != nil {
 		// The save cannot be attributed to a session or a save id, but JetStream acknowledged it:
 		// its refusal goes where the publisher can find it from its PubAck (docs/protocol.md §4.4).
@@ -188,7 +188,7 @@ func (in *ingester) handle(msg jetstream.Msg) {
 	defer cancel()
 	go heartbeat(ctx, msg)
 
-	res, chunks, err := in.settle(ctx, key, saveID, msg)
+	res, chunks, err := in.settle(ctx, key, saveID, msg.Headers(), msg.Data())
 	if err != nil {
 		if meta.NumDelivered < maxAttempts {
 			in.log.Warn("ingest: storage error, will retry", "session", key, "save", saveID, "attempt", meta.NumDelivered, "err", err)
@@ -204,20 +204,31 @@ func (in *ingester) handle(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	if msg.Headers().Get(wire.HdrChunks) != "" { // settled, accepted or refused: its chunks can go
-		subj := wire.ChunkSubject(key.Namespace, saveID)
-		if err := in.st.chunks.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
-			in.log.Warn("ingest: could not remove settled chunks; they expire with the stream's max age", "subject", subj, "err", err)
-		}
-	}
+	in.removeChunks(ctx, key, saveID, msg.Headers())
 	if err := in.ack(ctx, msg); err != nil {
 		// The outcome is stored; a redelivery finds the save id at the head and changes nothing.
 		in.log.Warn("ingest: ack failed", "session", key, "save", saveID, "err", err)
 	}
-	in.observe(res, start)
+	in.observe(pathIngest, res, start)
+	collectLargeSave(chunks)
+}
+
+// removeChunks removes the chunks of a settled save (accepted or refused), if it had any.
+func (in *ingester) removeChunks(ctx context.Context, key wire.Key, saveID string, h nats.Header) {
+	if h.Get(wire.HdrChunks) == "" {
+		return
+	}
+	subj := wire.ChunkSubject(key.Namespace, saveID)
+	if err := in.st.chunks.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+		in.log.Warn("ingest: could not remove settled chunks; they expire with the stream's max age", "subject", subj, "err", err)
+	}
+}
+
+// collectLargeSave runs the collector after a save of many chunks: its buffers (tens of MiB) are
+// garbage now, and are collected before the next large allocation (its restore, typically)
+// instead of letting the heap grow to twice its size.
+func collectLargeSave(chunks int) {
 	if chunks >= largeSaveChunks {
-		// The save's buffers (tens of MiB) are garbage now: collect them before the next large
-		// allocation (its restore, typically) instead of letting the heap grow to twice its size.
 		runtime.GC()
 	}
 }
@@ -239,16 +250,16 @@ func heartbeat(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-// attribute names the session and the save id of a message on an ingest subject. Every save must
-// carry its own valid Cp-Save-Id: the daemon never makes one up, so no id it uses can be a
-// client's.
-func attribute(subject, saveID string) (wire.Key, string, error) {
-	key, err := wire.ParseToken(strings.TrimPrefix(subject, "cp.ingest."))
+// attribute names the session and the save id of a save on a subject starting with prefix
+// (wire.IngestSubjectPrefix or wire.SaveSubjectPrefix). Every save must carry its own valid
+// Cp-Save-Id: the daemon never makes one up, so no id it uses can be a client's.
+func attribute(prefix, subject, saveID string) (wire.Key, string, error) {
+	key, err := wire.ParseToken(strings.TrimPrefix(subject, prefix))
 	if err != nil {
 		if toks := strings.Split(subject, "."); len(toks) > 2 {
 			key.Namespace, _ = wire.DecodeID(toks[2]) // for the refusal, when it can be read
 		}
-		return key, "", fmt.Errorf("%w: subject %q is not cp.ingest.<namespace>.<session>.<agent> with encoded ids (docs/protocol.md §2): %v", errBadRequest, subject, err)
+		return key, "", fmt.Errorf("%w: subject %q is not %s<namespace>.<session>.<agent> with encoded ids (docs/protocol.md §2): %v", errBadRequest, subject, prefix, err)
 	}
 	if saveID == "" {
 		return key, "", fmt.Errorf("%w: header %s: missing; every save needs an id of its own (1 to %d bytes of UTF-8), which names its result subject and makes retries safe", errBadRequest, wire.HdrSaveID, wire.MaxIDBytes)
@@ -278,7 +289,7 @@ func (in *ingester) refuseUnattributed(msg jetstream.Msg, seq uint64, ns string,
 	if err := in.ack(ctx, msg); err != nil {
 		in.log.Warn("ingest: ack failed", "subject", msg.Subject(), "seq", seq, "err", err)
 	}
-	in.observe(res, start)
+	in.observe(pathIngest, res, start)
 }
 
 // prior returns the outcome of a save id that an earlier delivery of the same save already stored.
@@ -313,19 +324,20 @@ func (in *ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wi
 	return &v, nil
 }
 
-// settle decides the outcome of one save. A returned error is transient (storage); refusals are
-// part of the result.
-func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, msg jetstream.Msg) (wire.SaveResult, int, error) {
+// settle decides the outcome of one save, whichever way it came (a message off CP_INGEST, or a
+// request on cp.save.>): its headers h and its body data as received. A returned error is
+// transient (storage); refusals are part of the result. The int is the save's chunk count.
+func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, h nats.Header, data []byte) (wire.SaveResult, int, error) {
 	refuse := func(err error) (wire.SaveResult, int, error) {
 		return wire.SaveResult{Error: toWireError(err)}, 0, nil
 	}
-	hs, err := parseSaveHeaders(msg.Headers(), key, saveID, in.now(), in.maxBytes)
+	hs, err := parseSaveHeaders(h, key, saveID, in.now(), in.maxBytes)
 	if err != nil {
 		return refuse(err)
 	}
 	mem := in.budget.begin(ctx) // every buffer of the body is reserved before it is made
 	defer mem.end()
-	payload, err := in.readBody(ctx, hs, msg.Data(), mem)
+	payload, err := in.readBody(ctx, hs, data, mem)
 	if err != nil {
 		if isRefusal(err) {
 			// A retry of a chunked save already settled finds its chunks removed: it is the
@@ -388,6 +400,11 @@ type saveHeaders struct {
 func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time, maxBytes int64) (saveHeaders, error) {
 	hs := saveHeaders{encoding: wire.EncodingIdentity,
 		req: snapshot.SaveRequest{Key: key, SaveID: saveID, Writer: h.Get(wire.HdrWriter), Reason: h.Get(wire.HdrReason), Now: now}}
+	for _, name := range []string{wire.HdrWriter, wire.HdrImportSource} {
+		if n := len(h.Get(name)); n > wire.MaxTextHeaderBytes {
+			return hs, fmt.Errorf("%w: header %s: %d bytes, at most %d (it is recorded in the version)", errBadRequest, name, n, wire.MaxTextHeaderBytes)
+		}
+	}
 	if r := hs.req.Reason; r != "" && !wire.ValidReason(r) {
 		return hs, fmt.Errorf("%w: header %s: unknown reason %q (want turn, pause, migrate, import, manual or fork)", errBadRequest, wire.HdrReason, r)
 	}
@@ -675,16 +692,22 @@ func (in *ingester) ack(ctx context.Context, msg jetstream.Msg) error {
 	}
 }
 
-func (in *ingester) observe(res wire.SaveResult, start time.Time) {
+// The ways a save reaches the daemon, as counted by saves_total{path}.
+const (
+	pathRequest = metrics.SavePathRequest // a request on cp.save.>, answered when settled
+	pathIngest  = metrics.SavePathIngest  // a message off CP_INGEST, the fallback
+)
+
+func (in *ingester) observe(path string, res wire.SaveResult, start time.Time) {
 	in.m.SaveSeconds.Observe(in.now().Sub(start).Seconds())
 	switch {
 	case res.Error != nil:
-		in.m.Saves.WithLabelValues(res.Error.Code).Inc()
-		in.log.Info("save refused", "session", res.Key, "save", res.SaveID, "code", res.Error.Code, "err", res.Error.Message)
+		in.m.Saves.WithLabelValues(path, res.Error.Code).Inc()
+		in.log.Info("save refused", "path", path, "session", res.Key, "save", res.SaveID, "code", res.Error.Code, "err", res.Error.Message)
 	case res.Duplicate:
-		in.m.Saves.WithLabelValues("duplicate").Inc()
+		in.m.Saves.WithLabelValues(path, "duplicate").Inc()
 	default:
-		in.m.Saves.WithLabelValues("ok").Inc()
+		in.m.Saves.WithLabelValues(path, "ok").Inc()
 		in.m.RawBytes.Add(float64(res.Version.RawBytes))
 		in.m.StoredBytes.Add(float64(res.Version.StoredBytes))
 		in.log.Debug("saved", "session", res.Key, "version", res.Version.Version, "bytes", res.Version.RawBytes)

@@ -174,11 +174,22 @@ func TestResults_SDKChecksWhatTheDaemonRead(t *testing.T) {
 	conv := []byte(`[{"role":"user","content":"hello"}]`)
 
 	nc := env.Conn()
-	forge := func(t *testing.T, res func(saveID string) wire.SaveResult) {
-		sub, err := nc.Subscribe("cp.ingest.>", func(m *nats.Msg) {
+	// The forger answers the save request (docs/protocol.md §4.0: without accounts anyone may
+	// answer on cp.save), or, with nobody answering requests, publishes on the result subject once
+	// the save reached the ingest stream.
+	forge := func(t *testing.T, path string, res func(saveID string) wire.SaveResult) {
+		subject := "cp.ingest.>"
+		if path == "request" {
+			subject = wire.SaveSubjectPrefix + ">"
+		}
+		sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
 			id := m.Header.Get(wire.HdrSaveID)
 			data, _ := json.Marshal(res(id))
-			_ = nc.Publish(wire.ResultSubject(key.Namespace, id), data)
+			if path == "request" {
+				_ = m.Respond(data)
+			} else {
+				_ = nc.Publish(wire.ResultSubject(key.Namespace, id), data)
+			}
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = sub.Unsubscribe() })
@@ -200,15 +211,17 @@ func TestResults_SDKChecksWhatTheDaemonRead(t *testing.T) {
 			return wire.SaveResult{SaveID: id + "x", Key: key, OK: true, Version: version, Received: wire.Hash(conv)}
 		}, checkpoint.ErrCorrupt},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			forge(t, tc.res)
-			c, err := checkpoint.Connect(env.URL(), nil, checkpoint.WithTimeout(2*time.Second))
-			require.NoError(t, err)
-			defer c.Close()
-			_, err = c.Save(ctx, checkpoint.Key{Session: "checked"}, conv)
-			require.ErrorIs(t, err, tc.want)
-		})
+	for _, path := range []string{"request", "ingest"} {
+		for _, tc := range cases {
+			t.Run(path+"/"+tc.name, func(t *testing.T) {
+				forge(t, path, tc.res)
+				c, err := checkpoint.Connect(env.URL(), nil, checkpoint.WithTimeout(2*time.Second))
+				require.NoError(t, err)
+				defer c.Close()
+				_, err = c.Save(ctx, checkpoint.Key{Session: "checked"}, conv)
+				require.ErrorIs(t, err, tc.want)
+			})
+		}
 	}
 }
 

@@ -872,3 +872,79 @@ func TestTenancy_GuessedMessageIDsDropNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(tenBigConv("bob-secret-marker")), string(got))
 }
+
+// Saves sent as requests (docs/protocol.md §4.0), raw: a tenant's request into another namespace
+// finds nobody (its account has no such subject); a request into her own namespace whose reply
+// subject she aimed at another namespace or at the JetStream API is answered in her own account
+// only. Bob's session, and the daemon's streams and consumer, are as before.
+func TestTenancy_SaveRequests(t *testing.T) {
+	f, e := startTenancy(t)
+	bobC := e.Client(f.asBob(t))
+	before := tenSessionState(t, bobC, tenBobKey)
+	alice, err := e.Conn(asAlice())
+	require.NoError(t, err)
+	save := func(subject, reply, saveID string) {
+		m := nats.NewMsg(subject)
+		m.Reply = reply
+		m.Header.Set(wire.HdrSaveID, saveID)
+		m.Data = tenancyConv("alice-marker", 2)
+		require.NoError(t, alice.PublishMsg(m))
+	}
+
+	stolen := checkpoint.Key{Namespace: "bob", Session: "stolen", Agent: "main"}
+	m := nats.NewMsg(wire.SaveSubject(stolen))
+	m.Header.Set(wire.HdrSaveID, "into-bob")
+	m.Data = tenancyConv("alice-marker", 1)
+	_, err = alice.RequestMsg(m, 5*time.Second)
+	require.ErrorIs(t, err, nats.ErrNoResponders, "another namespace's save subject does not exist for alice")
+	m.Subject = wire.SaveSubject(tenBobKey)
+	_, err = alice.RequestMsg(m, 5*time.Second)
+	require.ErrorIs(t, err, nats.ErrNoResponders)
+
+	for i, reply := range []string{
+		wire.SaveSubject(stolen),
+		wire.IngestSubject(stolen),
+		"cp.result.bob.forged",
+		"$JS.API.STREAM.PURGE.KV_" + wire.BucketHeads,
+		"$JS.API.STREAM.PURGE." + wire.StreamIngest,
+		"$JS.API.CONSUMER.DELETE." + wire.StreamIngest + ".checkpointd",
+		"$JS.API.STREAM.DELETE.KV_" + wire.BucketVersion,
+	} {
+		sub, err := alice.SubscribeSync(reply)
+		require.NoError(t, err, reply)
+		save(wire.SaveSubject(tenAliceKey), reply, fmt.Sprintf("deputy-%d", i))
+		// The daemon answered, with her save's result, on her own account's subject.
+		got, err := sub.NextMsg(5 * time.Second)
+		require.NoError(t, err, "the reply aimed at %s", reply)
+		var res wire.SaveResult
+		require.NoError(t, json.Unmarshal(got.Data, &res))
+		require.True(t, res.OK, "%+v", res.Error)
+		require.Equal(t, tenAliceKey, res.Key)
+		require.NoError(t, sub.Unsubscribe())
+	}
+	time.Sleep(200 * time.Millisecond) // anything the daemon stored would be settled by now
+	require.Equal(t, before, tenSessionState(t, bobC, tenBobKey))
+	_, err = bobC.Get(tenCtx(t), stolen, 0)
+	require.ErrorIs(t, err, checkpoint.ErrNotFound)
+	state := tenDaemonState(t, e.DaemonConn())
+	require.Equal(t, "checkpointd", state["consumers of "+wire.StreamIngest], "the ingest consumer is still there")
+	_, err = e.Client(asAlice()).Get(tenCtx(t), tenAliceKey, 0)
+	require.NoError(t, err, "the heads were not purged")
+
+	// The control: on an open server the daemon publishes the reply wherever it is aimed, here on
+	// bob's ingest subject, where JetStream stores it as a save in bob's namespace (refused only
+	// for lack of a save id), as protocol.md §3 says of any request. So the test above would
+	// notice if tenancy stopped preventing it.
+	open := testenv.Start(t, func(c *transfer.Config) { c.CompactIdle = 0 })
+	nc := open.Conn()
+	results, err := nc.SubscribeSync("cp.result.bob.>")
+	require.NoError(t, err)
+	m = nats.NewMsg(wire.SaveSubject(tenAliceKey))
+	m.Reply = wire.IngestSubject(stolen)
+	m.Header.Set(wire.HdrSaveID, "open-deputy")
+	m.Data = tenancyConv("alice-marker", 2)
+	require.NoError(t, nc.PublishMsg(m))
+	got, err := results.NextMsg(5 * time.Second)
+	require.NoError(t, err, "the daemon wrote into bob's namespace")
+	require.Contains(t, got.Subject, "cp.result.bob.seq.")
+}

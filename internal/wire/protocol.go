@@ -17,6 +17,7 @@ const ProtocolVersion = "1"
 const (
 	SubjectRoot = "cp"
 	ingestPfx   = "cp.ingest."
+	savePfx     = "cp.save."
 	chunkPfx    = "cp.chunk."
 	resultPfx   = "cp.result."
 	apiPfx      = "cp.api."
@@ -24,6 +25,17 @@ const (
 
 // IngestSubject is where a save for key is published (JetStream stream CP_INGEST).
 func IngestSubject(k Key) string { return ingestPfx + k.Token() }
+
+// SaveSubject is where a save for key is sent as a core NATS request to a daemon, which answers
+// once the save is durable with its SaveResult (docs/protocol.md §4.0). IngestSubject is the
+// fallback when no daemon answers.
+func SaveSubject(k Key) string { return savePfx + k.Token() }
+
+// SaveSubjectPrefix is the prefix of SaveSubject; IngestSubjectPrefix that of IngestSubject.
+const (
+	SaveSubjectPrefix   = savePfx
+	IngestSubjectPrefix = ingestPfx
+)
 
 // ChunkSubject carries the pieces of a save too large for one message (stream CP_CHUNKS).
 func ChunkSubject(namespace, saveID string) string {
@@ -109,6 +121,11 @@ const (
 	HdrServiceErrorCode = "Nats-Service-Error-Code"
 	HdrServiceError     = "Nats-Service-Error"
 )
+
+// MaxTextHeaderBytes bounds the free-text headers of a save that the version record keeps as
+// sent (Cp-Writer, Cp-Import-Source): each is stored in every version and head, so a client
+// must not make them as large as a message.
+const MaxTextHeaderBytes = 1024
 
 // Encodings of a save body or of a read reply (identity or zstd).
 const (

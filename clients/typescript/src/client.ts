@@ -87,6 +87,13 @@ export class Restored {
 const DEFAULT_TIMEOUT_MS = 30_000;
 /** §4.3: bound each publish attempt (the Go SDK: 2 s) and retry with the same Nats-Msg-Id. */
 const PUBLISH_ATTEMPT_MS = 2_000;
+/**
+ * §4.0: bound each save request (the Go SDK's: 5 s, and 1 s more per chunk, at most 30 s) and send
+ * it again with the same save id.
+ */
+const REQUEST_ATTEMPT_MS = 5_000;
+const REQUEST_ATTEMPT_PER_CHUNK_MS = 1_000;
+const MAX_REQUEST_ATTEMPT_MS = 30_000;
 /** §4.3: bound each direct get of a stored result (the Go SDK: one second). */
 const LOOKUP_ATTEMPT_MS = 1_000;
 /** Room kept for headers below max_payload (§4.2): 16 KiB, as the Go SDK and the daemon keep. */
@@ -169,6 +176,70 @@ export class Client {
     const payload = this.encoder ? this.encoder.encode(body) : body;
     if (this.encoder) hdrs.set("Cp-Encoding", this.encoder.name);
 
+    // §4.0: a request to a daemon first, answered once the save is durable. The pieces of a body
+    // too large for one message go to CP_CHUNKS before it (§4.2).
+    const firstMsgId = `${saveId}/${randomToken()}`;
+    let message = payload;
+    if (payload.length > this.maxBodyBytes()) {
+      await this.publishChunks(key, saveId, firstMsgId, hdrs, payload, deadline);
+      message = new Uint8Array(0);
+    }
+    const data = await this.requestSave(key, saveId, hdrs, message, deadline);
+    if (data !== undefined) return await this.checkResult(data, key, saveId, sent, deadline);
+    // No daemon answers: the ingest stream keeps the save until one does (§4.1).
+    return await this.ingestSave(key, saveId, firstMsgId, hdrs, payload, sent, deadline);
+  }
+
+  /**
+   * §4.0: sends the save as a core NATS request and returns the result its reply carries, or
+   * undefined when nobody listens ("no responders": no daemon runs, or one too old for requests).
+   * A request unanswered in time is sent again with the same save id (the daemon recognises the
+   * repeat); a `busy` or `unavailable` refusal (nothing stored) is retried after its hint, until
+   * the deadline, when the last refusal is returned.
+   */
+  private async requestSave(key: Key, saveId: string, hdrs: MsgHdrs, body: Uint8Array, deadline: number): Promise<Uint8Array | undefined> {
+    const subject = subjects.save(key);
+    const chunks = Number(hdrs.get("Cp-Chunks") || "0");
+    const attemptMs = Math.min(REQUEST_ATTEMPT_MS + chunks * REQUEST_ATTEMPT_PER_CHUNK_MS, MAX_REQUEST_ATTEMPT_MS);
+    for (let attempt = 0; ; attempt++) {
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        throw unavailable(
+          `no checkpointd answered the save on ${subject} in time; its outcome is unknown: ` +
+            `restore the session to see it, or save again with the same save id (${saveId})`,
+        );
+      }
+      let m: Msg;
+      try {
+        m = await this.nc.request(subject, body, { headers: hdrs, timeout: Math.max(1, Math.min(attemptMs, left)) });
+      } catch (e) {
+        if (isNoResponders(e)) return undefined;
+        if (isMaxPayload(e)) throw new CheckpointError("too_large", `sending the save on ${subject}: ${(e as Error).message}`);
+        if (!(e instanceof natsErrors.TimeoutError) && !isTransient(e)) throw unavailable(`sending the save on ${subject}: ${(e as Error).message}`, e);
+        // Unanswered in time (the daemon died, or is slow): send it again, with the same save id.
+        await sleep(Math.min(50, Math.max(0, deadline - Date.now())));
+        continue;
+      }
+      const wait = retryPause(m.data, attempt);
+      if (wait === undefined || Date.now() + wait >= deadline) return m.data;
+      await sleep(wait);
+    }
+  }
+
+  /**
+   * §4.1: the save on the ingest stream, the fallback when no daemon answers requests. The PubAck
+   * means it is durable; its result comes once a daemon settled it. A `busy` refusal is retried
+   * under a new message id (§4.5).
+   */
+  private async ingestSave(
+    key: Key,
+    saveId: string,
+    firstMsgId: string,
+    hdrs: MsgHdrs,
+    payload: Uint8Array,
+    sent: string,
+    deadline: number,
+  ): Promise<VersionRecord> {
     // Listen before publishing (§4.3), and make sure the server has the subscription first.
     const resultSubject = subjects.result(key.namespace, saveId);
     const results = new Inbox(this.nc.subscribe(resultSubject));
@@ -176,10 +247,15 @@ export class Client {
       await this.nc.flush();
       const consumed = new Set<string>();
       for (let attempt = 0; ; attempt++) {
-        // Each attempt gets its own unguessable message id (§4.1; §4.5: a busy save is retried
-        // under a new one); the save id stays.
-        const msgId = `${saveId}/${randomToken()}`;
-        await this.publishBody(key, saveId, msgId, hdrs, payload, deadline);
+        if (attempt === 0 && hdrs.has("Cp-Chunks")) {
+          // The chunks are stored already (for the request): the save message alone.
+          await this.publishOnce(subjects.ingest(key), new Uint8Array(0), firstMsgId, hdrs, deadline);
+        } else {
+          // Each attempt gets its own unguessable message id (§4.1; §4.5: a busy save is retried
+          // under a new one); the save id stays.
+          const msgId = attempt === 0 ? firstMsgId : `${saveId}/${randomToken()}`;
+          await this.publishBody(key, saveId, msgId, hdrs, payload, deadline);
+        }
         const data = await this.awaitResult(results, resultSubject, consumed, deadline);
         consumed.add(sha256(data));
         try {
@@ -225,12 +301,25 @@ export class Client {
     payload: Uint8Array,
     deadline: number,
   ): Promise<void> {
-    const limit = this.maxBodyBytes();
     hdrs.delete("Cp-Chunks");
-    if (payload.length <= limit) {
+    if (payload.length <= this.maxBodyBytes()) {
       await this.publishOnce(subjects.ingest(key), payload, msgId, hdrs, deadline);
       return;
     }
+    await this.publishChunks(key, saveId, msgId, hdrs, payload, deadline);
+    await this.publishOnce(subjects.ingest(key), new Uint8Array(0), msgId, hdrs, deadline);
+  }
+
+  /** Publishes the pieces of a body too large for one message (§4.2) and sets Cp-Chunks. */
+  private async publishChunks(
+    key: Key,
+    saveId: string,
+    msgId: string,
+    hdrs: MsgHdrs,
+    payload: Uint8Array,
+    deadline: number,
+  ): Promise<void> {
+    const limit = this.maxBodyBytes();
     const chunkSubject = subjects.chunk(key.namespace, saveId);
     let lastSeq = 0;
     let n = 0;
@@ -245,7 +334,6 @@ export class Client {
       lastSeq = ack.seq;
     }
     hdrs.set("Cp-Chunks", String(n));
-    await this.publishOnce(subjects.ingest(key), new Uint8Array(0), msgId, hdrs, deadline);
   }
 
   private maxBodyBytes(): number {
@@ -771,6 +859,28 @@ export function randomToken(): string {
 function busyPause(hintMs: number | undefined, attempt: number): number {
   const base = Math.min((hintMs ?? 50) * 2 ** Math.min(attempt, 4), 5000);
   return Math.round(base * (1 + Math.random() * 0.5));
+}
+
+/** "No responders": nobody listens on the subject (nats.js reports it directly or as the cause). */
+function isNoResponders(e: unknown): boolean {
+  return e instanceof natsErrors.NoRespondersError || (e as { cause?: unknown })?.cause instanceof natsErrors.NoRespondersError;
+}
+
+/**
+ * §4.0: how long to wait before sending a save request again after its result `data`, or
+ * undefined when the result is final. `busy` and `unavailable` refusals stored nothing.
+ */
+function retryPause(data: Uint8Array, attempt: number): number | undefined {
+  let res: SaveResult;
+  try {
+    res = JSON.parse(utf8Decode(data)) as SaveResult;
+  } catch {
+    return undefined; // checkResult says what is wrong with it
+  }
+  const code = res?.error?.code;
+  if (code === "busy") return busyPause(res.error?.retryAfterMs, attempt);
+  if (code === "unavailable") return busyPause(undefined, attempt);
+  return undefined;
 }
 
 function isTransient(e: unknown): boolean {

@@ -86,6 +86,8 @@ export function keyToken(k: Key): string {
 }
 
 export const subjects = {
+  /** §4.0: a save as a request to a daemon, answered once durable. */
+  save: (k: Key) => `cp.save.${keyToken(k)}`,
   ingest: (k: Key) => `cp.ingest.${keyToken(k)}`,
   chunk: (ns: string, saveId: string) => `cp.chunk.${encodeId(ns)}.${encodeId(saveId)}`,
   result: (ns: string, saveId: string) => `cp.result.${encodeId(ns)}.${encodeId(saveId)}`,

@@ -1,23 +1,21 @@
 // Saves, appends, views, listings, leases and typed refusals, against a real checkpointd; the
-// hostile cases forge results with a raw NATS connection.
+// hostile cases forge results with a raw NATS connection, on a server of their own.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { connect } from "@nats-io/transport-node";
-import type { NatsConnection } from "@nats-io/transport-node";
-import { Client, CheckpointError, decodeId, joinRaw, subjects } from "../src/index.js";
-import { Daemon } from "./support/daemon.js";
+import type { Msg } from "@nats-io/transport-node";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { Client, CheckpointError, joinRaw, subjects } from "../src/index.js";
+import { Daemon, NatsServer } from "./support/daemon.js";
 
 let d: Daemon;
 let c: Client;
-let raw: NatsConnection;
 
 before(async () => {
   d = await Daemon.start();
   c = await Client.connect({ servers: d.natsURL }, { timeoutMs: 10_000 });
-  raw = await connect({ servers: d.natsURL });
 });
 after(async () => {
-  await raw?.close();
   await c?.close();
   await d?.stop();
 });
@@ -195,28 +193,54 @@ test("a lease renews itself every third of its TTL, and stops when fenced", asyn
 });
 
 /**
- * A hostile client (a raw NATS connection) forges the outcome of every save of session "forged":
- * on the first chunk of the save (§4.2), it publishes a result on the save's result subject. The
- * save is sent in many small chunks, so the forgery is on the subscription long before the daemon
- * (which sees the save only after the last chunk) publishes the genuine one. The client must not
- * believe it.
+ * A hostile client (a raw NATS connection) forges the outcome of a save of session "forged", by
+ * both ways a result reaches the client: as the reply to its save request (§4.0: without
+ * per-namespace accounts anyone may answer on cp.save), and, when no daemon answers requests, on
+ * the save's result subject after the save reached the ingest stream (§4.3). It also answers the
+ * `get` with which the client confirms a version it is told of, with a record of another save.
+ * Each runs on a server of its own, where the forger is the only one answering, so the forgery is
+ * what the client gets. The client must not believe it.
  */
-async function forging(makeResult: (saveId: string) => unknown, run: (chunky: Client) => Promise<unknown>): Promise<void> {
-  const forged: string[] = [];
-  const sub = raw.subscribe("cp.chunk.default.*", {
-    callback: (_err, m) => {
-      if (m.headers?.get("Cp-Chunk") !== "0") return;
-      const saveId = decodeId(m.subject.split(".")[3]);
-      forged.push(saveId);
-      raw.publish(subjects.result("default", saveId), JSON.stringify(makeResult(saveId)));
-    },
-  });
-  await raw.flush();
-  try {
-    await run(new Client(c.nc, { encoder: "identity", maxMessageBytes: 256, timeoutMs: 10_000 }));
-    assert.equal(forged.length, 1, "one save was forged");
-  } finally {
-    sub.unsubscribe();
+async function forging(makeResult: (saveId: string) => unknown, run: (lone: Client) => Promise<unknown>): Promise<void> {
+  for (const path of ["request", "ingest"]) {
+    const bare = await NatsServer.start(1024 * 1024);
+    const rogue = await connect({ servers: bare.url });
+    const lone = await Client.connect({ servers: bare.url }, { encoder: "identity", timeoutMs: 5000 });
+    try {
+      const jsm = await jetstreamManager(rogue);
+      await jsm.streams.add({ name: "CP_INGEST", subjects: ["cp.ingest.>"] });
+      await jsm.streams.add({ name: "CP_RESULTS", subjects: ["cp.result.>"], max_msgs_per_subject: 1, allow_direct: true });
+      const forged: string[] = [];
+      const saveIdOf = (m: Msg) => m.headers?.get("Cp-Save-Id") ?? "";
+      if (path === "request") {
+        rogue.subscribe("cp.save.default.*.*", {
+          callback: (_err, m) => {
+            forged.push(saveIdOf(m));
+            m.respond(JSON.stringify(makeResult(saveIdOf(m))));
+          },
+        });
+      } else {
+        rogue.subscribe("cp.ingest.default.*.*", {
+          callback: (_err, m) => {
+            forged.push(saveIdOf(m));
+            rogue.publish(subjects.result("default", saveIdOf(m)), JSON.stringify(makeResult(saveIdOf(m))));
+          },
+        });
+      }
+      rogue.subscribe("cp.api.default.get", {
+        callback: (_err, m) => {
+          const req = JSON.parse(new TextDecoder().decode(m.data)) as { version: number };
+          m.respond(JSON.stringify({ format: 2, key: forgedKey, version: req.version, parent: 0, hash: "sha256:00", saveId: "someone-else" }));
+        },
+      });
+      await rogue.flush();
+      await run(lone);
+      assert.equal(forged.length, 1, `${path}: one save was forged`);
+    } finally {
+      await lone.close();
+      await rogue.close();
+      await bare.stop();
+    }
   }
 }
 
@@ -225,7 +249,7 @@ const forgedKey = { namespace: "default", session: "forged", agent: "main" };
 test("hostile: a forged refusal whose received hash is not the body's is refused as corrupt", async () => {
   await forging(
     (saveId) => ({ saveId, key: forgedKey, ok: false, received: "sha256:" + "0".repeat(64), error: { code: "conflict", message: "forged", head: 7 } }),
-    (chunky) => refused(chunky.save("forged", joinRaw(turns(0, 10))), "corrupt"),
+    (lone) => refused(lone.save("forged", joinRaw(turns(0, 10))), "corrupt"),
   );
 });
 
@@ -238,18 +262,18 @@ test("hostile: a forged success naming a version this save did not make is refus
       received: "sha256:" + "1".repeat(64),
       version: { format: 2, key: forgedKey, version: 99, hash: "sha256:00" },
     }),
-    (chunky) => refused(chunky.save("forged", joinRaw(turns(0, 11))), "corrupt"),
+    (lone) => refused(lone.save("forged", joinRaw(turns(0, 11))), "corrupt"),
   );
 });
 
 test("hostile: a forged result naming another save id or session is refused as corrupt", async () => {
   await forging(
     () => ({ saveId: "someone-else", key: forgedKey, ok: true }),
-    (chunky) => refused(chunky.save("forged", joinRaw(turns(0, 12))), "corrupt"),
+    (lone) => refused(lone.save("forged", joinRaw(turns(0, 12))), "corrupt"),
   );
   await forging(
     (saveId) => ({ saveId, key: { ...forgedKey, session: "other" }, ok: true }),
-    (chunky) => refused(chunky.save("forged", joinRaw(turns(0, 13))), "corrupt"),
+    (lone) => refused(lone.save("forged", joinRaw(turns(0, 13))), "corrupt"),
   );
 });
 
@@ -257,6 +281,6 @@ test("hostile: a forged duplicate naming another save's real version is refused 
   const first = await c.save("forged", joinRaw(turns(0, 1)), { saveId: "genuine-1" });
   await forging(
     (saveId) => ({ saveId, key: forgedKey, ok: true, duplicate: true, version: first }),
-    (chunky) => refused(chunky.save("forged", joinRaw(turns(0, 14))), "corrupt"),
+    (lone) => refused(lone.save("forged", joinRaw(turns(0, 14))), "corrupt"),
   );
 });

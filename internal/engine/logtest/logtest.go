@@ -1,0 +1,817 @@
+// Package logtest is the conformance suite of engine.Log: every implementation (engine/memlog in
+// memory, internal/logstore on JetStream) runs it from its own tests, so the engine's rules can be
+// tested on memlog and hold on the real store. Each case states the contract of log.go it checks.
+package logtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
+)
+
+// Run runs every case against logs made by newLog, which must return a fresh, empty log each time
+// (a case may write anything to it), cleaned up when its t ends. Cases run one after another.
+func Run(t *testing.T, newLog func(t *testing.T) engine.Log) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, l engine.Log)
+	}{
+		{"Append/EmptyLogExpectsZero", testAppendEmptyExpectsZero},
+		{"Append/StaleAfterWritesNothing", testAppendStaleAfter},
+		{"Append/ConcurrentOneWinsPerSequence", testAppendConcurrent},
+		{"Append/SequencesGrowAcrossLogs", testSequencesGrow},
+		{"Append/KeepsItsOwnCopy", testAppendCopies},
+		{"Last/ReadYourWrites", testLastReadYourWrites},
+		{"Get/OnlyItsOwnLog", testGet},
+		{"Range/BoundsAndOrder", testRangeBounds},
+		{"Range/EarlyStop", testRangeEarlyStop},
+		{"Range/MoreEntriesThanABatch", testRangeManyEntries},
+		{"Range/MoreBytesThanABatch", testRangeManyBytes},
+		{"Delete/SkipsMissingAndOtherLogs", testDelete},
+		{"Delete/RefusesTheLastEntry", testDeleteLast},
+		{"Purge/LogAndSessionGone", testPurge},
+		{"Purge/KeyCreatedAgain", testPurgeRecreate},
+		{"Sessions/PagesInCreationOrder", testSessionsPaging},
+		{"Sessions/ManySessionsLargeLimit", testSessionsLargeLimit},
+		{"Sessions/ConcurrentCreationListedOnce", testSessionsConcurrentCreation},
+		{"Namespaces/Sorted", testNamespaces},
+		{"Values/CreatedOnce", testValues},
+		{"MaxEntry/TooLarge", testMaxEntry},
+		{"HostileIDs/NeverCollide", testHostileIDs},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			c.fn(t, newLog(t))
+			if d := time.Since(start); d > 2*time.Second {
+				t.Logf("took %v", d.Round(time.Millisecond))
+			}
+		})
+	}
+}
+
+func ctxOf(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func key(ns, session string) engine.Key {
+	return engine.Key{Namespace: ns, Session: session, Agent: "main"}
+}
+
+// appendN appends n entries "<prefix>-<i>" to k, each after the one before, and returns them.
+func appendN(t *testing.T, l engine.Log, k engine.Key, prefix string, n int) []engine.Entry {
+	t.Helper()
+	ctx := ctxOf(t)
+	var after uint64
+	if last, err := l.Last(ctx, k); err == nil {
+		after = last.Seq
+	} else {
+		require.ErrorIs(t, err, engine.ErrNotFound)
+	}
+	out := make([]engine.Entry, 0, n)
+	for i := range n {
+		data := []byte(fmt.Sprintf("%s-%d", prefix, i))
+		seq, err := l.Append(ctx, k, data, after)
+		require.NoError(t, err, "append %d to %s", i, k)
+		out = append(out, engine.Entry{Seq: seq, Data: data})
+		after = seq
+	}
+	return out
+}
+
+// rangeAll returns what Range calls fn with.
+func rangeAll(t *testing.T, l engine.Log, k engine.Key, from, upTo uint64) []engine.Entry {
+	t.Helper()
+	var out []engine.Entry
+	require.NoError(t, l.Range(ctxOf(t), k, from, upTo, func(e engine.Entry) bool {
+		out = append(out, e)
+		return true
+	}))
+	return out
+}
+
+// requireEntries checks got against want, entry by entry (nil and empty data are the same).
+func requireEntries(t *testing.T, want, got []engine.Entry) {
+	t.Helper()
+	require.Equal(t, len(want), len(got), "number of entries")
+	for i := range want {
+		require.Equal(t, want[i].Seq, got[i].Seq, "entry %d's sequence", i)
+		require.True(t, bytes.Equal(want[i].Data, got[i].Data), "entry %d (seq %d): data %q, want %q", i, want[i].Seq, got[i].Data, want[i].Data)
+	}
+}
+
+// soon retries check until it passes (for up to 10 s): what a Log shows of a delete (Delete,
+// Purge, the index entry a lost creation removes) may reach a replicated store's readers a moment
+// after the call returned (log.go: Range, Sessions). Appends are checked at once: every read sees
+// them.
+func soon(t *testing.T, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rangeIs reports how Range differs from want.
+func rangeIs(l engine.Log, k engine.Key, from, upTo uint64, want ...engine.Entry) func() error {
+	return func() error {
+		var got []engine.Entry
+		if err := l.Range(context.Background(), k, from, upTo, func(e engine.Entry) bool { got = append(got, e); return true }); err != nil {
+			return err
+		}
+		if !slices.EqualFunc(want, got, func(a, b engine.Entry) bool { return a.Seq == b.Seq && bytes.Equal(a.Data, b.Data) }) {
+			return fmt.Errorf("Range of %s [%d, %d]: got %v, want %v", k, from, upTo, seqsOf(got), seqsOf(want))
+		}
+		return nil
+	}
+}
+
+func seqsOf(es []engine.Entry) []uint64 {
+	out := make([]uint64, len(es))
+	for i, e := range es {
+		out[i] = e.Seq
+	}
+	return out
+}
+
+// sessionsAre reports how the pages of ns differ from want.
+func sessionsAre(l engine.Log, ns string, limit int, want ...engine.Key) func() error {
+	return func() error {
+		var got []engine.Key
+		var cursor uint64
+		for {
+			keys, next, err := l.Sessions(context.Background(), ns, cursor, limit)
+			if err != nil {
+				return err
+			}
+			got = append(got, keys...)
+			if next == 0 {
+				break
+			}
+			cursor = next
+		}
+		if !slices.Equal(want, got) {
+			return fmt.Errorf("Sessions of %q: got %v, want %v", ns, got, want)
+		}
+		return nil
+	}
+}
+
+// allSessions walks every page of ns with the given limit.
+func allSessions(t *testing.T, l engine.Log, ns string, limit int) []engine.Key {
+	t.Helper()
+	var out []engine.Key
+	var cursor uint64
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 100_000, "Sessions never ends")
+		keys, next, err := l.Sessions(ctxOf(t), ns, cursor, limit)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(keys), limit, "a page holds at most limit keys")
+		out = append(out, keys...)
+		if next == 0 {
+			return out
+		}
+		require.NotEqual(t, cursor, next, "the cursor moves on")
+		cursor = next
+	}
+}
+
+// An empty log takes an Append only after 0; the first Append's sequence is not 0.
+func testAppendEmptyExpectsZero(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	k := key("n", "s")
+	_, err := l.Last(ctx, k)
+	require.ErrorIs(t, err, engine.ErrNotFound)
+	_, err = l.Append(ctx, k, []byte("x"), 7)
+	require.ErrorIs(t, err, engine.ErrConflict, "an empty log's last sequence is 0, not 7")
+	_, err = l.Last(ctx, k)
+	require.ErrorIs(t, err, engine.ErrNotFound, "a lost compare-and-swap writes nothing")
+	soon(t, sessionsAre(l, "n", 10)) // a lost compare-and-swap does not list the session
+
+	seq, err := l.Append(ctx, k, []byte("first"), 0)
+	require.NoError(t, err)
+	require.NotZero(t, seq)
+	last, err := l.Last(ctx, k)
+	require.NoError(t, err)
+	requireEntries(t, []engine.Entry{{Seq: seq, Data: []byte("first")}}, []engine.Entry{last})
+
+	// An empty entry is an entry.
+	seq2, err := l.Append(ctx, k, nil, seq)
+	require.NoError(t, err)
+	e, err := l.Get(ctx, k, seq2)
+	require.NoError(t, err)
+	require.Empty(t, e.Data)
+	require.Equal(t, seq2, e.Seq)
+}
+
+// An Append whose after is not the last sequence gets ErrConflict and writes nothing.
+func testAppendStaleAfter(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	k := key("n", "s")
+	es := appendN(t, l, k, "e", 3)
+	for _, after := range []uint64{0, es[0].Seq, es[1].Seq, es[2].Seq + 1, es[2].Seq + 1000} {
+		_, err := l.Append(ctx, k, []byte("stale"), after)
+		require.ErrorIs(t, err, engine.ErrConflict, "after %d", after)
+	}
+	requireEntries(t, es, rangeAll(t, l, k, 0, 0))
+	last, err := l.Last(ctx, k)
+	require.NoError(t, err)
+	require.Equal(t, es[2].Seq, last.Seq)
+	soon(t, sessionsAre(l, "n", 10, k)) // a lost compare-and-swap on an existing log lists nothing more
+}
+
+// Appenders racing on the same expected sequence: exactly one wins each round, the others get
+// ErrConflict, and the log holds exactly the winners.
+func testAppendConcurrent(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	k := key("n", "race")
+	const writers, rounds = 6, 15
+	var after uint64
+	var want []engine.Entry
+	for round := range rounds {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		type result struct {
+			seq  uint64
+			data []byte
+			err  error
+		}
+		results := make([]result, writers)
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				data := []byte(fmt.Sprintf("round %d writer %d", round, w))
+				seq, err := l.Append(ctx, k, data, after)
+				results[w] = result{seq, data, err}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		var won []result
+		for _, r := range results {
+			if r.err == nil {
+				won = append(won, r)
+				continue
+			}
+			require.ErrorIs(t, r.err, engine.ErrConflict, "round %d", round)
+		}
+		require.Len(t, won, 1, "round %d: exactly one writer wins", round)
+		require.Greater(t, won[0].seq, after)
+		want = append(want, engine.Entry{Seq: won[0].seq, Data: won[0].data})
+		after = won[0].seq
+	}
+	requireEntries(t, want, rangeAll(t, l, k, 0, 0))
+	soon(t, sessionsAre(l, "n", 10, k)) // racing creators list the session once
+}
+
+// Sequences are never 0 and grow across every log of the store.
+func testSequencesGrow(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	keys := []engine.Key{key("n", "a"), key("n", "b"), key("m", "a"), {Namespace: "n", Session: "a", Agent: "other"}}
+	afters := make([]uint64, len(keys))
+	var prev uint64
+	seen := map[uint64]bool{}
+	for i := range 20 {
+		j := i % len(keys)
+		seq, err := l.Append(ctx, keys[j], []byte{byte(i)}, afters[j])
+		require.NoError(t, err)
+		require.Greater(t, seq, prev, "sequences grow across logs")
+		require.False(t, seen[seq])
+		seen[seq], prev, afters[j] = true, seq, seq
+	}
+}
+
+// The log keeps what was appended, not the caller's buffer, and callers may keep what it returns.
+func testAppendCopies(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	k := key("n", "s")
+	data := []byte("original")
+	seq, err := l.Append(ctx, k, data, 0)
+	require.NoError(t, err)
+	copy(data, "CHANGED!")
+	e, err := l.Get(ctx, k, seq)
+	require.NoError(t, err)
+	require.Equal(t, "original", string(e.Data))
+	copy(e.Data, "CHANGED!")
+	last, err := l.Last(ctx, k)
+	require.NoError(t, err)
+	require.Equal(t, "original", string(last.Data))
+}
+
+// Last sees every Append that returned before it.
+func testLastReadYourWrites(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	k := key("n", "s")
+	var after uint64
+	for i := range 50 {
+		data := []byte(fmt.Sprintf("v%d", i))
+		seq, err := l.Append(ctx, k, data, after)
+		require.NoError(t, err)
+		last, err := l.Last(ctx, k)
+		require.NoError(t, err, "Last right after Append %d", i)
+		requireEntries(t, []engine.Entry{{Seq: seq, Data: data}}, []engine.Entry{last})
+		after = seq
+	}
+	_, err := l.Last(ctx, key("n", "other"))
+	require.ErrorIs(t, err, engine.ErrNotFound)
+}
+
+// Get returns an entry of the key's own log only.
+func testGet(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	a, b := key("n", "a"), key("n", "b")
+	ea := appendN(t, l, a, "a", 3)
+	eb := appendN(t, l, b, "b", 2)
+	for _, e := range ea {
+		got, err := l.Get(ctx, a, e.Seq)
+		require.NoError(t, err)
+		requireEntries(t, []engine.Entry{e}, []engine.Entry{got})
+	}
+	for _, seq := range []uint64{0, eb[0].Seq, eb[1].Seq, eb[1].Seq + 1, 1 << 62} {
+		_, err := l.Get(ctx, a, seq)
+		require.ErrorIs(t, err, engine.ErrNotFound, "seq %d is not an entry of %s", seq, a)
+	}
+	_, err := l.Get(ctx, key("n", "none"), ea[0].Seq)
+	require.ErrorIs(t, err, engine.ErrNotFound)
+	require.NoError(t, l.Delete(ctx, a, ea[1].Seq))
+	_, err = l.Get(ctx, a, ea[1].Seq)
+	require.ErrorIs(t, err, engine.ErrNotFound, "a deleted entry")
+}
+
+// Range: [from, upTo] inclusive, upTo 0 to the end, in order, only the key's entries.
+func testRangeBounds(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	a, b := key("n", "a"), key("n", "b")
+	var ea, eb []engine.Entry
+	for i := range 5 { // interleaved with another log, so the sequences have gaps
+		ea = append(ea, appendN(t, l, a, fmt.Sprint("a", i), 1)...)
+		eb = append(eb, appendN(t, l, b, fmt.Sprint("b", i), 1)...)
+	}
+	requireEntries(t, ea, rangeAll(t, l, a, 0, 0))
+	requireEntries(t, ea, rangeAll(t, l, a, 1, 0))
+	requireEntries(t, ea[1:4], rangeAll(t, l, a, ea[1].Seq, ea[3].Seq))
+	requireEntries(t, ea[1:4], rangeAll(t, l, a, ea[0].Seq+1, ea[4].Seq-1)) // bounds between entries
+	requireEntries(t, ea[2:3], rangeAll(t, l, a, ea[2].Seq, ea[2].Seq))
+	requireEntries(t, ea[:1], rangeAll(t, l, a, 0, ea[0].Seq))
+	requireEntries(t, nil, rangeAll(t, l, a, ea[4].Seq+1, 0))
+	requireEntries(t, nil, rangeAll(t, l, a, ea[3].Seq, ea[2].Seq))
+	requireEntries(t, nil, rangeAll(t, l, key("n", "none"), 0, 0))
+	requireEntries(t, eb, rangeAll(t, l, b, 0, 0))
+	// Deleted entries are skipped.
+	require.NoError(t, l.Delete(ctx, a, ea[1].Seq, ea[3].Seq))
+	soon(t, rangeIs(l, a, 0, 0, ea[0], ea[2], ea[4]))
+	soon(t, rangeIs(l, a, ea[1].Seq, ea[3].Seq, ea[2]))
+}
+
+// Range stops at the first entry for which fn returns false.
+func testRangeEarlyStop(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	k := key("n", "s")
+	es := appendN(t, l, k, "e", 10)
+	var got []engine.Entry
+	require.NoError(t, l.Range(ctx, k, 0, 0, func(e engine.Entry) bool {
+		got = append(got, e)
+		return len(got) < 3
+	}))
+	requireEntries(t, es[:3], got)
+	// The log still serves after an abandoned Range.
+	requireEntries(t, es, rangeAll(t, l, k, 0, 0))
+}
+
+// Range over more entries than a batch holds (1,024 is the largest batch a JetStream server
+// answers in one request for multi_last, and the logs' own batch sizes are at most that).
+func testRangeManyEntries(t *testing.T, l engine.Log) {
+	k := key("n", "many")
+	es := appendN(t, l, k, "entry", 1100)
+	requireEntries(t, es, rangeAll(t, l, k, 0, 0))
+	requireEntries(t, es[100:1050], rangeAll(t, l, k, es[100].Seq, es[1049].Seq))
+}
+
+// Range over more bytes than a batch holds (8 MiB).
+func testRangeManyBytes(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	k := key("n", "big")
+	size := min(l.MaxEntry(), 1<<20)
+	n := (9<<20)/size + 1
+	var es []engine.Entry
+	var after uint64
+	for i := range n {
+		data := bytes.Repeat([]byte{byte('a' + i%26)}, size)
+		seq, err := l.Append(ctx, k, data, after)
+		require.NoError(t, err)
+		es = append(es, engine.Entry{Seq: seq, Data: data})
+		after = seq
+	}
+	requireEntries(t, es, rangeAll(t, l, k, 0, 0))
+	requireEntries(t, es, rangeAll(t, l, k, 0, es[n-1].Seq))
+}
+
+// Delete removes the given entries of the key's log; missing ones and other logs' are skipped.
+func testDelete(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	a, b := key("n", "a"), key("n", "b")
+	ea := appendN(t, l, a, "a", 5)
+	eb := appendN(t, l, b, "b", 3)
+	require.NoError(t, l.Delete(ctx, a))
+	require.NoError(t, l.Delete(ctx, a, ea[0].Seq, ea[2].Seq))
+	soon(t, rangeIs(l, a, 0, 0, ea[1], ea[3], ea[4]))
+	// Again, with missing sequences, a sequence of b's and one never given out.
+	require.NoError(t, l.Delete(ctx, a, ea[0].Seq, ea[2].Seq, eb[0].Seq, eb[1].Seq, 0, 1<<62, ea[1].Seq))
+	soon(t, rangeIs(l, a, 0, 0, ea[3], ea[4]))
+	requireEntries(t, eb, rangeAll(t, l, b, 0, 0))
+	require.NoError(t, l.Delete(ctx, key("n", "none"), eb[0].Seq), "a log that does not exist")
+	requireEntries(t, eb, rangeAll(t, l, b, 0, 0))
+	// The log goes on after the deletes.
+	seq, err := l.Append(ctx, a, []byte("next"), ea[4].Seq)
+	require.NoError(t, err)
+	require.Greater(t, seq, eb[2].Seq)
+}
+
+// Delete refuses the log's last entry, and then deletes nothing.
+func testDeleteLast(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	k := key("n", "s")
+	es := appendN(t, l, k, "e", 3)
+	require.Error(t, l.Delete(ctx, k, es[0].Seq, es[2].Seq))
+	requireEntries(t, es, rangeAll(t, l, k, 0, 0))
+	require.Error(t, l.Delete(ctx, k, es[2].Seq))
+	last, err := l.Last(ctx, k)
+	require.NoError(t, err)
+	require.Equal(t, es[2].Seq, last.Seq)
+	// Its compare-and-swap still holds: the last sequence did not move back.
+	_, err = l.Append(ctx, k, []byte("stale"), es[1].Seq)
+	require.ErrorIs(t, err, engine.ErrConflict)
+}
+
+// Purge removes the whole log and its place in Sessions, and nothing of other logs.
+func testPurge(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	a, b, c := key("n", "a"), key("n", "b"), key("n", "c")
+	ea := appendN(t, l, a, "a", 4)
+	eb := appendN(t, l, b, "b", 2)
+	ec := appendN(t, l, c, "c", 2)
+	require.NoError(t, l.Delete(ctx, a, ea[0].Seq)) // a purged log may have lost its first entry
+	require.NoError(t, l.Purge(ctx, a))
+	_, err := l.Last(ctx, a)
+	require.ErrorIs(t, err, engine.ErrNotFound)
+	_, err = l.Get(ctx, a, ea[2].Seq)
+	require.ErrorIs(t, err, engine.ErrNotFound)
+	soon(t, rangeIs(l, a, 0, 0))
+	soon(t, sessionsAre(l, "n", 10, b, c))
+	requireEntries(t, eb, rangeAll(t, l, b, 0, 0))
+	requireEntries(t, ec, rangeAll(t, l, c, 0, 0))
+	require.NoError(t, l.Purge(ctx, a), "purging an empty log")
+	require.NoError(t, l.Purge(ctx, key("n", "never")), "purging a log that never was")
+	soon(t, sessionsAre(l, "n", 10, b, c))
+}
+
+// A purged key starts again from an empty log, listed once, after the sessions created before.
+func testPurgeRecreate(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	a, b := key("n", "a"), key("n", "b")
+	ea := appendN(t, l, a, "a", 3)
+	appendN(t, l, b, "b", 1)
+	require.NoError(t, l.Purge(ctx, a))
+	_, err := l.Append(ctx, a, []byte("stale"), ea[2].Seq)
+	require.ErrorIs(t, err, engine.ErrConflict, "a purged log is empty: it takes after 0 only")
+	for round := range 3 { // again and again, quickly
+		seq, err := l.Append(ctx, a, []byte("again"), 0)
+		require.NoError(t, err)
+		require.Greater(t, seq, ea[2].Seq)
+		soon(t, rangeIs(l, a, 0, 0, engine.Entry{Seq: seq, Data: []byte("again")}))
+		soon(t, sessionsAre(l, "n", 10, b, a))
+		if round < 2 {
+			require.NoError(t, l.Purge(ctx, a))
+			soon(t, sessionsAre(l, "n", 10, b))
+		}
+	}
+}
+
+// Sessions pages a namespace in the order its logs were created, with a cursor.
+func testSessionsPaging(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	var want []engine.Key
+	for i := range 23 {
+		k := key("n", fmt.Sprintf("s%02d", 22-i)) // creation order is not name order
+		appendN(t, l, k, "e", 1+i%3)
+		want = append(want, k)
+		appendN(t, l, key("other", fmt.Sprint(i)), "o", 1)
+	}
+	for _, limit := range []int{1, 5, 10, 23, 24, 1000} {
+		require.Equal(t, want, allSessions(t, l, "n", limit), "limit %d", limit)
+	}
+	keys, next, err := l.Sessions(ctx, "n", 0, 23)
+	require.NoError(t, err)
+	require.Equal(t, want, keys)
+	require.Zero(t, next, "no more")
+	keys, next, err = l.Sessions(ctx, "empty", 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, keys)
+	require.Zero(t, next)
+	_, _, err = l.Sessions(ctx, "n", 0, 0)
+	require.Error(t, err, "a page of 0 keys is refused")
+	_, _, err = l.Sessions(ctx, "n", 0, -1)
+	require.Error(t, err)
+	// A page cursor stays valid while sessions are created after it.
+	keys, next, err = l.Sessions(ctx, "n", 0, 20)
+	require.NoError(t, err)
+	require.Equal(t, want[:20], keys)
+	late := key("n", "late")
+	appendN(t, l, late, "e", 1)
+	rest := append(slices.Clone(want[20:]), late)
+	var got []engine.Key
+	for next != 0 {
+		keys, next, err = l.Sessions(ctx, "n", next, 20)
+		require.NoError(t, err)
+		got = append(got, keys...)
+	}
+	require.Equal(t, rest, got)
+}
+
+// More sessions than the largest page a store may answer (1,024), listed with a larger limit:
+// split into pages (fewer keys and a cursor) or all at once, never truncated without a cursor.
+func testSessionsLargeLimit(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	const n = 1100
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	work := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if _, err := l.Append(ctx, key("big", fmt.Sprintf("s%04d", i)), []byte("e"), 0); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	keys := allSessions(t, l, "big", 5000)
+	require.Len(t, keys, n)
+	seen := map[engine.Key]bool{}
+	for _, k := range keys {
+		require.False(t, seen[k], "%s listed twice", k)
+		seen[k] = true
+	}
+	for i := range n {
+		require.True(t, seen[key("big", fmt.Sprintf("s%04d", i))], "s%04d listed", i)
+	}
+}
+
+// Creators racing on a new key: one log, listed once; the losers' attempts leave nothing.
+func testSessionsConcurrentCreation(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	var want []engine.Key
+	for i := range 10 {
+		k := key("n", fmt.Sprint("race", i))
+		want = append(want, k)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		var won, lost int
+		var mu sync.Mutex
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, err := l.Append(ctx, k, []byte("first"), 0)
+				mu.Lock()
+				defer mu.Unlock()
+				if err == nil {
+					won++
+				} else if errors.Is(err, engine.ErrConflict) {
+					lost++
+				} else {
+					t.Errorf("creating %s: %v", k, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		require.Equal(t, 1, won)
+		require.Equal(t, 3, lost)
+	}
+	soon(t, sessionsAre(l, "n", 100, want...))
+}
+
+// Namespaces lists every namespace with a session, sorted, each once.
+func testNamespaces(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	nss, err := l.Namespaces(ctx)
+	require.NoError(t, err)
+	require.Empty(t, nss)
+	for _, ns := range []string{"zeta", "alpha", "Mid", "alpha", "zeta", "b.c", "b"} {
+		appendN(t, l, key(ns, fmt.Sprint("s", time.Now().UnixNano())), "e", 1)
+	}
+	require.NoError(t, l.PutValue(ctx, "values-only", "id", []byte("v")))
+	nss, err = l.Namespaces(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"Mid", "alpha", "b", "b.c", "zeta"}, nss)
+}
+
+// Values: created once (a second PutValue keeps the first), read, listed, deleted.
+func testValues(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	id1, id2 := strings.Repeat("ab", 32), strings.Repeat("cd", 32)
+	_, err := l.Value(ctx, "n", id1)
+	require.ErrorIs(t, err, engine.ErrNotFound)
+	require.NoError(t, l.PutValue(ctx, "n", id1, []byte("first")))
+	require.NoError(t, l.PutValue(ctx, "n", id1, []byte("second")), "a second writer gets nil")
+	v, err := l.Value(ctx, "n", id1)
+	require.NoError(t, err)
+	require.Equal(t, "first", string(v), "the first value is kept")
+	require.NoError(t, l.PutValue(ctx, "n", id2, nil))
+	v, err = l.Value(ctx, "n", id2)
+	require.NoError(t, err, "an empty value is a value")
+	require.Empty(t, v)
+	require.NoError(t, l.PutValue(ctx, "m", id1, []byte("other namespace")))
+	v, err = l.Value(ctx, "m", id1)
+	require.NoError(t, err)
+	require.Equal(t, "other namespace", string(v))
+
+	values := func(ns string) []string {
+		var ids []string
+		require.NoError(t, l.Values(ctx, ns, func(id string) bool { ids = append(ids, id); return true }))
+		slices.Sort(ids)
+		return ids
+	}
+	require.Equal(t, []string{id1, id2}, values("n"))
+	require.Equal(t, []string{id1}, values("m"))
+	require.Empty(t, values("none"))
+	calls := 0
+	require.NoError(t, l.Values(ctx, "n", func(string) bool { calls++; return false }))
+	require.Equal(t, 1, calls, "Values stops when fn returns false")
+
+	require.NoError(t, l.DeleteValue(ctx, "n", id1))
+	_, err = l.Value(ctx, "n", id1)
+	require.ErrorIs(t, err, engine.ErrNotFound)
+	require.NoError(t, l.DeleteValue(ctx, "n", id1), "deleting a missing value")
+	require.Equal(t, []string{id2}, values("n"))
+	v, err = l.Value(ctx, "m", id1)
+	require.NoError(t, err, "a delete in one namespace leaves the others")
+	require.Equal(t, "other namespace", string(v))
+	require.NoError(t, l.PutValue(ctx, "n", id1, []byte("again")), "a deleted value can be created again")
+	v, err = l.Value(ctx, "n", id1)
+	require.NoError(t, err)
+	require.Equal(t, "again", string(v))
+}
+
+// Entries and values of MaxEntry bytes are stored; one byte more is ErrTooLarge, and nothing is
+// written.
+func testMaxEntry(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	max := l.MaxEntry()
+	require.Greater(t, max, 0)
+	long := strings.Repeat("=.>* ", 51) // 255 bytes, each escaped: the longest subject there is
+	k := engine.Key{Namespace: long, Session: long, Agent: long}
+	_, err := l.Append(ctx, k, make([]byte, max+1), 0)
+	require.ErrorIs(t, err, engine.ErrTooLarge)
+	_, err = l.Last(ctx, k)
+	require.ErrorIs(t, err, engine.ErrNotFound)
+	keys, _, err := l.Sessions(ctx, long, 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, keys, "a refused entry does not list the session")
+
+	big := bytes.Repeat([]byte("x"), max)
+	seq, err := l.Append(ctx, k, big, 0)
+	require.NoError(t, err)
+	seq, err = l.Append(ctx, k, big, seq)
+	require.NoError(t, err, "an entry of MaxEntry bytes after the first")
+	last, err := l.Last(ctx, k)
+	require.NoError(t, err)
+	require.Equal(t, seq, last.Seq)
+	require.True(t, bytes.Equal(big, last.Data))
+
+	id := strings.Repeat("ef", 32)
+	require.ErrorIs(t, l.PutValue(ctx, long, id, make([]byte, max+1)), engine.ErrTooLarge)
+	_, err = l.Value(ctx, long, id)
+	require.ErrorIs(t, err, engine.ErrNotFound)
+	require.NoError(t, l.PutValue(ctx, long, id, big))
+	v, err := l.Value(ctx, long, id)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(big, v))
+}
+
+// hostileIDs are ids a client may choose, meant to change a subject's meaning if they reached it
+// raw: separators, wildcards, spaces, escapes that look like encoded bytes, unicode, 256 bytes.
+var hostileIDs = []string{
+	"a", "a.b", "a.b.c", ".", "..", "*", ">", "a.*", "a.>", " ", "a b", "\t", "=", "=2E", "=2E=2E", "a=2Eb",
+	"ü", "日本", "🙂", "$JS", "_INBOX", "%2E", "A", // "A" and "a" are different ids
+	strings.Repeat("x", 256), strings.Repeat(".", 256), strings.Repeat("é", 128),
+}
+
+// Keys and values named by hostile ids each stay their own: an entry, a listing, a value of one
+// is never another's.
+func testHostileIDs(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	type kv struct {
+		k    engine.Key
+		data []byte
+		seq  uint64
+	}
+	var all []*kv
+	byNS := map[string][]engine.Key{}
+	n := len(hostileIDs)
+	for i, id := range hostileIDs {
+		// Each id as namespace, session and agent, beside its neighbours in the list.
+		for _, k := range []engine.Key{
+			{Namespace: id, Session: "s", Agent: "main"},
+			{Namespace: "n", Session: id, Agent: "main"},
+			{Namespace: "n", Session: "s", Agent: id},
+			{Namespace: id, Session: hostileIDs[(i+1)%n], Agent: hostileIDs[(i+2)%n]},
+		} {
+			if slices.ContainsFunc(all, func(o *kv) bool { return o.k == k }) {
+				continue
+			}
+			e := &kv{k: k, data: []byte(fmt.Sprintf("%q/%q/%q", k.Namespace, k.Session, k.Agent))}
+			seq, err := l.Append(ctx, k, e.data, 0)
+			require.NoError(t, err, "creating %q", k)
+			e.seq = seq
+			all = append(all, e)
+			byNS[k.Namespace] = append(byNS[k.Namespace], k)
+		}
+	}
+	for _, e := range all {
+		last, err := l.Last(ctx, e.k)
+		require.NoError(t, err, "%q", e.k)
+		require.Equal(t, string(e.data), string(last.Data), "%q reads its own entry", e.k)
+		requireEntries(t, []engine.Entry{{Seq: e.seq, Data: e.data}}, rangeAll(t, l, e.k, 0, 0))
+	}
+	for ns, want := range byNS {
+		require.Equal(t, want, allSessions(t, l, ns, 7), "namespace %q lists its own sessions", ns)
+	}
+	nss, err := l.Namespaces(ctx)
+	require.NoError(t, err)
+	var want []string
+	for ns := range byNS {
+		want = append(want, ns)
+	}
+	slices.Sort(want)
+	require.Equal(t, want, nss)
+
+	// Values named by hostile ids, in hostile namespaces.
+	for i, id := range hostileIDs {
+		require.NoError(t, l.PutValue(ctx, hostileIDs[(i+3)%n], id, []byte(fmt.Sprint("value ", i))))
+	}
+	for i, id := range hostileIDs {
+		v, err := l.Value(ctx, hostileIDs[(i+3)%n], id)
+		require.NoError(t, err, "value %q", id)
+		require.Equal(t, fmt.Sprint("value ", i), string(v))
+		var ids []string
+		require.NoError(t, l.Values(ctx, hostileIDs[(i+3)%n], func(id string) bool { ids = append(ids, id); return true }))
+		require.Equal(t, []string{id}, ids, "namespace %q holds one value", hostileIDs[(i+3)%n])
+	}
+
+	// Deleting and purging by a wildcard-looking id touches nothing else.
+	for _, id := range []string{"*", ">", "a.>"} {
+		require.NoError(t, l.Purge(ctx, engine.Key{Namespace: "n", Session: id, Agent: "main"}))
+		require.NoError(t, l.DeleteValue(ctx, hostileIDs[(slices.Index(hostileIDs, id)+3)%n], id))
+	}
+	for _, e := range all {
+		_, err := l.Last(ctx, e.k)
+		if e.k.Namespace == "n" && e.k.Agent == "main" && slices.Contains([]string{"*", ">", "a.>"}, e.k.Session) {
+			require.ErrorIs(t, err, engine.ErrNotFound, "%q was purged", e.k)
+			continue
+		}
+		require.NoError(t, err, "%q survives purging the wildcard-looking ids", e.k)
+	}
+	for i, id := range hostileIDs {
+		_, err := l.Value(ctx, hostileIDs[(i+3)%n], id)
+		if slices.Contains([]string{"*", ">", "a.>"}, id) {
+			require.ErrorIs(t, err, engine.ErrNotFound)
+			continue
+		}
+		require.NoError(t, err, "value %q survives", id)
+	}
+}

@@ -1,0 +1,99 @@
+package logstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/logtest"
+	"github.com/checkpointd/checkpointd/internal/logstore"
+	"github.com/checkpointd/checkpointd/internal/testenv"
+)
+
+// The tests on a cluster are in package logstore_test: internal/testenv imports internal/transfer,
+// which imports this package since the daemon runs on the log engine.
+
+// The JetStream log passes the conformance suite on a real R3 cluster, connected to a node that is
+// not the stream's leader: direct gets are answered there, by a replica that learns of each write
+// after it was acknowledged, so reads that must see every write (Last, and the end of Range and
+// Sessions) go to the leader.
+func TestLog_ConformanceCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	c := testenv.StartCluster(t, 3)
+	cfg := logstore.LogConfig{Replicas: 3}
+	logstore.OpenFresh(t, logstore.Connect(t, c.URLs()), cfg)
+	logtest.Run(t, logstore.FreshLog(logstore.Connect(t, followerURL(c, logstore.StreamOf(cfg))), cfg))
+}
+
+// followerURL is the URL of a node that does not lead the stream.
+func followerURL(c *testenv.Cluster, stream string) string {
+	leader := c.StreamLeader(stream, 10*time.Second)
+	for _, n := range c.Nodes {
+		if n.Name != leader {
+			return "nats://" + n.Listen
+		}
+	}
+	panic("a cluster of one node")
+}
+
+// Two engines (daemons) on two nodes of an R3 cluster, one of them the stream's leader and the
+// other not, share sessions: each one's cache goes stale when the other writes, and the
+// compare-and-swap makes it read the head again; packs of either delete what they packed; a
+// lease taken through one fences the other; every version reads back from both, cold.
+func TestEngine_Cluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	c := testenv.StartCluster(t, 3)
+	lcfg := logstore.LogConfig{Replicas: 3}
+	cfg := engine.Config{PackEntries: 6}
+	logstore.OpenFresh(t, logstore.Connect(t, c.URLs()), lcfg)
+	leader := c.StreamLeader(logstore.StreamOf(lcfg), 10*time.Second)
+	leaderURL := "nats://" + c.Node(leader).Listen
+	a, la := openEngine(t, logstore.Connect(t, leaderURL), lcfg, cfg)
+	b, lb := openEngine(t, logstore.Connect(t, followerURL(c, logstore.StreamOf(lcfg))), lcfg, cfg)
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+
+	saveTurns(t, a, k, 0, 20, 0)  // versions 1..10, packed by a
+	saveTurns(t, b, k, 20, 40, 0) // b starts cold; a's cache is stale from here
+	saveTurns(t, a, k, 40, 60, 0) // a's first save loses its compare-and-swap and reads the head again
+	require.Less(t, entries(t, lb, k), 10, "packs deleted what they packed")
+	for _, e := range []*engine.Engine{a, b} {
+		e.Forget()
+		checkVersions(t, e, k, 30)
+	}
+
+	// A lease taken through b fences a's writes without an epoch; the holder's epoch goes
+	// through a as well.
+	l, _, err := b.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "host-b", TTL: time.Minute, Now: now})
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), l.Lease.Epoch)
+	_, err = a.Save(ctx, engine.SaveRequest{Key: k, SaveID: "a-no-lease", Base: u64(30), Payload: array(60, 62), Now: now})
+	require.ErrorIs(t, err, engine.ErrLeased)
+	_, _, err = a.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "host-a", TTL: time.Minute, Now: now})
+	require.ErrorIs(t, err, engine.ErrLeased)
+	saveTurns(t, a, k, 60, 64, 1)
+	_, err = b.Release(ctx, engine.LeaseRequest{Key: k, Epoch: 1, Now: now})
+	require.NoError(t, err)
+	_, _, err = a.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "host-a", TTL: time.Minute, Now: now})
+	require.NoError(t, err)
+	_, err = b.Save(ctx, engine.SaveRequest{Key: k, SaveID: "b-old-epoch", Base: u64(32), Payload: array(64, 66), Epoch: 1, Now: now})
+	require.ErrorIs(t, err, engine.ErrFenced)
+	saveTurns(t, b, k, 64, 70, 2)
+
+	// A forced pack through one node, reads through both.
+	_, err = a.Pack(ctx, k, true)
+	require.NoError(t, err)
+	for _, e := range []*engine.Engine{a, b} {
+		e.Forget()
+		checkVersions(t, e, k, 35)
+	}
+	require.Equal(t, entries(t, la, k), entries(t, lb, k))
+	page, _, err := b.HistoryPage(ctx, k, engine.HistoryCursor{}, 5)
+	require.NoError(t, err)
+	require.Equal(t, uint64(35), page[0].Version)
+}

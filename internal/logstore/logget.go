@@ -1,0 +1,145 @@
+package logstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
+)
+
+// getRequest is JetStream's JSApiMsgGetRequest, for $JS.API.DIRECT.GET and $JS.API.STREAM.MSG.GET.
+type getRequest struct {
+	Seq      uint64 `json:"seq,omitempty"`
+	LastFor  string `json:"last_by_subj,omitempty"`
+	NextFor  string `json:"next_by_subj,omitempty"`
+	Batch    int    `json:"batch,omitempty"`     // direct gets, nats-server ≥ 2.11
+	MaxBytes int    `json:"max_bytes,omitempty"` // with Batch
+	NoHdr    bool   `json:"no_hdr,omitempty"`    // with Batch: the messages alone (no sequence, no subject)
+}
+
+// msg is one stored message as a get returns it.
+type msg struct {
+	seq     uint64
+	subject string
+	header  nats.Header
+	data    []byte
+}
+
+// get returns one message: from the stream leader ($JS.API.STREAM.MSG.GET), which has every
+// acknowledged write, or from any replica (direct get). engine.ErrNotFound if there is none.
+func (l *Log) get(ctx context.Context, req getRequest, leader bool) (msg, error) {
+	if !leader {
+		var out msg
+		found := false
+		err := l.directBatch(ctx, req, func(m msg) bool { out, found = m, true; return false })
+		if err == nil && !found {
+			err = engine.ErrNotFound
+		}
+		return out, err
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	body, _ := json.Marshal(req)
+	reply, err := l.nc.RequestWithContext(ctx, apiPrefix+"STREAM.MSG.GET."+l.cfg.Stream, body)
+	if err != nil {
+		return msg{}, fmt.Errorf("stream leader get %s: %w", body, err)
+	}
+	var resp struct {
+		Message *struct {
+			Subject string `json:"subject"`
+			Seq     uint64 `json:"seq"`
+			Header  []byte `json:"hdrs"`
+			Data    []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := apiReply(reply, &resp); err != nil {
+		return msg{}, fmt.Errorf("stream leader get %s: %w", body, err)
+	}
+	if resp.Message == nil {
+		return msg{}, fmt.Errorf("stream leader get %s: a reply without a message", body)
+	}
+	m := msg{seq: resp.Message.Seq, subject: resp.Message.Subject, data: resp.Message.Data}
+	if len(resp.Message.Header) > 0 {
+		if m.header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return msg{}, fmt.Errorf("stream leader get %s: message %d's headers: %w", body, m.seq, err)
+		}
+	}
+	return m, nil
+}
+
+// directBatch sends a direct get ($JS.API.DIRECT.GET, answered by any replica) and calls fn
+// with each message of the reply, in order, until fn returns false. A batched request
+// (req.Batch > 0, nats-server ≥ 2.11) is answered with up to Batch messages, then an end-of-batch
+// status (204); it reports whether the server holds more messages after the batch.
+func (l *Log) directBatch(ctx context.Context, req getRequest, fn func(msg) bool) (err error) {
+	_, err = l.directBatchMore(ctx, req, fn)
+	return err
+}
+
+func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) bool) (more bool, err error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	body, _ := json.Marshal(req)
+	inbox := l.nc.NewRespInbox()
+	sub, err := l.nc.SubscribeSync(inbox)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := l.nc.PublishRequest(apiPrefix+"DIRECT.GET."+l.cfg.Stream, inbox, body); err != nil {
+		return false, fmt.Errorf("direct get %s: %w", body, err)
+	}
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return false, fmt.Errorf("direct get %s: %w", body, err)
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+		case "404": // nothing (more) to read
+			return false, nil
+		case "204": // the end of a batch
+			return m.Header.Get("Nats-Num-Pending") != "0", nil
+		case "503":
+			return false, fmt.Errorf("direct get %s: no responders (is stream %s there?)", body, l.cfg.Stream)
+		default:
+			return false, fmt.Errorf("direct get %s: status %s %s", body, status, m.Header.Get("Description"))
+		}
+		out := msg{subject: m.Header.Get("Nats-Subject"), header: m.Header, data: m.Data}
+		if !req.NoHdr {
+			if out.seq, err = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil || out.seq == 0 {
+				return false, fmt.Errorf("direct get %s: a message without a sequence (Nats-Sequence %q)", body, m.Header.Get("Nats-Sequence"))
+			}
+		}
+		if !fn(out) || req.Batch == 0 {
+			return false, nil
+		}
+	}
+}
+
+// apiReply reads a JetStream API reply into v, mapping its error (if any) to the engine's.
+func apiReply(m *nats.Msg, v any) error {
+	if st := m.Header.Get("Status"); st == "503" {
+		return errors.New("no responders (is JetStream there?)")
+	}
+	var resp struct {
+		Error *apiError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return fmt.Errorf("unreadable reply %.200q: %w", m.Data, err)
+	}
+	if resp.Error != nil {
+		return resp.Error.mapped()
+	}
+	if v != nil {
+		if err := json.Unmarshal(m.Data, v); err != nil {
+			return fmt.Errorf("unreadable reply %.200q: %w", m.Data, err)
+		}
+	}
+	return nil
+}
