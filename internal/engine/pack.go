@@ -73,13 +73,7 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 		return PackResult{}, err
 	}
 	if len(c.packed) == 0 {
-		// Only state entries (lease renewals, say): no version to pack, and nothing reads them
-		// but the last, which holds the head. The others go.
-		dead := slices.DeleteFunc(t.dead, func(seq uint64) bool { return seq == s.lastSeq })
-		if len(dead) == 0 || e.crashBeforeDeletes {
-			return PackResult{}, nil
-		}
-		return PackResult{Entries: len(dead)}, e.log.Delete(ctx, s.key, dead...)
+		return e.packState(ctx, s, t.dead)
 	}
 	open := e.cfg.PackOpen && c.source == nil // a copied-in source is compressed with the rest
 	data, err := e.packData(c.packed, c.pieces, c.datas, c.prefix, open)
@@ -106,6 +100,29 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 		return res, e.unpin(ctx, c.source.Fork, forkPin{Fork: s.key, Version: c.source.Version})
 	}
 	return res, nil
+}
+
+// packState packs a tail without a version (lease renewals, parts of a save that failed or is
+// still being written): nothing reads its entries but the last, which holds the head. It first
+// appends a state entry holding the head with the tail counters reset, with the compare-and-swap
+// of any write, and only then deletes the entries before it: a save being written in parts right
+// then finds the log moved on when it commits (a conflict, and it writes again), instead of
+// committing after parts the pack deleted (docs/format.md §8.3.1).
+func (e *Engine) packState(ctx context.Context, s *session, dead []uint64) (PackResult, error) {
+	if len(slices.DeleteFunc(slices.Clone(dead), func(seq uint64) bool { return seq == s.lastSeq })) == 0 {
+		return PackResult{}, nil // the last entry alone: nothing to gain
+	}
+	m := entryMeta{Kind: kindState, Head: s.last.Head}
+	m.Head.Pack, m.Head.Deleted, m.Head.TailEntries, m.Head.TailBytes = s.lastPack(), s.lastDeleted(), 0, 0
+	seq, err := e.write(ctx, s, m, nil)
+	if err != nil {
+		return PackResult{}, err
+	}
+	res := PackResult{Entries: len(dead), Seq: seq}
+	if e.crashBeforeDeletes {
+		return res, nil
+	}
+	return res, e.log.Delete(ctx, s.key, dead...)
 }
 
 // tail is what a pack reads: the previous pack's sequence, the live entries after it, and every
