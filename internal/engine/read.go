@@ -70,8 +70,8 @@ func lastSeqOf(es []ent) uint64 {
 	return es[len(es)-1].seq
 }
 
-// resolve joins parts to their save or pack, drops parts nothing took, restarts at a deletion
-// (a state entry of version 0), and drops what a pack covers (a crash between a pack's commit and
+// resolve joins parts to their save or pack, drops parts nothing took and state entries, restarts
+// at a deletion (a state entry of version 0), and drops what a pack covers (a crash between a pack's commit and
 // its deletes leaves them: a pack covers every entry between the pack before it and itself).
 // Without needData, a save or pack whose parts were not read (before the range) is kept with its
 // data incomplete: its records are all the caller wants.
@@ -100,6 +100,12 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 			out = out[:0] // the session was deleted here: what came before is not its
 		}
 		parts = parts[:0]
+		if x.meta.Kind == kindState {
+			// A lease, seal, retention or deletion: nothing to read in it (the head it holds is the
+			// last entry's business). Leaving it out keeps a fork's entry first in its live log
+			// when the session was deleted, or leased, before the fork (fork.go relies on it).
+			continue
+		}
 		if x.meta.Kind == kindPack {
 			// Everything after the pack before it is in it (or was dead already: a deletion's
 			// leftovers), whatever its kind.
