@@ -149,18 +149,25 @@ func TestReview_ForkRacingSourceDeleteLosesAckedFork(t *testing.T) {
 
 	hl.mu.Lock()
 	hl.onKey = dst
+	var deleteErr error
 	hl.beforeAppend = func() { // between the pin on src and the fork entry on dst
-		_, err := b.Delete(ctx, src, nil)
-		require.NoError(t, err)
+		_, deleteErr = b.Delete(ctx, src, nil)
 	}
 	hl.mu.Unlock()
 	forked, err := a.Fork(ctx, engine.ForkRequest{From: src, Version: 2, To: dst, SaveID: "f", Now: now})
+	require.ErrorIs(t, deleteErr, engine.ErrBusy, "the deletion meets a fork in flight: refusing it (busy) is one answer")
 	if err != nil {
-		return // refusing the fork is fine; acknowledging it is a promise
+		return // refusing the fork is the other; acknowledging it is a promise
 	}
 	require.Equal(t, uint64(1), forked.Record.Version)
 	got, _, err := a.Read(ctx, dst, 1, engine.ReadOptions{Verify: true})
 	require.NoError(t, err, "the fork was acknowledged as version 1 of %s", dst)
+	require.Equal(t, string(conversation(4)), string(got))
+
+	_, err = b.Delete(ctx, src, nil) // now the fork has its entry: the deletion copies it in
+	require.NoError(t, err)
+	got, _, err = a.Read(ctx, dst, 1, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
 	require.Equal(t, string(conversation(4)), string(got))
 }
 
@@ -393,9 +400,16 @@ type lostAckLog struct {
 	*memlog.Log
 	mu      sync.Mutex
 	failKey *engine.Key
+	failAll *engine.Key // every Append to this key fails without storing anything
 }
 
 func (l *lostAckLog) Append(c ctxT, key engine.Key, data []byte, after uint64) (uint64, error) {
+	l.mu.Lock()
+	fail := l.failAll != nil && *l.failAll == key
+	l.mu.Unlock()
+	if fail {
+		return 0, errors.New("nats: no responders")
+	}
 	seq, err := l.Log.Append(c, key, data, after)
 	l.mu.Lock()
 	defer l.mu.Unlock()
