@@ -34,7 +34,72 @@ func (e *Engine) entriesFor(ctx context.Context, key Key, from, upTo uint64, nee
 }
 
 func (e *Engine) read1(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool, needData bool) ([]ent, error) {
-	var raw []ent
+	raw, stopped, err := e.rangeDecoded(ctx, key, from, upTo, stop, nil)
+	if err != nil {
+		return nil, err
+	}
+	if stopped && !gapless(raw, from) && lastSeqOf(raw) < upTo {
+		// Entries before the one we stopped at are gone: a pack after it may cover them all
+		// (it deleted what it packed). Read on to the end, and let the pack answer.
+		if raw, _, err = e.rangeDecoded(ctx, key, lastSeqOf(raw)+1, upTo, nil, raw); err != nil {
+			return nil, err
+		}
+		stopped = false
+	}
+	if !stopped && (len(raw) == 0 || raw[len(raw)-1].seq != upTo) {
+		return nil, fmt.Errorf("session %s: read up to entry %d, not %d: %w", key, lastSeqOf(raw), upTo, errShort)
+	}
+	if !gapless(raw, from) {
+		return nil, fmt.Errorf("session %s: entries missing between %d and %d: %w", key, from, lastSeqOf(raw), errShort)
+	}
+	return resolve(key, raw, needData)
+}
+
+// gapless reports whether raw, a read's entries from sequence from on, holds every entry the
+// read needs. Entries vanish under a read when a pack or a deletion on another daemon deletes
+// what it covers (engine.Log's Range may skip them): coming up with the last entry proves
+// nothing about the middle. Each entry's head tells what must come before it, going back from
+// the last one got: the entries since the last pack are counted (TailEntries: 1 after the pack,
+// a deletion or a state-only pack, whose count is 0; parts do not count and carry the count of
+// the entry before them), so each one's predecessor must be there with the count one less; the
+// first one's, and each pack's, is the pack it names (Head.Pack), down to the read's start.
+func gapless(raw []ent, from uint64) bool {
+	i := len(raw) - 1
+	for i >= 0 {
+		x := raw[i]
+		h := x.meta.Head
+		want := h.TailEntries // the count of the non-part entry before x
+		if x.meta.Kind != kindPart {
+			want--
+		}
+		if x.meta.Kind == kindPack || want <= 0 {
+			// x starts the count, or comes first after the last pack: that pack comes next.
+			if h.Pack == 0 || h.Pack < from {
+				return true
+			}
+			if h.Pack >= x.seq {
+				return false // a corrupt head
+			}
+			for i >= 0 && raw[i].seq > h.Pack {
+				i--
+			}
+			if i < 0 || raw[i].seq != h.Pack {
+				return false
+			}
+			continue
+		}
+		for i--; i >= 0 && raw[i].meta.Kind == kindPart; i-- {
+		}
+		if i < 0 || raw[i].meta.Kind == kindPack || raw[i].meta.Head.TailEntries != want || raw[i].meta.Head.Pack != h.Pack {
+			return false
+		}
+	}
+	return false
+}
+
+// rangeDecoded appends key's entries in [from, upTo] to raw, decoded, stopping after the first
+// for which stop returns true (stop may be nil), and says whether it stopped.
+func (e *Engine) rangeDecoded(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool, raw []ent) ([]ent, bool, error) {
 	var derr error
 	stopped := false
 	err := e.log.Range(ctx, key, from, upTo, func(en Entry) bool {
@@ -54,13 +119,7 @@ func (e *Engine) read1(ctx context.Context, key Key, from, upTo uint64, stop fun
 	if err == nil {
 		err = derr
 	}
-	if err != nil {
-		return nil, err
-	}
-	if !stopped && (len(raw) == 0 || raw[len(raw)-1].seq != upTo) {
-		return nil, fmt.Errorf("session %s: read up to entry %d, not %d: %w", key, lastSeqOf(raw), upTo, errShort)
-	}
-	return resolve(key, raw, needData)
+	return raw, stopped, err
 }
 
 func lastSeqOf(es []ent) uint64 {
