@@ -608,7 +608,7 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 	}
 	switch m.Kind {
 	case kindSave:
-		m.Piece = &pieceInfo{Messages: int(r.uint("piece messages", maxCount)), RawBytes: r.int("piece raw bytes", maxSize),
+		m.Piece = &pieceInfo{Messages: int(r.uint("piece messages", maxCount)), RawBytes: r.int("piece raw bytes", maxDecoded),
 			Frame: flags&flagFrame != 0}
 		m.Piece.CRC = r.crc("piece CRC")
 		m.Parts = int(r.uint("parts", maxCount))
@@ -665,7 +665,7 @@ func (r *reader) packed() []packedVersion {
 		p.Record.Hash = "sha256:" + hex.EncodeToString(r.bytes("packed hash", sha256.Size))
 		p.Record.Counts = r.counts(messages)
 		r.recordFields(&p.Record)
-		p.Piece.RawBytes = r.int("packed piece", maxSize)
+		p.Piece.RawBytes = r.int("packed piece", maxDecoded) // a read decodes no more (stream.go)
 		p.Piece.CRC = r.crc("packed piece CRC")
 		flags := r.byte("packed flags")
 		if r.err != nil {

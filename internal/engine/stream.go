@@ -109,7 +109,10 @@ func decodeRuns(pieces []*pieceInfo, datas [][]byte) ([]byte, error) {
 		var raw int64
 		for i := start; i < end; i++ {
 			stream = append(stream, datas[i]...)
-			raw += pieces[i].RawBytes
+			raw += pieces[i].RawBytes // each at most maxDecoded (decodeEntry): no overflow
+		}
+		if raw > maxDecoded {
+			return nil, fmt.Errorf("%w: saves claim %d bytes, more than a read decodes (%d)", ErrCorrupt, raw, maxDecoded)
 		}
 		n := len(out)
 		var err error
@@ -229,8 +232,11 @@ func (lb *logBuilder) flush() error {
 	}
 	rewrites := false
 	for _, p := range lb.pieces {
-		raw += p.RawBytes
+		raw += p.RawBytes // each at most maxDecoded (decodeEntry): no overflow
 		rewrites = rewrites || p.Keep != nil || len(p.Values) > 0
+	}
+	if raw > maxDecoded {
+		return fmt.Errorf("%w: %d saves claim %d bytes, more than a read decodes (%d)", ErrCorrupt, len(lb.pieces), raw, maxDecoded)
 	}
 	stream := make([]byte, 0, stored+int64(len(frameEnd)))
 	for _, d := range lb.data {
