@@ -246,6 +246,13 @@ func (e *Engine) logAtDepth(ctx context.Context, key Key, from, upTo, v uint64, 
 	if err != nil {
 		return nil, Record{}, err
 	}
+	return e.logOf(ctx, key, entries, v, depth)
+}
+
+// logOf returns "[" followed by the log of version v (its messages joined by ","), and v's
+// record, from entries: key's live entries up to the one holding v (entriesHolding).
+func (e *Engine) logOf(ctx context.Context, key Key, entries []ent, v uint64, depth int) ([]byte, Record, error) {
+	var err error
 	target := entries[len(entries)-1]
 	rec, n, err := recordIn(key, target, v)
 	if err != nil {

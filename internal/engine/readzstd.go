@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -13,7 +14,10 @@ import (
 // a version inside a pack but its last), the stored frames are passed through undecoded, each
 // run ended with frameEnd, between a frame holding "[" and one holding "]": the daemon decodes
 // nothing, and so checks nothing but the structure (the reader checks the record's hash, as it
-// must anyway). Otherwise the version is read and compressed at zstd's fastest level.
+// must anyway). A version inside a recompressed pack (its prefix) after such entries: they pass
+// through, and the pack alone is decoded and its prefix compressed at zstd's fastest level.
+// Otherwise the version is built from the entries read, as Read builds it, and compressed at
+// zstd's fastest level.
 func (e *Engine) ReadZstd(ctx context.Context, key Key, v uint64) ([]byte, Record, error) {
 	for attempt := 0; ; attempt++ {
 		out, rec, err := e.readZstd(ctx, key, v)
@@ -41,14 +45,28 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 	if err != nil {
 		return nil, Record{}, err
 	}
-	if !storedAsIs(entries, target, n) {
-		conv, rec, err := e.read(ctx, key, v)
-		if err != nil {
-			return nil, Record{}, err
+	switch {
+	case storedAsIs(entries, target, n):
+		out, open := passThrough(append(make([]byte, 0, 64<<10), openBracket...), entries)
+		if open {
+			out = append(out, frameEnd...)
 		}
-		return fastEncoder.EncodeAll(conv, make([]byte, 0, len(conv)/4)), rec, nil
+		return append(out, closeBracket...), rec, nil
+	case inRecompressedPack(entries, target):
+		out, err := packPrefixZstd(entries, target, n)
+		return out, rec, err
 	}
-	out := append(make([]byte, 0, 64<<10), openBracket...)
+	// The entries read are what Read would read: build the version from them, not read it again.
+	conv, rec, err := e.logOf(ctx, key, entries, v, 0)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	return fastEncoder.EncodeAll(append(conv, ']'), make([]byte, 0, len(conv)/4)), rec, nil
+}
+
+// passThrough appends the stored data of entries to out, ending each frame before an entry that
+// starts one, and says whether the last frame is still open (it needs frameEnd).
+func passThrough(out []byte, entries []ent) ([]byte, bool) {
 	open := false
 	for _, x := range entries {
 		if len(x.data) == 0 || x.meta.Kind != kindSave && x.meta.Kind != kindPack {
@@ -61,10 +79,45 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 		out = append(out, x.data...)
 		open = x.meta.Kind == kindSave || x.meta.Open
 	}
+	return out, open
+}
+
+// inRecompressedPack reports whether the version entries end with is a prefix of a recompressed
+// pack (a whole frame of its own) after entries that are their stored stream as it is: those pass
+// through, and only the pack is decoded, its prefix compressed again (packPrefixZstd).
+func inRecompressedPack(entries []ent, target ent) bool {
+	return target.meta.Kind == kindPack && !target.meta.Open && startsFrame(target.meta.Packed) && streamAsIs(entries)
+}
+
+// packPrefixZstd is ReadZstd of version n of the recompressed pack target (entries' last): the
+// entries before it passed through, then the pack decoded, its first n+1 pieces checked against
+// their CRC-32C and compressed as one frame at zstd's fastest level. A zstd block cannot be cut
+// where a version ends, so the pack's own frame cannot pass through.
+func packPrefixZstd(entries []ent, target ent, n int) ([]byte, error) {
+	pieces := make([]pieceInfo, n+1)
+	var raw int64
+	for i := range pieces {
+		pieces[i] = target.meta.Packed[i].Piece
+		raw += pieces[i].RawBytes
+	}
+	out, open := passThrough(append(make([]byte, 0, 64<<10), openBracket...), entries[:len(entries)-1])
 	if open {
 		out = append(out, frameEnd...)
 	}
-	return append(out, closeBracket...), rec, nil
+	if raw > 0 {
+		plain, err := decoder.DecodeAll(target.data, make([]byte, 0, sizeHint(raw+64)))
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %w: zstd: %v", target.seq, ErrCorrupt, err)
+		}
+		if int64(len(plain)) < raw {
+			return nil, fmt.Errorf("entry %d: %w: a pack decodes to %d bytes, its first %d pieces say %d", target.seq, ErrCorrupt, len(plain), n+1, raw)
+		}
+		if err := checkPieces(plain[:raw], pieces); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", target.seq, err)
+		}
+		out = fastEncoder.EncodeAll(plain[:raw], out)
+	}
+	return append(out, closeBracket...), nil
 }
 
 // storedAsIs reports whether the log of the version entries end with is their stored stream as it
@@ -74,6 +127,12 @@ func storedAsIs(entries []ent, target ent, n int) bool {
 	if target.meta.Kind == kindPack && n != len(target.meta.Packed)-1 {
 		return false
 	}
+	return streamAsIs(entries)
+}
+
+// streamAsIs reports whether every piece of entries is appended as stored (no rewrite, no values,
+// no fork), the first with data starting a frame.
+func streamAsIs(entries []ent) bool {
 	first := true
 	for _, x := range entries {
 		var pieces []pieceInfo
