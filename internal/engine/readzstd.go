@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -104,6 +105,16 @@ func packPrefixZstd(entries []ent, target ent, n int) ([]byte, error) {
 	if open {
 		out = append(out, frameEnd...)
 	}
+	cut, plain, ok, err := cutFrame(target.data, raw)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("entry %d: %w", target.seq, err)
+	case ok:
+		if err := checkPieces(plain, pieces); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", target.seq, err)
+		}
+		return append(append(out, cut...), closeBracket...), nil
+	}
 	if raw > 0 {
 		plain, err := decoder.DecodeAll(target.data, make([]byte, 0, sizeHint(raw+64)))
 		if err != nil {
@@ -118,6 +129,115 @@ func packPrefixZstd(entries []ent, target ent, n int) ([]byte, error) {
 		out = fastEncoder.EncodeAll(plain[:raw], out)
 	}
 	return append(out, closeBracket...), nil
+}
+
+// zstdBlockMax is the most a zstd block decodes to (RFC 8878 §3.1.1.2.4, Block_Maximum_Size, with
+// a window of at least 128 KiB), and the input the encoder puts in each block of a frame.
+const zstdBlockMax = 128 << 10
+
+// frameBlocks returns the header of the zstd frame f, the offsets of its blocks (each block's
+// header) and the offset after its last block; ok false if f is not one frame without checksum
+// or dictionary whose blocks take the whole of it.
+func frameBlocks(f []byte) (h zstd.Header, blocks []int, end int, ok bool) {
+	if h.Decode(f) != nil || h.Skippable || h.HasCheckSum || h.DictionaryID != 0 {
+		return h, nil, 0, false
+	}
+	at := h.HeaderSize
+	for at+3 <= len(f) {
+		v := int(f[at]) | int(f[at+1])<<8 | int(f[at+2])<<16
+		size := v >> 3
+		switch (v >> 1) & 3 {
+		case 1: // RLE: one byte, repeated size times
+			size = 1
+		case 3:
+			return h, nil, 0, false
+		}
+		blocks = append(blocks, at)
+		at += 3 + size
+		if v&1 == 1 {
+			return h, blocks, at, at == len(f)
+		}
+	}
+	return h, nil, 0, false
+}
+
+// frameHeader returns a zstd frame header with a window of at least window bytes, no content size
+// (a cut frame decodes to less than its header said) and no checksum.
+func frameHeader(window uint64) []byte {
+	log := 10
+	for uint64(1)<<log < window {
+		log++
+	}
+	return []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, byte(log-10) << 3}
+}
+
+// cutFrame returns a zstd frame that decodes to the first raw bytes of the whole frame f (raw no
+// more than f decodes to), and those bytes: f's blocks that lie within them passed through, the
+// rest of them in raw blocks, under a header of its own (f's may declare its content's size).
+// ok false: f is not a frame this cuts (a dictionary, a checksum, a window above 8 MiB, or no
+// block to pass through). The blocks passed through and the one the cut falls in are decoded
+// once, which says where the blocks end: every block decodes to at most zstdBlockMax, so if they
+// decode to exactly that each, each does; otherwise the blocks passed through are decoded again
+// alone.
+func cutFrame(f []byte, raw int64) (out, plain []byte, ok bool, err error) {
+	h, blocks, end, ok := frameBlocks(f)
+	window := h.WindowSize
+	if h.SingleSegment {
+		window = h.FrameContentSize
+	}
+	k := int(raw / zstdBlockMax) // the blocks wholly within the first raw bytes, if each is full
+	if !ok || k == 0 || window > 8<<20 || window < zstdBlockMax {
+		return nil, nil, false, nil
+	}
+	k = min(k, len(blocks))
+	m := min(k+1, len(blocks)) // and the block the cut falls in
+	hdr := frameHeader(window)
+	upTo := func(n int) []byte { // the frame of f's first n blocks
+		stop := blockEnd(blocks, n-1, end)
+		d := append(slices.Clip(hdr), f[h.HeaderSize:stop]...)
+		if stop != end {
+			d = append(d, frameEnd...)
+		}
+		return d
+	}
+	if plain, err = decoder.DecodeAll(upTo(m), make([]byte, 0, sizeHint(int64(m)*zstdBlockMax+64))); err != nil {
+		return nil, nil, false, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
+	}
+	if int64(len(plain)) < raw {
+		return nil, nil, false, fmt.Errorf("%w: a pack decodes to %d bytes, its versions say %d", ErrCorrupt, len(plain), raw)
+	}
+	passed := int64(k) * zstdBlockMax
+	if int64(len(plain)) != int64(m)*zstdBlockMax {
+		through, err := decoder.DecodeAll(upTo(k), nil)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
+		}
+		passed = int64(len(through))
+	}
+	if passed > raw {
+		return nil, nil, false, fmt.Errorf("%w: a pack's blocks decode to more than it holds", ErrCorrupt)
+	}
+	out = append(slices.Clip(hdr), f[h.HeaderSize:blockEnd(blocks, k-1, end)]...)
+	out[len(hdr)+blocks[k-1]-h.HeaderSize] &^= 1 // block k-1 is not the last one now
+	for rest := plain[passed:raw]; ; {
+		n := min(len(rest), zstdBlockMax)
+		v := n << 3 // a raw block
+		if n == len(rest) {
+			v |= 1 // the last
+		}
+		out = append(append(out, byte(v), byte(v>>8), byte(v>>16)), rest[:n]...)
+		if rest = rest[n:]; len(rest) == 0 {
+			return out, plain[:raw], true, nil
+		}
+	}
+}
+
+// blockEnd is where block i of a frame (blocks and end from frameBlocks) ends.
+func blockEnd(blocks []int, i, end int) int {
+	if i+1 < len(blocks) {
+		return blocks[i+1]
+	}
+	return end
 }
 
 // storedAsIs reports whether the log of the version entries end with is their stored stream as it

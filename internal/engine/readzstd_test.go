@@ -1,7 +1,10 @@
 package engine_test
 
 import (
+	"bytes"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +86,79 @@ func TestReadZstd_PassesStoredFramesThrough(t *testing.T) {
 	z, _, err := e.ReadZstd(ctx, k, 0)
 	require.NoError(t, err)
 	require.Less(t, len(z), len(conversation(60))/4)
+}
+
+// words returns n bytes of text drawn from a small vocabulary: compressible, as conversations
+// are, but not a repeat zstd turns into a few blocks.
+func words(seed, n int) []byte {
+	vocab := strings.Fields("the quick brown fox jumps over a lazy dog while seven agents read files edit code and run tests again")
+	r := rand.New(rand.NewPCG(uint64(seed), 1))
+	var b []byte
+	for len(b) < n {
+		b = append(append(b, vocab[r.IntN(len(vocab))]...), ' ')
+	}
+	return b[:n]
+}
+
+// A version inside a recompressed pack of several 128 KiB blocks travels as the pack's blocks
+// that lie within it, passed through, and the rest raw: cut anywhere (at a block's end, inside
+// the last block, before the first block ends), it decodes to the pack's first bytes, and the
+// blocks passed through keep it compressed.
+func TestCutFrame(t *testing.T) {
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxWindow(8<<20))
+	require.NoError(t, err)
+	defer dec.Close()
+	plain := words(1, 5*128<<10+12345)
+	cuts := []int64{0, 1, 128<<10 - 1, 128 << 10, 128<<10 + 1, 3*128<<10 + 77, 5 * 128 << 10, 5*128<<10 + 1, int64(len(plain)) - 1, int64(len(plain))}
+	cutAll(t, dec, plain, cuts)
+	cutAll(t, dec, words(2, 4*128<<10), []int64{4 * 128 << 10}) // whole, its last block full
+}
+
+func cutAll(t *testing.T, dec *zstd.Decoder, plain []byte, cuts []int64) {
+	f := engine.CompressFrame(plain)
+	for _, raw := range cuts {
+		out, got, ok, err := engine.CutFrame(f, raw)
+		require.NoError(t, err, "cut at %d", raw)
+		if raw < 128<<10 {
+			require.False(t, ok, "cut at %d: no whole block to pass through", raw)
+			continue
+		}
+		require.True(t, ok, "cut at %d", raw)
+		require.Equal(t, string(plain[:raw]), string(got), "cut at %d: the bytes it checks", raw)
+		dz, err := dec.DecodeAll(out, nil)
+		require.NoError(t, err, "cut at %d", raw)
+		require.Equal(t, string(plain[:raw]), string(dz), "cut at %d", raw)
+		require.Less(t, len(out), int(raw)/2+128<<10, "cut at %d: the blocks within it pass through compressed", raw)
+	}
+}
+
+// ReadZstd of every version of a session whose recompressed pack spans several zstd blocks
+// decodes to what Read returns, and stays compressed.
+func TestReadZstd_InsideABigPack(t *testing.T) {
+	e, _ := newEngine(t, 4<<20, engine.Config{PackEntries: 40, PackBytes: 2 << 20})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	var msgs [][]byte
+	for i := range 45 {
+		msgs = append(msgs, []byte(fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":"%s"}]}`, words(i, 10000+i*1500))))
+		s, err := save(e, engine.SaveRequest{Key: k, SaveID: fmt.Sprint(i), Payload: append(append([]byte{'['}, bytes.Join(msgs, []byte(","))...), ']')})
+		require.NoError(t, err)
+		if s.PackDue {
+			_, err := e.Pack(ctx, k, false)
+			require.NoError(t, err)
+		}
+	}
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxWindow(8<<20))
+	require.NoError(t, err)
+	defer dec.Close()
+	for v := uint64(1); v <= 45; v++ {
+		want, rec, err := e.Read(ctx, k, v, engine.ReadOptions{Verify: true})
+		require.NoError(t, err, "version %d", v)
+		z, rec2, err := e.ReadZstd(ctx, k, v)
+		require.NoError(t, err, "version %d", v)
+		require.Equal(t, rec, rec2)
+		got, err := dec.DecodeAll(z, nil)
+		require.NoError(t, err, "version %d", v)
+		require.Equal(t, string(want), string(got), "version %d", v)
+		require.Less(t, len(z), len(want)/2+128<<10, "version %d", v)
+	}
 }
