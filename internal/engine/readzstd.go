@@ -174,8 +174,8 @@ func frameHeader(window uint64) []byte {
 // cutFrame returns a zstd frame that decodes to the first raw bytes of the whole frame f (raw no
 // more than f decodes to), and those bytes: f's blocks that lie within them passed through, the
 // rest of them in raw blocks, under a header of its own (f's may declare its content's size).
-// ok false: f is not a frame this cuts (a dictionary, a checksum, a window above 8 MiB, or no
-// block to pass through). The blocks passed through and the one the cut falls in are decoded
+// ok false: f is not a frame this cuts (a dictionary, a checksum, a window above 8 MiB, no block
+// to pass through, blocks that do not reach the cut). The blocks passed through and the one the cut falls in are decoded
 // once, which says where the blocks end: every block decodes to at most zstdBlockMax, so if they
 // decode to exactly that each, each does; otherwise the blocks passed through are decoded again
 // alone.
@@ -203,9 +203,6 @@ func cutFrame(f []byte, raw int64) (out, plain []byte, ok bool, err error) {
 	if plain, err = decoder.DecodeAll(upTo(m), make([]byte, 0, sizeHint(int64(m)*zstdBlockMax+64))); err != nil {
 		return nil, nil, false, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
 	}
-	if int64(len(plain)) < raw {
-		return nil, nil, false, fmt.Errorf("%w: a pack decodes to %d bytes, its versions say %d", ErrCorrupt, len(plain), raw)
-	}
 	passed := int64(k) * zstdBlockMax
 	if int64(len(plain)) != int64(m)*zstdBlockMax {
 		through, err := decoder.DecodeAll(upTo(k), nil)
@@ -214,8 +211,10 @@ func cutFrame(f []byte, raw int64) (out, plain []byte, ok bool, err error) {
 		}
 		passed = int64(len(through))
 	}
-	if passed > raw {
-		return nil, nil, false, fmt.Errorf("%w: a pack's blocks decode to more than it holds", ErrCorrupt)
+	if int64(len(plain)) < raw || passed > raw {
+		// Blocks not full (not the pack encoder's), or a pack shorter than its versions say:
+		// the caller decodes it whole, and says which.
+		return nil, nil, false, nil
 	}
 	out = append(slices.Clip(hdr), f[h.HeaderSize:blockEnd(blocks, k-1, end)]...)
 	out[len(hdr)+blocks[k-1]-h.HeaderSize] &^= 1 // block k-1 is not the last one now

@@ -110,26 +110,43 @@ func TestCutFrame(t *testing.T) {
 	defer dec.Close()
 	plain := words(1, 5*128<<10+12345)
 	cuts := []int64{0, 1, 128<<10 - 1, 128 << 10, 128<<10 + 1, 3*128<<10 + 77, 5 * 128 << 10, 5*128<<10 + 1, int64(len(plain)) - 1, int64(len(plain))}
-	cutAll(t, dec, plain, cuts)
-	cutAll(t, dec, words(2, 4*128<<10), []int64{4 * 128 << 10}) // whole, its last block full
+	require.Equal(t, 7, cutAll(t, dec, engine.CompressFrame(plain), plain, cuts, true))
+	whole := words(2, 4*128<<10)
+	require.Equal(t, 1, cutAll(t, dec, engine.CompressFrame(whole), whole, []int64{4 * 128 << 10}, true)) // its last block full
+
+	// A frame of another encoder's making, whose blocks are not full (flushed every 120,000
+	// bytes): where they end is decoded, not assumed; a cut no block reaches is not made.
+	var buf bytes.Buffer
+	w, err := zstd.NewWriter(&buf, zstd.WithEncoderCRC(false), zstd.WithWindowSize(1<<20))
+	require.NoError(t, err)
+	for at := 0; at < len(plain); at += 120000 {
+		_, err = w.Write(plain[at:min(at+120000, len(plain))])
+		require.NoError(t, err)
+		require.NoError(t, w.Flush())
+	}
+	require.NoError(t, w.Close())
+	require.Less(t, 0, cutAll(t, dec, buf.Bytes(), plain, cuts, false))
 }
 
-func cutAll(t *testing.T, dec *zstd.Decoder, plain []byte, cuts []int64) {
-	f := engine.CompressFrame(plain)
+// cutAll cuts frame f of plain at each of cuts, checks each cut made, and returns how many were;
+// full: f's blocks are full (the pack encoder's), so every cut past the first block is made.
+func cutAll(t *testing.T, dec *zstd.Decoder, f, plain []byte, cuts []int64, full bool) int {
+	n := 0
 	for _, raw := range cuts {
 		out, got, ok, err := engine.CutFrame(f, raw)
 		require.NoError(t, err, "cut at %d", raw)
-		if raw < 128<<10 {
-			require.False(t, ok, "cut at %d: no whole block to pass through", raw)
+		if !ok {
+			require.False(t, full && raw >= 128<<10, "cut at %d", raw)
 			continue
 		}
-		require.True(t, ok, "cut at %d", raw)
 		require.Equal(t, string(plain[:raw]), string(got), "cut at %d: the bytes it checks", raw)
 		dz, err := dec.DecodeAll(out, nil)
 		require.NoError(t, err, "cut at %d", raw)
 		require.Equal(t, string(plain[:raw]), string(dz), "cut at %d", raw)
 		require.Less(t, len(out), int(raw)/2+128<<10, "cut at %d: the blocks within it pass through compressed", raw)
+		n++
 	}
+	return n
 }
 
 // ReadZstd of every version of a session whose recompressed pack spans several zstd blocks
