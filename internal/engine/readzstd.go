@@ -2,9 +2,9 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -161,64 +161,38 @@ func frameBlocks(f []byte) (h zstd.Header, blocks []int, end int, ok bool) {
 	return h, nil, 0, false
 }
 
-// frameHeader returns a zstd frame header with a window of at least window bytes, no content size
-// (a cut frame decodes to less than its header said) and no checksum.
-func frameHeader(window uint64) []byte {
-	log := 10
-	for uint64(1)<<log < window {
-		log++
-	}
-	return []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, byte(log-10) << 3}
+// singleSegment returns a zstd frame header declaring a single segment of size bytes: the
+// decoder decodes straight into its output (a windowed frame goes through a history buffer, ~2×
+// slower here), and checks that the frame decodes to exactly that.
+func singleSegment(size uint64) []byte {
+	return binary.LittleEndian.AppendUint64([]byte{0x28, 0xb5, 0x2f, 0xfd, 0xe0}, size) // 8-byte size, single segment
 }
 
-// cutFrame returns a zstd frame that decodes to the first raw bytes of the whole frame f (raw no
-// more than f decodes to), and those bytes: f's blocks that lie within them passed through, the
-// rest of them in raw blocks, under a header of its own (f's may declare its content's size).
-// ok false: f is not a frame this cuts (a dictionary, a checksum, a window above 8 MiB, no block
-// to pass through, blocks that do not reach the cut). The blocks passed through and the one the cut falls in are decoded
-// once, which says where the blocks end: every block decodes to at most zstdBlockMax, so if they
-// decode to exactly that each, each does; otherwise the blocks passed through are decoded again
-// alone.
+// cutFrame returns a zstd frame that decodes to the first raw bytes of the pack frame f, and
+// those bytes: f's blocks that lie within them passed through, the rest in raw blocks, under a
+// header of its own (f's declares its whole content's size). ok false: f is not one frame as the
+// pack encoder writes it (a single segment, its size declared, no dictionary or checksum), or
+// no block lies within the cut; nothing is decoded then.
+//
+// f is decoded whole once (its pieces' CRC-32C need the bytes). Where its blocks end is not
+// decoded again: the pack encoder (EncodeAll) puts zstdBlockMax input bytes in every block but
+// the last, and a block decodes to at most that (RFC 8878 §3.1.1.2.4), so blocks that decoded
+// to less would make the cut frame shorter than its header declares, which a decoder refuses
+// (RFC 8878 §3.1.1.1.4; TestCutFrame checks the encoder's blocks).
 func cutFrame(f []byte, raw int64) (out, plain []byte, ok bool, err error) {
 	h, blocks, end, ok := frameBlocks(f)
-	window := h.WindowSize
-	if h.SingleSegment {
-		window = h.FrameContentSize
-	}
-	k := int(raw / zstdBlockMax) // the blocks wholly within the first raw bytes, if each is full
-	if !ok || k == 0 || window > 8<<20 || window < zstdBlockMax {
+	k := int(raw / zstdBlockMax) // the blocks wholly within the first raw bytes
+	if !ok || !h.SingleSegment || !h.HasFCS || k == 0 || int64(h.FrameContentSize) < raw ||
+		h.FrameContentSize > maxDecoded || k > len(blocks) {
 		return nil, nil, false, nil
 	}
-	k = min(k, len(blocks))
-	m := min(k+1, len(blocks)) // and the block the cut falls in
-	hdr := frameHeader(window)
-	upTo := func(n int) []byte { // the frame of f's first n blocks
-		stop := blockEnd(blocks, n-1, end)
-		d := append(slices.Clip(hdr), f[h.HeaderSize:stop]...)
-		if stop != end {
-			d = append(d, frameEnd...)
-		}
-		return d
-	}
-	if plain, err = decoder.DecodeAll(upTo(m), make([]byte, 0, sizeHint(int64(m)*zstdBlockMax+64))); err != nil {
+	if plain, err = decoder.DecodeAll(f, make([]byte, 0, h.FrameContentSize+64)); err != nil {
 		return nil, nil, false, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
 	}
-	passed := int64(k) * zstdBlockMax
-	if int64(len(plain)) != int64(m)*zstdBlockMax {
-		through, err := decoder.DecodeAll(upTo(k), nil)
-		if err != nil {
-			return nil, nil, false, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
-		}
-		passed = int64(len(through))
-	}
-	if int64(len(plain)) < raw || passed > raw {
-		// Blocks not full (not the pack encoder's), or a pack shorter than its versions say:
-		// the caller decodes it whole, and says which.
-		return nil, nil, false, nil
-	}
-	out = append(slices.Clip(hdr), f[h.HeaderSize:blockEnd(blocks, k-1, end)]...)
+	hdr := singleSegment(uint64(raw))
+	out = append(hdr, f[h.HeaderSize:blockEnd(blocks, k-1, end)]...)
 	out[len(hdr)+blocks[k-1]-h.HeaderSize] &^= 1 // block k-1 is not the last one now
-	for rest := plain[passed:raw]; ; {
+	for rest := plain[k*zstdBlockMax : raw]; ; {
 		n := min(len(rest), zstdBlockMax)
 		v := n << 3 // a raw block
 		if n == len(rest) {
