@@ -224,11 +224,24 @@ func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, e
 	if v, err = checkVersion(key, last.meta.Head, v); err != nil {
 		return nil, Record{}, err
 	}
-	log, rec, err := e.logAt(ctx, key, sinceOf(last), last.seq, v)
+	log, rec, err := e.logAt(ctx, key, sinceOf(last), upToFor(last, v), v)
 	if err != nil {
 		return nil, Record{}, err
 	}
 	return append(log, ']'), rec, nil
+}
+
+// upToFor is how far a read of version v must go, given the log's last entry: up to the last
+// pack if v is in it or before it, so that the saves after it are not fetched; up to the last
+// entry otherwise. Every entry after the last pack adds at most one version (versions have no
+// gaps once a log has one, and a pack is only made of versions), so the last pack holds version
+// head − TailEntries or a later one.
+func upToFor(last ent, v uint64) uint64 {
+	h := last.meta.Head
+	if p := lastPackOf(last); p != 0 && p != last.seq && h.TailEntries >= 0 && v+uint64(h.TailEntries) <= h.Version {
+		return p
+	}
+	return last.seq
 }
 
 // logAt reads key's entries from sequence from (its last deletion) up to upTo and returns "["
@@ -307,7 +320,7 @@ func (e *Engine) forkSource(ctx context.Context, key Key, x ent, depth int) ([]b
 	if _, err := checkVersion(src.Fork, last.meta.Head, src.Version); err != nil {
 		return nil, fmt.Errorf("session %s, forked from %s version %d: %w: %v", key, src.Fork, src.Version, ErrCorrupt, err)
 	}
-	log, rec, err := e.logAtDepth(ctx, src.Fork, sinceOf(last), last.seq, src.Version, depth+1)
+	log, rec, err := e.logAtDepth(ctx, src.Fork, sinceOf(last), upToFor(last, src.Version), src.Version, depth+1)
 	if err != nil {
 		return nil, fmt.Errorf("session %s, forked from %s: %w", key, src.Fork, err)
 	}

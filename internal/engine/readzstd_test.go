@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/memlog"
 )
 
 // ReadZstd decodes, with a plain zstd decoder, to exactly what Read returns, for every version,
@@ -177,5 +178,62 @@ func TestReadZstd_InsideABigPack(t *testing.T) {
 		require.NoError(t, err, "version %d", v)
 		require.Equal(t, string(want), string(got), "version %d", v)
 		require.Less(t, len(z), len(want)/2+128<<10, "version %d", v)
+	}
+}
+
+// rangeBounds records the upTo of every Range: on JetStream a batch fetches every entry up to it.
+type rangeBounds struct {
+	engine.Log
+	upTo []uint64
+	keys []engine.Key
+}
+
+func (r *rangeBounds) Range(cx ctxT, k engine.Key, from, upTo uint64, fn func(engine.Entry) bool) error {
+	r.upTo, r.keys = append(r.upTo, upTo), append(r.keys, k)
+	return r.Log.Range(cx, k, from, upTo, fn)
+}
+
+// A read of a version the last pack holds (or one before it) reads up to that pack, not the
+// saves after it: Read, ReadZstd, and a fork read through its source.
+func TestRead_StopsAtTheLastPack(t *testing.T) {
+	mem := memlog.New(1 << 20)
+	log := &rangeBounds{Log: mem}
+	e := engine.New(log, engine.Config{PackEntries: 10})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	saveTurns(t, e, k, 0, 50) // 25 versions: packs of 1–10 and 11–20, 21–25 after them, then two state entries
+	l, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "o", TTL: time.Minute, Now: now})
+	require.NoError(t, err)
+	_, err = e.Release(ctx, engine.LeaseRequest{Key: k, Epoch: l.Lease.Epoch, Now: now})
+	require.NoError(t, err)
+	last, err := mem.Last(ctx, k)
+	require.NoError(t, err)
+	for v := uint64(1); v <= 25; v++ {
+		log.upTo = nil
+		conv, _, err := e.Read(ctx, k, v, engine.ReadOptions{Verify: true})
+		require.NoError(t, err, "version %d", v)
+		require.Equal(t, string(conversation(int(2*v))), string(conv), "version %d", v)
+		_, _, err = e.ReadZstd(ctx, k, v)
+		require.NoError(t, err, "version %d", v)
+		require.Len(t, log.upTo, 2, "version %d", v)
+		for _, upTo := range log.upTo {
+			switch {
+			case v <= 25-7: // seven entries after the last pack: at most seven versions
+				require.Less(t, upTo, last.Seq, "version %d is in a pack: the saves after it are not read", v)
+			case v > 20:
+				require.Equal(t, last.Seq, upTo, "version %d", v)
+			}
+		}
+	}
+	f := engine.Key{Namespace: "n", Session: "fork", Agent: "a"}
+	_, err = e.Fork(ctx, engine.ForkRequest{From: k, Version: 15, To: f, SaveID: "fork", Now: now})
+	require.NoError(t, err)
+	log.upTo, log.keys = nil, nil
+	conv, _, err := e.Read(ctx, f, 0, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(conversation(30)), string(conv))
+	for i, upTo := range log.upTo {
+		if log.keys[i] == k {
+			require.Less(t, upTo, last.Seq, "the fork reads version 15 of its source up to the source's pack")
+		}
 	}
 }
