@@ -224,11 +224,72 @@ func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, e
 	if v, err = checkVersion(key, last.meta.Head, v); err != nil {
 		return nil, Record{}, err
 	}
-	log, rec, err := e.logAt(ctx, key, sinceOf(last), upToFor(last, v), v)
+	entries, err := e.holding(ctx, key, last, v)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	log, rec, err := e.logOf(ctx, key, entries, v, 0)
 	if err != nil {
 		return nil, Record{}, err
 	}
 	return append(log, ']'), rec, nil
+}
+
+// holding returns key's live entries up to the one holding version v, given its last entry: the
+// packs alone when the version is in one of the first maxPackGets packs and there are no more
+// (packChain), otherwise read in one batch from the session's start (entriesHolding), up to the
+// last pack if v is in it or before it.
+func (e *Engine) holding(ctx context.Context, key Key, last ent, v uint64) ([]ent, error) {
+	upTo := upToFor(last, v)
+	if upTo != last.seq {
+		if chain, err := e.packChain(ctx, key, last, upTo, v); err != nil || chain != nil {
+			return chain, err
+		}
+	}
+	return e.entriesHolding(ctx, key, sinceOf(last), upTo, v)
+}
+
+// maxPackGets bounds the packs a read of an old version fetches one at a time, walking back
+// from the last (packChain), before it reads them in one batch instead.
+const maxPackGets = 2
+
+// packChain returns the packs from the session's first up to the one holding version v, fetched
+// one at a time from the pack at sequence at back, if there are at most maxPackGets and none
+// has parts; nil otherwise. The packs of a log are all it holds up to the last of them (a pack
+// covers every entry since the pack before it, a fork's first pack copies its source in), so
+// they are what a read of a version they hold needs: a batched read from the start would fetch
+// every entry after them too (JetStream's batch has no upper sequence bound).
+func (e *Engine) packChain(ctx context.Context, key Key, last ent, at, v uint64) ([]ent, error) {
+	var chain []ent
+	for len(chain) < maxPackGets && at >= sinceOf(last) {
+		en, err := e.log.Get(ctx, key, at)
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil // gone meanwhile: the batched read says what is left
+		}
+		if err != nil {
+			return nil, err
+		}
+		m, data, err := decodeEntry(en.Data)
+		if err != nil {
+			return nil, fmt.Errorf("session %s entry %d: %w", key, en.Seq, err)
+		}
+		if m.Kind != kindPack || m.Parts > 0 {
+			return nil, nil
+		}
+		chain = append(chain, ent{seq: en.Seq, meta: m, data: data})
+		if m.Head.Pack != 0 {
+			at = m.Head.Pack
+			continue
+		}
+		slices.Reverse(chain) // the first pack: the chain is whole
+		for i, x := range chain {
+			if holds(v)(x) {
+				return chain[:i+1], nil
+			}
+		}
+		return nil, nil
+	}
+	return nil, nil
 }
 
 // upToFor is how far a read of version v must go, given the log's last entry: up to the last
@@ -320,7 +381,11 @@ func (e *Engine) forkSource(ctx context.Context, key Key, x ent, depth int) ([]b
 	if _, err := checkVersion(src.Fork, last.meta.Head, src.Version); err != nil {
 		return nil, fmt.Errorf("session %s, forked from %s version %d: %w: %v", key, src.Fork, src.Version, ErrCorrupt, err)
 	}
-	log, rec, err := e.logAtDepth(ctx, src.Fork, sinceOf(last), upToFor(last, src.Version), src.Version, depth+1)
+	entries, err := e.holding(ctx, src.Fork, last, src.Version)
+	if err != nil {
+		return nil, fmt.Errorf("session %s, forked from %s: %w", key, src.Fork, err)
+	}
+	log, rec, err := e.logOf(ctx, src.Fork, entries, src.Version, depth+1)
 	if err != nil {
 		return nil, fmt.Errorf("session %s, forked from %s: %w", key, src.Fork, err)
 	}

@@ -37,7 +37,7 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 	if v, err = checkVersion(key, last.meta.Head, v); err != nil {
 		return nil, Record{}, err
 	}
-	entries, err := e.entriesHolding(ctx, key, sinceOf(last), upToFor(last, v), v)
+	entries, err := e.holding(ctx, key, last, v)
 	if err != nil {
 		return nil, Record{}, err
 	}

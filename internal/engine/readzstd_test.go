@@ -193,8 +193,9 @@ func (r *rangeBounds) Range(cx ctxT, k engine.Key, from, upTo uint64, fn func(en
 	return r.Log.Range(cx, k, from, upTo, fn)
 }
 
-// A read of a version the last pack holds (or one before it) reads up to that pack, not the
-// saves after it: Read, ReadZstd, and a fork read through its source.
+// A read of a version the last pack holds (or one before it) reads the packs, not the saves
+// after them: Read, ReadZstd, and a fork read through its source; with more packs than it
+// fetches one at a time, up to the last pack.
 func TestRead_StopsAtTheLastPack(t *testing.T) {
 	mem := memlog.New(1 << 20)
 	log := &rangeBounds{Log: mem}
@@ -214,14 +215,11 @@ func TestRead_StopsAtTheLastPack(t *testing.T) {
 		require.Equal(t, string(conversation(int(2*v))), string(conv), "version %d", v)
 		_, _, err = e.ReadZstd(ctx, k, v)
 		require.NoError(t, err, "version %d", v)
-		require.Len(t, log.upTo, 2, "version %d", v)
-		for _, upTo := range log.upTo {
-			switch {
-			case v <= 25-7: // seven entries after the last pack: at most seven versions
-				require.Less(t, upTo, last.Seq, "version %d is in a pack: the saves after it are not read", v)
-			case v > 20:
-				require.Equal(t, last.Seq, upTo, "version %d", v)
-			}
+		switch {
+		case v <= 25-7: // seven entries after the last pack: at most seven versions
+			require.Empty(t, log.upTo, "version %d is in one of two packs: they are fetched alone", v)
+		case v > 20:
+			require.Equal(t, []uint64{last.Seq, last.Seq}, log.upTo, "version %d", v)
 		}
 	}
 	f := engine.Key{Namespace: "n", Session: "fork", Agent: "a"}
@@ -236,4 +234,15 @@ func TestRead_StopsAtTheLastPack(t *testing.T) {
 			require.Less(t, upTo, last.Seq, "the fork reads version 15 of its source up to the source's pack")
 		}
 	}
+
+	// Three packs, more than a read fetches one at a time: a batch from the start, up to the last.
+	saveTurns(t, e, k, 50, 80) // versions 26–40: packs of 21–30 (with the state entries) and 31–40
+	last, err = mem.Last(ctx, k)
+	require.NoError(t, err)
+	log.upTo = nil
+	conv, _, err = e.Read(ctx, k, 3, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(conversation(6)), string(conv))
+	require.Len(t, log.upTo, 1)
+	require.Less(t, log.upTo[0], last.Seq)
 }
