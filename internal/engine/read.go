@@ -289,11 +289,85 @@ func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, e
 	if v, err = checkVersion(key, last.meta.Head, v); err != nil {
 		return nil, Record{}, err
 	}
-	log, rec, err := e.logAt(ctx, key, sinceOf(last), last.seq, v)
+	entries, err := e.holding(ctx, key, last, v)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	log, rec, err := e.logOf(ctx, key, entries, v, 0)
 	if err != nil {
 		return nil, Record{}, err
 	}
 	return append(log, ']'), rec, nil
+}
+
+// holding returns key's live entries up to the one holding version v, given its last entry: the
+// packs alone when the version is in one of the first maxPackGets packs and there are no more
+// (packChain), otherwise read in one batch from the session's start (entriesHolding), up to the
+// last pack if v is in it or before it.
+func (e *Engine) holding(ctx context.Context, key Key, last ent, v uint64) ([]ent, error) {
+	upTo := upToFor(last, v)
+	if upTo != last.seq {
+		if chain, err := e.packChain(ctx, key, last, upTo, v); err != nil || chain != nil {
+			return chain, err
+		}
+	}
+	return e.entriesHolding(ctx, key, sinceOf(last), upTo, v)
+}
+
+// maxPackGets bounds the packs a read of an old version fetches one at a time, walking back
+// from the last (packChain), before it reads them in one batch instead.
+const maxPackGets = 2
+
+// packChain returns the packs from the session's first up to the one holding version v, fetched
+// one at a time from the pack at sequence at back, if there are at most maxPackGets and none
+// has parts; nil otherwise. The packs of a log are all it holds up to the last of them (a pack
+// covers every entry since the pack before it, a fork's first pack copies its source in), so
+// they are what a read of a version they hold needs: a batched read from the start would fetch
+// every entry after them too (JetStream's batch has no upper sequence bound).
+func (e *Engine) packChain(ctx context.Context, key Key, last ent, at, v uint64) ([]ent, error) {
+	var chain []ent
+	for len(chain) < maxPackGets && at >= sinceOf(last) {
+		en, err := e.log.Get(ctx, key, at)
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil // gone meanwhile: the batched read says what is left
+		}
+		if err != nil {
+			return nil, err
+		}
+		m, data, err := decodeEntry(en.Data)
+		if err != nil {
+			return nil, fmt.Errorf("session %s entry %d: %w", key, en.Seq, err)
+		}
+		if m.Kind != kindPack || m.Parts > 0 {
+			return nil, nil
+		}
+		chain = append(chain, ent{seq: en.Seq, meta: m, data: data})
+		if m.Head.Pack != 0 {
+			at = m.Head.Pack
+			continue
+		}
+		slices.Reverse(chain) // the first pack: the chain is whole
+		for i, x := range chain {
+			if holds(v)(x) {
+				return chain[:i+1], nil
+			}
+		}
+		return nil, nil
+	}
+	return nil, nil
+}
+
+// upToFor is how far a read of version v must go, given the log's last entry: up to the last
+// pack if v is in it or before it, so that the saves after it are not fetched; up to the last
+// entry otherwise. Every entry after the last pack adds at most one version (versions have no
+// gaps once a log has one, and a pack is only made of versions), so the last pack holds version
+// head − TailEntries or a later one.
+func upToFor(last ent, v uint64) uint64 {
+	h := last.meta.Head
+	if p := lastPackOf(last); p != 0 && p != last.seq && h.TailEntries >= 0 && v+uint64(h.TailEntries) <= h.Version {
+		return p
+	}
+	return last.seq
 }
 
 // logAt reads key's entries from sequence from (its last deletion) up to upTo and returns "["
@@ -311,6 +385,13 @@ func (e *Engine) logAtDepth(ctx context.Context, key Key, from, upTo, v uint64, 
 	if err != nil {
 		return nil, Record{}, err
 	}
+	return e.logOf(ctx, key, entries, v, depth)
+}
+
+// logOf returns "[" followed by the log of version v (its messages joined by ","), and v's
+// record, from entries: key's live entries up to the one holding v (entriesHolding).
+func (e *Engine) logOf(ctx context.Context, key Key, entries []ent, v uint64, depth int) ([]byte, Record, error) {
+	var err error
 	target := entries[len(entries)-1]
 	rec, n, err := recordIn(key, target, v)
 	if err != nil {
@@ -365,7 +446,11 @@ func (e *Engine) forkSource(ctx context.Context, key Key, x ent, depth int) ([]b
 	if _, err := checkVersion(src.Fork, last.meta.Head, src.Version); err != nil {
 		return nil, fmt.Errorf("session %s, forked from %s version %d: %w: %v", key, src.Fork, src.Version, ErrCorrupt, err)
 	}
-	log, rec, err := e.logAtDepth(ctx, src.Fork, sinceOf(last), last.seq, src.Version, depth+1)
+	entries, err := e.holding(ctx, src.Fork, last, src.Version)
+	if err != nil {
+		return nil, fmt.Errorf("session %s, forked from %s: %w", key, src.Fork, err)
+	}
+	log, rec, err := e.logOf(ctx, src.Fork, entries, src.Version, depth+1)
 	if err != nil {
 		return nil, fmt.Errorf("session %s, forked from %s: %w", key, src.Fork, err)
 	}

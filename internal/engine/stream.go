@@ -263,7 +263,7 @@ func (lb *logBuilder) flush() error {
 		lb.out = out
 		return checkPieces(out[n:], pieces)
 	}
-	plain, err := decoder.DecodeAll(stream, make([]byte, 0, sizeHint(raw)))
+	plain, err := decoder.DecodeAll(stream, make([]byte, 0, sizeHint(decodedSize(stream, raw)+64)))
 	if err != nil {
 		return fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
 	}
@@ -288,6 +288,18 @@ func (lb *logBuilder) flush() error {
 		plain = plain[p.RawBytes:]
 	}
 	return nil
+}
+
+// decodedSize is what a stream whose pieces hold raw bytes decodes to, for its buffer: more when
+// it is a pack read up to one of its versions, whose frame declares its whole size (a buffer
+// that has to grow while decoding is copied each time). A declared size above maxDecoded is
+// bounded by sizeHint; the decoder refuses to go beyond it.
+func decodedSize(stream []byte, raw int64) int64 {
+	var h zstd.Header
+	if h.Decode(stream) == nil && h.HasFCS && int64(h.FrameContentSize) > raw {
+		return int64(min(h.FrameContentSize, maxDecoded))
+	}
+	return raw
 }
 
 // checkPieces checks each piece of plain (their bytes in order) against its CRC-32C.
