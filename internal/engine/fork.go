@@ -72,6 +72,15 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (Saved, error) {
 	if err != nil {
 		return Saved{}, err
 	}
+	// The pin names the version by number: make sure it pins the conversation read (the source
+	// may have been deleted and saved again up to that number meanwhile).
+	if now, err := e.Version(ctx, req.From, v); err != nil || now.Hash != rec.Hash {
+		_ = e.unpin(ctx, req.From, pin) // best effort: a pin left is stale, and dropped later
+		if err == nil || errors.Is(err, ErrNotFound) {
+			err = fmt.Errorf("%w: session %s: version %d changed during the fork (deleted and saved again); fork again", ErrBusy, req.From, v)
+		}
+		return Saved{}, err
+	}
 	state, err := extendHash(nil, conv[1:len(conv)-1])
 	if err != nil {
 		return Saved{}, err
