@@ -171,6 +171,28 @@ func TestReview_ForkRacingSourceDeleteLosesAckedFork(t *testing.T) {
 	require.Equal(t, string(conversation(4)), string(got))
 }
 
+// A pin whose fork never got its entry (a Fork that crashed) stops holding its source after two
+// graces: the source's deletion then drops it as stale.
+func TestFork_PinOfACrashedForkExpires(t *testing.T) {
+	const grace = time.Minute
+	clk := &clock{t: now}
+	inner := memlog.New(1 << 20)
+	l := &lostAckLog{Log: inner}
+	cfg := engine.Config{ValueGrace: grace, Clock: clk.now}
+	a := engine.New(l, cfg)
+	b := engine.New(inner, cfg)
+	src, dst := reviewKey("src"), reviewKey("dst")
+	saveAppends(t, a, src, 3)
+	l.failAll = &dst // the Fork "crashes": its fork entry never gets written
+	_, err := a.Fork(ctx, engine.ForkRequest{From: src, Version: 2, To: dst, SaveID: "f", Now: now})
+	require.Error(t, err)
+	_, err = b.Delete(ctx, src, nil)
+	require.ErrorIs(t, err, engine.ErrBusy, "within the grace, the pin may be a fork in flight")
+	clk.add(2*grace + time.Second)
+	_, err = b.Delete(ctx, src, nil)
+	require.NoError(t, err)
+}
+
 // Finding 2 (fork.go Fork): Fork reads the source's version, then pins it by number only. If
 // the source is deleted and saved again up to that number in between, the pin lands on another
 // conversation; the fork entry holds the hash of the one read; the Fork is acknowledged and the
