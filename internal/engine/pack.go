@@ -41,6 +41,12 @@ func (e *Engine) Pack(ctx context.Context, key Key, force bool) (PackResult, err
 		if err != nil && attempt == 0 && e.again(ctx, s, err) {
 			continue // decided on a cached head another daemon moved past (a deletion, say)
 		}
+		if err == nil && res == (PackResult{}) && force && attempt == 0 && e.stale(ctx, s) {
+			// Nothing to pack by the cached head, but the caller needs the log packed (a fork
+			// copied in before its source goes, say): look at the log itself.
+			e.forget(s)
+			continue
+		}
 		if err != nil {
 			e.forget(s)
 		}
