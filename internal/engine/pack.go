@@ -81,7 +81,10 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 	if len(c.packed) == 0 {
 		return e.packState(ctx, s, t.dead)
 	}
-	open := e.cfg.PackOpen && c.source == nil // a copied-in source is compressed with the rest
+	// A copied-in source is compressed with the rest. Saves that continue an open pack's frame
+	// (written after a daemon with PackOpen packed) cannot be decoded on their own: they stay
+	// as they are, in an open pack too.
+	open := (e.cfg.PackOpen || continuesFrame(c.pieces, c.datas)) && c.source == nil
 	data, err := e.packData(c.packed, c.pieces, c.datas, c.prefix, open)
 	if err != nil {
 		return PackResult{}, fmt.Errorf("session %s: packing: %w", s.key, err)
@@ -237,6 +240,17 @@ func (e *Engine) collect(ctx context.Context, key Key, live []ent) (collected, e
 		}
 	}
 	return c, nil
+}
+
+// continuesFrame reports whether the first saves that add bytes continue a frame begun before
+// them (an open pack's), instead of starting one.
+func continuesFrame(pieces []*pieceInfo, datas [][]byte) bool {
+	for i, p := range pieces {
+		if !empty(p, datas[i]) {
+			return !p.Frame
+		}
+	}
+	return false
 }
 
 // packed updates the session's cache after its pack m was committed.
