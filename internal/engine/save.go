@@ -117,8 +117,14 @@ func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest) (Sav
 	h := s.last.Head
 	found := h.Version > 0
 	if req.SaveID != "" {
-		if rec, ok, err := e.savedBefore(ctx, s, req.SaveID); err != nil || ok {
-			return Saved{Record: rec, Duplicate: ok}, err
+		rec, ok, err := e.savedBefore(ctx, s, req.SaveID)
+		if err != nil {
+			return Saved{}, err
+		}
+		// An import is the same as a version stored only if it has its number and hash too
+		// (a source may reuse a save id); otherwise the import rules below answer.
+		if ok && (req.Import == nil || rec.Version == req.Import.Version && rec.Hash == req.Import.Hash) {
+			return Saved{Record: rec, Duplicate: true}, nil
 		}
 	}
 	// Only a migration brings a moved session back; an import of a bundle does not.
