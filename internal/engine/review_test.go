@@ -416,6 +416,29 @@ func TestReview_WindowLargerThanReadsDecode(t *testing.T) {
 	require.Equal(t, string(conversation(4)), string(got))
 }
 
+// Config.Validate names what is wrong (ErrConfig), and an Engine made with such a Config refuses
+// saves with it instead of a raw zstd error per save, or saves no read decodes.
+func TestConfig_InvalidIsRefused(t *testing.T) {
+	for name, cfg := range map[string]engine.Config{
+		"window not a power of two": {Window: 3 << 20},
+		"window above 8 MiB":        {Window: 16 << 20},
+		"window below 1 KiB":        {Window: 512},
+		"negative pack entries":     {PackEntries: -1},
+		"negative pack bytes":       {PackBytes: -1},
+		"negative sessions":         {Sessions: -1},
+		"negative grace":            {ValueGrace: -time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.ErrorIs(t, cfg.Validate(), engine.ErrConfig)
+			e, _ := newEngine(t, 1<<20, cfg)
+			_, err := save(e, engine.SaveRequest{Key: reviewKey("s"), SaveID: "1", Payload: conversation(2)})
+			require.ErrorIs(t, err, engine.ErrConfig)
+		})
+	}
+	require.NoError(t, engine.Config{}.Validate())
+	require.NoError(t, engine.Config{Window: 8 << 20}.Validate())
+}
+
 // lostAckLog stores the next Append to key failKey, then reports a failure (a publish whose
 // acknowledgement was lost: the outcome is unknown to the caller).
 type lostAckLog struct {

@@ -59,6 +59,9 @@ const maxSwapAttempts = 64
 // only the messages the head lacks. A lost compare-and-swap (another writer, or a stale cache)
 // reads the head again and decides again.
 func (e *Engine) Save(ctx context.Context, req SaveRequest) (Saved, error) {
+	if e.invalid != nil {
+		return Saved{}, e.invalid
+	}
 	if err := checkRequest(&req); err != nil {
 		return Saved{}, err
 	}
