@@ -106,6 +106,8 @@ type Engine struct {
 
 	// crashBeforeDeletes makes packs stop after their commit, as a crash would (tests).
 	crashBeforeDeletes bool
+	// maxRun is maxRun (save.go); tests lower it.
+	maxRun int64
 	// invalid is what Config.Validate said of the Config New was given: every write fails with it.
 	invalid error
 }
@@ -118,7 +120,7 @@ func New(log Log, cfg Config) *Engine {
 	// A pack's records must fit in one entry (its data may take parts): packing by the bytes of
 	// whole entries, at most half an entry's worth, keeps them there.
 	cfg.PackBytes = min(cfg.PackBytes, int64(log.MaxEntry()/2))
-	return &Engine{log: log, cfg: cfg, sessions: map[Key]*list.Element{}, lru: list.New(), invalid: invalid}
+	return &Engine{log: log, cfg: cfg, sessions: map[Key]*list.Element{}, lru: list.New(), invalid: invalid, maxRun: maxRun}
 }
 
 // session is what the engine caches of one session: its last entry and its compressor. It is
@@ -131,6 +133,7 @@ type session struct {
 	lastSeq uint64    // 0: the log is empty
 	last    entryMeta // the last entry's meta (zero if none)
 	enc     *encoder
+	encRaw  int64 // bytes compressed by enc since its frame began (maxRun)
 	// recent holds the records of the last pack's versions and of the saves after it, oldest
 	// first, so that a save delivered again is recognised without a read (docs/format.md §8.5).
 	recent   []Record

@@ -702,3 +702,47 @@ func TestReview_SweepMarkMissesAValueAPackIsMoving(t *testing.T) {
 	require.NoError(t, err, "version 1 refers to its value")
 	require.Equal(t, string(first), string(got))
 }
+
+// Finding 13 (decompression bomb): rewrites of a very compressible conversation cost a few
+// hundred stored bytes each, so packs (due on stored bytes) came late and every generation piled
+// into one zstd frame, decoded whole by each read and each rewrite. A save now counts at least
+// its decoded bytes / 16 in the tail, and starts a new frame rather than take a run past the
+// engine's limit (lowered here to 64 KiB).
+func TestSave_CompressibleRewritesStayBounded(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{PackBytes: 16 << 10, PackEntries: 1000})
+	engine.SetMaxRun(e, 64<<10)
+	k := reviewKey("s")
+	long := strings.Repeat("a", 30<<10)
+	due := 0
+	var convs [][]byte
+	for v := 0; v < 10; v++ {
+		conv := []byte(fmt.Sprintf(`[{"role":"user","content":[{"type":"text","text":"rewrite %d"}]},{"role":"assistant","content":[{"type":"text","text":"%s"}]}]`, v, long))
+		convs = append(convs, conv)
+		s, err := save(e, engine.SaveRequest{Key: k, SaveID: fmt.Sprint(v), Payload: conv})
+		require.NoError(t, err)
+		if s.PackDue {
+			due++
+		}
+	}
+	require.Positive(t, due, "10 rewrites decoding to 300 KiB are due to be packed at PackBytes 16 KiB")
+
+	var run, most int64
+	require.NoError(t, log.Range(ctx, k, 0, 0, func(en engine.Entry) bool {
+		isSave, frame, raw, err := engine.SavePiece(en.Data)
+		require.NoError(t, err)
+		if isSave {
+			if frame {
+				run = 0
+			}
+			run += raw
+			most = max(most, run)
+		}
+		return true
+	}))
+	require.LessOrEqual(t, most, int64(64<<10), "a run of saves decodes to at most the limit")
+	for v, conv := range convs {
+		got, _, err := e.Read(ctx, k, uint64(v+1), engine.ReadOptions{Verify: true})
+		require.NoError(t, err)
+		require.Equal(t, string(conv), string(got))
+	}
+}

@@ -434,10 +434,12 @@ func (e *Engine) commitHead(ctx context.Context, s *session, next headState, p s
 	next.StoredBytes = int64(len(data)) + added
 	m := entryMeta{Kind: kindSave, Head: next, Piece: piece}
 	// The tail counts whole entries, meta included: a pack's records then stay well within an
-	// entry, however long a save's strings.
+	// entry, however long a save's strings. A save that compresses very well counts what it
+	// decodes to over rawPerTailByte instead: rewrites of a compressible conversation would
+	// otherwise pile generations up, each one decoded by every read, before a pack is due.
 	size, err := encodedSize(m, data)
 	if err == nil {
-		m.Head.TailBytes += size
+		m.Head.TailBytes += max(size, piece.RawBytes/rawPerTailByte)
 		_, err = e.writeBy(ctx, s, m, data, deadline)
 	}
 	if err != nil {
@@ -508,13 +510,18 @@ func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte) ([]byte
 	if len(stripped) == 0 {
 		return nil, nil
 	}
+	if s.enc != nil && s.encRaw+int64(len(stripped)) > e.maxRun {
+		s.enc = nil // the run would decode to too much at once: a new frame
+	}
 	piece.Frame = s.enc == nil
 	if piece.Frame {
 		var err error
 		if s.enc, err = newEncoder(e.cfg.Window, !e.cfg.NoFastSaves); err != nil {
 			return nil, err
 		}
+		s.encRaw = 0
 	}
+	s.encRaw += int64(len(stripped))
 	data, err := s.enc.add(stripped)
 	if err != nil {
 		s.enc = nil
@@ -522,6 +529,16 @@ func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte) ([]byte
 	}
 	return data, nil
 }
+
+// rawPerTailByte: a save counts at least its decoded bytes over this in the tail (commitHead), so
+// that a tail due at PackBytes decodes to at most about rawPerTailByte × PackBytes (4 MiB by
+// default). Ordinary saves compress less than that and count their stored bytes.
+const rawPerTailByte = 16
+
+// maxRun bounds what a run of saves sharing a zstd frame decodes to (compress): a read decodes a
+// run at once, and a save that would take its run past it starts a new frame. Far below the
+// decoder's maxDecoded, and far above an ordinary run (a tail is packed at PackBytes).
+const maxRun = 64 << 20
 
 // packDue says whether the entries since the last pack are due to be packed.
 func (e *Engine) packDue(h headState) bool {
