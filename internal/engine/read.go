@@ -690,7 +690,7 @@ func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, li
 			return true
 		}
 		from := uint64(0)
-		if cur.Pack != 0 && cur.Before != 0 && e.isPackOf(ctx, key, last, cur.Pack) {
+		if cur.Pack != 0 && cur.Before != 0 && e.isPackHolding(ctx, key, last, cur.Pack, cur.Before) {
 			from = cur.Pack
 		}
 		err = e.walkBackFrom(ctx, key, last, from, walk)
@@ -704,8 +704,9 @@ func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, li
 	}
 }
 
-// isPackOf reports whether seq is a pack of key's live log (a cursor's hint is the client's).
-func (e *Engine) isPackOf(ctx context.Context, key Key, last ent, seq uint64) bool {
+// isPackHolding reports whether seq is a pack of key's live log holding version v (a cursor's
+// hint is the client's): the walk back from it then meets every version below v.
+func (e *Engine) isPackHolding(ctx context.Context, key Key, last ent, seq, v uint64) bool {
 	if seq < sinceOf(last) || seq > last.seq {
 		return false
 	}
@@ -714,5 +715,5 @@ func (e *Engine) isPackOf(ctx context.Context, key Key, last ent, seq uint64) bo
 		return false
 	}
 	m, _, err := decodeEntry(en.Data)
-	return err == nil && m.Kind == kindPack
+	return err == nil && m.Kind == kindPack && holds(v)(ent{seq: seq, meta: m})
 }
