@@ -34,10 +34,12 @@ func (e *Engine) Pack(ctx context.Context, key Key, force bool) (PackResult, err
 	for attempt := 0; ; attempt++ {
 		s := e.session(key)
 		res, err := e.packOnce(ctx, s, force)
-		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
+		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) && e.stale(ctx, s) {
 			e.forget(s) // another writer came first: nothing was written, the next pack does it
 			return PackResult{}, nil
 		}
+		// A short read of a log that did not move is not a race: entries are missing (the
+		// error says so, ErrCorrupt), and hiding it would leave the session unpacked for good.
 		if err != nil && attempt == 0 && e.again(ctx, s, err) {
 			continue // decided on a cached head another daemon moved past (a deletion, say)
 		}

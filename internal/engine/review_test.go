@@ -746,3 +746,22 @@ func TestSave_CompressibleRewritesStayBounded(t *testing.T) {
 		require.Equal(t, string(conv), string(got))
 	}
 }
+
+// A pack that reads a log short although the log did not move has found entries missing (here a
+// part of a committed save): it reports it (ErrCorrupt) instead of taking it for another writer
+// that came first and returning nothing, which left the session unpacked for good.
+func TestPack_ReportsMissingEntries(t *testing.T) {
+	e, log := newEngine(t, 4096, engine.Config{})
+	k := reviewKey("s")
+	var msgs []string
+	for i := 0; i < 4; i++ {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":"%s"}]}`, randomText(2000, uint64(i))))
+	}
+	_, err := save(e, engine.SaveRequest{Key: k, SaveID: "1", Payload: []byte("[" + strings.Join(msgs, ",") + "]")})
+	require.NoError(t, err)
+	var first uint64
+	require.NoError(t, log.Range(ctx, k, 0, 0, func(en engine.Entry) bool { first = en.Seq; return false }))
+	require.NoError(t, log.Delete(ctx, k, first)) // the save's first part
+	_, err = e.Pack(ctx, k, true)
+	require.ErrorIs(t, err, engine.ErrCorrupt)
+}
