@@ -301,12 +301,15 @@ func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, e
 }
 
 // holding returns key's live entries up to the one holding version v, given its last entry: the
-// packs alone when the version is in one of the first maxPackGets packs and there are no more
-// (packChain), otherwise read in one batch from the session's start (entriesHolding), up to the
-// last pack if v is in it or before it.
+// packs alone when v is in a pack and the packs are likely few (packChain), otherwise read in one
+// batch from the session's start (entriesHolding), up to the last pack if v is in it or before it.
+// The packs are likely few when the versions before the saves since the last pack are no more
+// than one pack of PackEntries holds: one pack, or two if one was cut by PackBytes; otherwise
+// fetching packs one at a time would cost a round trip or two before the batch anyway.
 func (e *Engine) holding(ctx context.Context, key Key, last ent, v uint64) ([]ent, error) {
 	upTo := upToFor(last, v)
-	if upTo != last.seq {
+	h := last.meta.Head
+	if upTo != last.seq && h.Version <= uint64(e.cfg.PackEntries)+uint64(h.TailEntries) {
 		if chain, err := e.packChain(ctx, key, last, upTo, v); err != nil || chain != nil {
 			return chain, err
 		}

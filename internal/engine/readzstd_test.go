@@ -194,21 +194,21 @@ func (r *rangeBounds) Range(cx ctxT, k engine.Key, from, upTo uint64, fn func(en
 }
 
 // A read of a version the last pack holds (or one before it) reads the packs, not the saves
-// after them: Read, ReadZstd, and a fork read through its source; with more packs than it
-// fetches one at a time, up to the last pack.
+// after them: Read, ReadZstd, and a fork read through its source; with more packs than a read
+// fetches one at a time, a batch from the start up to the last pack.
 func TestRead_StopsAtTheLastPack(t *testing.T) {
 	mem := memlog.New(1 << 20)
 	log := &rangeBounds{Log: mem}
 	e := engine.New(log, engine.Config{PackEntries: 10})
 	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
-	saveTurns(t, e, k, 0, 50) // 25 versions: packs of 1–10 and 11–20, 21–25 after them, then two state entries
+	saveTurns(t, e, k, 0, 30) // 15 versions: a pack of 1–10, 11–15 after it, then two state entries
 	l, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "o", TTL: time.Minute, Now: now})
 	require.NoError(t, err)
 	_, err = e.Release(ctx, engine.LeaseRequest{Key: k, Epoch: l.Lease.Epoch, Now: now})
 	require.NoError(t, err)
 	last, err := mem.Last(ctx, k)
 	require.NoError(t, err)
-	for v := uint64(1); v <= 25; v++ {
+	for v := uint64(1); v <= 15; v++ {
 		log.upTo = nil
 		conv, _, err := e.Read(ctx, k, v, engine.ReadOptions{Verify: true})
 		require.NoError(t, err, "version %d", v)
@@ -216,27 +216,27 @@ func TestRead_StopsAtTheLastPack(t *testing.T) {
 		_, _, err = e.ReadZstd(ctx, k, v)
 		require.NoError(t, err, "version %d", v)
 		switch {
-		case v <= 25-7: // seven entries after the last pack: at most seven versions
-			require.Empty(t, log.upTo, "version %d is in one of two packs: they are fetched alone", v)
-		case v > 20:
+		case v <= 15-7: // seven entries after the last pack: at most seven versions
+			require.Empty(t, log.upTo, "version %d is in the only pack: it is fetched alone", v)
+		case v > 10:
 			require.Equal(t, []uint64{last.Seq, last.Seq}, log.upTo, "version %d", v)
 		}
 	}
 	f := engine.Key{Namespace: "n", Session: "fork", Agent: "a"}
-	_, err = e.Fork(ctx, engine.ForkRequest{From: k, Version: 15, To: f, SaveID: "fork", Now: now})
+	_, err = e.Fork(ctx, engine.ForkRequest{From: k, Version: 5, To: f, SaveID: "fork", Now: now})
 	require.NoError(t, err)
 	log.upTo, log.keys = nil, nil
 	conv, _, err := e.Read(ctx, f, 0, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
-	require.Equal(t, string(conversation(30)), string(conv))
+	require.Equal(t, string(conversation(10)), string(conv))
 	for i, upTo := range log.upTo {
 		if log.keys[i] == k {
-			require.Less(t, upTo, last.Seq, "the fork reads version 15 of its source up to the source's pack")
+			require.Less(t, upTo, last.Seq, "the fork reads version 5 of its source up to the source's pack")
 		}
 	}
 
-	// Three packs, more than a read fetches one at a time: a batch from the start, up to the last.
-	saveTurns(t, e, k, 50, 80) // versions 26–40: packs of 21–30 (with the state entries) and 31–40
+	// Three packs: a batch from the start, up to the last.
+	saveTurns(t, e, k, 30, 80) // versions 16–40
 	last, err = mem.Last(ctx, k)
 	require.NoError(t, err)
 	log.upTo = nil
