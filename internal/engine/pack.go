@@ -62,13 +62,23 @@ func (e *Engine) packOnce(ctx context.Context, s *session, force bool) (PackResu
 	if err := e.load(ctx, s); err != nil {
 		return PackResult{}, err
 	}
-	h := s.last.Head
-	// A fork's first entry is packed at once: the pack copies its source's version in.
-	due := s.last.Kind != kindPack && (e.packDue(h) || s.last.Kind == kindFork || force && h.TailEntries >= 1)
-	if !due || e.cfg.NoPack && s.last.Kind != kindFork && !force {
+	if !e.packWanted(s.last, force) {
 		return PackResult{}, nil
 	}
 	return e.pack(ctx, s)
+}
+
+// packWanted says whether a session whose last entry is last is to be packed now.
+func (e *Engine) packWanted(last entryMeta, force bool) bool {
+	switch {
+	case last.Kind == kindPack:
+		return false // nothing since the last pack
+	case last.Kind == kindFork:
+		return true // a fork's first entry is packed at once, NoPack or not: it copies its source in
+	case force:
+		return last.Head.TailEntries >= 1 || e.packDue(last.Head)
+	}
+	return e.packDue(last.Head) // false with NoPack
 }
 
 func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {

@@ -539,7 +539,7 @@ func (e *Engine) walkBackFrom(ctx context.Context, key Key, last ent, pack uint6
 			if i < packed {
 				at = lastPackOf(last) // the last pack's records come first in the tail
 			}
-			if tail[i].Version >= first && !fn(tail[i], at) || tail[i].Version <= first {
+			if !stepBack(tail[i], at, first, fn) {
 				return nil
 			}
 		}
@@ -563,13 +563,26 @@ func (e *Engine) walkBackFrom(ctx context.Context, key Key, last ent, pack uint6
 		for i := len(m.Packed) - 1; i >= 0; i-- {
 			r := m.Packed[i].Record
 			r.Key = key
-			if r.Version >= first && !fn(r, pack) || r.Version <= first {
+			if !stepBack(r, pack, first, fn) {
 				return nil
 			}
 		}
 		pack = m.Head.Pack
 	}
 	return nil
+}
+
+// stepBack gives fn record r (held by the pack at sequence at, 0: none) if retention keeps it
+// (first is the oldest kept version), and says whether the walk back goes on: not once fn says
+// so, nor below first.
+func stepBack(r Record, at, first uint64, fn func(Record, uint64) bool) bool {
+	if r.Version < first {
+		return false
+	}
+	if !fn(r, at) {
+		return false
+	}
+	return r.Version > first
 }
 
 // sinceOf is where the live part of a log ends by x starts: its session's last deletion.
