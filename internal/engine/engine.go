@@ -235,6 +235,23 @@ func (e *Engine) stale(ctx context.Context, s *session) bool {
 	return err != nil || last.Seq != seq
 }
 
+// checkCached returns ErrConflict if the log moved past the session's cached last entry (s.mu
+// held): a write would lose its compare-and-swap, an answer from the cache would be stale.
+func (e *Engine) checkCached(ctx context.Context, s *session) error {
+	last, err := e.log.Last(ctx, s.key)
+	switch {
+	case errors.Is(err, ErrNotFound) && s.lastSeq == 0:
+		return nil
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("session %s: %w: its log is empty", s.key, ErrConflict)
+	case err != nil:
+		return err
+	case last.Seq != s.lastSeq:
+		return fmt.Errorf("session %s: %w: cached entry %d, the log's last is %d", s.key, ErrConflict, s.lastSeq, last.Seq)
+	}
+	return nil
+}
+
 // lastPack is the sequence of the session's last pack (0: none).
 func (s *session) lastPack() uint64 {
 	if s.last.Kind == kindPack {

@@ -765,3 +765,22 @@ func TestPack_ReportsMissingEntries(t *testing.T) {
 	_, err = e.Pack(ctx, k, true)
 	require.ErrorIs(t, err, engine.ErrCorrupt)
 }
+
+// A daemon whose cache predates another daemon's deletion of a session does not answer a
+// retried save id as a duplicate of the deleted session's version: it reads the log again.
+func TestSave_RetryAfterAnotherDaemonDeletedIsNoDuplicate(t *testing.T) {
+	inner := memlog.New(1 << 20)
+	a := engine.New(inner, engine.Config{})
+	b := engine.New(inner, engine.Config{})
+	k := reviewKey("s")
+	_, err := save(a, engine.SaveRequest{Key: k, SaveID: "x", Payload: conversation(2)})
+	require.NoError(t, err)
+	_, err = b.Delete(ctx, k, nil)
+	require.NoError(t, err)
+	s, err := save(a, engine.SaveRequest{Key: k, SaveID: "x", Payload: conversation(2)})
+	require.NoError(t, err)
+	require.False(t, s.Duplicate, "the version it duplicates was deleted")
+	got, _, err := b.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(conversation(2)), string(got))
+}

@@ -114,6 +114,7 @@ func isRefusal(err error) bool {
 func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest) (Saved, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	cached := s.loaded
 	if err := e.load(ctx, s); err != nil {
 		return Saved{}, err
 	}
@@ -123,6 +124,13 @@ func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest) (Sav
 		rec, ok, err := e.savedBefore(ctx, s, req.SaveID)
 		if err != nil {
 			return Saved{}, err
+		}
+		if ok && cached {
+			// A duplicate found in the cache must still be the log's: another daemon may have
+			// deleted the session since (a conflict: the caller reads the log again).
+			if err := e.checkCached(ctx, s); err != nil {
+				return Saved{}, err
+			}
 		}
 		// An import is the same as a version stored only if it has its number and hash too
 		// (a source may reuse a save id); otherwise the import rules below answer.
