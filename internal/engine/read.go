@@ -483,12 +483,18 @@ func (e *Engine) Head(ctx context.Context, key Key) (Record, error) {
 // Version returns the record of version n of key (0: the head), walking back from the head: the
 // entries since the last pack, then one pack at a time.
 func (e *Engine) Version(ctx context.Context, key Key, n uint64) (Record, error) {
+	return retryShort(func() (Record, error) { return e.version(ctx, key, n) })
+}
+
+// retryShort runs read again while it comes up short (the log moved under it: errShort), at most
+// maxReadAttempts times in all; a read still short then is reported as it is (ErrCorrupt).
+func retryShort[T any](read func() (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
-		rec, err := e.version(ctx, key, n)
+		v, err := read()
 		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
 			continue
 		}
-		return rec, err
+		return v, err
 	}
 }
 
@@ -641,13 +647,7 @@ func records(key Key, entries []ent) ([]Record, error) {
 
 // History returns the records of key's versions, oldest first (one read of the whole log).
 func (e *Engine) History(ctx context.Context, key Key) ([]Record, error) {
-	for attempt := 0; ; attempt++ {
-		recs, err := e.history(ctx, key)
-		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
-			continue
-		}
-		return recs, err
-	}
+	return retryShort(func() ([]Record, error) { return e.history(ctx, key) })
 }
 
 func (e *Engine) history(ctx context.Context, key Key) ([]Record, error) {
