@@ -302,7 +302,7 @@ func (e *Engine) writeBy(ctx context.Context, s *session, m entryMeta, data []by
 		}
 	}
 	if !deadline.IsZero() && e.cfg.Clock().After(deadline) {
-		return 0, fmt.Errorf("%w: session %s: the save took longer than the values' grace (%s); send it again", ErrBusy, s.key, e.cfg.ValueGrace)
+		return 0, fmt.Errorf("%w: session %s: the write took longer than its grace (%s: for its values, or its fork's pin); send it again", ErrBusy, s.key, e.cfg.ValueGrace)
 	}
 	seq, err := e.log.Append(ctx, s.key, body, after)
 	if err != nil {
