@@ -117,6 +117,8 @@ func (e *pinnedError) Error() string { return fmt.Sprintf("%d forks read the ses
 // conditional purge, and an unconditional one could remove a save another daemon made after the
 // deletion. Every later entry names the deletion (Head.Deleted): reads start there, and a crash
 // before the deletes leaves entries the session's next pack deletes.
+// Forks reading the session are copied in first; one being written right then (pinned, no fork
+// entry yet, within 2 × ValueGrace of its pin) makes the deletion refuse with ErrBusy: try again.
 func (e *Engine) Delete(ctx context.Context, key Key, expected *uint64) (Record, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(key)
