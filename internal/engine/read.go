@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,9 +12,10 @@ import (
 
 // ent is one entry of a log, decoded.
 type ent struct {
-	seq  uint64
+	seq  uint64 // 0: not known (read by DataReader)
 	meta entryMeta
 	data []byte
+	raw  []byte // the entry as stored, when last read it (the log's last entry)
 }
 
 // errShort reports a read that did not see every entry it should have (a pack deleted some under
@@ -263,7 +265,7 @@ func (e *Engine) last(ctx context.Context, key Key) (ent, error) {
 	if err != nil {
 		return ent{}, fmt.Errorf("session %s entry %d: %w", key, en.Seq, err)
 	}
-	return ent{seq: en.Seq, meta: m, data: data}, nil
+	return ent{seq: en.Seq, meta: m, data: data, raw: en.Data}, nil
 }
 
 // checkVersion settles which version v (0: the head) names, given the session's head.
@@ -300,64 +302,44 @@ func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, e
 	return append(log, ']'), rec, nil
 }
 
-// holding returns key's live entries up to the one holding version v, given its last entry: the
-// packs alone when v is in a pack and the packs are likely few (packChain), otherwise read in one
-// batch from the session's start (entriesHolding), up to the last pack if v is in it or before it.
-// The packs are likely few when the versions before the saves since the last pack are no more
+// holding returns key's live entries up to the one holding version v, given its last entry.
+// When the packs are likely few (below), they are fetched alone, one at a time (packChain): they
+// are all a version they hold needs, and a batched read from the start would fetch every entry
+// after them too. A later version takes the entries after the last pack as well, read without
+// their sequences if the Log can (tailData). Otherwise, or if the log moved meanwhile, one batch
+// from the session's start (entriesHolding), up to the last pack if v is in it or before it.
+//
+// The packs are likely few when the versions before the entries since the last pack are no more
 // than one pack of PackEntries holds: one pack, or two if one was cut by PackBytes; otherwise
 // fetching packs one at a time would cost a round trip or two before the batch anyway.
 func (e *Engine) holding(ctx context.Context, key Key, last ent, v uint64) ([]ent, error) {
 	upTo := upToFor(last, v)
 	h := last.meta.Head
-	if upTo != last.seq && h.Version <= uint64(e.cfg.PackEntries)+uint64(h.TailEntries) {
-		if chain, err := e.packChain(ctx, key, last, upTo, v); err != nil || chain != nil {
-			return chain, err
-		}
-	}
-	return e.entriesHolding(ctx, key, sinceOf(last), upTo, v)
-}
-
-// maxPackGets bounds the packs a read of an old version fetches one at a time, walking back
-// from the last (packChain), before it reads them in one batch instead.
-const maxPackGets = 2
-
-// packChain returns the packs from the session's first up to the one holding version v, fetched
-// one at a time from the pack at sequence at back, if there are at most maxPackGets and none
-// has parts; nil otherwise. The packs of a log are all it holds up to the last of them (a pack
-// covers every entry since the pack before it, a fork's first pack copies its source in), so
-// they are what a read of a version they hold needs: a batched read from the start would fetch
-// every entry after them too (JetStream's batch has no upper sequence bound).
-func (e *Engine) packChain(ctx context.Context, key Key, last ent, at, v uint64) ([]ent, error) {
-	var chain []ent
-	for len(chain) < maxPackGets && at >= sinceOf(last) {
-		en, err := e.log.Get(ctx, key, at)
-		if errors.Is(err, ErrNotFound) {
-			return nil, nil // gone meanwhile: the batched read says what is left
-		}
+	if p := lastPackOf(last); p != 0 && h.Version <= uint64(e.cfg.PackEntries)+uint64(h.TailEntries) {
+		chain, err := e.packChain(ctx, key, last, p)
 		if err != nil {
 			return nil, err
 		}
-		m, data, err := decodeEntry(en.Data)
-		if err != nil {
-			return nil, fmt.Errorf("session %s entry %d: %w", key, en.Seq, err)
+		if i := firstHolding(chain, v); i >= 0 {
+			return chain[:i+1], nil
 		}
-		if m.Kind != kindPack || m.Parts > 0 {
-			return nil, nil
-		}
-		chain = append(chain, ent{seq: en.Seq, meta: m, data: data})
-		if m.Head.Pack != 0 {
-			at = m.Head.Pack
-			continue
-		}
-		slices.Reverse(chain) // the first pack: the chain is whole
-		for i, x := range chain {
-			if holds(v)(x) {
-				return chain[:i+1], nil
+		if chain != nil && upTo == last.seq {
+			tail, err := e.tailData(ctx, key, last)
+			if err != nil || tail != nil {
+				if err != nil {
+					return nil, err
+				}
+				entries, err := resolve(key, append(chain, tail...), true)
+				if err != nil {
+					return nil, err
+				}
+				if i := firstHolding(entries, v); i >= 0 {
+					return entries[:i+1], nil
+				}
 			}
 		}
-		return nil, nil
 	}
-	return nil, nil
+	return e.entriesHolding(ctx, key, sinceOf(last), upTo, v)
 }
 
 // upToFor is how far a read of version v must go, given the log's last entry: up to the last
@@ -371,6 +353,87 @@ func upToFor(last ent, v uint64) uint64 {
 		return p
 	}
 	return last.seq
+}
+
+// firstHolding returns the index of the first entry holding version v, -1 if none.
+func firstHolding(entries []ent, v uint64) int {
+	return slices.IndexFunc(entries, func(x ent) bool { return x.meta.Kind != kindFork && holds(v)(x) })
+}
+
+// maxPackGets bounds the packs a read fetches one at a time, walking back from the last
+// (packChain), before it reads them in one batch instead.
+const maxPackGets = 2
+
+// packChain returns the session's packs, oldest first, fetched one at a time from the pack at
+// sequence at back, if there are at most maxPackGets and none has parts; nil otherwise. They are
+// all the log holds up to the last of them: a pack covers every entry since the pack before it,
+// and a fork's first pack copies its source in.
+func (e *Engine) packChain(ctx context.Context, key Key, last ent, at uint64) ([]ent, error) {
+	var chain []ent
+	for len(chain) < maxPackGets && at >= sinceOf(last) {
+		var x ent
+		if at == last.seq {
+			x = last
+		} else {
+			en, err := e.log.Get(ctx, key, at)
+			if errors.Is(err, ErrNotFound) {
+				return nil, nil // gone meanwhile: the batched read says what is left
+			}
+			if err != nil {
+				return nil, err
+			}
+			m, data, err := decodeEntry(en.Data)
+			if err != nil {
+				return nil, fmt.Errorf("session %s entry %d: %w", key, en.Seq, err)
+			}
+			x = ent{seq: en.Seq, meta: m, data: data}
+		}
+		if x.meta.Kind != kindPack || x.meta.Parts > 0 {
+			return nil, nil
+		}
+		chain = append(chain, x)
+		if x.meta.Head.Pack == 0 {
+			slices.Reverse(chain) // the first pack: the chain is whole
+			return chain, nil
+		}
+		at = x.meta.Head.Pack
+	}
+	return nil, nil
+}
+
+// tailData returns the entries after the session's last pack, up to its last entry, read without
+// their sequences (DataReader; the last one's is last's): nil if the Log cannot, or if what it
+// read is not exactly those entries. The last entry's head counts them (TailEntries, parts not
+// included), and no two entries of a log have the same bytes (each holds its head, whose tail
+// count grows by one per entry after a pack): so if exactly that many came after the pack and the
+// last of them is the log's last entry, none was deleted in between and none is missing. A save
+// with parts, a pack or a deletion meanwhile, a replica behind: anything else gets nil.
+func (e *Engine) tailData(ctx context.Context, key Key, last ent) ([]ent, error) {
+	dr, ok := e.log.(DataReader)
+	n := last.meta.Head.TailEntries
+	if !ok || n <= 0 || last.raw == nil || last.meta.Kind == kindPack {
+		return nil, nil
+	}
+	var datas [][]byte
+	err := dr.ReadData(ctx, key, last.meta.Head.Pack, n, func(data []byte) bool {
+		datas = append(datas, data)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(datas) != n || !bytes.Equal(datas[n-1], last.raw) {
+		return nil, nil
+	}
+	tail := make([]ent, 0, n)
+	for _, d := range datas[:n-1] {
+		m, data, err := decodeEntry(d)
+		if err != nil {
+			return nil, fmt.Errorf("session %s, an entry after pack %d: %w", key, last.meta.Head.Pack, err)
+		}
+		tail = append(tail, ent{meta: m, data: data})
+	}
+	return append(tail, last), nil
 }
 
 // logAt reads key's entries from sequence from (its last deletion) up to upTo and returns "["

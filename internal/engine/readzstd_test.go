@@ -246,3 +246,76 @@ func TestRead_StopsAtTheLastPack(t *testing.T) {
 	require.Len(t, log.upTo, 1)
 	require.Less(t, log.upTo[0], last.Seq)
 }
+
+// dataCounts counts a log's Range and ReadData calls; before, if set, runs before each ReadData
+// (another writer moving the log between a read's Last and its ReadData).
+type dataCounts struct {
+	engine.Log
+	ranges, datas int
+	before        func()
+}
+
+func (d *dataCounts) Range(cx ctxT, k engine.Key, from, upTo uint64, fn func(engine.Entry) bool) error {
+	d.ranges++
+	return d.Log.Range(cx, k, from, upTo, fn)
+}
+
+func (d *dataCounts) ReadData(cx ctxT, k engine.Key, after uint64, n int, fn func([]byte) bool) error {
+	d.datas++
+	if d.before != nil {
+		d.before()
+	}
+	return d.Log.(engine.DataReader).ReadData(cx, k, after, n, fn)
+}
+
+// A restore of a session with one pack fetches the pack and reads the entries after it without
+// their sequences (DataReader), no batch from the start; when what it reads is not exactly those
+// entries (a save in parts, a pack by another engine meanwhile), it reads them with Range.
+func TestRead_TailWithoutSequences(t *testing.T) {
+	mem := memlog.New(4 << 10)
+	log := &dataCounts{Log: mem}
+	e := engine.New(log, engine.Config{PackEntries: 10})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	saveTurns(t, e, k, 0, 30) // a pack of versions 1–10, 11–15 after it
+	l, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "o", TTL: time.Minute, Now: now})
+	require.NoError(t, err)
+	_, err = e.Release(ctx, engine.LeaseRequest{Key: k, Epoch: l.Lease.Epoch, Now: now})
+	require.NoError(t, err)
+	check := func(v uint64, want []byte, ranges, datas int) {
+		t.Helper()
+		log.ranges, log.datas = 0, 0
+		conv, _, err := e.Read(ctx, k, v, engine.ReadOptions{Verify: true})
+		require.NoError(t, err, "version %d", v)
+		require.Equal(t, string(want), string(conv), "version %d", v)
+		require.Equal(t, []int{ranges, datas}, []int{log.ranges, log.datas}, "version %d: Range and ReadData calls", v)
+	}
+	for v := uint64(1); v <= 15; v++ {
+		check(v, conversation(int(2*v)), 0, map[bool]int{false: 0, true: 1}[v > 10])
+	}
+
+	// A save in parts (larger than an entry) after the pack: the entries counted are not those read.
+	big := fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":"%s"}]}`, words(7, 20000))
+	base := uint64(15)
+	_, err = e.Save(ctx, engine.SaveRequest{Key: k, SaveID: "big", Base: &base, Payload: []byte("[" + big + "]"), Now: now})
+	require.NoError(t, err)
+	want := append(append(conversation(30)[:len(conversation(30))-1], ","+big...), ']')
+	check(16, want, 1, 1)
+
+	// Another engine packs between the read's Last and its ReadData: the read starts again.
+	other := engine.New(mem, engine.Config{PackEntries: 10})
+	base = 16
+	_, err = e.Save(ctx, engine.SaveRequest{Key: k, SaveID: "17", Base: &base, Payload: array(32, 34), Now: now}) // not packed
+	require.NoError(t, err)
+	log.before = func() {
+		log.before = nil
+		_, err := other.Pack(ctx, k, true)
+		require.NoError(t, err)
+	}
+	log.ranges, log.datas = 0, 0
+	conv, _, err := e.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	want = append(append(want[:len(want)-1], ','), array(32, 34)[1:]...)
+	require.Equal(t, string(want), string(conv))
+	require.Equal(t, 1, log.datas)
+	require.Positive(t, log.ranges, "what ReadData read was not the tail: Range read it")
+}
