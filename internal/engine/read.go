@@ -408,6 +408,8 @@ func (e *Engine) packChain(ctx context.Context, key Key, last ent, at uint64) ([
 // count grows by one per entry after a pack): so if exactly that many came after the pack and the
 // last of them is the log's last entry, none was deleted in between and none is missing. A save
 // with parts, a pack or a deletion meanwhile, a replica behind: anything else gets nil.
+// (A state-only pack, packState, resets the count without being a pack: the entries after the
+// pack are then more than n, the n-th is not the last, and the batched read answers.)
 func (e *Engine) tailData(ctx context.Context, key Key, last ent) ([]ent, error) {
 	dr, ok := e.log.(DataReader)
 	n := last.meta.Head.TailEntries
