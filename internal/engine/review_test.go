@@ -784,3 +784,40 @@ func TestSave_RetryAfterAnotherDaemonDeletedIsNoDuplicate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(conversation(2)), string(got))
 }
+
+// After a state-only pack (its entry resets the tail's count), the saves after it read back,
+// every version, through every read path (gap check, the tail read without sequences, history).
+func TestPack_StateOnlyThenSavesRead(t *testing.T) {
+	e, _ := newEngine(t, 1<<20, engine.Config{})
+	k := reviewKey("s")
+	saveAppends(t, e, k, 1)
+	_, err := e.Pack(ctx, k, true)
+	require.NoError(t, err)
+	ls, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "a", TTL: time.Hour, Now: now})
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		_, err = e.Renew(ctx, engine.LeaseRequest{Key: k, Epoch: ls.Lease.Epoch, TTL: time.Hour, Now: now.Add(time.Duration(i) * time.Second)})
+		require.NoError(t, err)
+	}
+	r, err := e.Pack(ctx, k, true)
+	require.NoError(t, err)
+	require.Positive(t, r.Entries, "a state-only pack")
+	for v := 1; v < 4; v++ {
+		base := uint64(v)
+		_, err := save(e, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("s", v), Base: &base, Epoch: ls.Lease.Epoch, Payload: array(2*v, 2*v+2)})
+		require.NoError(t, err)
+	}
+	for _, fresh := range []bool{false, true} {
+		if fresh {
+			e.Forget()
+		}
+		for v := 1; v <= 4; v++ {
+			got, _, err := e.Read(ctx, k, uint64(v), engine.ReadOptions{Verify: true})
+			require.NoError(t, err)
+			require.Equal(t, string(conversation(2*v)), string(got))
+		}
+		hist, err := e.History(ctx, k)
+		require.NoError(t, err)
+		require.Len(t, hist, 4)
+	}
+}
