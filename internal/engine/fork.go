@@ -24,6 +24,10 @@ import (
 // at them (the fork no longer starts with a fork entry of S at v). A session holds at most
 // maxPins pins: a fork beyond that is a copy (one save of the whole conversation). A fork of a
 // fork not packed yet packs it first, so a read goes through one source at most.
+//
+// The fork entry is always the first of its session's live entries (logOf, collect, packFork and
+// forkReads rely on it): a fork is only written into a session without a version, and resolve
+// leaves out the state entries (a deletion, a lease) that may come before it.
 
 // ForkRequest starts session To at version Version of session From.
 type ForkRequest struct {

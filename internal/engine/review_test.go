@@ -2,6 +2,8 @@ package engine_test
 
 // Review of internal/engine (session 17, reviewer 2). Each TestReview_ test shows one finding
 // and FAILS on the code as reviewed; the report (and each test's comment) says what is wrong.
+// Each passes since the s17-enginefix commit that names it (the finding numbers in the comments
+// are the reviewer's first draft's; the commits use /work/wt/review2-engine.md's).
 // The interleavings are made deterministic with hookLog, a memlog wrapper that runs a chosen
 // function before an Append, reads like a batched JetStream read (an entry deleted before the
 // read reaches it is missing) and deletes one sequence at a time like logstore's pipelined
