@@ -45,6 +45,30 @@ type Config struct {
 	Clock func() time.Time
 }
 
+// Window bounds: zstd's smallest window, and the largest every read decodes (stream.go).
+const (
+	minWindow = 1 << 10
+	maxWindow = 8 << 20
+)
+
+// Validate reports what is wrong with c (ErrConfig), or nil; zero fields take their defaults.
+// The daemon checks its Config with it before New: an Engine made with an invalid Config refuses
+// every write with this error (saves a read could not decode, or a raw zstd error per save, are
+// worse).
+func (c Config) Validate() error {
+	switch {
+	case c.Window != 0 && (c.Window < minWindow || c.Window > maxWindow || c.Window&(c.Window-1) != 0):
+		return fmt.Errorf("%w: Window %d: a power of two from %d to %d (what every read decodes)", ErrConfig, c.Window, minWindow, maxWindow)
+	case c.PackBytes < 0 || c.PackEntries < 0:
+		return fmt.Errorf("%w: PackBytes %d, PackEntries %d: not negative", ErrConfig, c.PackBytes, c.PackEntries)
+	case c.Sessions < 0:
+		return fmt.Errorf("%w: Sessions %d: not negative", ErrConfig, c.Sessions)
+	case c.ValueGrace < 0:
+		return fmt.Errorf("%w: ValueGrace %s: not negative", ErrConfig, c.ValueGrace)
+	}
+	return nil
+}
+
 func (c Config) withDefaults() Config {
 	if c.Window == 0 {
 		c.Window = 1 << 20
@@ -82,15 +106,21 @@ type Engine struct {
 
 	// crashBeforeDeletes makes packs stop after their commit, as a crash would (tests).
 	crashBeforeDeletes bool
+	// maxRun is maxRun (save.go); tests lower it.
+	maxRun int64
+	// invalid is what Config.Validate said of the Config New was given: every write fails with it.
+	invalid error
 }
 
-// New returns an Engine storing sessions in log.
+// New returns an Engine storing sessions in log. cfg should pass Validate: an Engine made with
+// one that does not refuses every write with Validate's error (ErrConfig).
 func New(log Log, cfg Config) *Engine {
+	invalid := cfg.Validate()
 	cfg = cfg.withDefaults()
 	// A pack's records must fit in one entry (its data may take parts): packing by the bytes of
 	// whole entries, at most half an entry's worth, keeps them there.
 	cfg.PackBytes = min(cfg.PackBytes, int64(log.MaxEntry()/2))
-	return &Engine{log: log, cfg: cfg, sessions: map[Key]*list.Element{}, lru: list.New()}
+	return &Engine{log: log, cfg: cfg, sessions: map[Key]*list.Element{}, lru: list.New(), invalid: invalid, maxRun: maxRun}
 }
 
 // session is what the engine caches of one session: its last entry and its compressor. It is
@@ -103,6 +133,7 @@ type session struct {
 	lastSeq uint64    // 0: the log is empty
 	last    entryMeta // the last entry's meta (zero if none)
 	enc     *encoder
+	encRaw  int64 // bytes compressed by enc since its frame began (maxRun)
 	// recent holds the records of the last pack's versions and of the saves after it, oldest
 	// first, so that a save delivered again is recognised without a read (docs/format.md §8.5).
 	recent   []Record
@@ -204,6 +235,23 @@ func (e *Engine) stale(ctx context.Context, s *session) bool {
 	return err != nil || last.Seq != seq
 }
 
+// checkCached returns ErrConflict if the log moved past the session's cached last entry (s.mu
+// held): a write would lose its compare-and-swap, an answer from the cache would be stale.
+func (e *Engine) checkCached(ctx context.Context, s *session) error {
+	last, err := e.log.Last(ctx, s.key)
+	switch {
+	case errors.Is(err, ErrNotFound) && s.lastSeq == 0:
+		return nil
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("session %s: %w: its log is empty", s.key, ErrConflict)
+	case err != nil:
+		return err
+	case last.Seq != s.lastSeq:
+		return fmt.Errorf("session %s: %w: cached entry %d, the log's last is %d", s.key, ErrConflict, s.lastSeq, last.Seq)
+	}
+	return nil
+}
+
 // lastPack is the sequence of the session's last pack (0: none).
 func (s *session) lastPack() uint64 {
 	if s.last.Kind == kindPack {
@@ -236,6 +284,9 @@ func (e *Engine) write(ctx context.Context, s *session, m entryMeta, data []byte
 // writeBy is write, refused (ErrBusy, nothing more written) if the commit would come after
 // deadline (zero: none): a save's values are safe from the sweep until then.
 func (e *Engine) writeBy(ctx context.Context, s *session, m entryMeta, data []byte, deadline time.Time) (uint64, error) {
+	if e.invalid != nil {
+		return 0, e.invalid
+	}
 	body, err := encodeEntry(m, data)
 	if err != nil {
 		return 0, err
@@ -251,7 +302,7 @@ func (e *Engine) writeBy(ctx context.Context, s *session, m entryMeta, data []by
 		}
 	}
 	if !deadline.IsZero() && e.cfg.Clock().After(deadline) {
-		return 0, fmt.Errorf("%w: session %s: the save took longer than the values' grace (%s); send it again", ErrBusy, s.key, e.cfg.ValueGrace)
+		return 0, fmt.Errorf("%w: session %s: the write took longer than its grace (%s: for its values, or its fork's pin); send it again", ErrBusy, s.key, e.cfg.ValueGrace)
 	}
 	seq, err := e.log.Append(ctx, s.key, body, after)
 	if err != nil {

@@ -27,7 +27,8 @@ import (
 //	              state (108 bytes, crypto/sha256 MarshalBinary after "[" and those bytes),
 //	              counts (user, assistant, toolResult, extension, toolCalls, system),
 //	              firstVersion, pack, tailEntries, tailBytes, deleted, pins (count, then
-//	              per pin: the fork's namespace, session, agent, and the version it reads),
+//	              per pin: the fork's namespace, session, agent, the version it reads, and
+//	              when the pin was written (time)),
 //	              lease if flag 2: owner, epoch, acquired (time), expires (time),
 //	              moved if flag 4: to, at (time),
 //	              and, if version > 0, the head version's record: parent, saveId, writer, reason,
@@ -102,7 +103,14 @@ type headState struct {
 type forkPin struct {
 	Fork    Key
 	Version uint64
+	// At is when the pin was written (zero in a fork entry's Source): until the fork's entry is
+	// written, the pin of a fork in flight looks like a stale one, and At tells them apart
+	// (fork.go pinUse).
+	At time.Time
 }
+
+// is reports whether p and q pin the same version for the same fork (whenever written).
+func (p forkPin) is(q forkPin) bool { return p.Fork == q.Fork && p.Version == q.Version }
 
 // pieceInfo describes a save's data.
 type pieceInfo struct {
@@ -208,6 +216,7 @@ func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 			return nil, err
 		}
 		out = binary.AppendUvarint(out, p.Version)
+		out = appendTime(out, p.At)
 	}
 	if l := h.Lease; l != nil {
 		if len(l.Owner) > maxString {
@@ -425,6 +434,9 @@ func checkTimes(m entryMeta) error {
 	for _, p := range m.Packed {
 		ts = append(ts, p.Record.Created)
 	}
+	for _, p := range m.Head.Pins {
+		ts = append(ts, p.At)
+	}
 	for _, t := range ts {
 		if s := t.Unix(); !t.IsZero() && (s > secondsMax || s < -secondsMax) {
 			return fmt.Errorf("%w: the time %s is out of range", ErrBadRequest, t)
@@ -577,7 +589,7 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 	h.Deleted = r.uint("deleted", maxSize)
 	pins := r.uint("pins", maxPins)
 	for range pins {
-		h.Pins = append(h.Pins, forkPin{Fork: r.key("pin"), Version: r.uint("pin version", MaxVersion)})
+		h.Pins = append(h.Pins, forkPin{Fork: r.key("pin"), Version: r.uint("pin version", MaxVersion), At: r.time("pin time")})
 	}
 	m.Deletion = flags&flagDeletion != 0
 	if flags&flagLease != 0 {
@@ -596,7 +608,7 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 	}
 	switch m.Kind {
 	case kindSave:
-		m.Piece = &pieceInfo{Messages: int(r.uint("piece messages", maxCount)), RawBytes: r.int("piece raw bytes", maxSize),
+		m.Piece = &pieceInfo{Messages: int(r.uint("piece messages", maxCount)), RawBytes: r.int("piece raw bytes", maxDecoded),
 			Frame: flags&flagFrame != 0}
 		m.Piece.CRC = r.crc("piece CRC")
 		m.Parts = int(r.uint("parts", maxCount))
@@ -653,7 +665,7 @@ func (r *reader) packed() []packedVersion {
 		p.Record.Hash = "sha256:" + hex.EncodeToString(r.bytes("packed hash", sha256.Size))
 		p.Record.Counts = r.counts(messages)
 		r.recordFields(&p.Record)
-		p.Piece.RawBytes = r.int("packed piece", maxSize)
+		p.Piece.RawBytes = r.int("packed piece", maxDecoded) // a read decodes no more (stream.go)
 		p.Piece.CRC = r.crc("packed piece CRC")
 		flags := r.byte("packed flags")
 		if r.err != nil {

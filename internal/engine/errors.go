@@ -31,6 +31,8 @@ var (
 	ErrBusy = errors.New("session busy")
 	// ErrDialectMismatch: a save in another dialect than the session's (also ErrBadRequest).
 	ErrDialectMismatch = fmt.Errorf("%w: dialect mismatch", ErrBadRequest)
+	// ErrConfig: the Engine's Config is not valid (Config.Validate); every write is refused.
+	ErrConfig = errors.New("invalid engine configuration")
 	// ErrVersionLimit: the session is at MaxVersion (also ErrBadRequest).
 	ErrVersionLimit = fmt.Errorf("%w: no version number left", ErrBadRequest)
 )

@@ -24,6 +24,10 @@ import (
 // at them (the fork no longer starts with a fork entry of S at v). A session holds at most
 // maxPins pins: a fork beyond that is a copy (one save of the whole conversation). A fork of a
 // fork not packed yet packs it first, so a read goes through one source at most.
+//
+// The fork entry is always the first of its session's live entries (logOf, collect, packFork and
+// forkReads rely on it): a fork is only written into a session without a version, and resolve
+// leaves out the state entries (a deletion, a lease) that may come before it.
 
 // ForkRequest starts session To at version Version of session From.
 type ForkRequest struct {
@@ -64,7 +68,7 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (Saved, error) {
 	if err != nil {
 		return Saved{}, err
 	}
-	pin := forkPin{Fork: req.To, Version: v}
+	pin := forkPin{Fork: req.To, Version: v, At: e.cfg.Clock()}
 	err = e.pin(ctx, req.From, pin)
 	if errors.Is(err, errNoPin) {
 		return e.forkCopy(ctx, req, conv, rec)
@@ -72,12 +76,26 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (Saved, error) {
 	if err != nil {
 		return Saved{}, err
 	}
+	// The pin names the version by number: make sure it pins the conversation read (the source
+	// may have been deleted and saved again up to that number meanwhile).
+	if now, err := e.Version(ctx, req.From, v); err != nil || now.Hash != rec.Hash {
+		_ = e.unpin(ctx, req.From, pin) // best effort: a pin left is stale, and dropped later
+		if err == nil || errors.Is(err, ErrNotFound) {
+			err = fmt.Errorf("%w: session %s: version %d changed during the fork (deleted and saved again); fork again", ErrBusy, req.From, v)
+		}
+		return Saved{}, err
+	}
 	state, err := extendHash(nil, conv[1:len(conv)-1])
 	if err != nil {
 		return Saved{}, err
 	}
-	saved, err := e.writeFork(ctx, req, rec, state)
-	if err != nil && !saved.Duplicate {
+	// The pin protects a fork in flight for one grace (pinUse): the fork entry commits within it,
+	// or not at all.
+	saved, err := e.writeFork(ctx, req, rec, state, pin.At.Add(e.cfg.ValueGrace))
+	if err != nil && !saved.Duplicate && (isRefusal(err) || errors.Is(err, ErrBusy)) {
+		// Refused: no fork entry was written. Any other failure may have stored it (an append
+		// whose answer was lost): the pin stays, and is dropped as stale once it is 2 ×
+		// ValueGrace old if the fork entry never came (pinUse).
 		_ = e.unpin(ctx, req.From, pin) // best effort: a pin left is stale, and dropped later
 	}
 	return saved, err
@@ -92,10 +110,12 @@ func (e *Engine) forkCopy(ctx context.Context, req ForkRequest, conv []byte, rec
 }
 
 // writeFork appends the fork entry as To's first version.
-func (e *Engine) writeFork(ctx context.Context, req ForkRequest, src Record, state []byte) (Saved, error) {
+// It is refused (ErrBusy) if it would commit after deadline: the source's pin no longer keeps a
+// deletion of the source from taking it for a stale one.
+func (e *Engine) writeFork(ctx context.Context, req ForkRequest, src Record, state []byte, deadline time.Time) (Saved, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(req.To)
-		saved, err := e.writeForkOnce(ctx, s, req, src, state)
+		saved, err := e.writeForkOnce(ctx, s, req, src, state, deadline)
 		if e.again(ctx, s, err) {
 			continue
 		}
@@ -104,7 +124,7 @@ func (e *Engine) writeFork(ctx context.Context, req ForkRequest, src Record, sta
 	return Saved{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, req.To, maxSwapAttempts)
 }
 
-func (e *Engine) writeForkOnce(ctx context.Context, s *session, req ForkRequest, src Record, state []byte) (Saved, error) {
+func (e *Engine) writeForkOnce(ctx context.Context, s *session, req ForkRequest, src Record, state []byte, deadline time.Time) (Saved, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := e.load(ctx, s); err != nil {
@@ -131,7 +151,7 @@ func (e *Engine) writeForkOnce(ctx context.Context, s *session, req ForkRequest,
 	next.Pack, next.Deleted = s.lastPack(), s.lastDeleted()
 	next.TailEntries, next.TailBytes = h.TailEntries+1, h.TailBytes
 	m := entryMeta{Kind: kindFork, Head: next, Source: &forkPin{Fork: req.From, Version: src.Version}}
-	if _, err := e.write(ctx, s, m, nil); err != nil {
+	if _, err := e.writeBy(ctx, s, m, nil, deadline); err != nil {
 		return Saved{}, err
 	}
 	s.enc = nil // the fork's first save starts a frame
@@ -145,14 +165,19 @@ func (e *Engine) writeForkOnce(ctx context.Context, s *session, req ForkRequest,
 	return Saved{Record: rec, PackDue: !e.cfg.NoPack}, nil
 }
 
-// pin adds p to key's pins (once).
+// pin adds p to key's pins (once; a pin there already takes p's time).
 func (e *Engine) pin(ctx context.Context, key Key, p forkPin) error {
 	_, err := e.changeHead(ctx, key, func(h *headState) error {
+		i := slices.IndexFunc(h.Pins, p.is)
 		switch {
 		case h.Version == 0 || p.Version < h.FirstVersion:
 			return fmt.Errorf("session %s version %d: %w", key, p.Version, ErrNotFound)
-		case slices.Contains(h.Pins, p):
+		case i >= 0 && h.Pins[i].At.Equal(p.At):
 			return errUnchanged
+		case i >= 0:
+			h.Pins = slices.Clone(h.Pins)
+			h.Pins[i] = p
+			return nil
 		case len(h.Pins) >= maxPins:
 			return errNoPin
 		}
@@ -165,7 +190,7 @@ func (e *Engine) pin(ctx context.Context, key Key, p forkPin) error {
 // unpin removes p from key's pins.
 func (e *Engine) unpin(ctx context.Context, key Key, p forkPin) error {
 	_, err := e.changeHead(ctx, key, func(h *headState) error {
-		i := slices.Index(h.Pins, p)
+		i := slices.IndexFunc(h.Pins, p.is)
 		if i < 0 {
 			return errUnchanged
 		}
@@ -186,11 +211,14 @@ func (e *Engine) releasePins(ctx context.Context, key Key, pins []forkPin, upTo 
 			continue
 		}
 		for attempt := 0; ; attempt++ {
-			reads, err := e.forkReads(ctx, p.Fork, key, p.Version)
+			use, err := e.pinUse(ctx, key, p)
 			if err != nil {
 				return err
 			}
-			if !reads {
+			if use == pinInFlight {
+				return fmt.Errorf("%w: session %s: fork %s of its version %d is being written; try again", ErrBusy, key, p.Fork, p.Version)
+			}
+			if use == pinStale {
 				break
 			}
 			if attempt == maxReadAttempts {
@@ -224,22 +252,50 @@ func (e *Engine) packFork(ctx context.Context, key Key) error {
 	return err
 }
 
-// forkReads reports whether fork's log still starts with a fork entry of src at version v.
-func (e *Engine) forkReads(ctx context.Context, fork, src Key, v uint64) (bool, error) {
+// pinUse is what a pin's fork does with the pinned version.
+type pinUse int
+
+const (
+	pinStale    pinUse = iota // nothing: the fork holds its copy, is gone, or failed
+	pinReads                  // the fork's log starts with its fork entry: it reads the version
+	pinInFlight               // no fork entry yet, but the pin is recent: the Fork may still commit
+)
+
+// pinUse tells what pin p of session src is for. A Fork pins its source, then writes the fork
+// entry within ValueGrace of the pin or not at all (writeFork): until then the fork has no
+// version, like the fork of a crashed Fork, and only the pin's time tells them apart. Twice the
+// grace, one for the Fork, one for clocks apart (the pin's time is another daemon's).
+func (e *Engine) pinUse(ctx context.Context, src Key, p forkPin) (pinUse, error) {
+	reads, versions, err := e.forkReads(ctx, p.Fork, src, p.Version)
+	switch {
+	case err != nil:
+		return pinStale, err
+	case reads:
+		return pinReads, nil
+	case !versions && e.cfg.Clock().Before(p.At.Add(2*e.cfg.ValueGrace)):
+		return pinInFlight, nil
+	}
+	return pinStale, nil
+}
+
+// forkReads reports whether fork's log still starts with a fork entry of src at version v, and
+// whether the fork has a version at all.
+func (e *Engine) forkReads(ctx context.Context, fork, src Key, v uint64) (reads, versions bool, err error) {
 	last, err := e.last(ctx, fork)
 	if errors.Is(err, ErrNotFound) {
-		return false, nil
+		return false, false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
+	versions = last.meta.Head.Version > 0
 	entries, err := e.entriesFor(ctx, fork, max(lastPackOf(last), sinceOf(last)), last.seq, false)
 	if err != nil {
-		return false, err
+		return false, versions, err
 	}
 	if lastPackOf(last) != 0 || len(entries) == 0 {
-		return false, nil // packed: the fork holds its copy
+		return false, versions, nil // packed: the fork holds its copy
 	}
 	first := entries[0]
-	return first.meta.Kind == kindFork && *first.meta.Source == forkPin{Fork: src, Version: v}, nil
+	return first.meta.Kind == kindFork && first.meta.Source.is(forkPin{Fork: src, Version: v}), versions, nil
 }

@@ -34,12 +34,20 @@ func (e *Engine) Pack(ctx context.Context, key Key, force bool) (PackResult, err
 	for attempt := 0; ; attempt++ {
 		s := e.session(key)
 		res, err := e.packOnce(ctx, s, force)
-		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) {
+		if errors.Is(err, ErrConflict) || errors.Is(err, errShort) && e.stale(ctx, s) {
 			e.forget(s) // another writer came first: nothing was written, the next pack does it
 			return PackResult{}, nil
 		}
+		// A short read of a log that did not move is not a race: entries are missing (the
+		// error says so, ErrCorrupt), and hiding it would leave the session unpacked for good.
 		if err != nil && attempt == 0 && e.again(ctx, s, err) {
 			continue // decided on a cached head another daemon moved past (a deletion, say)
+		}
+		if err == nil && res == (PackResult{}) && force && attempt == 0 && e.stale(ctx, s) {
+			// Nothing to pack by the cached head, but the caller needs the log packed (a fork
+			// copied in before its source goes, say): look at the log itself.
+			e.forget(s)
+			continue
 		}
 		if err != nil {
 			e.forget(s)
@@ -54,13 +62,23 @@ func (e *Engine) packOnce(ctx context.Context, s *session, force bool) (PackResu
 	if err := e.load(ctx, s); err != nil {
 		return PackResult{}, err
 	}
-	h := s.last.Head
-	// A fork's first entry is packed at once: the pack copies its source's version in.
-	due := s.last.Kind != kindPack && (e.packDue(h) || s.last.Kind == kindFork || force && h.TailEntries >= 1)
-	if !due || e.cfg.NoPack && s.last.Kind != kindFork && !force {
+	if !e.packWanted(s.last, force) {
 		return PackResult{}, nil
 	}
 	return e.pack(ctx, s)
+}
+
+// packWanted says whether a session whose last entry is last is to be packed now.
+func (e *Engine) packWanted(last entryMeta, force bool) bool {
+	switch {
+	case last.Kind == kindPack:
+		return false // nothing since the last pack
+	case last.Kind == kindFork:
+		return true // a fork's first entry is packed at once, NoPack or not: it copies its source in
+	case force:
+		return last.Head.TailEntries >= 1 || e.packDue(last.Head)
+	}
+	return e.packDue(last.Head) // false with NoPack
 }
 
 func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
@@ -73,15 +91,12 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 		return PackResult{}, err
 	}
 	if len(c.packed) == 0 {
-		// Only state entries (lease renewals, say): no version to pack, and nothing reads them
-		// but the last, which holds the head. The others go.
-		dead := slices.DeleteFunc(t.dead, func(seq uint64) bool { return seq == s.lastSeq })
-		if len(dead) == 0 || e.crashBeforeDeletes {
-			return PackResult{}, nil
-		}
-		return PackResult{Entries: len(dead)}, e.log.Delete(ctx, s.key, dead...)
+		return e.packState(ctx, s, t.dead)
 	}
-	open := e.cfg.PackOpen && c.source == nil // a copied-in source is compressed with the rest
+	// A copied-in source is compressed with the rest. Saves that continue an open pack's frame
+	// (written after a daemon with PackOpen packed) cannot be decoded on their own: they stay
+	// as they are, in an open pack too.
+	open := (e.cfg.PackOpen || continuesFrame(c.pieces, c.datas)) && c.source == nil
 	data, err := e.packData(c.packed, c.pieces, c.datas, c.prefix, open)
 	if err != nil {
 		return PackResult{}, fmt.Errorf("session %s: packing: %w", s.key, err)
@@ -106,6 +121,29 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 		return res, e.unpin(ctx, c.source.Fork, forkPin{Fork: s.key, Version: c.source.Version})
 	}
 	return res, nil
+}
+
+// packState packs a tail without a version (lease renewals, parts of a save that failed or is
+// still being written): nothing reads its entries but the last, which holds the head. It first
+// appends a state entry holding the head with the tail counters reset, with the compare-and-swap
+// of any write, and only then deletes the entries before it: a save being written in parts right
+// then finds the log moved on when it commits (a conflict, and it writes again), instead of
+// committing after parts the pack deleted (docs/format.md §8.3.1).
+func (e *Engine) packState(ctx context.Context, s *session, dead []uint64) (PackResult, error) {
+	if len(slices.DeleteFunc(slices.Clone(dead), func(seq uint64) bool { return seq == s.lastSeq })) == 0 {
+		return PackResult{}, nil // the last entry alone: nothing to gain
+	}
+	m := entryMeta{Kind: kindState, Head: s.last.Head}
+	m.Head.Pack, m.Head.Deleted, m.Head.TailEntries, m.Head.TailBytes = s.lastPack(), s.lastDeleted(), 0, 0
+	seq, err := e.write(ctx, s, m, nil)
+	if err != nil {
+		return PackResult{}, err
+	}
+	res := PackResult{Entries: len(dead), Seq: seq}
+	if e.crashBeforeDeletes {
+		return res, nil
+	}
+	return res, e.log.Delete(ctx, s.key, dead...)
 }
 
 // tail is what a pack reads: the previous pack's sequence, the live entries after it, and every
@@ -214,6 +252,17 @@ func (e *Engine) collect(ctx context.Context, key Key, live []ent) (collected, e
 		}
 	}
 	return c, nil
+}
+
+// continuesFrame reports whether the first saves that add bytes continue a frame begun before
+// them (an open pack's), instead of starting one.
+func continuesFrame(pieces []*pieceInfo, datas [][]byte) bool {
+	for i, p := range pieces {
+		if !empty(p, datas[i]) {
+			return !p.Frame
+		}
+	}
+	return false
 }
 
 // packed updates the session's cache after its pack m was committed.

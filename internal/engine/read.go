@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,9 +12,10 @@ import (
 
 // ent is one entry of a log, decoded.
 type ent struct {
-	seq  uint64
+	seq  uint64 // 0: not known (read by DataReader)
 	meta entryMeta
 	data []byte
+	raw  []byte // the entry as stored, when last read it (the log's last entry)
 }
 
 // errShort reports a read that did not see every entry it should have (a pack deleted some under
@@ -34,7 +36,72 @@ func (e *Engine) entriesFor(ctx context.Context, key Key, from, upTo uint64, nee
 }
 
 func (e *Engine) read1(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool, needData bool) ([]ent, error) {
-	var raw []ent
+	raw, stopped, err := e.rangeDecoded(ctx, key, from, upTo, stop, nil)
+	if err != nil {
+		return nil, err
+	}
+	if stopped && !gapless(raw, from) && lastSeqOf(raw) < upTo {
+		// Entries before the one we stopped at are gone: a pack after it may cover them all
+		// (it deleted what it packed). Read on to the end, and let the pack answer.
+		if raw, _, err = e.rangeDecoded(ctx, key, lastSeqOf(raw)+1, upTo, nil, raw); err != nil {
+			return nil, err
+		}
+		stopped = false
+	}
+	if !stopped && (len(raw) == 0 || raw[len(raw)-1].seq != upTo) {
+		return nil, fmt.Errorf("session %s: read up to entry %d, not %d: %w", key, lastSeqOf(raw), upTo, errShort)
+	}
+	if !gapless(raw, from) {
+		return nil, fmt.Errorf("session %s: entries missing between %d and %d: %w", key, from, lastSeqOf(raw), errShort)
+	}
+	return resolve(key, raw, needData)
+}
+
+// gapless reports whether raw, a read's entries from sequence from on, holds every entry the
+// read needs. Entries vanish under a read when a pack or a deletion on another daemon deletes
+// what it covers (engine.Log's Range may skip them): coming up with the last entry proves
+// nothing about the middle. Each entry's head tells what must come before it, going back from
+// the last one got: the entries since the last pack are counted (TailEntries: 1 after the pack,
+// a deletion or a state-only pack, whose count is 0; parts do not count and carry the count of
+// the entry before them), so each one's predecessor must be there with the count one less; the
+// first one's, and each pack's, is the pack it names (Head.Pack), down to the read's start.
+func gapless(raw []ent, from uint64) bool {
+	i := len(raw) - 1
+	for i >= 0 {
+		x := raw[i]
+		h := x.meta.Head
+		want := h.TailEntries // the count of the non-part entry before x
+		if x.meta.Kind != kindPart {
+			want--
+		}
+		if x.meta.Kind == kindPack || want <= 0 {
+			// x starts the count, or comes first after the last pack: that pack comes next.
+			if h.Pack == 0 || h.Pack < from {
+				return true
+			}
+			if h.Pack >= x.seq {
+				return false // a corrupt head
+			}
+			for i >= 0 && raw[i].seq > h.Pack {
+				i--
+			}
+			if i < 0 || raw[i].seq != h.Pack {
+				return false
+			}
+			continue
+		}
+		for i--; i >= 0 && raw[i].meta.Kind == kindPart; i-- {
+		}
+		if i < 0 || raw[i].meta.Kind == kindPack || raw[i].meta.Head.TailEntries != want || raw[i].meta.Head.Pack != h.Pack {
+			return false
+		}
+	}
+	return false
+}
+
+// rangeDecoded appends key's entries in [from, upTo] to raw, decoded, stopping after the first
+// for which stop returns true (stop may be nil), and says whether it stopped.
+func (e *Engine) rangeDecoded(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool, raw []ent) ([]ent, bool, error) {
 	var derr error
 	stopped := false
 	err := e.log.Range(ctx, key, from, upTo, func(en Entry) bool {
@@ -54,13 +121,7 @@ func (e *Engine) read1(ctx context.Context, key Key, from, upTo uint64, stop fun
 	if err == nil {
 		err = derr
 	}
-	if err != nil {
-		return nil, err
-	}
-	if !stopped && (len(raw) == 0 || raw[len(raw)-1].seq != upTo) {
-		return nil, fmt.Errorf("session %s: read up to entry %d, not %d: %w", key, lastSeqOf(raw), upTo, errShort)
-	}
-	return resolve(key, raw, needData)
+	return raw, stopped, err
 }
 
 func lastSeqOf(es []ent) uint64 {
@@ -70,8 +131,8 @@ func lastSeqOf(es []ent) uint64 {
 	return es[len(es)-1].seq
 }
 
-// resolve joins parts to their save or pack, drops parts nothing took, restarts at a deletion
-// (a state entry of version 0), and drops what a pack covers (a crash between a pack's commit and
+// resolve joins parts to their save or pack, drops parts nothing took and state entries, restarts
+// at a deletion (a state entry of version 0), and drops what a pack covers (a crash between a pack's commit and
 // its deletes leaves them: a pack covers every entry between the pack before it and itself).
 // Without needData, a save or pack whose parts were not read (before the range) is kept with its
 // data incomplete: its records are all the caller wants.
@@ -100,6 +161,12 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 			out = out[:0] // the session was deleted here: what came before is not its
 		}
 		parts = parts[:0]
+		if x.meta.Kind == kindState {
+			// A lease, seal, retention or deletion: nothing to read in it (the head it holds is the
+			// last entry's business). Leaving it out keeps a fork's entry first in its live log
+			// when the session was deleted, or leased, before the fork (fork.go relies on it).
+			continue
+		}
 		if x.meta.Kind == kindPack {
 			// Everything after the pack before it is in it (or was dead already: a deletion's
 			// leftovers), whatever its kind.
@@ -198,7 +265,7 @@ func (e *Engine) last(ctx context.Context, key Key) (ent, error) {
 	if err != nil {
 		return ent{}, fmt.Errorf("session %s entry %d: %w", key, en.Seq, err)
 	}
-	return ent{seq: en.Seq, meta: m, data: data}, nil
+	return ent{seq: en.Seq, meta: m, data: data, raw: en.Data}, nil
 }
 
 // checkVersion settles which version v (0: the head) names, given the session's head.
@@ -224,11 +291,151 @@ func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, e
 	if v, err = checkVersion(key, last.meta.Head, v); err != nil {
 		return nil, Record{}, err
 	}
-	log, rec, err := e.logAt(ctx, key, sinceOf(last), last.seq, v)
+	entries, err := e.holding(ctx, key, last, v)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	log, rec, err := e.logOf(ctx, key, entries, v, 0)
 	if err != nil {
 		return nil, Record{}, err
 	}
 	return append(log, ']'), rec, nil
+}
+
+// holding returns key's live entries up to the one holding version v, given its last entry.
+// When the packs are likely few (below), they are fetched alone, one at a time (packChain): they
+// are all a version they hold needs, and a batched read from the start would fetch every entry
+// after them too. A later version takes the entries after the last pack as well, read without
+// their sequences if the Log can (tailData). Otherwise, or if the log moved meanwhile, one batch
+// from the session's start (entriesHolding), up to the last pack if v is in it or before it.
+//
+// The packs are likely few when the versions before the entries since the last pack are no more
+// than one pack of PackEntries holds: one pack, or two if one was cut by PackBytes; otherwise
+// fetching packs one at a time would cost a round trip or two before the batch anyway.
+func (e *Engine) holding(ctx context.Context, key Key, last ent, v uint64) ([]ent, error) {
+	upTo := upToFor(last, v)
+	h := last.meta.Head
+	if p := lastPackOf(last); p != 0 && h.Version <= uint64(e.cfg.PackEntries)+uint64(h.TailEntries) {
+		chain, err := e.packChain(ctx, key, last, p)
+		if err != nil {
+			return nil, err
+		}
+		if i := firstHolding(chain, v); i >= 0 {
+			return chain[:i+1], nil
+		}
+		if chain != nil && upTo == last.seq {
+			tail, err := e.tailData(ctx, key, last)
+			if err != nil || tail != nil {
+				if err != nil {
+					return nil, err
+				}
+				entries, err := resolve(key, append(chain, tail...), true)
+				if err != nil {
+					return nil, err
+				}
+				if i := firstHolding(entries, v); i >= 0 {
+					return entries[:i+1], nil
+				}
+			}
+		}
+	}
+	return e.entriesHolding(ctx, key, sinceOf(last), upTo, v)
+}
+
+// upToFor is how far a read of version v must go, given the log's last entry: up to the last
+// pack if v is in it or before it, so that the saves after it are not fetched; up to the last
+// entry otherwise. Every entry after the last pack adds at most one version (versions have no
+// gaps once a log has one, and a pack is only made of versions), so the last pack holds version
+// head − TailEntries or a later one.
+func upToFor(last ent, v uint64) uint64 {
+	h := last.meta.Head
+	if p := lastPackOf(last); p != 0 && p != last.seq && h.TailEntries >= 0 && v+uint64(h.TailEntries) <= h.Version {
+		return p
+	}
+	return last.seq
+}
+
+// firstHolding returns the index of the first entry holding version v, -1 if none.
+func firstHolding(entries []ent, v uint64) int {
+	return slices.IndexFunc(entries, func(x ent) bool { return x.meta.Kind != kindFork && holds(v)(x) })
+}
+
+// maxPackGets bounds the packs a read fetches one at a time, walking back from the last
+// (packChain), before it reads them in one batch instead.
+const maxPackGets = 2
+
+// packChain returns the session's packs, oldest first, fetched one at a time from the pack at
+// sequence at back, if there are at most maxPackGets and none has parts; nil otherwise. They are
+// all the log holds up to the last of them: a pack covers every entry since the pack before it,
+// and a fork's first pack copies its source in.
+func (e *Engine) packChain(ctx context.Context, key Key, last ent, at uint64) ([]ent, error) {
+	var chain []ent
+	for len(chain) < maxPackGets && at >= sinceOf(last) {
+		var x ent
+		if at == last.seq {
+			x = last
+		} else {
+			en, err := e.log.Get(ctx, key, at)
+			if errors.Is(err, ErrNotFound) {
+				return nil, nil // gone meanwhile: the batched read says what is left
+			}
+			if err != nil {
+				return nil, err
+			}
+			m, data, err := decodeEntry(en.Data)
+			if err != nil {
+				return nil, fmt.Errorf("session %s entry %d: %w", key, en.Seq, err)
+			}
+			x = ent{seq: en.Seq, meta: m, data: data}
+		}
+		if x.meta.Kind != kindPack || x.meta.Parts > 0 {
+			return nil, nil
+		}
+		chain = append(chain, x)
+		if x.meta.Head.Pack == 0 {
+			slices.Reverse(chain) // the first pack: the chain is whole
+			return chain, nil
+		}
+		at = x.meta.Head.Pack
+	}
+	return nil, nil
+}
+
+// tailData returns the entries after the session's last pack, up to its last entry, read without
+// their sequences (DataReader; the last one's is last's): nil if the Log cannot, or if what it
+// read is not exactly those entries. The last entry's head counts them (TailEntries, parts not
+// included), and no two entries of a log have the same bytes (each holds its head, whose tail
+// count grows by one per entry after a pack): so if exactly that many came after the pack and the
+// last of them is the log's last entry, none was deleted in between and none is missing. A save
+// with parts, a pack or a deletion meanwhile, a replica behind: anything else gets nil.
+// (A state-only pack, packState, resets the count without being a pack: the entries after the
+// pack are then more than n, the n-th is not the last, and the batched read answers.)
+func (e *Engine) tailData(ctx context.Context, key Key, last ent) ([]ent, error) {
+	dr, ok := e.log.(DataReader)
+	n := last.meta.Head.TailEntries
+	if !ok || n <= 0 || last.raw == nil || last.meta.Kind == kindPack {
+		return nil, nil
+	}
+	var datas [][]byte
+	err := dr.ReadData(ctx, key, last.meta.Head.Pack, n, func(data []byte) bool {
+		datas = append(datas, data)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(datas) != n || !bytes.Equal(datas[n-1], last.raw) {
+		return nil, nil
+	}
+	tail := make([]ent, 0, n)
+	for _, d := range datas[:n-1] {
+		m, data, err := decodeEntry(d)
+		if err != nil {
+			return nil, fmt.Errorf("session %s, an entry after pack %d: %w", key, last.meta.Head.Pack, err)
+		}
+		tail = append(tail, ent{meta: m, data: data})
+	}
+	return append(tail, last), nil
 }
 
 // logAt reads key's entries from sequence from (its last deletion) up to upTo and returns "["
@@ -246,6 +453,13 @@ func (e *Engine) logAtDepth(ctx context.Context, key Key, from, upTo, v uint64, 
 	if err != nil {
 		return nil, Record{}, err
 	}
+	return e.logOf(ctx, key, entries, v, depth)
+}
+
+// logOf returns "[" followed by the log of version v (its messages joined by ","), and v's
+// record, from entries: key's live entries up to the one holding v (entriesHolding).
+func (e *Engine) logOf(ctx context.Context, key Key, entries []ent, v uint64, depth int) ([]byte, Record, error) {
+	var err error
 	target := entries[len(entries)-1]
 	rec, n, err := recordIn(key, target, v)
 	if err != nil {
@@ -300,7 +514,11 @@ func (e *Engine) forkSource(ctx context.Context, key Key, x ent, depth int) ([]b
 	if _, err := checkVersion(src.Fork, last.meta.Head, src.Version); err != nil {
 		return nil, fmt.Errorf("session %s, forked from %s version %d: %w: %v", key, src.Fork, src.Version, ErrCorrupt, err)
 	}
-	log, rec, err := e.logAtDepth(ctx, src.Fork, sinceOf(last), last.seq, src.Version, depth+1)
+	entries, err := e.holding(ctx, src.Fork, last, src.Version)
+	if err != nil {
+		return nil, fmt.Errorf("session %s, forked from %s: %w", key, src.Fork, err)
+	}
+	log, rec, err := e.logOf(ctx, src.Fork, entries, src.Version, depth+1)
 	if err != nil {
 		return nil, fmt.Errorf("session %s, forked from %s: %w", key, src.Fork, err)
 	}
@@ -330,12 +548,18 @@ func (e *Engine) Head(ctx context.Context, key Key) (Record, error) {
 // Version returns the record of version n of key (0: the head), walking back from the head: the
 // entries since the last pack, then one pack at a time.
 func (e *Engine) Version(ctx context.Context, key Key, n uint64) (Record, error) {
+	return retryShort(func() (Record, error) { return e.version(ctx, key, n) })
+}
+
+// retryShort runs read again while it comes up short (the log moved under it: errShort), at most
+// maxReadAttempts times in all; a read still short then is reported as it is (ErrCorrupt).
+func retryShort[T any](read func() (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
-		rec, err := e.version(ctx, key, n)
+		v, err := read()
 		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
 			continue
 		}
-		return rec, err
+		return v, err
 	}
 }
 
@@ -386,7 +610,7 @@ func (e *Engine) walkBackFrom(ctx context.Context, key Key, last ent, pack uint6
 			if i < packed {
 				at = lastPackOf(last) // the last pack's records come first in the tail
 			}
-			if tail[i].Version >= first && !fn(tail[i], at) || tail[i].Version <= first {
+			if !stepBack(tail[i], at, first, fn) {
 				return nil
 			}
 		}
@@ -410,13 +634,26 @@ func (e *Engine) walkBackFrom(ctx context.Context, key Key, last ent, pack uint6
 		for i := len(m.Packed) - 1; i >= 0; i-- {
 			r := m.Packed[i].Record
 			r.Key = key
-			if r.Version >= first && !fn(r, pack) || r.Version <= first {
+			if !stepBack(r, pack, first, fn) {
 				return nil
 			}
 		}
 		pack = m.Head.Pack
 	}
 	return nil
+}
+
+// stepBack gives fn record r (held by the pack at sequence at, 0: none) if retention keeps it
+// (first is the oldest kept version), and says whether the walk back goes on: not once fn says
+// so, nor below first.
+func stepBack(r Record, at, first uint64, fn func(Record, uint64) bool) bool {
+	if r.Version < first {
+		return false
+	}
+	if !fn(r, at) {
+		return false
+	}
+	return r.Version > first
 }
 
 // sinceOf is where the live part of a log ends by x starts: its session's last deletion.
@@ -475,13 +712,7 @@ func records(key Key, entries []ent) ([]Record, error) {
 
 // History returns the records of key's versions, oldest first (one read of the whole log).
 func (e *Engine) History(ctx context.Context, key Key) ([]Record, error) {
-	for attempt := 0; ; attempt++ {
-		recs, err := e.history(ctx, key)
-		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
-			continue
-		}
-		return recs, err
-	}
+	return retryShort(func() ([]Record, error) { return e.history(ctx, key) })
 }
 
 func (e *Engine) history(ctx context.Context, key Key) ([]Record, error) {
@@ -540,7 +771,7 @@ func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, li
 			return true
 		}
 		from := uint64(0)
-		if cur.Pack != 0 && cur.Before != 0 && e.isPackOf(ctx, key, last, cur.Pack) {
+		if cur.Pack != 0 && cur.Before != 0 && e.isPackHolding(ctx, key, last, cur.Pack, cur.Before) {
 			from = cur.Pack
 		}
 		err = e.walkBackFrom(ctx, key, last, from, walk)
@@ -554,8 +785,9 @@ func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, li
 	}
 }
 
-// isPackOf reports whether seq is a pack of key's live log (a cursor's hint is the client's).
-func (e *Engine) isPackOf(ctx context.Context, key Key, last ent, seq uint64) bool {
+// isPackHolding reports whether seq is a pack of key's live log holding version v (a cursor's
+// hint is the client's): the walk back from it then meets every version below v.
+func (e *Engine) isPackHolding(ctx context.Context, key Key, last ent, seq, v uint64) bool {
 	if seq < sinceOf(last) || seq > last.seq {
 		return false
 	}
@@ -564,5 +796,5 @@ func (e *Engine) isPackOf(ctx context.Context, key Key, last ent, seq uint64) bo
 		return false
 	}
 	m, _, err := decodeEntry(en.Data)
-	return err == nil && m.Kind == kindPack
+	return err == nil && m.Kind == kindPack && holds(v)(ent{seq: seq, meta: m})
 }

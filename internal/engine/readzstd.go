@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -13,7 +15,10 @@ import (
 // a version inside a pack but its last), the stored frames are passed through undecoded, each
 // run ended with frameEnd, between a frame holding "[" and one holding "]": the daemon decodes
 // nothing, and so checks nothing but the structure (the reader checks the record's hash, as it
-// must anyway). Otherwise the version is read and compressed at zstd's fastest level.
+// must anyway). A version inside a recompressed pack (its prefix) after such entries: they pass
+// through, and the pack alone is decoded and its prefix compressed at zstd's fastest level.
+// Otherwise the version is built from the entries read, as Read builds it, and compressed at
+// zstd's fastest level.
 func (e *Engine) ReadZstd(ctx context.Context, key Key, v uint64) ([]byte, Record, error) {
 	for attempt := 0; ; attempt++ {
 		out, rec, err := e.readZstd(ctx, key, v)
@@ -32,7 +37,7 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 	if v, err = checkVersion(key, last.meta.Head, v); err != nil {
 		return nil, Record{}, err
 	}
-	entries, err := e.entriesHolding(ctx, key, sinceOf(last), last.seq, v)
+	entries, err := e.holding(ctx, key, last, v)
 	if err != nil {
 		return nil, Record{}, err
 	}
@@ -41,14 +46,28 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 	if err != nil {
 		return nil, Record{}, err
 	}
-	if !storedAsIs(entries, target, n) {
-		conv, rec, err := e.read(ctx, key, v)
-		if err != nil {
-			return nil, Record{}, err
+	switch {
+	case storedAsIs(entries, target, n):
+		out, open := passThrough(append(make([]byte, 0, 64<<10), openBracket...), entries)
+		if open {
+			out = append(out, frameEnd...)
 		}
-		return fastEncoder.EncodeAll(conv, make([]byte, 0, len(conv)/4)), rec, nil
+		return append(out, closeBracket...), rec, nil
+	case inRecompressedPack(entries, target):
+		out, err := packPrefixZstd(entries, target, n)
+		return out, rec, err
 	}
-	out := append(make([]byte, 0, 64<<10), openBracket...)
+	// The entries read are what Read would read: build the version from them, not read it again.
+	conv, rec, err := e.logOf(ctx, key, entries, v, 0)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	return fastEncoder.EncodeAll(append(conv, ']'), make([]byte, 0, len(conv)/4)), rec, nil
+}
+
+// passThrough appends the stored data of entries to out, ending each frame before an entry that
+// starts one, and says whether the last frame is still open (it needs frameEnd).
+func passThrough(out []byte, entries []ent) ([]byte, bool) {
 	open := false
 	for _, x := range entries {
 		if len(x.data) == 0 || x.meta.Kind != kindSave && x.meta.Kind != kindPack {
@@ -61,10 +80,137 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 		out = append(out, x.data...)
 		open = x.meta.Kind == kindSave || x.meta.Open
 	}
+	return out, open
+}
+
+// inRecompressedPack reports whether the version entries end with is a prefix of a recompressed
+// pack (a whole frame of its own) after entries that are their stored stream as it is: those pass
+// through, and only the pack is decoded, its prefix compressed again (packPrefixZstd).
+func inRecompressedPack(entries []ent, target ent) bool {
+	return target.meta.Kind == kindPack && !target.meta.Open && startsFrame(target.meta.Packed) && streamAsIs(entries)
+}
+
+// packPrefixZstd is ReadZstd of version n of the recompressed pack target (entries' last): the
+// entries before it passed through, then the pack decoded, its first n+1 pieces checked against
+// their CRC-32C and compressed as one frame at zstd's fastest level. A zstd block cannot be cut
+// where a version ends, so the pack's own frame cannot pass through.
+func packPrefixZstd(entries []ent, target ent, n int) ([]byte, error) {
+	pieces := make([]pieceInfo, n+1)
+	var raw int64
+	for i := range pieces {
+		pieces[i] = target.meta.Packed[i].Piece
+		raw += pieces[i].RawBytes
+	}
+	out, open := passThrough(append(make([]byte, 0, 64<<10), openBracket...), entries[:len(entries)-1])
 	if open {
 		out = append(out, frameEnd...)
 	}
-	return append(out, closeBracket...), rec, nil
+	cut, plain, ok, err := cutFrame(target.data, raw)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("entry %d: %w", target.seq, err)
+	case ok:
+		if err := checkPieces(plain, pieces); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", target.seq, err)
+		}
+		return append(append(out, cut...), closeBracket...), nil
+	}
+	if raw > 0 {
+		plain, err := decoder.DecodeAll(target.data, make([]byte, 0, sizeHint(raw+64)))
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %w: zstd: %v", target.seq, ErrCorrupt, err)
+		}
+		if int64(len(plain)) < raw {
+			return nil, fmt.Errorf("entry %d: %w: a pack decodes to %d bytes, its first %d pieces say %d", target.seq, ErrCorrupt, len(plain), n+1, raw)
+		}
+		if err := checkPieces(plain[:raw], pieces); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", target.seq, err)
+		}
+		out = fastEncoder.EncodeAll(plain[:raw], out)
+	}
+	return append(out, closeBracket...), nil
+}
+
+// zstdBlockMax is the most a zstd block decodes to (RFC 8878 §3.1.1.2.4, Block_Maximum_Size, with
+// a window of at least 128 KiB), and the input the encoder puts in each block of a frame.
+const zstdBlockMax = 128 << 10
+
+// frameBlocks returns the header of the zstd frame f, the offsets of its blocks (each block's
+// header) and the offset after its last block; ok false if f is not one frame without checksum
+// or dictionary whose blocks take the whole of it.
+func frameBlocks(f []byte) (h zstd.Header, blocks []int, end int, ok bool) {
+	if h.Decode(f) != nil || h.Skippable || h.HasCheckSum || h.DictionaryID != 0 {
+		return h, nil, 0, false
+	}
+	at := h.HeaderSize
+	for at+3 <= len(f) {
+		v := int(f[at]) | int(f[at+1])<<8 | int(f[at+2])<<16
+		size := v >> 3
+		switch (v >> 1) & 3 {
+		case 1: // RLE: one byte, repeated size times
+			size = 1
+		case 3:
+			return h, nil, 0, false
+		}
+		blocks = append(blocks, at)
+		at += 3 + size
+		if v&1 == 1 {
+			return h, blocks, at, at == len(f)
+		}
+	}
+	return h, nil, 0, false
+}
+
+// singleSegment returns a zstd frame header declaring a single segment of size bytes: the
+// decoder decodes straight into its output (a windowed frame goes through a history buffer, ~2×
+// slower here), and checks that the frame decodes to exactly that.
+func singleSegment(size uint64) []byte {
+	return binary.LittleEndian.AppendUint64([]byte{0x28, 0xb5, 0x2f, 0xfd, 0xe0}, size) // 8-byte size, single segment
+}
+
+// cutFrame returns a zstd frame that decodes to the first raw bytes of the pack frame f, and
+// those bytes: f's blocks that lie within them passed through, the rest in raw blocks, under a
+// header of its own (f's declares its whole content's size). ok false: f is not one frame as the
+// pack encoder writes it (a single segment, its size declared, no dictionary or checksum), or
+// no block lies within the cut; nothing is decoded then.
+//
+// f is decoded whole once (its pieces' CRC-32C need the bytes). Where its blocks end is not
+// decoded again: the pack encoder (EncodeAll) puts zstdBlockMax input bytes in every block but
+// the last, and a block decodes to at most that (RFC 8878 §3.1.1.2.4), so blocks that decoded
+// to less would make the cut frame shorter than its header declares, which a decoder refuses
+// (RFC 8878 §3.1.1.1.4; TestCutFrame checks the encoder's blocks).
+func cutFrame(f []byte, raw int64) (out, plain []byte, ok bool, err error) {
+	h, blocks, end, ok := frameBlocks(f)
+	k := int(raw / zstdBlockMax) // the blocks wholly within the first raw bytes
+	if !ok || !h.SingleSegment || !h.HasFCS || k == 0 || int64(h.FrameContentSize) < raw ||
+		h.FrameContentSize > maxDecoded || k > len(blocks) {
+		return nil, nil, false, nil
+	}
+	if plain, err = decoder.DecodeAll(f, make([]byte, 0, h.FrameContentSize+64)); err != nil {
+		return nil, nil, false, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
+	}
+	hdr := singleSegment(uint64(raw))
+	out = append(hdr, f[h.HeaderSize:blockEnd(blocks, k-1, end)]...)
+	out[len(hdr)+blocks[k-1]-h.HeaderSize] &^= 1 // block k-1 is not the last one now
+	for rest := plain[k*zstdBlockMax : raw]; ; {
+		n := min(len(rest), zstdBlockMax)
+		v := n << 3 // a raw block
+		if n == len(rest) {
+			v |= 1 // the last
+		}
+		out = append(append(out, byte(v), byte(v>>8), byte(v>>16)), rest[:n]...)
+		if rest = rest[n:]; len(rest) == 0 {
+			return out, plain[:raw], true, nil
+		}
+	}
+}
+
+// blockEnd is where block i of a frame (blocks and end from frameBlocks) ends.
+func blockEnd(blocks []int, i, end int) int {
+	if i+1 < len(blocks) {
+		return blocks[i+1]
+	}
+	return end
 }
 
 // storedAsIs reports whether the log of the version entries end with is their stored stream as it
@@ -74,6 +220,12 @@ func storedAsIs(entries []ent, target ent, n int) bool {
 	if target.meta.Kind == kindPack && n != len(target.meta.Packed)-1 {
 		return false
 	}
+	return streamAsIs(entries)
+}
+
+// streamAsIs reports whether every piece of entries is appended as stored (no rewrite, no values,
+// no fork), the first with data starting a frame.
+func streamAsIs(entries []ent) bool {
 	first := true
 	for _, x := range entries {
 		var pieces []pieceInfo

@@ -30,9 +30,31 @@ type Pruned struct {
 // conversation grows by appends): what a prune frees on disk is only dropped rewrites' bytes, once
 // the log is repacked (not done yet).
 func (e *Engine) Prune(ctx context.Context, key Key, ret Retention, now time.Time, dryRun bool) (Pruned, error) {
+	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
+		res, err := e.pruneOnce(ctx, key, ret, now, dryRun)
+		if errors.Is(err, errMovedOn) {
+			continue // the session was deleted (and saved again) under the prune: decide again
+		}
+		return res, err
+	}
+	return Pruned{}, fmt.Errorf("%w: session %s: deleted again and again during the prune", ErrBusy, key)
+}
+
+// errMovedOn: the session a prune decided on is not the one it would change.
+var errMovedOn = errors.New("the session was deleted under the prune")
+
+func (e *Engine) pruneOnce(ctx context.Context, key Key, ret Retention, now time.Time, dryRun bool) (Pruned, error) {
 	res := Pruned{Key: key, Versions: []uint64{}}
 	if ret.KeepLast <= 0 && ret.MaxAge <= 0 {
 		return res, nil
+	}
+	// The session the history below is of: read first, so that a deletion after it shows.
+	before, err := e.last(ctx, key)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return res, nil
+		}
+		return res, err
 	}
 	all, err := e.History(ctx, key)
 	if err != nil || len(all) == 0 {
@@ -65,6 +87,9 @@ func (e *Engine) Prune(ctx context.Context, key Key, ret Retention, now time.Tim
 		if h.Version == 0 {
 			return fmt.Errorf("session %s: %w", key, ErrNotFound)
 		}
+		if h.Deleted != sinceOf(before) || cut >= h.Version {
+			return errMovedOn // not the versions the cut was decided on
+		}
 		if h.FirstVersion > cut {
 			return errUnchanged // a prune or a save came first
 		}
@@ -92,6 +117,8 @@ func (e *pinnedError) Error() string { return fmt.Sprintf("%d forks read the ses
 // conditional purge, and an unconditional one could remove a save another daemon made after the
 // deletion. Every later entry names the deletion (Head.Deleted): reads start there, and a crash
 // before the deletes leaves entries the session's next pack deletes.
+// Forks reading the session are copied in first; one being written right then (pinned, no fork
+// entry yet, within 2 × ValueGrace of its pin) makes the deletion refuse with ErrBusy: try again.
 func (e *Engine) Delete(ctx context.Context, key Key, expected *uint64) (Record, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(key)

@@ -59,6 +59,9 @@ const maxSwapAttempts = 64
 // only the messages the head lacks. A lost compare-and-swap (another writer, or a stale cache)
 // reads the head again and decides again.
 func (e *Engine) Save(ctx context.Context, req SaveRequest) (Saved, error) {
+	if e.invalid != nil {
+		return Saved{}, e.invalid
+	}
 	if err := checkRequest(&req); err != nil {
 		return Saved{}, err
 	}
@@ -111,14 +114,28 @@ func isRefusal(err error) bool {
 func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest) (Saved, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	cached := s.loaded
 	if err := e.load(ctx, s); err != nil {
 		return Saved{}, err
 	}
 	h := s.last.Head
 	found := h.Version > 0
 	if req.SaveID != "" {
-		if rec, ok, err := e.savedBefore(ctx, s, req.SaveID); err != nil || ok {
-			return Saved{Record: rec, Duplicate: ok}, err
+		rec, ok, err := e.savedBefore(ctx, s, req.SaveID)
+		if err != nil {
+			return Saved{}, err
+		}
+		if ok && cached {
+			// A duplicate found in the cache must still be the log's: another daemon may have
+			// deleted the session since (a conflict: the caller reads the log again).
+			if err := e.checkCached(ctx, s); err != nil {
+				return Saved{}, err
+			}
+		}
+		// An import is the same as a version stored only if it has its number and hash too
+		// (a source may reuse a save id); otherwise the import rules below answer.
+		if ok && (req.Import == nil || rec.Version == req.Import.Version && rec.Hash == req.Import.Hash) {
+			return Saved{Record: rec, Duplicate: true}, nil
 		}
 	}
 	// Only a migration brings a moved session back; an import of a bundle does not.
@@ -425,10 +442,12 @@ func (e *Engine) commitHead(ctx context.Context, s *session, next headState, p s
 	next.StoredBytes = int64(len(data)) + added
 	m := entryMeta{Kind: kindSave, Head: next, Piece: piece}
 	// The tail counts whole entries, meta included: a pack's records then stay well within an
-	// entry, however long a save's strings.
+	// entry, however long a save's strings. A save that compresses very well counts what it
+	// decodes to over rawPerTailByte instead: rewrites of a compressible conversation would
+	// otherwise pile generations up, each one decoded by every read, before a pack is due.
 	size, err := encodedSize(m, data)
 	if err == nil {
-		m.Head.TailBytes += size
+		m.Head.TailBytes += max(size, piece.RawBytes/rawPerTailByte)
 		_, err = e.writeBy(ctx, s, m, data, deadline)
 	}
 	if err != nil {
@@ -499,13 +518,18 @@ func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte) ([]byte
 	if len(stripped) == 0 {
 		return nil, nil
 	}
+	if s.enc != nil && s.encRaw+int64(len(stripped)) > e.maxRun {
+		s.enc = nil // the run would decode to too much at once: a new frame
+	}
 	piece.Frame = s.enc == nil
 	if piece.Frame {
 		var err error
 		if s.enc, err = newEncoder(e.cfg.Window, !e.cfg.NoFastSaves); err != nil {
 			return nil, err
 		}
+		s.encRaw = 0
 	}
+	s.encRaw += int64(len(stripped))
 	data, err := s.enc.add(stripped)
 	if err != nil {
 		s.enc = nil
@@ -513,6 +537,16 @@ func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte) ([]byte
 	}
 	return data, nil
 }
+
+// rawPerTailByte: a save counts at least its decoded bytes over this in the tail (commitHead), so
+// that a tail due at PackBytes decodes to at most about rawPerTailByte × PackBytes (4 MiB by
+// default). Ordinary saves compress less than that and count their stored bytes.
+const rawPerTailByte = 16
+
+// maxRun bounds what a run of saves sharing a zstd frame decodes to (compress): a read decodes a
+// run at once, and a save that would take its run past it starts a new frame. Far below the
+// decoder's maxDecoded, and far above an ordinary run (a tail is packed at PackBytes).
+const maxRun = 64 << 20
 
 // packDue says whether the entries since the last pack are due to be packed.
 func (e *Engine) packDue(h headState) bool {

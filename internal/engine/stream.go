@@ -109,7 +109,10 @@ func decodeRuns(pieces []*pieceInfo, datas [][]byte) ([]byte, error) {
 		var raw int64
 		for i := start; i < end; i++ {
 			stream = append(stream, datas[i]...)
-			raw += pieces[i].RawBytes
+			raw += pieces[i].RawBytes // each at most maxDecoded (decodeEntry): no overflow
+		}
+		if raw > maxDecoded {
+			return nil, fmt.Errorf("%w: saves claim %d bytes, more than a read decodes (%d)", ErrCorrupt, raw, maxDecoded)
 		}
 		n := len(out)
 		var err error
@@ -229,8 +232,11 @@ func (lb *logBuilder) flush() error {
 	}
 	rewrites := false
 	for _, p := range lb.pieces {
-		raw += p.RawBytes
+		raw += p.RawBytes // each at most maxDecoded (decodeEntry): no overflow
 		rewrites = rewrites || p.Keep != nil || len(p.Values) > 0
+	}
+	if raw > maxDecoded {
+		return fmt.Errorf("%w: %d saves claim %d bytes, more than a read decodes (%d)", ErrCorrupt, len(lb.pieces), raw, maxDecoded)
 	}
 	stream := make([]byte, 0, stored+int64(len(frameEnd)))
 	for _, d := range lb.data {
@@ -257,7 +263,7 @@ func (lb *logBuilder) flush() error {
 		lb.out = out
 		return checkPieces(out[n:], pieces)
 	}
-	plain, err := decoder.DecodeAll(stream, make([]byte, 0, sizeHint(raw)))
+	plain, err := decoder.DecodeAll(stream, make([]byte, 0, sizeHint(decodedSize(stream, raw)+64)))
 	if err != nil {
 		return fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
 	}
@@ -282,6 +288,18 @@ func (lb *logBuilder) flush() error {
 		plain = plain[p.RawBytes:]
 	}
 	return nil
+}
+
+// decodedSize is what a stream whose pieces hold raw bytes decodes to, for its buffer: more when
+// it is a pack read up to one of its versions, whose frame declares its whole size (a buffer
+// that has to grow while decoding is copied each time). A declared size above maxDecoded is
+// bounded by sizeHint; the decoder refuses to go beyond it.
+func decodedSize(stream []byte, raw int64) int64 {
+	var h zstd.Header
+	if h.Decode(stream) == nil && h.HasFCS && int64(h.FrameContentSize) > raw {
+		return int64(min(h.FrameContentSize, maxDecoded))
+	}
+	return raw
 }
 
 // checkPieces checks each piece of plain (their bytes in order) against its CRC-32C.

@@ -207,3 +207,16 @@ func (l *Log) DeleteValue(ctx context.Context, ns, id string) error {
 }
 
 func clone(e engine.Entry) engine.Entry { return engine.Entry{Seq: e.Seq, Data: slices.Clone(e.Data)} }
+
+var _ engine.DataReader = (*Log)(nil)
+
+// ReadData implements engine.DataReader.
+func (l *Log) ReadData(ctx context.Context, key engine.Key, after uint64, n int, fn func(data []byte) bool) error {
+	if n <= 0 {
+		return nil
+	}
+	return l.Range(ctx, key, after+1, 0, func(e engine.Entry) bool {
+		n--
+		return fn(e.Data) && n > 0
+	})
+}
