@@ -19,6 +19,7 @@ type getRequest struct {
 	NextFor  string `json:"next_by_subj,omitempty"`
 	Batch    int    `json:"batch,omitempty"`     // direct gets, nats-server ≥ 2.11
 	MaxBytes int    `json:"max_bytes,omitempty"` // with Batch
+	NoHdr    bool   `json:"no_hdr,omitempty"`    // with Batch: data alone, no headers (ReadData)
 }
 
 // msg is one stored message as a get returns it.

@@ -26,7 +26,7 @@ func (l *Log) ReadData(ctx context.Context, key engine.Key, after uint64, n int,
 	if err != nil {
 		return err
 	}
-	if !l.batch {
+	if !l.batchedGets {
 		return l.scan(ctx, subject, after+1, 0, rangeBatch, func(m msg) bool {
 			n--
 			return fn(m.data) && n > 0
