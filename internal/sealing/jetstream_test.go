@@ -66,7 +66,9 @@ func openLog(t testing.TB, nc *nats.Conn, fresh bool) *logstore.Log {
 func TestLog_ConformanceJetStream(t *testing.T) {
 	nc, _, _ := startServer(t)
 	keys := keysOf(t, map[string]any{"*": newKey()})
-	logtest.Run(t, func(t *testing.T) engine.Log { return sealing.NewLog(openLog(t, nc, true), keys) })
+	newLog := func(t *testing.T) engine.Log { return sealing.NewLog(openLog(t, nc, true), keys) }
+	logtest.Run(t, newLog)
+	logtest.RunDataReader(t, newLog)
 }
 
 // grepDataDir returns the files under dir that hold marker, as it is or in what decodes from any

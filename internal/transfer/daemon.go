@@ -98,6 +98,9 @@ func (c Config) Validate() error {
 	case c.Logger == nil || c.Metrics == nil:
 		return errors.New("logger and metrics are required")
 	}
+	if err := c.Engine.Validate(); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
 	return nil
 }
 

@@ -153,3 +153,13 @@ func (l boundedLog) Value(ctx context.Context, ns, id string) ([]byte, error) {
 	defer cancel()
 	return l.Log.Value(ctx, ns, id)
 }
+
+var _ engine.DataReader = boundedLog{}
+
+// ReadData passes the engine's reads without sequences (engine.DataReader) to the log, bounded
+// like a Range.
+func (l boundedLog) ReadData(ctx context.Context, key engine.Key, after uint64, n int, fn func(data []byte) bool) error {
+	ctx, cancel := bounded(ctx, rangeTimeout)
+	defer cancel()
+	return engine.ReadData(ctx, l.Log, key, after, n, fn)
+}
