@@ -48,8 +48,8 @@ func upgradeStore(ctx context.Context, nc *nats.Conn, cfg config, log *slog.Logg
 	log.Info("the store holds checkpoints of an earlier release (format 2): upgrading it in place before serving", "store", where)
 	for {
 		rep, err := upgrade.Run(ctx, js, eng, lg, opts)
-		if errors.Is(err, upgrade.ErrInProgress) {
-			log.Info("another checkpointd is upgrading this store; waiting for it", "err", err)
+		if errors.Is(err, upgrade.ErrInProgress) || upgrade.Transient(err) {
+			log.Info("the upgrade could not go on for now; trying again (it goes on where it stopped)", "err", err)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
