@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -28,17 +29,25 @@ func WithMaxMessages(n int) RestoreOption { return func(r *wire.ReadRequest) { r
 
 // Restore returns the conversation of one version of key (the head when version is 0) as the JSON
 // array that was saved, verified against the hash recorded at save time, and that version's record.
-// Options select a view of it instead of every message.
+// Options select a view of it instead of every message. A conversation that fits one reply is one
+// request: the read's first reply carries the version's record (docs/protocol.md §5).
 func (c *Client) Restore(ctx context.Context, key Key, version uint64, opts ...RestoreOption) ([]byte, Version, error) {
-	v, err := c.Get(ctx, key, version)
+	key, err := checkKey(key)
 	if err != nil {
 		return nil, Version{}, err
 	}
-	req := wire.ReadRequest{SessionRequest: sessionRequest(v.Key), Version: v.Version}
+	req := wire.ReadRequest{SessionRequest: sessionRequest(key), Version: version}
 	for _, o := range opts {
 		o(&req)
 	}
-	raw, hash, err := c.read(ctx, v, req, v.RawBytes) // a view of v is never longer than v
+	v, first, err := c.openRead(ctx, key, req)
+	if err != nil {
+		return nil, Version{}, err
+	}
+	// The later pieces of a read of the head ask for the version it found; a view of v is never
+	// longer than v.
+	req.Version = v.Version
+	raw, hash, err := c.read(ctx, v, req, v.RawBytes, first)
 	if err != nil {
 		return nil, Version{}, err
 	}
@@ -50,6 +59,49 @@ func (c *Client) Restore(ctx context.Context, key Key, version uint64, opts ...R
 	return raw, v, nil
 }
 
+// openRead asks for the first piece of the read req names (as zstd) and takes the version's record
+// from it (Cp-Version), so that a restore is one request when the conversation fits one reply. It
+// returns the record and the first piece, to be continued. A daemon before checkpointd 0.5 sends
+// no record: it refuses a read of version 0 as a bad request, and answers an exact version without
+// it. The record is then asked for with get, as before, and the piece kept if it is of the version
+// get named (an exact one); a piece of the head is not, the head may have moved since.
+func (c *Client) openRead(ctx context.Context, key Key, req wire.ReadRequest) (Version, *nats.Msg, error) {
+	req.Encoding = wire.EncodingZstd
+	msg, err := c.request(ctx, wire.APISubject(key.Namespace, wire.OpRead), req)
+	if err == nil {
+		if h := msg.Header.Get(wire.HdrVersion); h != "" {
+			v, err := recordOf(h, key, req.Version)
+			return v, msg, err
+		}
+	} else if e := (*Error)(nil); !errors.As(err, &e) || e.Code != wire.CodeBadRequest {
+		return Version{}, nil, err
+	}
+	v, gerr := c.Get(ctx, key, req.Version)
+	if gerr != nil {
+		return Version{}, nil, gerr
+	}
+	if err != nil || req.Version == 0 {
+		return v, nil, nil
+	}
+	return v, msg, nil
+}
+
+// recordOf decodes the record a read's first piece carries, and checks that it is of the session
+// and version asked for (any version, for the head) in a format this SDK knows.
+func recordOf(h string, key Key, version uint64) (Version, error) {
+	var v Version
+	if err := json.Unmarshal([]byte(h), &v); err != nil {
+		return v, fmt.Errorf("%w: read of %s: header %s is not a version record: %v", ErrCorrupt, key, wire.HdrVersion, err)
+	}
+	switch {
+	case v.Format != wire.VersionFormat:
+		return v, fmt.Errorf("%w: read of %s: a version record of format %d, this SDK knows %d", ErrCorrupt, key, v.Format, wire.VersionFormat)
+	case v.Key != key || v.Version == 0 || version != 0 && v.Version != version:
+		return v, fmt.Errorf("%w: read of version %d of %s: the reply carries the record of version %d of %s", ErrCorrupt, version, key, v.Version, v.Key)
+	}
+	return v, nil
+}
+
 // read fetches the conversation (or view) of v piece by piece and returns it with its SHA-256, which
 // it checked against the hash the daemon gives for it (ErrCorrupt). The body travels compressed
 // (zstd) and is decoded here, into at most limit bytes. It is asked for again as identity when the
@@ -57,29 +109,33 @@ func (c *Client) Restore(ctx context.Context, key Key, version uint64, opts ...R
 // request bad for another reason is refused twice), or when it does not decode to bytes of the
 // right hash: its pieces may have come from daemons of different builds, whose re-encoded frames
 // can differ, while identity bytes are the same from every daemon (which checks them before
-// sending them).
-func (c *Client) read(ctx context.Context, v Version, req wire.ReadRequest, limit int64) ([]byte, string, error) {
+// sending them). first, when not nil, is the reply to the read's first piece as zstd, already
+// received.
+func (c *Client) read(ctx context.Context, v Version, req wire.ReadRequest, limit int64, first *nats.Msg) ([]byte, string, error) {
 	req.Encoding = wire.EncodingZstd
-	out, hash, err := c.readAs(ctx, v, req, limit)
+	out, hash, err := c.readAs(ctx, v, req, limit, first)
 	if e := (*Error)(nil); errors.As(err, &e) && e.Code == wire.CodeBadRequest || errors.Is(err, ErrCorrupt) {
 		req.Encoding = wire.EncodingIdentity
-		return c.readAs(ctx, v, req, limit)
+		return c.readAs(ctx, v, req, limit, nil)
 	}
 	return out, hash, err
 }
 
 // readAs reads the body in the encoding req asks for, or in the one the reply says (identity from
 // an older daemon), and decodes it: no more than limit bytes, and exactly the length the reply
-// announced.
-func (c *Client) readAs(ctx context.Context, v Version, req wire.ReadRequest, limit int64) ([]byte, string, error) {
+// announced. first, when not nil, is the reply to the first piece, already received.
+func (c *Client) readAs(ctx context.Context, v Version, req wire.ReadRequest, limit int64, first *nats.Msg) ([]byte, string, error) {
 	subject := wire.APISubject(v.Key.Namespace, wire.OpRead)
 	var body []byte
 	var b readReply
 	for {
 		req.Offset = int64(len(body))
-		msg, err := c.request(ctx, subject, req)
-		if err != nil {
-			return nil, "", err
+		msg := first
+		if body != nil || msg == nil {
+			var err error
+			if msg, err = c.request(ctx, subject, req); err != nil {
+				return nil, "", err
+			}
 		}
 		got, err := readHeaders(msg, limit)
 		if err != nil {
@@ -207,7 +263,7 @@ func (c *Client) RestoreMerged(ctx context.Context, namespace, session string, p
 	for _, o := range opts {
 		o(&req)
 	}
-	raw, _, err := c.read(ctx, Version{Key: k}, req, c.maxRestore) // checked against the daemon's hash
+	raw, _, err := c.read(ctx, Version{Key: k}, req, c.maxRestore, nil) // checked against the daemon's hash
 	if err != nil {
 		return nil, nil, err
 	}

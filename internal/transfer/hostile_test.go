@@ -235,7 +235,15 @@ func hostileRows(h *hostile) []hostileRow {
 		{name: "get/undecodable namespace token", request: &rawRequest{"cp.api.=zz.get", `{"session":"a"}`}, want: refused(wire.CodeBadRequest)},
 		{name: "history/body not JSON", request: &rawRequest{api(wire.OpHistory), `[1,2`}, want: refused(wire.CodeBadRequest)},
 		{name: "history/unknown session", request: &rawRequest{api(wire.OpHistory), `{"session":"nobody"}`}, want: refused(wire.CodeNotFound)},
-		{name: "read/no version", request: &rawRequest{api(wire.OpRead), `{"session":"a"}`}, want: refused(wire.CodeBadRequest)},
+		// A read of version 0 (or none) is a read of the head, only from its start (its first reply
+		// names the version, which later pieces ask for: the head may move between pieces).
+		{name: "read/no version: the head", request: &rawRequest{api(wire.OpRead), `{"session":"a"}`}, want: outcome{}},
+		{name: "read/version 0 at an offset", request: &rawRequest{api(wire.OpRead), `{"session":"a","version":0,"offset":1}`}, want: refused(wire.CodeBadRequest)},
+		{name: "read/version 0 at a huge offset", request: &rawRequest{api(wire.OpRead), `{"session":"a","offset":9007199254740991}`}, want: refused(wire.CodeBadRequest)},
+		{name: "read/version 0 past the offset range", request: &rawRequest{api(wire.OpRead), `{"session":"a","offset":9007199254740992}`}, want: refused(wire.CodeBadRequest)},
+		{name: "read/head of an unknown session", request: &rawRequest{api(wire.OpRead), `{"session":"nobody","encoding":"zstd"}`}, want: refused(wire.CodeNotFound)},
+		{name: "read/head of another namespace's session", request: &rawRequest{api(wire.OpRead), `{"session":"other"}`}, want: refused(wire.CodeNotFound)},
+		{name: "read/head with an unknown view", request: &rawRequest{api(wire.OpRead), `{"session":"a","view":"sideways"}`}, want: refused(wire.CodeBadRequest)},
 		{name: "read/unknown encoding", request: &rawRequest{api(wire.OpRead), `{"session":"a","version":1,"encoding":"gzip"}`}, want: refused(wire.CodeBadRequest)},
 		{name: "read/offset past the end", request: &rawRequest{api(wire.OpRead), `{"session":"a","version":1,"offset":999999999}`}, want: refused(wire.CodeBadRequest)},
 		{name: "read/negative offset", request: &rawRequest{api(wire.OpRead), `{"session":"a","version":1,"offset":-1}`}, want: refused(wire.CodeBadRequest)},

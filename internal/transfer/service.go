@@ -417,7 +417,9 @@ func (s *service) version(ctx context.Context, ns string, r wire.SessionRequest,
 
 // read serves a piece of a read. Its first piece finds the version and assembles the body (or
 // finds it cached); while the read has pieces to come its body is held under the read's key
-// (readKey), so that the pieces after the first are served from it with no lookup at all.
+// (readKey), so that the pieces after the first are served from it with no lookup at all. The
+// first piece of a read of one version carries its record (Cp-Version): a read of the head
+// (version 0) is held under the number of the version it found, which its later pieces ask for.
 func (s *service) read(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.ReadRequest
 	if err := decodeRequest(body, &req); err != nil {
@@ -427,58 +429,72 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	if enc != wire.EncodingIdentity && enc != wire.EncodingZstd {
 		return reply{}, fmt.Errorf("%w: unknown encoding %q (reads are served as %s or %s)", errBadRequest, enc, wire.EncodingIdentity, wire.EncodingZstd)
 	}
-	key := readKey(ns, req, enc)
+	if req.Offset > 0 && req.Version == 0 && len(req.Merge) == 0 {
+		// The head may have moved since the first piece: its later pieces name the version it was.
+		return reply{}, fmt.Errorf("%w: offset %d of version 0: a read of the head is only its first piece; ask the later pieces for the version its %s header named", errBadRequest, req.Offset, wire.HdrVersion)
+	}
 	if req.Offset > 0 {
+		key := readKey(ns, req, enc)
 		if b, ok := s.cache.Held(key); ok {
-			return s.piece(ctx, b, key, req.Offset)
+			return s.piece(ctx, b, key, req.Offset, "")
 		}
 	}
-	b, err := s.readBody(ctx, ns, req, enc)
+	b, v, err := s.readBody(ctx, ns, req, enc)
 	if err != nil {
 		return reply{}, err
 	}
-	return s.piece(ctx, b, key, req.Offset)
+	record := ""
+	if len(req.Merge) == 0 {
+		req.Version = v.Version
+		if req.Offset == 0 {
+			record = versionHeader(v, s.maxReply())
+		}
+	}
+	return s.piece(ctx, b, readKey(ns, req, enc), req.Offset, record)
 }
 
-// readBody finds what a read names and assembles its body in encoding enc (or finds it cached).
-func (s *service) readBody(ctx context.Context, ns string, req wire.ReadRequest, enc string) (readBody, error) {
+// readBody finds what a read names and assembles its body in encoding enc (or finds it cached),
+// and returns the version it read (none for a merge).
+func (s *service) readBody(ctx context.Context, ns string, req wire.ReadRequest, enc string) (readBody, wire.Version, error) {
 	if len(req.Merge) > 0 {
 		data, hash, key, err := s.merged(ctx, ns, req)
 		if err != nil {
-			return readBody{}, err
+			return readBody{}, wire.Version{}, err
 		}
-		return s.encode(ctx, identityBody(data, hash), key, enc)
+		b, err := s.encode(ctx, identityBody(data, hash), key, enc)
+		return b, wire.Version{}, err
 	}
-	if req.Version == 0 {
-		return readBody{}, fmt.Errorf("%w: read needs an exact version (ask %s for the head first)", errBadRequest, wire.OpGet)
-	}
-	v, err := s.exactVersion(ctx, ns, req.SessionRequest, req.Version)
+	v, err := s.readVersion(ctx, ns, req)
 	if err != nil {
-		return readBody{}, err
+		return readBody{}, v, err
 	}
 	view := engine.View{Kind: req.View, MaxMessages: req.MaxMessages, Dialect: v.Dialect}
 	if err := view.Check(); err != nil {
-		return readBody{}, fmt.Errorf("%w: %v", errBadRequest, err)
+		return readBody{}, v, fmt.Errorf("%w: %v", errBadRequest, err)
 	}
 	if enc == wire.EncodingZstd && view.IsFull() {
-		return s.fullZstd(ctx, v)
+		b, err := s.fullZstd(ctx, v)
+		return b, v, err
 	}
 	data, hash, key, err := s.viewOf(ctx, v, view)
 	if err != nil {
-		return readBody{}, err
+		return readBody{}, v, err
 	}
-	return s.encode(ctx, identityBody(data, hash), key, enc)
+	b, err := s.encode(ctx, identityBody(data, hash), key, enc)
+	return b, v, err
 }
 
 // piece is the reply to a read: the bytes of b from offset on, as many as fit in one message. While
 // the read has pieces to come, b is held under the read's key (until its last piece, or until it
 // has been idle for readIdle). The reply's bytes count against the read budget until it is sent.
-func (s *service) piece(ctx context.Context, b readBody, key string, offset int64) (reply, error) {
+// record, when not "", is the Cp-Version header of a first piece, whose bytes it leaves room for.
+func (s *service) piece(ctx context.Context, b readBody, key string, offset int64, record string) (reply, error) {
 	total := int64(len(b.data))
 	if offset < 0 || offset > total {
 		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, offset, total)
 	}
-	end := min(offset+s.maxReply(), total)
+	room := s.maxReply() - int64(len(record)) // versionHeader keeps record under half of maxReply
+	end := min(offset+room, total)
 	if end < total {
 		// The next pieces cost no lookup and no assembly. A first piece is served from the body held
 		// for the key, if that is the same content, so that its later pieces continue its bytes.
@@ -486,7 +502,7 @@ func (s *service) piece(ctx context.Context, b readBody, key string, offset int6
 		if total = int64(len(b.data)); offset > total {
 			return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, offset, total)
 		}
-		end = min(offset+s.maxReply(), total)
+		end = min(offset+room, total)
 	} else if offset > 0 {
 		s.cache.Release(key)
 	}
@@ -501,6 +517,9 @@ func (s *service) piece(ctx context.Context, b readBody, key string, offset int6
 	}
 	if b.enc != wire.EncodingIdentity {
 		hdr[wire.HdrRawTotal] = []string{strconv.FormatInt(b.raw, 10)}
+	}
+	if record != "" {
+		hdr[wire.HdrVersion] = []string{record}
 	}
 	return reply{data: b.data[offset:end], hdr: hdr}, nil
 }

@@ -117,6 +117,10 @@ const (
 	// HdrRawTotal, on a read served as zstd: the length of the body once decoded (what Cp-Total is
 	// for identity), so that a client bounds its decoding.
 	HdrRawTotal = "Cp-Raw-Total"
+	// HdrVersion, on the first piece (offset 0) of a read of one version: that version's record
+	// (§6) as `get` returns it, in JSON written in ASCII only (every other character escaped \uXXXX),
+	// at most MaxVersionHeaderBytes; a read of the head (version 0) learns here which version it got.
+	HdrVersion = "Cp-Version"
 	// Set by the service on error replies (nats.go micro convention).
 	HdrServiceErrorCode = "Nats-Service-Error-Code"
 	HdrServiceError     = "Nats-Service-Error"
@@ -126,6 +130,12 @@ const (
 // sent (Cp-Writer, Cp-Import-Source): each is stored in every version and head, so a client
 // must not make them as large as a message.
 const MaxTextHeaderBytes = 1024
+
+// MaxVersionHeaderBytes bounds HdrVersion. A record's free text is bounded (seven ids of at most
+// MaxIDBytes, a writer and an import source of at most MaxTextHeaderBytes: 3840 bytes), and no
+// byte of it takes more than 6 escaped (\u007f; a 4-byte character takes 12), so a record's header
+// is under 24 KiB; a daemon leaves out a longer one.
+const MaxVersionHeaderBytes = 32 << 10
 
 // Encodings of a save body or of a read reply (identity or zstd).
 const (
@@ -297,7 +307,8 @@ type GetRequest struct {
 
 // ReadRequest asks for the conversation bytes of one version from Offset on. The reply body holds at
 // most one message's worth; HdrTotal gives the full length, so a client asks again from Offset+len
-// until it has Total bytes. Version must be exact (take it from OpGet), so pieces never mix versions.
+// until it has Total bytes. Version 0 reads the head, only from Offset 0: the first piece's HdrVersion
+// names the version, which the later pieces ask for, so pieces never mix versions.
 type ReadRequest struct {
 	SessionRequest
 	Version  uint64 `json:"version"`

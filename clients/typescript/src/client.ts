@@ -464,30 +464,53 @@ export class Client {
   }
 
   /**
-   * Restores a version (default: the head): get → record → read every piece → check SHA-256 and
-   * length against the record (§5, "Restoring, step by step"). With `encoding: "zstd"`, a daemon
-   * that does not serve it (bad_request) or a zstd body that does not check out is read again as
-   * identity, which every daemon serves and checks before sending.
+   * Restores a version (default: the head): read its first piece, which carries the version's
+   * record (Cp-Version) → read the other pieces → check SHA-256 and length against the record (§5,
+   * "Restoring, step by step"): one request when the conversation fits one reply. A daemon that
+   * sends no record (before checkpointd 0.5) is asked get for it, as before. With `encoding:
+   * "zstd"`, a daemon that does not serve it (bad_request) or a zstd body that does not check out
+   * is read again as identity, which every daemon serves and checks before sending.
    */
   async restore(key: KeyLike, version = 0, opts: ReadOptions = {}): Promise<Restored> {
     const k = toKey(key);
+    checkRange("version", version, 0);
     const deadline = Date.now() + (opts.timeoutMs ?? this.timeoutMs);
-    const record = await this.get(k, version, { timeoutMs: opts.timeoutMs });
     const encoding = opts.encoding ?? "identity";
+    const { record, first } = await this.openRead(k, version, { ...opts, encoding }, deadline);
     if (encoding !== "identity") {
       try {
-        return await this.readChecked(k, record, { ...opts, encoding }, deadline);
+        return await this.readChecked(k, record, { ...opts, encoding }, deadline, first);
       } catch (e) {
         if (!(e instanceof CheckpointError && (e.code === "bad_request" || e.code === "corrupt"))) throw e;
       }
     }
-    return this.readChecked(k, record, { ...opts, encoding: "identity" }, deadline);
+    return this.readChecked(k, record, { ...opts, encoding: "identity" }, deadline, encoding === "identity" ? first : undefined);
+  }
+
+  /**
+   * Asks for the first piece of a read of `version` (0: the head) and takes the version's record
+   * from its Cp-Version header (§5). A daemon before checkpointd 0.5 sends none: it refuses version
+   * 0 as bad_request and answers an exact version without it; the record is then asked for with
+   * get, and the piece kept if it is of the version get named (an exact one; the head may have moved).
+   */
+  private async openRead(k: Key, version: number, opts: ReadOptions, deadline: number): Promise<{ record: VersionRecord; first?: Msg }> {
+    const req = this.readRequest(k, version, opts, 0);
+    let m: Msg | undefined;
+    try {
+      m = await this.request(k.namespace, "read", req, Math.max(1, deadline - Date.now()));
+    } catch (e) {
+      if (!(e instanceof CheckpointError && e.code === "bad_request")) throw e;
+    }
+    const h = m?.headers?.get("Cp-Version") ?? "";
+    if (m && h !== "") return { record: recordOf(h, k, version), first: m };
+    const record = await this.get(k, version, { timeoutMs: Math.max(1, deadline - Date.now()) });
+    return { record, first: version !== 0 ? m : undefined };
   }
 
   /** Reads a version (or a view of it) and checks it against Cp-Hash and, for the full view, the record. */
-  private async readChecked(k: Key, record: VersionRecord, opts: ReadOptions, deadline: number): Promise<Restored> {
+  private async readChecked(k: Key, record: VersionRecord, opts: ReadOptions, deadline: number, first?: Msg): Promise<Restored> {
     const what = `restore ${fmtKey(k)} v${record.version}`;
-    const { bytes, hash } = await this.read(k, record.version, opts, record.rawBytes, deadline);
+    const { bytes, hash } = await this.read(k, record.version, opts, record.rawBytes, deadline, first);
     if (sha256(bytes) !== hash) throw corrupt(`${what}: the bytes read do not hash to Cp-Hash ${hash}`);
     if ((opts.view ?? "full") === "full" && !opts.maxMessages) {
       if (hash !== record.hash) throw corrupt(`${what}: Cp-Hash ${hash} is not the record's ${record.hash}`);
@@ -501,7 +524,7 @@ export class Client {
    * bounds what is accepted: no view of a version is longer than the version itself. An encoded
    * body is bounded before anything is allocated for it: its decoded length (Cp-Raw-Total) by
    * limit, its own length by Cp-Raw-Total + Cp-Raw-Total/128 + 64 KiB, and it must decode to exactly
-   * Cp-Raw-Total bytes.
+   * Cp-Raw-Total bytes. firstPiece, if given, is the reply to the first piece, already received.
    */
   private async read(
     key: Key,
@@ -509,12 +532,10 @@ export class Client {
     opts: ReadOptions,
     limit: number,
     deadline: number,
+    firstPiece?: Msg,
   ): Promise<{ bytes: Uint8Array; hash: string }> {
-    if (opts.maxMessages !== undefined) checkRange("maxMessages", opts.maxMessages, 0);
-    const req: Record<string, unknown> = { session: key.session, agent: key.agent, version };
-    if (opts.view && opts.view !== "full") req.view = opts.view;
-    if (opts.maxMessages) req.maxMessages = opts.maxMessages;
-    if (opts.encoding && opts.encoding !== "identity") req.encoding = opts.encoding;
+    const req = this.readRequest(key, version, opts, 0);
+    let pending = firstPiece;
     const pieces: Uint8Array[] = [];
     let got = 0;
     let first: { total: number; hash: string; encoding: string; rawTotal: string } | undefined;
@@ -522,7 +543,8 @@ export class Client {
     const what = `read ${fmtKey(key)} v${version}`;
     do {
       req.offset = got;
-      const m = await this.request(key.namespace, "read", req, Math.max(1, deadline - Date.now()));
+      const m = pending ?? (await this.request(key.namespace, "read", req, Math.max(1, deadline - Date.now())));
+      pending = undefined;
       const cur = {
         total: headerInt(m, "Cp-Total", what),
         hash: m.headers?.get("Cp-Hash") ?? "",
@@ -547,6 +569,16 @@ export class Client {
     const bytes = decoders[first.encoding].decode(body, rawTotal);
     if (bytes.length !== rawTotal) throw corrupt(`${what}: the ${first.encoding} body decodes to ${bytes.length} bytes, Cp-Raw-Total says ${rawTotal}`);
     return { bytes, hash: first.hash };
+  }
+
+  /** The body of a read request (§5) for one version (0: the head, at offset 0 only). */
+  private readRequest(key: Key, version: number, opts: ReadOptions, offset: number): Record<string, unknown> {
+    if (opts.maxMessages !== undefined) checkRange("maxMessages", opts.maxMessages, 0);
+    const req: Record<string, unknown> = { session: key.session, agent: key.agent, version, offset };
+    if (opts.view && opts.view !== "full") req.view = opts.view;
+    if (opts.maxMessages) req.maxMessages = opts.maxMessages;
+    if (opts.encoding && opts.encoding !== "identity") req.encoding = opts.encoding;
+    return req;
   }
 
   /** Checks the first piece's totals against limit; returns the decoded length to expect. */
@@ -861,6 +893,24 @@ function headerInt(m: Msg, name: string, what: string): number {
   const v = m.headers?.get(name) ?? "";
   if (!/^(0|[1-9][0-9]{0,15})$/.test(v) || Number(v) > MAX_SAFE) throw internal(`${what}: header ${name}: ${JSON.stringify(v)} is not an integer in 0..${MAX_SAFE}`);
   return Number(v);
+}
+
+/**
+ * The record a read's first piece carries (Cp-Version, §5): JSON of a known format, of the key
+ * asked for, and of the version asked for (any version for the head, 0).
+ */
+function recordOf(h: string, k: Key, version: number): VersionRecord {
+  let v: VersionRecord;
+  try {
+    v = JSON.parse(h) as VersionRecord;
+  } catch (e) {
+    throw corrupt(`read ${fmtKey(k)} v${version}: header Cp-Version is not a version record: ${(e as Error).message}`);
+  }
+  checkRecord(v);
+  if (!sameKey(v.key, k) || !Number.isSafeInteger(v.version) || v.version < 1 || (version !== 0 && v.version !== version)) {
+    throw corrupt(`read ${fmtKey(k)} v${version}: the reply carries the record of ${fmtKey(v.key)} v${v.version}`);
+  }
+  return v;
 }
 
 function checkRecord(v: VersionRecord): VersionRecord {

@@ -286,3 +286,27 @@ test("hostile: a forged duplicate naming another save's real version is refused 
     (lone) => refused(lone.save("forged", joinRaw(turns(0, 14))), "corrupt"),
   );
 });
+
+test("a restore (the head, a given version, a view) is one read request: the record comes with its first piece", async () => {
+  const v1 = await c.save("one-request", joinRaw(turns(0, 3)));
+  const spy = await connect({ servers: d.natsURL });
+  const asked: string[] = [];
+  const sub = spy.subscribe("cp.api.>", {
+    callback: (_e, m) => {
+      asked.push(m.subject.slice(m.subject.lastIndexOf(".") + 1));
+    },
+  });
+  await spy.flush();
+  try {
+    for (const [version, opts] of [[0, {}], [1, {}], [0, { maxMessages: 2 }], [0, { encoding: "zstd" }]] as const) {
+      asked.length = 0;
+      const r = await c.restore("one-request", version, opts);
+      assert.deepEqual(r.record, v1);
+      await spy.flush();
+      assert.deepEqual(asked, ["read"], `version ${version}, ${JSON.stringify(opts)}: one read, no get`);
+    }
+  } finally {
+    sub.unsubscribe();
+    await spy.close();
+  }
+});

@@ -108,3 +108,69 @@ test("a result published before the client listened is found by direct get on CP
   assert.equal(v.version, 3);
   assert.ok(Date.now() - t0 < 3000);
 });
+
+/** A read's first piece of body, as a daemon sends it (identity, in one piece). */
+function readPiece(m: { respond: (d: Uint8Array, o: { headers: ReturnType<typeof headers> }) => boolean }, rec?: string): void {
+  const b = new TextEncoder().encode(body);
+  const h = headers();
+  h.set("Cp-Total", String(b.length));
+  h.set("Cp-Offset", "0");
+  h.set("Cp-Encoding", "identity");
+  h.set("Cp-Hash", sha256(b));
+  if (rec !== undefined) h.set("Cp-Version", rec);
+  m.respond(b, { headers: h });
+}
+
+test("against a daemon that sends no record (before 0.5), a restore asks get, and keeps an exact version's first piece", async () => {
+  const asked: string[] = [];
+  const gets = raw.subscribe("cp.api.default.get", {
+    callback: (_e, m) => {
+      asked.push("get");
+      m.respond(JSON.stringify(record("old", 4)));
+    },
+  });
+  const reads = raw.subscribe("cp.api.default.read", {
+    callback: (_e, m) => {
+      const req = JSON.parse(new TextDecoder().decode(m.data)) as { version: number };
+      asked.push(`read v${req.version}`);
+      if (req.version === 0) {
+        const h = headers();
+        h.set("Nats-Service-Error-Code", "400");
+        h.set("Nats-Service-Error", "bad request");
+        m.respond(JSON.stringify({ code: "bad_request", message: "read needs an exact version (ask get for the head first)" }), { headers: h });
+        return;
+      }
+      readPiece(m);
+    },
+  });
+  await raw.flush();
+  try {
+    assert.equal((await c.restore("s")).text(), body);
+    assert.deepEqual(asked, ["read v0", "get", "read v4"]);
+    asked.length = 0;
+    assert.equal((await c.restore("s", 4)).record.version, 4);
+    assert.deepEqual(asked, ["read v4", "get"], "the first piece is kept");
+  } finally {
+    gets.unsubscribe();
+    reads.unsubscribe();
+  }
+});
+
+test("the record a read carries is checked: another session's, another version's, an unknown format, not JSON, or a hash the bytes do not have", async () => {
+  const good = record("told", 2);
+  for (const [name, rec] of [
+    ["another session's", JSON.stringify({ ...good, key: { ...key, session: "other" } })],
+    ["another version's", JSON.stringify({ ...good, version: 3 })],
+    ["an unknown format", JSON.stringify({ ...good, format: 9 })],
+    ["not JSON", "{"],
+    ["another hash", JSON.stringify({ ...good, hash: sha256(new TextEncoder().encode("[]")) })],
+  ] as const) {
+    const sub = raw.subscribe("cp.api.default.read", { callback: (_e, m) => readPiece(m, rec) });
+    await raw.flush();
+    try {
+      await assert.rejects(c.restore("s", 2), (e: unknown) => e instanceof CheckpointError && (e.code === "corrupt" || e.code === "unknown_format"), name);
+    } finally {
+      sub.unsubscribe();
+    }
+  }
+});

@@ -179,6 +179,7 @@ test("hostile: zstd read replies out of bounds or not matching are read again as
       h.set("Cp-Hash", a.hash);
       h.set("Cp-Encoding", enc);
       if (a.raw !== undefined) h.set("Cp-Raw-Total", String(a.raw));
+      if (req.offset === 0) h.set("Cp-Version", JSON.stringify(record)); // as checkpointd 0.5 does: no get
       m.respond(a.body.subarray(req.offset), { headers: h });
     },
   });
