@@ -1052,18 +1052,21 @@ func testLastsOrder(t *testing.T, l engine.Log) {
 }
 
 // Lasts of more keys than one request of a store names (JetStream: 1,024 subjects, and a request
-// of at most max_payload bytes, which 1,024 keys of long ids exceed), keys of two namespaces mixed,
-// some with empty logs; and of last entries of more bytes than one reply holds (8 MiB).
+// of at most max_payload bytes, which 800 keys of the longest ids exceed), keys of four namespaces
+// mixed, some with empty logs; and of last entries of more bytes than one reply holds (8 MiB).
 func testLastsMany(t *testing.T, l engine.Log) {
 	ctx := ctxOf(t)
-	const n = 1100
+	const short, n = 1100, 1900      // 1,100 keys of short ids, then 800 of long ones
 	long := strings.Repeat(".", 240) // each "." is escaped in a subject: ~720 bytes
 	keyOf := func(i int) engine.Key {
-		ns := long + "a"
-		if i%3 == 0 {
-			ns = long + "b"
+		ns, session := "a", fmt.Sprint("s", i)
+		if i >= short {
+			ns, session = long+"a", fmt.Sprintf("%s%05d", long, i)
 		}
-		return engine.Key{Namespace: ns, Session: fmt.Sprintf("%s%05d", long, i), Agent: "main"}
+		if i%3 == 0 {
+			ns += "b"
+		}
+		return engine.Key{Namespace: ns, Session: session, Agent: "main"}
 	}
 	seqs := make([]uint64, n)
 	var wg sync.WaitGroup
@@ -1094,14 +1097,19 @@ func testLastsMany(t *testing.T, l engine.Log) {
 		require.NoError(t, err)
 	}
 	keys := make([]engine.Key, n)
+	at := make([]int, n) // keys[i] is keyOf(at[i])
 	for i := range n {
-		keys[i] = keyOf(n - 1 - i) // not in creation order
+		at[i] = short - 1 - i // the short ones first, not in creation order
+		if i >= short {
+			at[i] = i
+		}
+		keys[i] = keyOf(at[i])
 	}
 	got, err := l.Lasts(ctx, keys)
 	require.NoError(t, err)
 	require.Len(t, got, n)
 	for i, k := range keys {
-		j := n - 1 - i
+		j := at[i]
 		if j%11 == 5 {
 			require.Zero(t, got[i].Seq, "%d: %s has an empty log", i, k)
 			continue
