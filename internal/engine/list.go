@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
@@ -16,8 +15,8 @@ type SessionHead struct {
 }
 
 // Sessions returns the sessions of namespace ns from cursor (0: the first) in the order they were
-// created, up to limit of them, with their heads (one read of each log's last entry), and the
-// cursor of the next page (0: no more). Sessions deleted without a lease to keep, and names
+// created, up to limit of them, with their heads (the page's last entries, read at once: Log.Lasts),
+// and the cursor of the next page (0: no more). Sessions deleted without a lease to keep, and names
 // whose log is empty (a creation that crashed half-way), are left out: a page may hold fewer than
 // limit.
 func (e *Engine) Sessions(ctx context.Context, ns string, cursor uint64, limit int) ([]SessionHead, uint64, error) {
@@ -28,29 +27,48 @@ func (e *Engine) Sessions(ctx context.Context, ns string, cursor uint64, limit i
 	if err != nil {
 		return nil, 0, err
 	}
+	lasts, err := e.log.Lasts(ctx, keys)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(lasts) != len(keys) { // a Log that breaks its contract: never index past its answer
+		return nil, 0, fmt.Errorf("the store returned %d last entries for %d sessions of %q", len(lasts), len(keys), ns)
+	}
 	out := make([]SessionHead, 0, len(keys))
-	for _, k := range keys {
-		last, err := e.last(ctx, k)
-		if errors.Is(err, ErrNotFound) {
+	for i, k := range keys {
+		if lasts[i].Seq == 0 { // an empty log
 			continue
 		}
+		sh, ok, err := sessionHead(k, lasts[i])
 		if err != nil {
 			return nil, 0, err
 		}
-		h := last.meta.Head
-		if h.Version == 0 && h.Lease == nil {
-			continue
+		if ok {
+			out = append(out, sh)
 		}
-		sh := SessionHead{Key: k, Lease: h.Lease, Moved: h.Moved}
-		if sh.Record, err = recordOf(k, h); err != nil {
-			return nil, 0, err
-		}
-		if h.Version == 0 {
-			sh.Record = Record{Key: k}
-		}
-		out = append(out, sh)
 	}
 	return out, next, nil
+}
+
+// sessionHead is what a listing shows of k, whose last entry is en; not ok for a session deleted
+// without a lease to keep.
+func sessionHead(k Key, en Entry) (SessionHead, bool, error) {
+	m, _, err := decodeEntry(en.Data)
+	if err != nil {
+		return SessionHead{}, false, fmt.Errorf("session %s entry %d: %w", k, en.Seq, err)
+	}
+	h := m.Head
+	if h.Version == 0 && h.Lease == nil {
+		return SessionHead{}, false, nil
+	}
+	sh := SessionHead{Key: k, Lease: h.Lease, Moved: h.Moved}
+	if sh.Record, err = recordOf(k, h); err != nil {
+		return SessionHead{}, false, err
+	}
+	if h.Version == 0 {
+		sh.Record = Record{Key: k}
+	}
+	return sh, true, nil
 }
 
 // Namespaces returns every namespace that has had a session, sorted.

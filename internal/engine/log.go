@@ -63,6 +63,15 @@ type Log interface {
 	// Last returns key's last entry, or ErrNotFound if its log is empty. It sees every Append that
 	// returned before it was called (read-your-writes, also on a replicated store).
 	Last(ctx context.Context, key Key) (Entry, error)
+	// Lasts returns the last entry of each key's log, in the order of keys, in as few requests as
+	// the store allows (a page of a listing: docs/format.md §8.6). A key whose log is empty gets
+	// an Entry with Seq 0 (and no Data); a key given twice gets its entry twice. The keys may
+	// belong to any namespaces and be any number (a store splits them into requests as it needs);
+	// an invalid key fails the whole call. Like Last, it sees every Append that returned before
+	// it was called (also on a replicated store), but like Range, what a Purge removed may still
+	// be returned for a moment on a replicated store. The entries are held at once: a caller
+	// bounds len(keys) (up to len(keys) × MaxEntry bytes).
+	Lasts(ctx context.Context, keys []Key) ([]Entry, error)
 	// Append adds data as key's next entry if the log's last entry is still at sequence after
 	// (0: the log must be empty), and returns the new entry's sequence; otherwise ErrConflict and
 	// nothing is written. The first Append of a log also enters key in its namespace's list

@@ -115,6 +115,8 @@ func TestLog_InvalidIDs(t *testing.T) {
 		require.ErrorIs(t, err, wire.ErrInvalidID, "%q", k)
 		_, err = l.Last(ctx, k)
 		require.ErrorIs(t, err, wire.ErrInvalidID)
+		_, err = l.Lasts(ctx, []engine.Key{{Namespace: "n", Session: "s", Agent: "a"}, k})
+		require.ErrorIs(t, err, wire.ErrInvalidID, "one invalid key fails the whole call")
 		_, err = l.Get(ctx, k, 1)
 		require.ErrorIs(t, err, wire.ErrInvalidID)
 		require.ErrorIs(t, l.Range(ctx, k, 0, 0, func(engine.Entry) bool { return true }), wire.ErrInvalidID)

@@ -30,7 +30,7 @@ import (
 // index entry, then the log's first entry) and three other namespaces of 1,000 sessions. The
 // operations on the two stores are interleaved, so their ratio is what to read on a busy machine:
 // Log.Last and a compare-and-swap Log.Append on existing sessions; listing namespace a with
-// Log.Sessions (keys only) and engine.Sessions (keys, then each head: Log.Last per key).
+// Log.Sessions (keys only) and engine.Sessions (keys, then the page's heads: one Log.Lasts).
 func BenchmarkSessionsAtScale(b *testing.B) {
 	scales := []int{1000, 10000}
 	if env := os.Getenv("CP_BENCH_SESSIONS"); env != "" {
@@ -282,7 +282,7 @@ func interleavedLists(b *testing.B, ref, big *scaleStore) []listFigure {
 		fn    func(*scaleStore, int) int
 	}{
 		{"Log.Sessions: keys", []int{100, 1000}, keys},
-		{"engine.Sessions: keys, then Log.Last of each", []int{100, 1000, 0}, heads},
+		{"engine.Sessions: keys, then Log.Lasts of the page", []int{100, 1000, 0}, heads},
 	}
 	var out []listFigure
 	for _, way := range ways {

@@ -146,6 +146,24 @@ func (l *Log) Last(ctx context.Context, key engine.Key) (engine.Entry, error) {
 	return l.openEntry(key, entryPlace(key), e)
 }
 
+// Lasts opens each entry (a key with an empty log keeps its Entry of Seq 0) and fails with the
+// SealError of the first that does not open.
+func (l *Log) Lasts(ctx context.Context, keys []engine.Key) ([]engine.Entry, error) {
+	es, err := l.inner.Lasts(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	for i, e := range es {
+		if e.Seq == 0 {
+			continue
+		}
+		if es[i], err = l.openEntry(keys[i], entryPlace(keys[i]), e); err != nil {
+			return nil, err
+		}
+	}
+	return es, nil
+}
+
 func (l *Log) Get(ctx context.Context, key engine.Key, seq uint64) (engine.Entry, error) {
 	e, err := l.inner.Get(ctx, key, seq)
 	if err != nil {

@@ -178,6 +178,9 @@ func TestLog_WrongOrMissingKeyIsCorruptNeverBytes(t *testing.T) {
 		requireSealError(t, err, "team", entryWhat, want, secret)
 		_, err = reader.Get(ctx, k, seq)
 		requireSealError(t, err, "team", entryWhat, want, secret)
+		lasts, err := reader.Lasts(ctx, []engine.Key{{Namespace: "team", Session: "none", Agent: "main"}, k})
+		require.Nil(t, lasts)
+		requireSealError(t, err, "team", entryWhat, want, secret)
 		calls := 0
 		err = reader.Range(ctx, k, 0, 0, func(engine.Entry) bool { calls++; return true })
 		requireSealError(t, err, "team", entryWhat, want, secret)

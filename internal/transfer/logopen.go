@@ -104,8 +104,8 @@ func (d *Daemon) SetNamespaceKeys(nk *NamespaceKeys) (dropped []string, err erro
 // (TestCluster_Harness, killing CP_LOG's leader).
 type boundedLog struct{ engine.Log }
 
-// rangeTimeout bounds a Range (several batched reads, up to a whole 64 MiB conversation) and a
-// Sessions page.
+// rangeTimeout bounds a Range (several batched reads, up to a whole 64 MiB conversation), a
+// Sessions page and a Lasts (a page's heads).
 const rangeTimeout = 10 * time.Second
 
 func bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
@@ -116,6 +116,13 @@ func (l boundedLog) Last(ctx context.Context, key engine.Key) (engine.Entry, err
 	ctx, cancel := bounded(ctx, opTimeout)
 	defer cancel()
 	return l.Log.Last(ctx, key)
+}
+
+// Lasts is bounded as a Sessions page is: it reads a page's heads, in batched requests.
+func (l boundedLog) Lasts(ctx context.Context, keys []engine.Key) ([]engine.Entry, error) {
+	ctx, cancel := bounded(ctx, rangeTimeout)
+	defer cancel()
+	return l.Log.Lasts(ctx, keys)
 }
 
 func (l boundedLog) Append(ctx context.Context, key engine.Key, data []byte, after uint64) (uint64, error) {

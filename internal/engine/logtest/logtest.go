@@ -53,6 +53,8 @@ func Run(t *testing.T, newLog func(t *testing.T) engine.Log, options ...Options)
 		{"Append/KeepsItsOwnCopy", plain(testAppendCopies)},
 		{"Append/RefusedCreationTriedAgainListedOnce", testRefusedCreationRetried},
 		{"Last/ReadYourWrites", plain(testLastReadYourWrites)},
+		{"Lasts/HeadsInTheOrderOfKeys", plain(testLastsOrder)},
+		{"Lasts/MoreKeysAndBytesThanARequest", plain(testLastsMany)},
 		{"ReadYourWrites/AcrossTwoLogsOnOneStore", testReadYourWritesAcrossLogs},
 		{"Get/OnlyItsOwnLog", plain(testGet)},
 		{"Range/BoundsAndOrder", plain(testRangeBounds)},
@@ -360,6 +362,9 @@ func testLastReadYourWrites(t *testing.T, l engine.Log) {
 		last, err := l.Last(ctx, k)
 		require.NoError(t, err, "Last right after Append %d", i)
 		requireEntries(t, []engine.Entry{{Seq: seq, Data: data}}, []engine.Entry{last})
+		lasts, err := l.Lasts(ctx, []engine.Key{key("n", "other"), k})
+		require.NoError(t, err, "Lasts right after Append %d", i)
+		requireEntries(t, []engine.Entry{{}, {Seq: seq, Data: data}}, lasts)
 		after = seq
 	}
 	_, err := l.Last(ctx, key("n", "other"))
@@ -818,6 +823,16 @@ func testHostileIDs(t *testing.T, l engine.Log) {
 		require.Equal(t, string(e.data), string(last.Data), "%q reads its own entry", e.k)
 		requireEntries(t, []engine.Entry{{Seq: e.seq, Data: e.data}}, rangeAll(t, l, e.k, 0, 0))
 	}
+	keys := make([]engine.Key, len(all))
+	for i, e := range all {
+		keys[i] = e.k
+	}
+	lasts, err := l.Lasts(ctx, keys)
+	require.NoError(t, err)
+	require.Len(t, lasts, len(all))
+	for i, e := range all {
+		requireEntries(t, []engine.Entry{{Seq: e.seq, Data: e.data}}, lasts[i:i+1])
+	}
 	for ns, want := range byNS {
 		require.Equal(t, want, allSessions(t, l, ns, 7), "namespace %q lists its own sessions", ns)
 	}
@@ -915,6 +930,9 @@ func testReadYourWritesAcrossLogs(t *testing.T, l engine.Log, opts Options) {
 		e, err := r.Get(ctx, k, seq)
 		require.NoError(t, err)
 		requireEntries(t, want[i:], []engine.Entry{e})
+		lasts, err := r.Lasts(ctx, []engine.Key{k})
+		require.NoError(t, err, "Lasts through the other log after append %d", i)
+		requireEntries(t, want[i:], lasts)
 		requireEntries(t, want, rangeAll(t, r, k, 0, 0))
 		keys, _, err := r.Sessions(ctx, "n", 0, 10)
 		require.NoError(t, err)
@@ -985,4 +1003,132 @@ func testPurgeRacingCreation(t *testing.T, l engine.Log) {
 		return nil
 	})
 	t.Logf("%d of 30 creations came after their purge", len(exist))
+}
+
+// lastsAre reports how Lasts of keys differs from want (Seq 0: an empty log).
+func lastsAre(l engine.Log, keys []engine.Key, want ...engine.Entry) func() error {
+	return func() error {
+		got, err := l.Lasts(context.Background(), keys)
+		if err != nil {
+			return err
+		}
+		if !slices.EqualFunc(want, got, func(a, b engine.Entry) bool { return a.Seq == b.Seq && bytes.Equal(a.Data, b.Data) }) {
+			return fmt.Errorf("Lasts: got %v, want %v", seqsOf(got), seqsOf(want))
+		}
+		return nil
+	}
+}
+
+// Lasts returns each key's last entry in the order of the keys, whatever their namespaces: Seq 0
+// for a log that is empty (never written, purged), the same entry for a key given twice.
+func testLastsOrder(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	got, err := l.Lasts(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, got, "no keys, no entries")
+	a, b, c := key("n", "a"), key("m", "b"), engine.Key{Namespace: "n", Session: "a", Agent: "other"}
+	ea := appendN(t, l, a, "a", 3)
+	eb := appendN(t, l, b, "b", 1)
+	ec := appendN(t, l, c, "c", 2)
+	none, purged := key("n", "none"), key("m", "purged")
+	appendN(t, l, purged, "p", 2)
+	require.NoError(t, l.Purge(ctx, purged))
+	keys := []engine.Key{c, none, b, a, purged, b, key("n", "b")} // key("n", "b") is not m's b
+	want := []engine.Entry{ec[1], {}, eb[0], ea[2], {}, eb[0], {}}
+	soon(t, lastsAre(l, keys, want...))
+	// A log that moved on is read at its new last entry.
+	ea = append(ea, engine.Entry{Data: []byte("a-next")})
+	ea[3].Seq, err = l.Append(ctx, a, ea[3].Data, ea[2].Seq)
+	require.NoError(t, err)
+	want[3] = ea[3]
+	got, err = l.Lasts(ctx, keys)
+	require.NoError(t, err)
+	requireEntries(t, want, got)
+	// The caller may keep and change what it got.
+	copy(got[3].Data, "CHANGED")
+	again, err := l.Lasts(ctx, keys)
+	require.NoError(t, err)
+	requireEntries(t, want, again)
+}
+
+// Lasts of more keys than one request of a store names (JetStream: 1,024 subjects, and a request
+// of at most max_payload bytes, which 800 keys of the longest ids exceed), keys of four namespaces
+// mixed, some with empty logs; and of last entries of more bytes than one reply holds (8 MiB).
+func testLastsMany(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	const short, n = 1100, 1900      // 1,100 keys of short ids, then 800 of long ones
+	long := strings.Repeat(".", 240) // each "." is escaped in a subject: ~720 bytes
+	keyOf := func(i int) engine.Key {
+		ns, session := "a", fmt.Sprint("s", i)
+		if i >= short {
+			ns, session = long+"a", fmt.Sprintf("%s%05d", long, i)
+		}
+		if i%3 == 0 {
+			ns += "b"
+		}
+		return engine.Key{Namespace: ns, Session: session, Agent: "main"}
+	}
+	seqs := make([]uint64, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	work := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				seq, err := l.Append(ctx, keyOf(i), []byte(fmt.Sprint("head ", i)), 0)
+				if err != nil {
+					errs <- err
+				}
+				seqs[i] = seq
+			}
+		}()
+	}
+	for i := range n {
+		if i%11 != 5 { // every 11th log stays empty
+			work <- i
+		}
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	keys := make([]engine.Key, n)
+	at := make([]int, n) // keys[i] is keyOf(at[i])
+	for i := range n {
+		at[i] = short - 1 - i // the short ones first, not in creation order
+		if i >= short {
+			at[i] = i
+		}
+		keys[i] = keyOf(at[i])
+	}
+	got, err := l.Lasts(ctx, keys)
+	require.NoError(t, err)
+	require.Len(t, got, n)
+	for i, k := range keys {
+		j := at[i]
+		if j%11 == 5 {
+			require.Zero(t, got[i].Seq, "%d: %s has an empty log", i, k)
+			continue
+		}
+		requireEntries(t, []engine.Entry{{Seq: seqs[j], Data: []byte(fmt.Sprint("head ", j))}}, got[i:i+1])
+	}
+
+	// Last entries of more bytes than a reply holds.
+	size := min(l.MaxEntry(), 1<<20)
+	big := make([]engine.Key, (9<<20)/size+2)
+	want := make([]engine.Entry, len(big))
+	for i := range big {
+		big[i] = key("big", fmt.Sprint(i))
+		data := bytes.Repeat([]byte{byte('a' + i%26)}, size)
+		seq, err := l.Append(ctx, big[i], data, 0)
+		require.NoError(t, err)
+		want[i] = engine.Entry{Seq: seq, Data: data}
+	}
+	got, err = l.Lasts(ctx, append(big, keys[:3]...))
+	require.NoError(t, err)
+	requireEntries(t, want, got[:len(big)])
 }

@@ -50,6 +50,19 @@ func (l *Log) Last(ctx context.Context, key engine.Key) (engine.Entry, error) {
 	return clone(es[len(es)-1]), nil
 }
 
+// Lasts reads every key's last entry under one lock: a snapshot of the store.
+func (l *Log) Lasts(ctx context.Context, keys []engine.Key) ([]engine.Entry, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]engine.Entry, len(keys))
+	for i, k := range keys {
+		if es := l.logs[k]; len(es) > 0 {
+			out[i] = clone(es[len(es)-1])
+		}
+	}
+	return out, nil
+}
+
 func (l *Log) Append(ctx context.Context, key engine.Key, data []byte, after uint64) (uint64, error) {
 	if len(data) > l.maxEntry {
 		return 0, fmt.Errorf("log %s: %d bytes: %w (max %d)", key, len(data), engine.ErrTooLarge, l.maxEntry)
