@@ -191,7 +191,7 @@ func TestCheckpointctl_WatchForgedResults(t *testing.T) {
 }
 
 // With --tenants, a tenant's login watches its own namespace with what it already imports
-// (cp.result.<ns>.>), and sees nothing of another tenant's saves.
+// (cp.saved.<ns>.> and cp.result.<ns>.>), and sees nothing of another tenant's saves.
 func TestCheckpointctl_WatchTenant(t *testing.T) {
 	tenants := &transfer.Tenants{Tenants: []transfer.Tenant{
 		{Namespace: "alice", Login: transfer.Login{User: "alice", Password: "alice-pw"}},
