@@ -668,7 +668,7 @@ func TestTenancy_Reload(t *testing.T) {
 
 	carolNC, err := e.Conn(nats.UserInfo("carol", "carol-secret-PW4"))
 	require.NoError(t, err)
-	live, err := carolNC.SubscribeSync("cp.result.carol.>") // her results reach her as they happen
+	live, err := carolNC.SubscribeSync("cp.saved.carol.>") // her results reach her as they happen (§4.3)
 	require.NoError(t, err)
 	carol, err := checkpoint.New(carolNC)
 	require.NoError(t, err)
