@@ -39,16 +39,18 @@ func OnWatchStarted(f func()) WatchOption { return func(o *watchOptions) { o.onS
 func OnWatchProblem(f func(error)) WatchOption { return func(o *watchOptions) { o.onProblem = f } }
 
 // Watch calls fn with every new version of namespace ("" for the default namespace) as it is
-// saved, in the order the daemon settles them, until ctx ends; it then returns nil. With session
-// set, only that session's versions (every agent) are passed on.
+// saved, until ctx ends; it then returns nil. Versions come in the order the daemon settles them
+// within each of the two subjects below. With session set, only that session's versions (every
+// agent) are passed on.
 //
-// It listens to the live results of saves (docs/protocol.md §4.3, the `cp.result.<ns>.>` stream a
-// tenant's login already imports): accepted saves only. A duplicate (a save retried under the same
+// It listens to the live results of saves (docs/protocol.md §4.3): `cp.saved.<ns>.>` for saves
+// sent as requests and `cp.result.<ns>.>` for saves off the ingest stream, both imported by a
+// tenant's login: accepted saves only. A duplicate (a save retried under the same
 // save id) is not a new version, and a refusal is no version, so neither is passed on. Versions
 // saved while the connection is down are not seen (results are live; List or History give the
 // state after a reconnect). fn runs on one goroutine, one version at a time.
 //
-// Where clients may publish on cp.result.> themselves (no --tenants accounts), a result could be
+// Where clients may publish on cp.result.> or cp.saved.> themselves (no --tenants accounts), a result could be
 // forged: with ConfirmWatchedVersions each version is checked with Get before it is passed on.
 func (c *Client) Watch(ctx context.Context, namespace, session string, fn func(Version), opts ...WatchOption) error {
 	var o watchOptions
@@ -56,39 +58,53 @@ func (c *Client) Watch(ctx context.Context, namespace, session string, fn func(V
 		opt(&o)
 	}
 	namespace = cmp.Or(namespace, wire.DefaultNamespace)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	// One token after the namespace: a save's own result subject. The results of saves that could
-	// not be attributed (cp.result.<ns>.seq.<n>) are refusals, and not matched.
-	subject := "cp.result." + wire.EncodeID(namespace) + ".*"
-	sub, err := c.nc.SubscribeSync(subject)
-	if err != nil {
-		return unavailable("subscribing to %s: %v", subject, err)
-	}
-	defer sub.Unsubscribe()
-	// Buffer generously: a slow fn must not cost versions (the default drops past 64 MiB too, but
-	// counts messages as well).
-	if err := sub.SetPendingLimits(-1, 64<<20); err != nil {
-		return unavailable("subscribing to %s: %v", subject, err)
+	// not be attributed (cp.result.<ns>.seq.<n>) are refusals, and not matched. Saves sent as
+	// requests announce theirs on cp.saved (not stored), saves off the ingest stream on cp.result.
+	ns := wire.EncodeID(namespace)
+	subjects := []string{"cp.saved." + ns + ".*", "cp.result." + ns + ".*"}
+	results := make(chan watchedMsg)
+	for _, subject := range subjects {
+		sub, err := c.nc.SubscribeSync(subject)
+		if err != nil {
+			return unavailable("subscribing to %s: %v", subject, err)
+		}
+		defer sub.Unsubscribe()
+		// Buffer generously: a slow fn must not cost versions (the default drops past 64 MiB too,
+		// but counts messages as well).
+		if err := sub.SetPendingLimits(-1, 64<<20); err != nil {
+			return unavailable("subscribing to %s: %v", subject, err)
+		}
+		go forwardResults(ctx, sub, results)
 	}
 	// Subscribed once the server has it: versions saved after Watch began are then all seen.
 	fctx, cancel := c.withTimeout(ctx)
-	err = c.nc.FlushWithContext(fctx)
+	err := c.nc.FlushWithContext(fctx)
 	cancel()
 	if err != nil && ctx.Err() == nil {
-		return unavailable("subscribing to %s: %v", subject, err)
+		return unavailable("subscribing to %s: %v", subjects, err)
 	}
 	if o.onStarted != nil && err == nil {
 		o.onStarted()
 	}
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
+		var w watchedMsg
+		select {
+		case <-ctx.Done():
+			return nil
+		case w = <-results:
+		}
+		m, err := w.msg, w.err
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, nats.ErrSlowConsumer):
-			o.problem(fmt.Errorf("watching %s: results were dropped, their versions are not shown: %w", subject, err))
+			o.problem(fmt.Errorf("watching %s: results were dropped, their versions are not shown: %w", w.subject, err))
 			continue
 		case err != nil:
-			return unavailable("watching %s: %v", subject, err)
+			return unavailable("watching %s: %v", w.subject, err)
 		}
 		v, ok, err := watchedVersion(m.Data, namespace, session)
 		if err == nil && ok && o.confirm {
@@ -101,6 +117,32 @@ func (c *Client) Watch(ctx context.Context, namespace, session string, fn func(V
 			o.problem(fmt.Errorf("result on %s: %w", m.Subject, err))
 		case ok:
 			fn(v)
+		}
+	}
+}
+
+// watchedMsg is what one of Watch's subscriptions received: a result, or why it has none.
+type watchedMsg struct {
+	subject string
+	msg     *nats.Msg
+	err     error
+}
+
+// forwardResults passes what sub receives on to results until ctx ends or sub fails (a slow
+// consumer is reported and the forwarding goes on).
+func forwardResults(ctx context.Context, sub *nats.Subscription, results chan<- watchedMsg) {
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case results <- watchedMsg{sub.Subject, m, err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil && !errors.Is(err, nats.ErrSlowConsumer) {
+			return
 		}
 	}
 }

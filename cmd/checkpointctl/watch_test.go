@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -190,7 +191,7 @@ func TestCheckpointctl_WatchForgedResults(t *testing.T) {
 }
 
 // With --tenants, a tenant's login watches its own namespace with what it already imports
-// (cp.result.<ns>.>), and sees nothing of another tenant's saves.
+// (cp.saved.<ns>.> and cp.result.<ns>.>), and sees nothing of another tenant's saves.
 func TestCheckpointctl_WatchTenant(t *testing.T) {
 	tenants := &transfer.Tenants{Tenants: []transfer.Tenant{
 		{Namespace: "alice", Login: transfer.Login{User: "alice", Password: "alice-pw"}},
@@ -220,4 +221,41 @@ func TestCheckpointctl_WatchTenant(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout.String()), &got))
 	require.Equal(t, v, got)
 	require.Equal(t, 1, strings.Count(stdout.String(), "\n"), stdout.String())
+}
+
+// A watch shows saves of both paths: sent as requests (result announced on cp.saved, not stored)
+// and taken off the ingest stream (result stored on cp.result) (protocol.md §4.3).
+func TestCheckpointctl_WatchSeesRequestAndIngestSaves(t *testing.T) {
+	env := testenv.Start(t)
+	stdout, stderr, stop := startWatch(t, env, "-o", "json")
+	c, err := checkpoint.Connect(env.URL(), nil)
+	require.NoError(t, err)
+	defer c.Close()
+	requested, err := c.Save(context.Background(), checkpoint.Key{Session: "by-request"}, []byte(`[{"role":"user","content":"hi"}]`))
+	require.NoError(t, err)
+
+	// The fallback path, with raw NATS: a save published on the ingest stream.
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	m := nats.NewMsg(wire.IngestSubject(checkpoint.Key{Session: "by-ingest"}.WithDefaults()))
+	m.Header.Set(wire.HdrSaveID, "ingested-1")
+	m.Header.Set(wire.HdrMsgID, "ingested-1")
+	m.Data = []byte(`[{"role":"user","content":"hello"}]`)
+	_, err = js.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return strings.Count(stdout.String(), "\n") >= 2 },
+		10*time.Second, 10*time.Millisecond, "stdout: %s", stdout.String())
+	require.Equal(t, 0, stop(), stderr.String())
+	requireOnlyProbeNotices(t, stderr.String())
+	sessions := map[string]checkpoint.Version{}
+	sc := bufio.NewScanner(strings.NewReader(stdout.String()))
+	for sc.Scan() {
+		var v checkpoint.Version
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &v), sc.Text())
+		sessions[v.Key.Session] = v
+	}
+	require.Len(t, sessions, 2, stdout.String())
+	require.Equal(t, requested, sessions["by-request"])
+	require.Equal(t, "ingested-1", sessions["by-ingest"].SaveID)
 }

@@ -240,7 +240,8 @@ type grant struct {
 
 // namespaceGrants are the subjects a client of one namespace (ns, encoded) needs, and nothing more:
 // its requests, its saves (as requests to the daemon, and on the ingest stream, the fallback) and chunks (JetStream publishes answered by the stream's PubAck through
-// the import), the results of its saves, and direct gets of its stored results (the fallback of
+// the import), the results of its saves (stored ones, of saves off the ingest stream, and live ones,
+// of saves sent as requests), and direct gets of its stored results (the fallback of
 // docs/protocol.md §4.3).
 func namespaceGrants(ns string) []grant {
 	return []grant{
@@ -250,6 +251,7 @@ func namespaceGrants(ns string) []grant {
 		{true, "cp.chunk." + ns + ".>"},
 		{true, wire.ResultDirectGetPrefix + "cp.result." + ns + ".>"},
 		{false, "cp.result." + ns + ".>"},
+		{false, "cp.saved." + ns + ".>"},
 	}
 }
 
@@ -263,6 +265,7 @@ var adminGrants = []grant{
 	{true, "cp.chunk.>"},
 	{true, wire.ResultDirectGetPrefix + ">"},
 	{false, "cp.result.>"},
+	{false, "cp.saved.>"},
 }
 
 // NATSConfig returns the accounts block that isolates the tenants, in nats-server configuration

@@ -653,6 +653,18 @@ func (in *ingester) publishResult(ctx context.Context, res wire.SaveResult) erro
 	return in.publishResultOn(ctx, wire.ResultSubject(res.Key.Namespace, res.SaveID), res)
 }
 
+// announceResult publishes res, the outcome of a save sent as a request, on its live subject
+// cp.saved.<ns>.<saveid>, which no stream captures: watchers see it, nothing is stored. Its writer
+// has it in the reply, and a retry of the request is de-duplicated by save id, so storing it on
+// CP_RESULTS (about 1 KB per save, kept for the result TTL) would only cost disk writes.
+func (in *ingester) announceResult(res wire.SaveResult) error {
+	data, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	return in.js.Conn().Publish(wire.SavedSubject(res.Key.Namespace, res.SaveID), data)
+}
+
 func (in *ingester) publishResultOn(ctx context.Context, subject string, res wire.SaveResult) error {
 	data, err := json.Marshal(res)
 	if err != nil {

@@ -134,9 +134,9 @@ func (sr *saveRequests) handle(msg *nats.Msg) {
 	}()
 }
 
-// serve settles one admitted request, answers it, then publishes its result on CP_RESULTS (for
-// watchers, and for a writer whose reply was lost) and removes its chunks, as for a save off the
-// stream; but a save refused busy or unavailable keeps its chunks and publishes nothing: the writer
+// serve settles one admitted request, answers it, then announces its result on the live subject
+// cp.saved.<ns>.<saveid> (for watchers; not stored: a writer whose reply was lost sends the request
+// again and gets the outcome as a duplicate) and removes its chunks, as for a save off the stream; but a save refused busy or unavailable keeps its chunks and publishes nothing: the writer
 // retries the same request.
 func (sr *saveRequests) serve(msg *nats.Msg, start time.Time) {
 	key, saveID, err := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
@@ -165,8 +165,8 @@ func (sr *saveRequests) serve(msg *nats.Msg, start time.Time) {
 		// and a refusal stored on CP_RESULTS would only mislead a lookup there (§4.5).
 		return
 	}
-	if err := sr.in.publishResult(ctx, res); err != nil {
-		sr.in.log.Warn("save request: publishing the result failed (the writer has its reply)", "session", key, "save", saveID, "err", err)
+	if err := sr.in.announceResult(res); err != nil {
+		sr.in.log.Warn("save request: announcing the result failed (the writer has its reply)", "session", key, "save", saveID, "err", err)
 	}
 	sr.in.removeChunks(ctx, key, saveID, msg.Header)
 	collectLargeSave(chunks)

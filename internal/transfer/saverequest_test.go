@@ -99,9 +99,10 @@ func TestHostile_SaveRowsAsRequests(t *testing.T) {
 }
 
 // A save sent as a request is answered once it is durable, with the same result as on the
-// stream (version, received hash); the result is also on CP_RESULTS (for watchers and a writer
-// whose reply was lost), a retry with the same save id is its duplicate, and both are counted as
-// saves_total{path="request"}. The same holds for a chunked save, whose chunks are removed.
+// stream (version, received hash); the result is also announced live on cp.saved.<ns>.<saveid>
+// (for watchers) but not stored on CP_RESULTS (the writer has it in its reply), a retry with the
+// same save id is its duplicate, and both are counted as saves_total{path="request"}. The same
+// holds for a chunked save, whose chunks are removed.
 func TestSaveRequest_AnsweredWhenDurable(t *testing.T) {
 	env := testenv.StartWithMaxPayload(t, 64<<10)
 	ctx := ctxT(t)
@@ -111,7 +112,7 @@ func TestSaveRequest_AnsweredWhenDurable(t *testing.T) {
 	key := checkpoint.Key{Session: "by request"}.WithDefaults()
 	conv := turn(nil, "asker", 1)
 
-	watch, err := nc.SubscribeSync(wire.ResultSubject(key.Namespace, "rq-1"))
+	watch, err := nc.SubscribeSync(wire.SavedSubject(key.Namespace, "rq-1"))
 	require.NoError(t, err)
 	res := requestSave(t, nc, wire.SaveSubject(key), map[string]string{wire.HdrSaveID: "rq-1"}, conv)
 	require.True(t, res.OK, "%+v", res.Error)
@@ -171,6 +172,13 @@ func TestSaveRequest_AnsweredWhenDurable(t *testing.T) {
 	require.Equal(t, 2.0, requestOK)
 	require.Equal(t, 1.0, opsSample(t, env.Registry, "checkpointd_saves_total", map[string]string{"path": "request", "result": "duplicate"}))
 	require.Equal(t, 0.0, opsSample(t, env.Registry, "checkpointd_saves_total", map[string]string{"path": "ingest", "result": "ok"}))
+
+	// Nothing of these requests (results, refusal, duplicate) was written on CP_RESULTS.
+	results, err := js.Stream(ctx, wire.StreamResults)
+	require.NoError(t, err)
+	info, err := results.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "results of saves sent as requests are not stored")
 }
 
 // Headers beyond what JetStream takes on the ingest stream (64 KiB) are refused on the request

@@ -474,7 +474,8 @@ func TestTenancy_NoEavesdropping(t *testing.T) {
 	}
 	require.NoError(t, alice.Flush())
 
-	// bob works: whole and chunked saves, restores, a lease; his results travel meanwhile.
+	// bob works: whole and chunked saves, restores, a lease; his results travel meanwhile (on
+	// cp.saved.bob.>, live, and cp.result.bob.>).
 	bobC := e.Client(f.asBob(t))
 	ctx := tenCtx(t)
 	_, err = bobC.Save(ctx, tenBobKey, tenancyConv("bob-secret-marker", 4))
@@ -498,9 +499,10 @@ func TestTenancy_NoEavesdropping(t *testing.T) {
 	for _, m := range seen {
 		require.NotContains(t, string(m.Data), "bob-secret-marker", "alice received %s", m.Subject)
 		require.NotContains(t, m.Subject, ".bob.", "alice received %s", m.Subject)
-		ownResult = ownResult || strings.HasPrefix(m.Subject, "cp.result.alice.")
+		// Saves sent as requests announce their results on cp.saved, not stored (§4.3).
+		ownResult = ownResult || strings.HasPrefix(m.Subject, "cp.saved.alice.")
 	}
-	require.True(t, ownResult, "alice's own result reached her")
+	require.True(t, ownResult, "alice's own result reached her on cp.saved.alice.>")
 }
 
 // A tenant has no JetStream API at all: not the daemon's streams, not stream info, not purges or
@@ -666,7 +668,7 @@ func TestTenancy_Reload(t *testing.T) {
 
 	carolNC, err := e.Conn(nats.UserInfo("carol", "carol-secret-PW4"))
 	require.NoError(t, err)
-	live, err := carolNC.SubscribeSync("cp.result.carol.>") // her results reach her as they happen
+	live, err := carolNC.SubscribeSync("cp.saved.carol.>") // her results reach her as they happen (§4.3)
 	require.NoError(t, err)
 	carol, err := checkpoint.New(carolNC)
 	require.NoError(t, err)

@@ -20,6 +20,7 @@ const (
 	savePfx     = "cp.save."
 	chunkPfx    = "cp.chunk."
 	resultPfx   = "cp.result."
+	savedPfx    = "cp.saved."
 	apiPfx      = "cp.api."
 )
 
@@ -45,6 +46,14 @@ func ChunkSubject(namespace, saveID string) string {
 // ResultSubject is where the daemon publishes the outcome of a save (stream CP_RESULTS).
 func ResultSubject(namespace, saveID string) string {
 	return resultPfx + EncodeID(namespace) + "." + EncodeID(saveID)
+}
+
+// SavedSubject is where the daemon announces the outcome of a save sent as a request
+// (docs/protocol.md §4.3): core NATS only, no stream captures it, so nothing is written to disk.
+// The writer has the outcome in its reply, and a retry of the request is de-duplicated by save id;
+// watchers subscribe to it next to ResultSubject.
+func SavedSubject(namespace, saveID string) string {
+	return savedPfx + EncodeID(namespace) + "." + EncodeID(saveID)
 }
 
 // ResultDirectGetPrefix, followed by a result subject, is the JetStream direct get of the last
