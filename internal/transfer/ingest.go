@@ -233,10 +233,6 @@ func collectLargeSave(chunks int) {
 	}
 }
 
-// largeBytes is the size from which a checkpoint counts as large: its buffers are collected as
-// soon as the save is done with them.
-const largeBytes = 16 << 20
-
 // largeSaveChunks is the chunk count from which a save counts as large (about 16 MiB compressed).
 const largeSaveChunks = 16
 

@@ -122,6 +122,7 @@ func (r *reservation) end() {
 	b.wake()
 	b.mu.Unlock()
 	if r.large {
+		eager.end()
 		// What a large save read is garbage now, as large as the save: collect it before the next
 		// large save grows, or refused bombs would pile up until the collector comes round.
 		runtime.GC()
@@ -141,11 +142,13 @@ func (b *ingestBudget) inUse() int64 {
 	return b.used
 }
 
-// mindGC notes that the save holds a large checkpoint's bytes, so that end collects them: decided
-// by bytes actually held, never by a size the client declared.
+// mindGC lowers the collector's target once the save holds a large checkpoint's bytes, until end
+// (eagergc.go), which also collects them: decided by bytes actually held, never by a size the
+// client declared.
 func (r *reservation) mindGC() {
 	if !r.large && r.held >= largeBytes {
 		r.large = true
+		eager.begin()
 	}
 }
 

@@ -468,6 +468,7 @@ func (s *service) readBody(ctx context.Context, ns string, req wire.ReadRequest,
 	if err != nil {
 		return readBody{}, v, err
 	}
+	eager.read(v.RawBytes) // the collector's target, lowered while a large version is read (eagergc.go)
 	view := engine.View{Kind: req.View, MaxMessages: req.MaxMessages, Dialect: v.Dialect}
 	if err := view.Check(); err != nil {
 		return readBody{}, v, fmt.Errorf("%w: %v", errBadRequest, err)
@@ -496,6 +497,7 @@ func (s *service) piece(ctx context.Context, b readBody, key string, offset int6
 	room := s.maxReply() - int64(len(record)) // versionHeader keeps record under half of maxReply
 	end := min(offset+room, total)
 	if end < total {
+		eager.read(b.raw) // a large read comes in pieces, one request each
 		// The next pieces cost no lookup and no assembly. A first piece is served from the body held
 		// for the key, if that is the same content, so that its later pieces continue its bytes.
 		b = s.cache.HoldBody(key, b, offset == 0)
