@@ -198,3 +198,32 @@ func forkRawReply(t *testing.T, nc *nats.Conn, ns, body string, v *wire.Version)
 	require.NoError(t, json.Unmarshal(m.Data, &we), string(m.Data))
 	return &we
 }
+
+// A fork goes on like any session: its own saves extend it, it can be forked, and its versions
+// outlive the source.
+func TestFork_SavesOnAForkOutliveTheSource(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	src, dst := checkpoint.Key{Session: "s"}, checkpoint.Key{Session: "s-fork"}
+	one := `[{"role":"user","content":"one"}]`
+	two := `[{"role":"user","content":"one"},{"role":"user","content":"two"}]`
+	_, err := env.Client.Save(ctx, src, []byte(one))
+	require.NoError(t, err)
+	_, err = env.Client.Fork(ctx, src, 0, dst)
+	require.NoError(t, err)
+	v2, err := env.Client.Save(ctx, dst, []byte(two), checkpoint.ExpectVersion(1))
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), v2.Version)
+	_, err = env.Client.Fork(ctx, dst, 1, checkpoint.Key{Session: "s-fork-fork"}) // a fork of a fork
+	require.NoError(t, err)
+	_, err = env.Client.Delete(ctx, src, nil)
+	require.NoError(t, err)
+	got, _, err := env.Client.Restore(ctx, checkpoint.Key{Session: "s-fork-fork"}, 0)
+	require.NoError(t, err)
+	require.Equal(t, one, string(got))
+	for n, want := range map[uint64]string{1: one, 2: two} {
+		got, _, err := env.Client.Restore(ctx, dst, n)
+		require.NoError(t, err)
+		require.Equal(t, want, string(got), "version %d", n)
+	}
+}
