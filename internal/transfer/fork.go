@@ -9,6 +9,10 @@ import (
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
+// forkSubject is the fork endpoint's subject. A test moves it elsewhere to play a daemon from
+// before the fork op (export_fork_test.go).
+var forkSubject = "cp.api.*." + wire.OpFork
+
 // fork serves OpFork: the destination's version 1 becomes a version of the source, by reference
 // (engine.Fork: a pin on the source and one fork entry of a few hundred bytes), not by copy. The
 // conversation never crosses the wire. Both sessions are settled first (every save queued before
