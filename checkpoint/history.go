@@ -32,12 +32,13 @@ func (c *Client) Diff(ctx context.Context, key Key, a, b uint64) ([]Change, erro
 func messages(conv []byte) [][]byte { return codec.SplitCanonical(conv[1 : len(conv)-1]) }
 
 // Fork starts session to from version of session from (0: its head): to's first version holds the
-// same conversation and records where it came from (Version.ForkOf). to must not exist yet, and
-// must be in from's namespace (to.Namespace "" means from's).
+// same conversation and records where it came from (Version.ForkOf). to must not exist yet
+// (to.Namespace "" means from's).
 //
-// The daemon forks by reference (the fork op: nothing of the conversation is sent or copied). A
-// daemon before checkpointd 0.6 has no fork op (no responders): Fork then restores the version and
-// saves it as to's first version with Cp-Fork-Of, which stores a copy.
+// Within a namespace the daemon forks by reference (the fork op: nothing of the conversation is
+// sent or copied). Into another namespace, or on a daemon before checkpointd 0.6, which has no fork
+// op (no responders), Fork restores the version and saves it as to's first version with
+// Cp-Fork-Of: the daemon stores a copy.
 func (c *Client) Fork(ctx context.Context, from Key, version uint64, to Key) (Version, error) {
 	from, err := checkKey(from)
 	if err != nil {
@@ -48,8 +49,7 @@ func (c *Client) Fork(ctx context.Context, from Key, version uint64, to Key) (Ve
 		return Version{}, err
 	}
 	if to.Namespace != from.Namespace {
-		return Version{}, &Error{Code: wire.CodeBadRequest, Index: -1, Offset: -1, Message: fmt.Sprintf(
-			"fork: to's namespace %q is not from's (%q): a fork stays in its namespace; to copy across, Restore and Save", to.Namespace, from.Namespace)}
+		return c.forkBySave(ctx, from, version, to) // the fork op stays in its namespace
 	}
 	req := wire.ForkRequest{SessionRequest: sessionRequest(from), Version: version, SaveID: nuid.Next(), Writer: c.writer,
 		To: wire.ForkTarget{Session: to.Session, Agent: to.Agent}}
