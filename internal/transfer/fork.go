@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -43,6 +44,15 @@ func (s *service) fork(ctx context.Context, ns string, body []byte) (reply, erro
 	if err != nil {
 		return reply{}, fmt.Errorf("to: %w", err)
 	}
+	if from == to {
+		return reply{}, fmt.Errorf("%w: to: %s is the source: a session cannot be forked into itself", errBadRequest, to)
+	}
+	if rec, taken, err := s.taken(ctx, keyOf(to), req.SaveID); taken {
+		if err != nil {
+			return reply{}, err
+		}
+		return jsonReply(versionOf(rec)) // this very fork, asked again
+	}
 	saved, err := s.engine.Fork(ctx, engine.ForkRequest{From: keyOf(from), Version: req.Version, To: keyOf(to),
 		SaveID: req.SaveID, Writer: req.Writer, Epoch: req.Epoch, Now: time.Now()})
 	if err != nil {
@@ -51,4 +61,22 @@ func (s *service) fork(ctx context.Context, ns string, body []byte) (reply, erro
 	v := versionOf(saved.Record)
 	s.log.Debug("fork", "from", from, "version", v.ForkOf, "to", to, "duplicate", saved.Duplicate)
 	return jsonReply(v)
+}
+
+// taken refuses a fork into a session that has versions already without touching the source: the
+// engine would pin the source, find the destination taken and unpin it, two entries on the source
+// for each refused request. A retry of this very fork (its save id on version 1) is answered with
+// its version. The engine checks again when it writes the fork (a save may come in between).
+func (s *service) taken(ctx context.Context, to engine.Key, saveID string) (engine.Record, bool, error) {
+	head, err := s.engine.Head(ctx, to)
+	if errors.Is(err, engine.ErrNotFound) {
+		return engine.Record{}, false, nil
+	}
+	if err != nil {
+		return engine.Record{}, true, err
+	}
+	if first, err := s.engine.Version(ctx, to, 1); err == nil && first.SaveID == saveID && first.Reason == engine.ReasonFork {
+		return first, true, nil
+	}
+	return engine.Record{}, true, &engine.ConflictError{Key: to, Expected: 0, Head: head.Version}
 }

@@ -150,6 +150,17 @@ func TestFork_RawRequests(t *testing.T) {
 		})
 	}
 
+	// A fork into a session that exists costs the source nothing (no pin written and removed).
+	log, err := jetstream.New(nc)
+	require.NoError(t, err)
+	before := quietLogBytes(t, ctx, log)
+	we := forkRaw(t, nc, "default", `{"session":"src","saveId":"again","to":{"session":"taken"}}`)
+	require.NotNil(t, we)
+	require.Equal(t, wire.CodeConflict, we.Code)
+	require.NotNil(t, we.Head)
+	require.Equal(t, uint64(1), *we.Head)
+	require.Equal(t, before, quietLogBytes(t, ctx, log), "a refused fork wrote to CP_LOG")
+
 	// Version 0 is the head; a retry with the same save id is answered with the same version.
 	for range 2 {
 		var v wire.Version
