@@ -312,8 +312,10 @@ func (c *Client) requestOnce(ctx context.Context, subject string, data []byte) (
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, unavailable("no checkpointd is answering on %s (is the daemon running? If it runs with --tenants, "+
-			"a login reaches only its own namespace)", subject)
+		e := unavailable("no checkpointd is answering on %s (is the daemon running? If it runs with --tenants, "+
+			"a login reaches only its own namespace)", subject).(*Error)
+		e.Cause = nats.ErrNoResponders // a daemon without this operation answers so too (Fork falls back)
+		return nil, e
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, unavailable("no reply from checkpointd on %s in time", subject)
 	case err != nil:

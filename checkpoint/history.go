@@ -3,7 +3,12 @@ package checkpoint
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -27,8 +32,44 @@ func (c *Client) Diff(ctx context.Context, key Key, a, b uint64) ([]Change, erro
 func messages(conv []byte) [][]byte { return codec.SplitCanonical(conv[1 : len(conv)-1]) }
 
 // Fork starts session to from version of session from (0: its head): to's first version holds the
-// same conversation and records where it came from (Version.ForkOf). to must not exist yet.
+// same conversation and records where it came from (Version.ForkOf). to must not exist yet
+// (to.Namespace "" means from's).
+//
+// Within a namespace the daemon forks by reference (the fork op: nothing of the conversation is
+// sent or copied). Into another namespace, or on a daemon before checkpointd 0.5, which has no fork
+// op (no responders), Fork restores the version and saves it as to's first version with
+// Cp-Fork-Of: the daemon stores a copy.
 func (c *Client) Fork(ctx context.Context, from Key, version uint64, to Key) (Version, error) {
+	from, err := checkKey(from)
+	if err != nil {
+		return Version{}, err
+	}
+	to.Namespace = cmp.Or(to.Namespace, from.Namespace)
+	if to, err = checkKey(to); err != nil {
+		return Version{}, err
+	}
+	if to.Namespace != from.Namespace {
+		return c.forkBySave(ctx, from, version, to) // the fork op stays in its namespace
+	}
+	req := wire.ForkRequest{SessionRequest: sessionRequest(from), Version: version, SaveID: nuid.Next(), Writer: c.writer,
+		To: wire.ForkTarget{Session: to.Session, Agent: to.Agent}}
+	var v Version
+	err = c.call(ctx, wire.APISubject(from.Namespace, wire.OpFork), req, &v)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return c.forkBySave(ctx, from, version, to)
+	}
+	if err != nil {
+		return Version{}, err
+	}
+	if v.Key != to || v.Version != 1 || v.ForkOf == nil || v.ForkOf.Key != from || (version != 0 && v.ForkOf.Version != version) {
+		return Version{}, &Error{Code: wire.CodeInternal, Index: -1, Offset: -1, Message: fmt.Sprintf(
+			"fork: the daemon answered with version %d of %s (fork of %v), not version 1 of %s forked from %s", v.Version, v.Key, v.ForkOf, to, from)}
+	}
+	return v, nil
+}
+
+// forkBySave is Fork on a daemon without the fork op: the conversation goes back as a save.
+func (c *Client) forkBySave(ctx context.Context, from Key, version uint64, to Key) (Version, error) {
 	conv, v, err := c.Restore(ctx, from, version)
 	if err != nil {
 		return Version{}, err

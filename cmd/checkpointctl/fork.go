@@ -10,7 +10,8 @@ import (
 func runFork(ctx context.Context, a *App, args []string) error {
 	fs := newFlagSet(a, "fork", "SESSION NEW-SESSION",
 		"Starts NEW-SESSION from a version of SESSION (default: its head). The new session's first version\n"+
-			"records where it came from; NEW-SESSION must not exist yet (exit 4 if it does).")
+			"records where it came from; NEW-SESSION must not exist yet (exit 4 if it does). The daemon stores\n"+
+			"a reference to the version, not a copy (a daemon before 0.5 stores a copy).")
 	var k keyFlags
 	var out outputFlag
 	var version versionFlag

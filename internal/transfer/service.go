@@ -123,6 +123,7 @@ func (s *service) start() error {
 		{wire.OpLease, "cp.api.*." + wire.OpLease, classPoint, s.lease},
 		{wire.OpSeal, "cp.api.*." + wire.OpSeal, classPoint, s.seal},
 		{wire.OpDelete, "cp.api.*." + wire.OpDelete, classPoint, s.remove},
+		{wire.OpFork, forkSubject, classPoint, s.fork},
 		{"admin-list", wire.AdminListSubject, classScan, s.list},
 	}
 	for _, op := range ops {
