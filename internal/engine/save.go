@@ -524,7 +524,7 @@ func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte) ([]byte
 	piece.Frame = s.enc == nil
 	if piece.Frame {
 		var err error
-		if s.enc, err = newEncoder(e.cfg.Window, !e.cfg.NoFastSaves); err != nil {
+		if s.enc, err = newEncoder(e.cfg.Window, e.cfg.FastSaves); err != nil {
 			return nil, err
 		}
 		s.encRaw = 0

@@ -52,7 +52,7 @@ func TestLogBuilder_CRC(t *testing.T) {
 	}
 }
 
-// Saves compress at zstd's fastest level unless NoFastSaves (§8.19 item 3): the stream differs.
+// Saves compress at zstd's fastest level with FastSaves (§8.19 item 3): the stream differs.
 func TestEncoder_FastSaves(t *testing.T) {
 	words := strings.Fields("the engine stores every version of a conversation as entries of one log per session " +
 		"with a compare and swap on the last entry so that two daemons never give one number twice")

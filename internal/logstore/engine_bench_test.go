@@ -29,7 +29,7 @@ import (
 
 // BenchmarkSaveLatency: each save of the corpus, interleaved: a raw sync publish of the save's
 // JSON (the bytes the client sends), and the engine's Save of the same bytes (validation, the
-// engine's CPU, one compare-and-swap append), with FastSaves (the default) and without. Packs run
+// engine's CPU, one compare-and-swap append), with FastSaves and without (the default). Packs run
 // after the save, untimed, as the daemon runs them after answering.
 func BenchmarkSaveLatency(b *testing.B) {
 	c := loadCorpus(b)
@@ -40,7 +40,7 @@ func BenchmarkSaveLatency(b *testing.B) {
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}, Storage: jetstream.FileStorage})
 	must(b, err)
 	l := openLog(b, nc)
-	fast, slow := engine.New(l, engine.Config{}), engine.New(l, engine.Config{NoFastSaves: true})
+	fast, slow := engine.New(l, engine.Config{FastSaves: true}), engine.New(l, engine.Config{})
 	kf := engine.Key{Namespace: "bench", Session: "fast", Agent: "main"}
 	ks := engine.Key{Namespace: "bench", Session: "slow", Agent: "main"}
 	var t timings
@@ -52,7 +52,7 @@ func BenchmarkSaveLatency(b *testing.B) {
 			must(b, err)
 		})
 		var saved engine.Saved
-		t.time("engine Save (FastSaves, the default): validate, CPU, CAS append", func() {
+		t.time("engine Save, FastSaves: validate, CPU, CAS append", func() {
 			saved, err = fast.Save(ctx, c.request(kf, i))
 			must(b, err)
 		})
@@ -63,7 +63,7 @@ func BenchmarkSaveLatency(b *testing.B) {
 			_, err = fast.Pack(ctx, kf, false)
 			must(b, err)
 		}
-		t.time("engine Save, NoFastSaves (zstd default level)", func() {
+		t.time("engine Save (zstd default level, the default)", func() {
 			saved, err = slow.Save(ctx, c.request(ks, i))
 			must(b, err)
 		})
@@ -229,14 +229,14 @@ func BenchmarkDiskAndWrites(b *testing.B) {
 		name string
 		cfg  engine.Config
 	}{
-		{"default: packs of 256 KiB / 256 entries, FastSaves", engine.Config{}},
-		{"packs of 256 KiB / 256, NoFastSaves", engine.Config{NoFastSaves: true}},
+		{"packs of 256 KiB / 256 entries, FastSaves", engine.Config{FastSaves: true}},
+		{"default: packs of 256 KiB / 256, zstd default level", engine.Config{}},
 		{"open packs of 256 KiB / 256", engine.Config{PackOpen: true}},
 		{"packs of 128 KiB / 128", engine.Config{PackBytes: 128 << 10, PackEntries: 128}},
 		{"packs of 64 KiB / 64", engine.Config{PackBytes: 64 << 10, PackEntries: 64}},
 		{"open packs of 64 KiB / 64", engine.Config{PackBytes: 64 << 10, PackEntries: 64, PackOpen: true}},
 		{"no packs", engine.Config{NoPack: true}},
-		{"no packs, NoFastSaves", engine.Config{NoPack: true, NoFastSaves: true}},
+		{"no packs, zstd default level", engine.Config{NoPack: true}},
 		{"no packs, window 256 KiB", engine.Config{NoPack: true, Window: 256 << 10}},
 		{"no packs, window 4 MiB", engine.Config{NoPack: true, Window: 4 << 20}},
 		{"raw: zstd of each save alone, sync publish", engine.Config{}},

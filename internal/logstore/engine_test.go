@@ -212,12 +212,12 @@ func TestEngine_AlteredPieceIsCorrupt(t *testing.T) {
 	require.Equal(t, string(conversation(6)), string(got), "the original is untouched")
 }
 
-// Saves are compressed at zstd's fastest level unless NoFastSaves: the same saves store other
+// Saves are compressed at zstd's fastest level with FastSaves: the same saves store other
 // bytes, and both read back, across a pack and a restart of the engine (a new frame). Moved from
 // the prototype's TestStore_FastSaves; the engine's own tests do not tell the levels apart.
 func TestEngine_FastSaves(t *testing.T) {
-	fast, l := startEngine(t, engine.Config{PackEntries: 8})
-	slow := engine.New(l, engine.Config{PackEntries: 8, NoFastSaves: true})
+	fast, l := startEngine(t, engine.Config{PackEntries: 8, FastSaves: true})
+	slow := engine.New(l, engine.Config{PackEntries: 8})
 	stored := map[bool]int64{}
 	for i, e := range []*engine.Engine{fast, slow} {
 		k := engine.Key{Namespace: "n", Session: fmt.Sprint("s", i), Agent: "a"}
