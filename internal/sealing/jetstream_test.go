@@ -8,15 +8,11 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,6 +23,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine/logtest"
 	"github.com/checkpointd/checkpointd/internal/logstore"
 	"github.com/checkpointd/checkpointd/internal/sealing"
+	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
@@ -69,46 +66,6 @@ func TestLog_ConformanceJetStream(t *testing.T) {
 	newLog := func(t *testing.T) engine.Log { return sealing.NewLog(openLog(t, nc, true), keys) }
 	logtest.Run(t, newLog)
 	logtest.RunDataReader(t, newLog)
-}
-
-// grepDataDir returns the files under dir that hold marker, as it is or in what decodes from any
-// zstd frame they hold (the engine stores conversations compressed).
-func grepDataDir(t *testing.T, dir, marker string) []string {
-	t.Helper()
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(64<<20), zstd.WithDecoderConcurrency(1))
-	require.NoError(t, err)
-	defer dec.Close()
-	magic := []byte{0x28, 0xB5, 0x2F, 0xFD}
-	var found []string
-	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if bytes.Contains(data, []byte(marker)) {
-			found = append(found, path)
-			return nil
-		}
-		for off := 0; ; off++ {
-			i := bytes.Index(data[off:], magic)
-			if i < 0 {
-				return nil
-			}
-			off += i
-			if err := dec.Reset(bytes.NewReader(data[off:])); err != nil {
-				continue
-			}
-			plain, _ := io.ReadAll(io.LimitReader(dec, 64<<20)) // what decodes before any error
-			if bytes.Contains(plain, []byte(marker)) {
-				found = append(found, path+" (zstd)")
-				return nil
-			}
-		}
-	}))
-	return found
 }
 
 // markedConversation is n messages mentioning marker, the first and the last too, the last with
@@ -172,10 +129,10 @@ func TestLog_JetStreamDataDirHoldsNoPlaintext(t *testing.T) {
 	s.Shutdown()
 	s.WaitForShutdown()
 	for _, m := range markers["alice"] {
-		require.Empty(t, grepDataDir(t, dir, m), "alice's %s is readable in the data directory", m)
+		require.Empty(t, testenv.GrepDataDir(t, dir, m), "alice's %s is readable in the data directory", m)
 	}
 	for _, m := range markers["bob"] {
-		require.NotEmpty(t, grepDataDir(t, dir, m), "the search must find bob's %s, or it proves nothing", m)
+		require.NotEmpty(t, testenv.GrepDataDir(t, dir, m), "the search must find bob's %s, or it proves nothing", m)
 	}
 }
 

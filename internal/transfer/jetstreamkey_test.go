@@ -1,11 +1,9 @@
 package transfer_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
@@ -144,7 +142,7 @@ func TestStoreEncryption_NoSavedBytesInTheDataDirectory(t *testing.T) {
 			saveMarkedVersions(t, clientURLOf(s), checkpoint.Key{Session: "grep"}, 3, marker)
 			saveLargeValue(t, clientURLOf(s), marker)
 			stop()
-			found := grepDataDir(t, dir, marker)
+			found := testenv.GrepDataDir(t, dir, marker)
 			if tc.wantFound {
 				require.NotEmpty(t, found, "the search must find the marker in a plain store, or it proves nothing")
 			} else {
@@ -167,44 +165,4 @@ func saveLargeValue(t *testing.T, url, marker string) {
 	defer cancel()
 	_, err = c.Save(ctx, checkpoint.Key{Session: "value"}, conv)
 	require.NoError(t, err)
-}
-
-// grepDataDir returns the files under dir that hold marker: as they are, or in what any zstd frame
-// inside them decodes to (frames are found by their magic number at any offset).
-func grepDataDir(t *testing.T, dir, marker string) []string {
-	t.Helper()
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(64<<20), zstd.WithDecoderConcurrency(1))
-	require.NoError(t, err)
-	defer dec.Close()
-	magic := []byte{0x28, 0xB5, 0x2F, 0xFD}
-	var found []string
-	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if bytes.Contains(data, []byte(marker)) {
-			found = append(found, path)
-			return nil
-		}
-		for off := 0; ; off++ {
-			i := bytes.Index(data[off:], magic)
-			if i < 0 {
-				return nil
-			}
-			off += i
-			if err := dec.Reset(bytes.NewReader(data[off:])); err != nil {
-				continue
-			}
-			plain, _ := io.ReadAll(io.LimitReader(dec, 64<<20)) // what decodes before any error
-			if bytes.Contains(plain, []byte(marker)) {
-				found = append(found, path+" (zstd)")
-				return nil
-			}
-		}
-	}))
-	return found
 }

@@ -167,7 +167,7 @@ func grepDataDirGlob(t *testing.T, dir, pattern, marker string) []string {
 	require.NotEmpty(t, dirs)
 	var found []string
 	for _, d := range dirs {
-		found = append(found, grepDataDir(t, d, marker)...)
+		found = append(found, testenv.GrepDataDir(t, d, marker)...)
 	}
 	return found
 }
