@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/pieces"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -52,9 +53,11 @@ func (c *Client) Restore(ctx context.Context, key Key, version uint64, opts ...R
 		return nil, Version{}, err
 	}
 	full := (req.View == "" || req.View == wire.ViewFull) && req.MaxMessages == 0
-	if full && (hash != v.Hash || int64(len(raw)) != v.RawBytes) {
-		return nil, Version{}, fmt.Errorf("%w: version %d of %s: have %s, %d bytes; recorded %s, %d bytes",
-			ErrCorrupt, v.Version, v.Key, hash, len(raw), v.Hash, v.RawBytes)
+	if full {
+		// The version's record names the bytes as they were saved.
+		if err := pieces.Check(int64(len(raw)), v.RawBytes, hash, v.Hash); err != nil {
+			return nil, Version{}, fmt.Errorf("%w: version %d of %s, against its record: %v", ErrCorrupt, v.Version, v.Key, err)
+		}
 	}
 	return raw, v, nil
 }
@@ -123,15 +126,18 @@ func (c *Client) read(ctx context.Context, v Version, req wire.ReadRequest, limi
 
 // readAs reads the body in the encoding req asks for, or in the one the reply says (identity from
 // an older daemon), and decodes it: no more than limit bytes, and exactly the length the reply
-// announced. first, when not nil, is the reply to the first piece, already received.
+// announced. first, when not nil, is the reply to the first piece, already received. The pieces
+// are joined by offset (docs/protocol.md §12): each must carry the Cp-Offset asked for and the
+// same totals and hash as the first; the body grows with the bytes that arrive, never sized from
+// the Cp-Total a daemon announces.
 func (c *Client) readAs(ctx context.Context, v Version, req wire.ReadRequest, limit int64, first *nats.Msg) ([]byte, string, error) {
 	subject := wire.APISubject(v.Key.Namespace, wire.OpRead)
-	var body []byte
+	j := pieces.NewJoiner(pieces.Config{By: pieces.ByOffset, Limit: maxZstdBytes(limit)})
 	var b readReply
 	for {
-		req.Offset = int64(len(body))
+		req.Offset = j.Next()
 		msg := first
-		if body != nil || msg == nil {
+		if first = nil; msg == nil {
 			var err error
 			if msg, err = c.request(ctx, subject, req); err != nil {
 				return nil, "", err
@@ -141,23 +147,23 @@ func (c *Client) readAs(ctx context.Context, v Version, req wire.ReadRequest, li
 		if err != nil {
 			return nil, "", fmt.Errorf("checkpoint: read of version %d: %w", v.Version, err)
 		}
-		if body == nil {
-			// Room for 16 pieces like the first, not for the announced total: a daemon may announce any
-			// size, and the buffer grows with the bytes that arrive.
-			b, body = got, make([]byte, 0, min(got.total, max(int64(len(msg.Data)), 1)*16))
-		} else if got != b {
-			return nil, "", fmt.Errorf("%w: read of version %d: pieces of different content (%+v, %+v)", ErrCorrupt, v.Version, b, got)
+		b = got
+		if err = j.Expect(got.total, got.tag()); err == nil {
+			var at int64
+			if at, err = pieces.ParseNumber(wire.HdrOffset, msg.Header.Get(wire.HdrOffset)); err == nil {
+				_, err = j.Add(at, msg.Data)
+			}
 		}
-		body = append(body, msg.Data...)
-		if int64(len(body)) >= b.total {
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: read of version %d of %s: %v", ErrCorrupt, v.Version, v.Key, err)
+		}
+		if j.Done() {
 			break
 		}
-		if len(msg.Data) == 0 {
-			return nil, "", fmt.Errorf("checkpoint: read of version %d stalled at %d of %d bytes", v.Version, len(body), b.total)
-		}
 	}
-	if int64(len(body)) > b.total {
-		return nil, "", fmt.Errorf("%w: read of version %d: %d bytes received, %s %d", ErrCorrupt, v.Version, len(body), wire.HdrTotal, b.total)
+	body, err := j.Finish()
+	if err != nil {
+		return nil, "", err
 	}
 	raw, hash := body, ""
 	if b.encoding == wire.EncodingIdentity {
@@ -168,8 +174,8 @@ func (c *Client) readAs(ctx context.Context, v Version, req wire.ReadRequest, li
 			return nil, "", err
 		}
 	}
-	if hash != b.hash {
-		return nil, "", fmt.Errorf("%w: read of version %d of %s: bytes do not match %s (they hash to %s)", ErrCorrupt, v.Version, v.Key, b.hash, hash)
+	if err := pieces.Check(int64(len(raw)), b.raw, hash, b.hash); err != nil {
+		return nil, "", fmt.Errorf("%w: read of version %d of %s: %v", ErrCorrupt, v.Version, v.Key, err)
 	}
 	return raw, hash, nil
 }
@@ -178,17 +184,17 @@ func (c *Client) readAs(ctx context.Context, v Version, req wire.ReadRequest, li
 // so that the check of the hash costs (almost) no time after the decoding: it returns the decoded
 // bytes and their hash.
 func decode(body []byte, b readReply, v Version) ([]byte, string, error) {
-	pieces := make(chan []byte, 64)
+	blocks := make(chan []byte, 64)
 	sum := make(chan string, 1)
 	go func() {
 		h := sha256.New()
-		for p := range pieces {
+		for p := range blocks {
 			h.Write(p)
 		}
 		sum <- "sha256:" + hex.EncodeToString(h.Sum(nil))
 	}()
-	raw, err := codec.DecompressExact(body, b.raw, func(p []byte) { pieces <- p })
-	close(pieces)
+	raw, err := codec.DecompressExact(body, b.raw, func(p []byte) { blocks <- p })
+	close(blocks)
 	hash := <-sum
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: read of version %d: %v", ErrCorrupt, v.Version, err)
@@ -203,6 +209,12 @@ type readReply struct {
 	raw      int64  // its length decoded (Cp-Raw-Total, or Cp-Total for identity)
 	encoding string // Cp-Encoding
 	hash     string // Cp-Hash
+}
+
+// tag is what a piece says of the whole body besides its length: every piece of one read says
+// the same.
+func (r readReply) tag() string {
+	return r.encoding + " " + strconv.FormatInt(r.raw, 10) + " " + r.hash
 }
 
 // readHeaders reads and checks the headers of a read's piece: a decoded length above limit, or a

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/pieces"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -179,8 +180,8 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	// repeat of the save id in another call is recognised by the daemon instead.
 	msgID := o.saveID + "/" + nuid.Next()
 	body := codec.CompressZstd(conversation)
-	if limit := int(c.nc.MaxPayload()) - 16*1024; len(body) > limit {
-		n, err := c.publishChunks(ctx, key.Namespace, o.saveID, msgID, body, limit)
+	if size := pieces.Size(c.nc.MaxPayload(), pieces.ChunkRoom); int64(len(body)) > size {
+		n, err := c.publishChunks(ctx, key.Namespace, o.saveID, msgID, body, size)
 		if err != nil {
 			return Version{}, err
 		}
@@ -397,19 +398,22 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string) (uint64,
 	}
 }
 
-// publishChunks sends body in pieces of at most size bytes and waits until each is durable. The
-// daemon reads the pieces in stream order, so they must be stored in order. They go out together,
-// each tried once; from the first one not acknowledged (a leader lost), they are sent again one at
-// a time, in order, and their message ids make the ones already stored count once. The stream
-// sequences in the acknowledgements prove the order.
-func (c *Client) publishChunks(ctx context.Context, ns, saveID, msgID string, body []byte, size int) (int, error) {
+// publishChunks sends body in pieces of at most size bytes (docs/protocol.md §12) and waits until
+// each is durable. The daemon reads the pieces in stream order, so they must be stored in order.
+// They go out together, each tried once; from the first one not acknowledged (a leader lost),
+// they are sent again one at a time, in order, and their message ids make the ones already stored
+// count once. The stream sequences in the acknowledgements prove the order.
+func (c *Client) publishChunks(ctx context.Context, ns, saveID, msgID string, body []byte, size int64) (int, error) {
+	cut, err := pieces.Split(body, size)
+	if err != nil {
+		return 0, &Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("save %s: the server's max_payload of %d bytes: %v", saveID, c.nc.MaxPayload(), err), Index: -1, Offset: -1}
+	}
 	subject := wire.ChunkSubject(ns, saveID)
-	var msgs []*nats.Msg
-	for i := 0; i*size < len(body); i++ {
-		m := nats.NewMsg(subject)
-		m.Header.Set(wire.HdrChunk, strconv.Itoa(i))
-		m.Data = body[i*size : min((i+1)*size, len(body))]
-		msgs = append(msgs, m)
+	msgs := make([]*nats.Msg, len(cut))
+	for i, p := range cut {
+		msgs[i] = nats.NewMsg(subject)
+		msgs[i].Header.Set(wire.HdrChunk, strconv.Itoa(i))
+		msgs[i].Data = p
 	}
 	id := func(i int) string { return msgID + "." + strconv.Itoa(i) }
 	var futures []jetstream.PubAckFuture
