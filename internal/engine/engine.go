@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/checkpointd/checkpointd/internal/pieces"
 )
 
 // Config tunes an Engine. The zero value of each field picks its default.
@@ -323,23 +325,29 @@ func encodedSize(m entryMeta, data []byte) (int64, error) {
 
 // writeParts writes the first bytes of data as part entries, so that what is left fits in the
 // entry of meta m (whose encoding without data is metaLen bytes); it sets m.Parts and returns
-// the last part's sequence and the rest of the data.
+// the last part's sequence and the rest of the data. The parts are the pieces of
+// internal/pieces, numbered by their place in the log (docs/format.md §8): each as large as an
+// entry takes beside a part's meta, the entry itself holding the last bytes.
 func (e *Engine) writeParts(ctx context.Context, s *session, m *entryMeta, data []byte, metaLen int) (uint64, []byte, error) {
-	max := e.log.MaxEntry()
+	max := int64(e.log.MaxEntry())
 	part := entryMeta{Kind: kindPart, Head: s.last.Head}
 	part.Head.Pack, part.Head.Deleted = s.lastPack(), s.lastDeleted()
 	hdr, err := encodeEntry(part, nil)
 	if err != nil {
 		return 0, nil, err
 	}
-	room, last := max-len(hdr), max-metaLen-binaryMaxVarint
+	room, last := pieces.Size(max, int64(len(hdr))), pieces.Size(max, int64(metaLen+binaryMaxVarint))
 	if room < minPart || last < minPart {
 		return 0, nil, fmt.Errorf("session %s: an entry's meta of %d bytes leaves no room in entries of %d: %w", s.key, metaLen, max, ErrTooLarge)
 	}
-	split := len(data) - last // the parts hold data[:split], the entry itself the rest
+	split := int64(len(data)) - last // the parts hold data[:split], the entry itself the rest
+	parts, err := pieces.Split(data[:split], room)
+	if err != nil {
+		return 0, nil, err
+	}
 	after := s.lastSeq
-	for at := 0; at < split; at += room {
-		seq, err := e.log.Append(ctx, s.key, append(hdr[:len(hdr):len(hdr)], data[at:min(at+room, split)]...), after)
+	for _, p := range parts {
+		seq, err := e.log.Append(ctx, s.key, append(hdr[:len(hdr):len(hdr)], p...), after)
 		if err != nil {
 			return 0, nil, err
 		}

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/checkpointd/checkpointd/internal/pieces"
 )
 
 // ent is one entry of a log, decoded.
@@ -124,6 +126,26 @@ func (e *Engine) rangeDecoded(ctx context.Context, key Key, from, upTo uint64, s
 	return raw, stopped, err
 }
 
+// joinParts joins the data of an entry's parts, in log order, and its own (the last bytes):
+// pieces numbered by their place (docs/format.md §8, internal/pieces). Parts are written full and
+// never empty, so an empty one is a corrupt log (ErrCorrupt), as a piece refused is.
+func joinParts(parts []ent, tail []byte) ([]byte, error) {
+	j := pieces.NewJoiner(pieces.Config{By: pieces.ByIndex})
+	if err := j.Expect(int64(len(parts))+1, ""); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	for i := range len(parts) + 1 {
+		data := tail
+		if i < len(parts) {
+			data = parts[i].data
+		}
+		if _, err := j.Add(int64(i), data); err != nil {
+			return nil, fmt.Errorf("%w: part %d: %w", ErrCorrupt, i, err)
+		}
+	}
+	return j.Finish()
+}
+
 func lastSeqOf(es []ent) uint64 {
 	if len(es) == 0 {
 		return 0
@@ -152,11 +174,11 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 			if len(parts) < x.meta.Parts {
 				return nil, fmt.Errorf("session %s entry %d: %w: it has %d parts, %d came before it", key, x.seq, errShort, x.meta.Parts, len(parts))
 			}
-			var data []byte
-			for _, p := range parts[len(parts)-x.meta.Parts:] {
-				data = append(data, p.data...)
+			data, err := joinParts(parts[len(parts)-x.meta.Parts:], x.data)
+			if err != nil {
+				return nil, fmt.Errorf("session %s entry %d: %w", key, x.seq, err)
 			}
-			x.data = append(data, x.data...)
+			x.data = data
 		case x.meta.Deletion:
 			out = out[:0] // the session was deleted here: what came before is not its
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/pieces"
 )
 
 // Log is engine.Log over one JetStream stream (docs/format.md §8.2):
@@ -65,9 +66,6 @@ type LogConfig struct {
 }
 
 const (
-	// headerRoom is what MaxEntry leaves of the server's max_payload for the headers an Append
-	// adds (Nats-Expected-Last-Subject-Sequence and Cp-Index: ~90 bytes).
-	headerRoom = 1024
 	// rangeBatch and rangeBytes bound one batched direct get of Range: the server stops after
 	// this many entries, or after the entry that reaches this many bytes, so a batch holds at
 	// most rangeBytes + MaxEntry bytes.
@@ -99,7 +97,7 @@ func OpenLog(ctx context.Context, nc *nats.Conn, cfg LogConfig) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("logstore: creating stream %s: %w", cfg.Stream, err)
 	}
-	l := &Log{nc: nc, stream: st, cfg: cfg, maxEntry: max(int(nc.MaxPayload())-headerRoom, 0),
+	l := &Log{nc: nc, stream: st, cfg: cfg, maxEntry: int(pieces.Size(nc.MaxPayload(), pieces.EntryRoom)),
 		batchedGets: serverAtLeast(nc, 2, 11), legacyIndex: !serverAtLeast(nc, 2, 11), upToDate: anyReplica,
 		indexGrace: creationGrace}
 	if cfg.LeaderReads || cfg.Replicas > 1 {

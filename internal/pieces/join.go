@@ -119,16 +119,22 @@ func (j *Joiner) Take(at int64, data []byte) (bool, error) {
 	return true, nil
 }
 
-// Add is Take, and joins the piece taken to the body. The body grows with the bytes received: by
-// the first piece's length times 16 at first (never more than the announced end), as a read's
-// pieces are about that long, then as append grows it.
+// Add is Take, and joins the piece taken to the body. The body grows with the bytes received: at
+// first room for up to 16 pieces as long as the first (within the announced end: the pieces of
+// one body are cut alike), then as append grows it.
 func (j *Joiner) Add(at int64, data []byte) (bool, error) {
 	ok, err := j.Take(at, data)
 	if !ok {
 		return false, err
 	}
 	if j.body == nil && j.end > 0 {
-		j.body = make([]byte, 0, min(j.end, 16*int64(len(data))))
+		room := 16 * int64(len(data))
+		if j.cfg.By == ByOffset {
+			room = min(room, j.end)
+		} else {
+			room = min(16, j.end) * int64(len(data))
+		}
+		j.body = make([]byte, 0, room)
 	}
 	j.body = append(j.body, data...)
 	return true, nil

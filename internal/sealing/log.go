@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/pieces"
 )
 
 // Log is an engine.Log that seals what the engine stores of a namespace with a key (docs/format.md
@@ -62,7 +63,7 @@ func (l *Log) SetKeys(keys *Keys) (dropped []string, err error) {
 
 // MaxEntry leaves room for the envelope, whether or not the namespace has a key: the engine sizes
 // its entries before it knows, and a key may be added for a namespace by a reload.
-func (l *Log) MaxEntry() int { return max(l.inner.MaxEntry()-EnvelopeOverhead, 0) }
+func (l *Log) MaxEntry() int { return int(pieces.Size(int64(l.inner.MaxEntry()), int64(EnvelopeOverhead))) }
 
 // The associated data that binds sealed bytes to their place (after the envelope's header): a
 // label, then each id as a varint length and its bytes. An entry is bound to its log (namespace,
