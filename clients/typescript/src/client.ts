@@ -10,6 +10,7 @@ import type { JetStreamClient, PubAck } from "@nats-io/jetstream";
 import { checkId, MAX_SAFE, subjects, toKey } from "./ids.js";
 import type { Key, KeyLike } from "./ids.js";
 import { CheckpointError, badRequest, corrupt, internal, unavailable } from "./errors.js";
+import { CHUNK_ROOM, OffsetJoiner, PieceError, parseNumber, pieceSize, split } from "./pieces.js";
 import type { WireError } from "./errors.js";
 import { sha256, toBytes, utf8Decode, joinRaw, splitRaw } from "./bytes.js";
 import type { ConversationInput } from "./bytes.js";
@@ -96,8 +97,6 @@ const REQUEST_ATTEMPT_PER_CHUNK_MS = 1_000;
 const MAX_REQUEST_ATTEMPT_MS = 30_000;
 /** §4.3: bound each direct get of a stored result (the Go SDK: one second). */
 const LOOKUP_ATTEMPT_MS = 1_000;
-/** Room kept for headers below max_payload (§4.2): 16 KiB, as the Go SDK and the daemon keep. */
-const HEADER_ROOM = 16 * 1024;
 
 /** §4.3: "no responders" retries on a single server before it counts as "no stream" (the Go SDK's). */
 const NO_STREAM_RETRIES = 4;
@@ -319,27 +318,30 @@ export class Client {
     payload: Uint8Array,
     deadline: number,
   ): Promise<void> {
-    const limit = this.maxBodyBytes();
+    let chunks: Uint8Array[];
+    try {
+      chunks = split(payload, this.maxBodyBytes());
+    } catch (e) {
+      throw new CheckpointError("too_large", `save ${saveId}: ${(e as Error).message}`);
+    }
     const chunkSubject = subjects.chunk(key.namespace, saveId);
     let lastSeq = 0;
-    let n = 0;
-    for (let off = 0; off < payload.length; off += limit, n++) {
+    for (const [n, chunk] of chunks.entries()) {
       const ch = natsHeaders();
       ch.set("Cp-Chunk", String(n));
       // One piece at a time, each acknowledged before the next, so the pieces are stored in order.
-      const ack = await this.publishOnce(chunkSubject, payload.subarray(off, off + limit), `${msgId}.${n}`, ch, deadline);
+      const ack = await this.publishOnce(chunkSubject, chunk, `${msgId}.${n}`, ch, deadline);
       if (ack.seq <= lastSeq) {
         throw unavailable(`save ${saveId}: chunk ${n} was stored out of order (sequence ${ack.seq} after ${lastSeq}); save again under a new save id`);
       }
       lastSeq = ack.seq;
     }
-    hdrs.set("Cp-Chunks", String(n));
+    hdrs.set("Cp-Chunks", String(chunks.length));
   }
 
   private maxBodyBytes(): number {
     if (this.maxMessageBytes !== undefined) return this.maxMessageBytes;
-    const max = this.nc.info?.max_payload ?? 1024 * 1024;
-    return max > 2 * HEADER_ROOM ? max - HEADER_ROOM : Math.floor(max / 2);
+    return pieceSize(this.nc.info?.max_payload ?? 1024 * 1024, CHUNK_ROOM);
   }
 
   /**
@@ -536,35 +538,35 @@ export class Client {
   ): Promise<{ bytes: Uint8Array; hash: string }> {
     const req = this.readRequest(key, version, opts, 0);
     let pending = firstPiece;
-    const pieces: Uint8Array[] = [];
-    let got = 0;
     let first: { total: number; hash: string; encoding: string; rawTotal: string } | undefined;
     let rawTotal = limit;
     const what = `read ${fmtKey(key)} v${version}`;
-    do {
-      req.offset = got;
-      const m = pending ?? (await this.request(key.namespace, "read", req, Math.max(1, deadline - Date.now())));
-      pending = undefined;
-      const cur = {
-        total: headerInt(m, "Cp-Total", what),
-        hash: m.headers?.get("Cp-Hash") ?? "",
-        encoding: m.headers?.get("Cp-Encoding") || "identity",
-        rawTotal: m.headers?.get("Cp-Raw-Total") ?? "",
-      };
-      if (!first) {
-        first = cur;
-        rawTotal = this.checkReadBounds(first, limit, what);
-      } else if (cur.total !== first.total || cur.hash !== first.hash || cur.encoding !== first.encoding || cur.rawTotal !== first.rawTotal) {
-        throw corrupt(`${what}: the pieces disagree (${JSON.stringify(cur)} after ${JSON.stringify(first)})`);
-      }
-      const o = headerInt(m, "Cp-Offset", what);
-      if (o !== got) throw corrupt(`${what}: asked for offset ${got}, got Cp-Offset ${o}`);
-      if (got + m.data.length > first.total) throw corrupt(`${what}: more bytes than Cp-Total ${first.total}`);
-      if (m.data.length === 0 && got < first.total) throw corrupt(`${what}: an empty piece at ${got} of ${first.total}`);
-      pieces.push(m.data);
-      got += m.data.length;
-    } while (got < first.total);
-    const body = Buffer.concat(pieces, got);
+    // The pieces, by offset (§12); the limit is checked per piece, the totals below.
+    const joiner = new OffsetJoiner(limit + Math.floor(limit / 128) + 65536);
+    let body: Uint8Array;
+    try {
+      do {
+        req.offset = joiner.next;
+        const m = pending ?? (await this.request(key.namespace, "read", req, Math.max(1, deadline - Date.now())));
+        pending = undefined;
+        const cur = {
+          total: headerInt(m, "Cp-Total", what),
+          hash: m.headers?.get("Cp-Hash") ?? "",
+          encoding: m.headers?.get("Cp-Encoding") || "identity",
+          rawTotal: m.headers?.get("Cp-Raw-Total") ?? "",
+        };
+        if (!first) {
+          first = cur;
+          rawTotal = this.checkReadBounds(first, limit, what);
+        }
+        joiner.expect(cur.total, `${cur.encoding} ${cur.rawTotal} ${cur.hash}`);
+        joiner.add(parseNumber("Cp-Offset", m.headers?.get("Cp-Offset"), joiner.taken), m.data);
+      } while (!joiner.done);
+      body = joiner.finish();
+    } catch (e) {
+      if (e instanceof PieceError) throw corrupt(`${what}: ${e.message}`);
+      throw e;
+    }
     if (first.encoding === "identity") return { bytes: body, hash: first.hash };
     const bytes = decoders[first.encoding].decode(body, rawTotal);
     if (bytes.length !== rawTotal) throw corrupt(`${what}: the ${first.encoding} body decodes to ${bytes.length} bytes, Cp-Raw-Total says ${rawTotal}`);
