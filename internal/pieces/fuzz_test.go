@@ -101,14 +101,7 @@ func FuzzJoiner(f *testing.F) {
 
 // readAll reads seq through a Reader and returns what it read: at most one piece is held.
 func readAll(t *testing.T, j *pieces.Joiner, seq []piece, b *budget) ([]byte, error) {
-	r := pieces.NewReader(j, func() (int64, []byte, error) {
-		if len(seq) == 0 {
-			return 0, nil, io.EOF
-		}
-		p := seq[0]
-		seq = seq[1:]
-		return p.at, []byte(p.data), nil
-	})
+	r := pieces.NewReader(j, source(seq))
 	var out []byte
 	buf := make([]byte, 3)
 	for {

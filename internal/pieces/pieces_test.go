@@ -216,20 +216,25 @@ func TestJoiner_Budget(t *testing.T) {
 	require.Zero(t, b.inUse)
 }
 
-// A Reader holds one piece at a time: what it reserved is the current piece only.
-func TestReader(t *testing.T) {
-	b := &budget{max: 1 << 20}
-	j := pieces.NewJoiner(pieces.Config{By: pieces.ByIndex, Limit: 100, SkipRepeats: true, Budget: b})
-	require.NoError(t, j.Expect(3, ""))
-	seq := []piece{{0, "abc"}, {1, "de"}, {0, "abc"}, {1, "de"}, {2, "fghi"}}
-	r := pieces.NewReader(j, func() (int64, []byte, error) {
+// source returns the pieces of seq one at a time, then io.EOF, as a Reader's source.
+func source(seq []piece) func() (int64, []byte, error) {
+	return func() (int64, []byte, error) {
 		if len(seq) == 0 {
 			return 0, nil, io.EOF
 		}
 		p := seq[0]
 		seq = seq[1:]
 		return p.at, []byte(p.data), nil
-	})
+	}
+}
+
+// A Reader holds one piece at a time: what it reserved is the current piece only.
+func TestReader(t *testing.T) {
+	b := &budget{max: 1 << 20}
+	j := pieces.NewJoiner(pieces.Config{By: pieces.ByIndex, Limit: 100, SkipRepeats: true, Budget: b})
+	require.NoError(t, j.Expect(3, ""))
+	seq := []piece{{0, "abc"}, {1, "de"}, {0, "abc"}, {1, "de"}, {2, "fghi"}}
+	r := pieces.NewReader(j, source(seq))
 	require.NoError(t, r.Fetch())
 	require.Equal(t, "abc", string(r.Current()))
 	require.Equal(t, int64(3), b.inUse)
@@ -245,14 +250,7 @@ func TestReader_Missing(t *testing.T) {
 	j := pieces.NewJoiner(pieces.Config{By: pieces.ByIndex})
 	require.NoError(t, j.Expect(3, ""))
 	seq := []piece{{0, "abc"}, {1, "de"}}
-	r := pieces.NewReader(j, func() (int64, []byte, error) {
-		if len(seq) == 0 {
-			return 0, nil, io.EOF
-		}
-		p := seq[0]
-		seq = seq[1:]
-		return p.at, []byte(p.data), nil
-	})
+	r := pieces.NewReader(j, source(seq))
 	_, err := io.ReadAll(r)
 	require.ErrorIs(t, err, pieces.ErrMissing)
 	require.Equal(t, err, r.Err())
