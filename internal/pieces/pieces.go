@@ -107,7 +107,7 @@ var (
 	ErrGap      = errors.New("pieces missing before it")
 	ErrRepeat   = errors.New("repeats bytes already received")
 	ErrOverrun  = errors.New("runs past the announced end")
-	ErrEmpty    = errors.New("empty piece before the end")
+	ErrEmpty    = errors.New("empty piece before the end: the sender stalled")
 	ErrTooLarge = errors.New("more bytes than the limit")
 	ErrMissing  = errors.New("missing: the pieces ended before the announced end")
 	ErrChanged  = errors.New("pieces of different bodies")
