@@ -306,3 +306,38 @@ func TestSplitJoin_RoundTrip(t *testing.T) {
 		require.Equal(t, body, got)
 	}
 }
+
+// BenchmarkJoiner_ByOffset joins a 2.3 MB body from replies of a 1 MiB max_payload, as the SDK
+// does, beside plain appends of the same pieces (the floor): the checks cost no copy.
+func BenchmarkJoiner_ByOffset(b *testing.B) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 2300<<10/16)
+	size := pieces.Size(1<<20, pieces.ReplyRoom)
+	ps, _ := pieces.Split(body, size)
+	b.Run("joiner", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			j := pieces.NewJoiner(pieces.Config{By: pieces.ByOffset, Limit: int64(len(body))})
+			for _, p := range ps {
+				if err := j.Expect(int64(len(body)), "tag"); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := j.Add(j.Next(), p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := j.Finish(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("append", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			out := make([]byte, 0, min(len(body), 16*len(ps[0])))
+			for _, p := range ps {
+				out = append(out, p...)
+			}
+			_ = out
+		}
+	})
+}
