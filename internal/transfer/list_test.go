@@ -104,7 +104,7 @@ func TestDaemon_ListLimitPagesExactly(t *testing.T) {
 	env := testenv.StartWithMaxPayload(t, 64<<10)
 	ctx := ctxT(t)
 	c := env.Client
-	var want []string // the "pages" namespace, in creation order
+	var want []string    // the "pages" namespace, in creation order
 	for i := range 151 { // 150 listed: pages of 5 and 75 end where the listing does
 		k := checkpoint.Key{Namespace: "pages", Session: fmt.Sprintf("s%03d", i)}
 		switch i {
