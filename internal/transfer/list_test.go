@@ -99,7 +99,7 @@ func listPages(t *testing.T, nc *nats.Conn, subject string, req wire.ListRequest
 // limit (1, a few, around the engine's index page of 64, the most allowed) and across the
 // namespaces of the admin listing. Sessions the index holds but a listing leaves out (leased before
 // any version, deleted) do not shorten a page; the reply's size still bounds a page whose limit
-// does not fit in one message.
+// does not fit in one message. The SDK's ListPage and ListAllPage page the same way.
 func TestDaemon_ListLimitPagesExactly(t *testing.T) {
 	env := testenv.StartWithMaxPayload(t, 64<<10)
 	ctx := ctxT(t)
@@ -154,6 +154,35 @@ func TestDaemon_ListLimitPagesExactly(t *testing.T) {
 			}
 		})
 	}
+
+	// The SDK's pages are the daemon's.
+	t.Run("SDK", func(t *testing.T) {
+		sdkPages := func(page func(cursor string) (checkpoint.SessionPage, error)) (pages [][]string) {
+			cursor := ""
+			for {
+				require.Less(t, len(pages), 1000, "the cursor moves on")
+				p, err := page(cursor)
+				require.NoError(t, err)
+				pages = append(pages, nil)
+				for _, h := range p.Sessions {
+					pages[len(pages)-1] = append(pages[len(pages)-1], h.Key.Namespace+"/"+h.Key.Session+"/"+h.Key.Agent)
+				}
+				if p.Next == "" {
+					return pages
+				}
+				cursor = p.Next
+			}
+		}
+		pages := sdkPages(func(cursor string) (checkpoint.SessionPage, error) { return c.ListPage(ctx, "pages", cursor, 40) })
+		require.Equal(t, [][]string{want[:40], want[40:80], want[80:120], want[120:]}, pages)
+		pages = sdkPages(func(cursor string) (checkpoint.SessionPage, error) { return c.ListAllPage(ctx, cursor, 50) })
+		require.Equal(t, [][]string{wantAll[:50], wantAll[50:100], wantAll[100:150], wantAll[150:]}, pages)
+		for _, limit := range []int{-1, wire.MaxListLimit + 1} {
+			_, err := c.ListPage(ctx, "pages", "", limit)
+			require.ErrorIs(t, err, checkpoint.ErrBadRequest, "limit %d", limit)
+			require.ErrorContains(t, err, "limit")
+		}
+	})
 
 	// One session's agents, a page of one at a time.
 	pages := listPages(t, nc, wire.APISubject("pages", wire.OpList), wire.ListRequest{Session: "s070", Limit: 1})
