@@ -163,11 +163,11 @@ type SessionPage struct {
 	Next string
 }
 
-// ListPage returns one page of namespace's sessions ("" for the default namespace) from cursor (""
-// for the first page): at most limit of them, exactly limit unless the listing ends first or they
-// do not fit in one reply (a few hundred bytes a head: about 2,400 in NATS's default 1 MiB); limit
-// 0 asks for as many as fit. limit is 0..MaxListLimit. Sessions created while a
-// listing is under way are on a later page or on none; none is listed twice.
+// ListPage returns one page of namespace's sessions ("" for the default namespace) in the order
+// they were created, from cursor ("" for the first page): at most limit of them, exactly limit
+// unless the listing ends first or they do not fit in one reply (a few hundred bytes a head: about
+// 2,400 in NATS's default 1 MiB); limit 0 asks for as many as fit. limit is 0..MaxListLimit.
+// Sessions created while a listing is under way are on a later page or on none.
 func (c *Client) ListPage(ctx context.Context, namespace, cursor string, limit int) (SessionPage, error) {
 	return c.listPage(ctx, wire.APISubject(cmp.Or(namespace, wire.DefaultNamespace), wire.OpList), cursor, limit)
 }

@@ -375,9 +375,9 @@ type ListRequest struct {
 	Limit   int    `json:"limit,omitempty"`   // at most this many sessions, 1..MaxListLimit (0: as many as fit)
 }
 
-// MaxListLimit is the largest page a list request may ask for: more than a reply of the default
-// 1 MiB max_payload holds (about 2,400 heads), so that it is the reply's size, not this number,
-// that bounds a page on a server with a larger max_payload.
+// MaxListLimit is the largest page a list request may ask for: four times what a reply holds at
+// the default 1 MiB max_payload (about 2,400 heads, so there the reply's size bounds a page), and
+// a bound on the index reads one request may cost on a server with a larger max_payload.
 const MaxListLimit = 10_000
 
 // ListReply holds the head of each session, in the order the sessions were created (namespace by
