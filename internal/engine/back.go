@@ -13,11 +13,11 @@ import (
 // the last entry back, whatever the length of the tail.
 
 // backGetEntries: a Get costs about as much as this many entries of a batched read (a round trip
-// against ~10 µs per entry, docs/format.md §8.6); maxBackGets bounds the Gets of one walk.
-const (
-	backGetEntries = 4
-	maxBackGets    = 64
-)
+// against ~10 µs per entry, docs/format.md §8.6); a var so that tests can make every walk that
+// takes few records go by pointer (export_test.go). maxBackGets bounds the Gets of one walk.
+var backGetEntries = 4
+
+const maxBackGets = 64
 
 // byBack reports whether a walk from last that takes at most need records (0: not known) is
 // cheaper by back pointers than by reading the tail.
