@@ -102,9 +102,9 @@ func TestEngine_HistoryBadBack(t *testing.T) {
 	var seqs []uint64
 	require.NoError(t, mem.Range(ctx, k, 0, 0, func(en engine.Entry) bool { seqs = append(seqs, en.Seq); return true }))
 	for name, back := range map[string]uint64{
-		"skips a version":   seqs[96],  // version 97 where 99 is due
-		"names the head":    seqs[99],  // itself: not before it
-		"repeats a version": seqs[98],  // ... its own version again, from the entry before
+		"skips a version":   seqs[96], // version 97 where 99 is due
+		"names the head":    seqs[99], // itself: not before it
+		"repeats a version": seqs[98], // ... its own version again, from the entry before
 		"before the log":    seqs[0] - 1,
 	} {
 		t.Run(name, func(t *testing.T) {
