@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
 	"github.com/checkpointd/checkpointd/internal/logstore"
 )
 
@@ -27,30 +27,15 @@ var (
 	now = time.Date(2026, 11, 24, 1, 0, 0, 0, time.UTC)
 )
 
-// message is a canonical message whose text names i, a little repetitive, as conversations are.
-func message(i int) []byte {
-	role := []string{"user", "assistant"}[i%2]
-	return []byte(fmt.Sprintf(`{"role":%q,"content":[{"type":"text","text":"turn %d: %s"}]}`, role, i,
-		strings.Repeat("the quick brown fox ", 1+i%7)))
-}
-
-// array is the JSON array of messages from..to-1; conversation(n) the first n.
-func array(from, to int) []byte {
-	var b bytes.Buffer
-	b.WriteByte('[')
-	for i := from; i < to; i++ {
-		if i > from {
-			b.WriteByte(',')
-		}
-		b.Write(message(i))
-	}
-	b.WriteByte(']')
-	return b.Bytes()
-}
-
-func conversation(n int) []byte { return array(0, n) }
-
-func u64(v uint64) *uint64 { return &v }
+// The helpers internal/engine's tests share (enginetest), under their short names here.
+var (
+	array         = enginetest.Array
+	conversation  = enginetest.Conversation
+	u64           = enginetest.U64
+	saveTurns     = enginetest.SaveTurns
+	checkVersions = enginetest.CheckVersions
+	entries       = enginetest.Entries
+)
 
 // openEngine opens the log on nc (creating the stream) and an engine on it.
 func openEngine(t testing.TB, nc *nats.Conn, lcfg logstore.LogConfig, cfg engine.Config) (*engine.Engine, *logstore.Log) {
@@ -67,57 +52,6 @@ func openEngine(t testing.TB, nc *nats.Conn, lcfg logstore.LogConfig, cfg engine
 	}
 	require.NoError(t, err)
 	return engine.New(l, cfg), l
-}
-
-// saveTurns saves messages from..to-1 two at a time as appends (Base), with the writer's lease
-// epoch, packing when due as the daemon does after answering.
-func saveTurns(t testing.TB, e *engine.Engine, k engine.Key, from, to int, epoch uint64) {
-	t.Helper()
-	for i := from; i < to; i += 2 {
-		end := min(i+2, to)
-		saved, err := e.Save(ctx, engine.SaveRequest{Key: k, SaveID: fmt.Sprintf("save-%d", i), Base: u64(uint64(i / 2)),
-			Payload: array(i, end), Epoch: epoch, Now: now})
-		require.NoError(t, err, "saving messages from %d", i)
-		require.False(t, saved.Duplicate)
-		require.Equal(t, uint64(end/2), saved.Record.Version)
-		if saved.PackDue {
-			_, err = e.Pack(ctx, k, false)
-			require.NoError(t, err, "packing after the save of message %d", i)
-		}
-	}
-}
-
-// checkVersions reads the head and a spread of old versions (version v holds 2v messages), with
-// their hashes, and the whole history.
-func checkVersions(t testing.TB, e *engine.Engine, k engine.Key, versions int) {
-	t.Helper()
-	got, rec, err := e.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
-	require.NoError(t, err)
-	require.Equal(t, uint64(versions), rec.Version)
-	require.Equal(t, string(conversation(2*versions)), string(got))
-	for _, v := range []int{1, 2, 3, versions / 3, versions / 2, versions - 1} {
-		if v < 1 {
-			continue
-		}
-		got, rec, err := e.Read(ctx, k, uint64(v), engine.ReadOptions{Verify: true})
-		require.NoError(t, err, "version %d", v)
-		require.Equal(t, uint64(v), rec.Version)
-		require.Equal(t, string(conversation(2*v)), string(got), "version %d", v)
-	}
-	history, err := e.History(ctx, k)
-	require.NoError(t, err)
-	require.Len(t, history, versions)
-	for i, r := range history {
-		require.Equal(t, uint64(i+1), r.Version)
-	}
-}
-
-// entries counts the entries of k's log.
-func entries(t testing.TB, l engine.Log, k engine.Key) int {
-	t.Helper()
-	n := 0
-	require.NoError(t, l.Range(ctx, k, 0, 0, func(engine.Entry) bool { n++; return true }))
-	return n
 }
 
 // The engine over the log on Debian's nats-server 2.9.10 (the oldest single server checkpointd
@@ -232,4 +166,11 @@ func TestEngine_FastSaves(t *testing.T) {
 		}
 	}
 	require.NotEqual(t, stored[true], stored[false], "saves at SpeedFastest stored the default level's bytes")
+}
+
+// The history scenarios (enginetest.RunHistory: walks newest first by back pointer and by the
+// tail, across packs, state entries, a fork, retention, a deletion) on the embedded server.
+func TestEngine_HistoryWalk(t *testing.T) {
+	_, l := startEngine(t, engine.Config{})
+	enginetest.RunHistory(t, l)
 }
