@@ -9,20 +9,26 @@ import (
 // Walking a session's versions newest first (history pages, a record by version, a save id
 // delivered again) starts at the log's last entry. The records of the entries since the last pack
 // come either from one read of all of them (up to PackEntries entries with their data), or, for
-// the few newest, by each entry's back pointer (docs/format.md §8.3.1): a Get per version, from
-// the last entry back, whatever the length of the tail.
+// the few newest, by following each entry's back pointer (docs/format.md §8.3.1) from the last
+// entry back: the entries the pointers name are fetched in small ranges ending at the next one
+// wanted, sized from the spacing of the pointers already followed, so that a page of the newest
+// ten costs about one read of a dozen entries, whatever the length of the tail.
 
-// backGetEntries: a Get costs about as much as this many entries of a batched read (a round trip
-// against ~10 µs per entry, docs/format.md §8.6); a var so that tests can make every walk that
-// takes few records go by pointer (export_test.go). maxBackGets bounds the Gets of one walk.
-var backGetEntries = 4
+// backRangeFactor: the walk by pointer is taken when it reads fewer entries than this many times
+// the records wanted, against the tail's length; a var so that tests can make every walk that
+// takes few records go by pointer (export_test.go). maxBackRecords bounds the records it takes,
+// maxBackRanges its reads (then it reads the tail).
+var backRangeFactor = 2
 
-const maxBackGets = 64
+const (
+	maxBackRecords = 64
+	maxBackRanges  = 3
+)
 
 // byBack reports whether a walk from last that takes at most need records (0: not known) is
 // cheaper by back pointers than by reading the tail.
 func byBack(last ent, need int) bool {
-	return need > 0 && need <= maxBackGets && need*backGetEntries < last.meta.Head.TailEntries && last.meta.HasBack
+	return need > 0 && need <= maxBackRecords && need*backRangeFactor < last.meta.Head.TailEntries && last.meta.HasBack
 }
 
 // backWalk hands records to a walk's fn newest first, one version after another: a record above
@@ -61,12 +67,15 @@ func (w *backWalk) give(r Record, at uint64) (bool, error) {
 
 // backPointers walks from last by back pointers, giving w each entry's head record, until w is
 // done or the walk reaches a pack: it returns the pack's sequence (0: none, the first version was
-// given). ok is false if an entry has no back pointer (written before them): the caller reads
-// the tail instead (w skips what was given already).
-func (e *Engine) backPointers(ctx context.Context, key Key, last ent, w *backWalk) (pack uint64, ok bool, err error) {
+// given). ok is false if an entry has no back pointer (written before them), or the walk took
+// maxBackRanges reads: the caller reads the tail instead (w skips what was given already). need
+// is how many records the walk is expected to give.
+func (e *Engine) backPointers(ctx context.Context, key Key, last ent, need int, w *backWalk) (pack uint64, ok bool, err error) {
 	since := sinceOf(last)
-	x := last
-	for gets := 0; ; gets++ {
+	lo := max(lastPackOf(last), since) // the walk reads no entry at or below it
+	x, given := last, 0
+	fetched := map[uint64]ent{}
+	for reads := 0; ; {
 		if x.meta.Kind == kindPack {
 			return x.seq, true, nil
 		}
@@ -78,8 +87,9 @@ func (e *Engine) backPointers(ctx context.Context, key Key, last ent, w *backWal
 			if goOn, err := w.give(r, 0); err != nil || !goOn {
 				return 0, true, err
 			}
+			given++
 		}
-		if !x.meta.HasBack || gets == maxBackGets {
+		if !x.meta.HasBack {
 			return 0, false, nil
 		}
 		back := x.meta.Back
@@ -92,9 +102,35 @@ func (e *Engine) backPointers(ctx context.Context, key Key, last ent, w *backWal
 		if back >= x.seq || back < since {
 			return 0, false, fmt.Errorf("session %s entry %d: %w: back pointer %d outside the live log (%d to %d)", key, x.seq, ErrCorrupt, back, since, x.seq-1)
 		}
-		if x, err = e.entryAt(ctx, key, back); err != nil {
-			return 0, false, err
+		if back <= lo { // the last pack: the caller goes on through the packs
+			return back, true, nil
 		}
+		next, ok := fetched[back]
+		if !ok {
+			if reads == maxBackRanges {
+				return 0, false, nil
+			}
+			reads++
+			// The entries from where the versions still wanted should start, at the spacing
+			// of those walked so far (plus half again, and two), up to the one named.
+			spacing := max((last.seq-x.seq)/uint64(max(given-1, 1)), x.seq-back)
+			left := uint64(max(need-given, 1))
+			from := lo + 1
+			if span := spacing * (left + left/2 + 2); back > lo+span {
+				from = back - span
+			}
+			raw, _, err := e.rangeDecoded(ctx, key, from, back, nil, nil)
+			if err != nil {
+				return 0, false, err
+			}
+			for _, y := range raw {
+				fetched[y.seq] = y
+			}
+			if next, ok = fetched[back]; !ok { // gone: a pack or a deletion moved the log
+				return 0, false, fmt.Errorf("session %s entry %d: %w", key, back, errShort)
+			}
+		}
+		x = next
 	}
 }
 

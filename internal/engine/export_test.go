@@ -52,7 +52,7 @@ func BackOf(b []byte) (uint64, bool, error) {
 // AlwaysBack makes every walk that takes at most 64 records go by back pointer, however short the
 // tail (back.go), until the test ends.
 func AlwaysBack(t interface{ Cleanup(func()) }) {
-	old := backGetEntries
-	backGetEntries = 0
-	t.Cleanup(func() { backGetEntries = old })
+	old := backRangeFactor
+	backRangeFactor = 0
+	t.Cleanup(func() { backRangeFactor = old })
 }

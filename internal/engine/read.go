@@ -575,7 +575,7 @@ func (e *Engine) version(ctx context.Context, key Key, n uint64) (Record, error)
 		return recordOf(key, last.meta.Head)
 	}
 	var found *Record
-	err = e.walkBack(ctx, key, last, int(min(last.meta.Head.Version-n+1, maxBackGets+1)), func(r Record) bool {
+	err = e.walkBack(ctx, key, last, int(min(last.meta.Head.Version-n+1, maxBackRecords+1)), func(r Record) bool {
 		if r.Version == n {
 			found = &r
 		}
@@ -630,7 +630,7 @@ func (e *Engine) walkBackFrom(ctx context.Context, key Key, last ent, pack uint6
 // when need says few are wanted, else in one read), and returns the pack before them (0: none).
 func (e *Engine) walkTail(ctx context.Context, key Key, last ent, need int, w *backWalk) (uint64, error) {
 	if byBack(last, need) {
-		pack, ok, err := e.backPointers(ctx, key, last, w)
+		pack, ok, err := e.backPointers(ctx, key, last, need, w)
 		if err != nil || ok {
 			return pack, err
 		}
@@ -787,7 +787,7 @@ func pageNeed(head, before uint64, limit int) int {
 	if before != 0 && before <= head {
 		skip = head - before + 1
 	}
-	return int(min(skip+uint64(limit), maxBackGets+1))
+	return int(min(skip+uint64(limit), maxBackRecords+1))
 }
 
 // isPackHolding reports whether seq is a pack of key's live log holding version v (a cursor's
