@@ -15,6 +15,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
 )
 
 // The figures of docs/format.md §8.15–§8.15b, measured on engine.Engine over logstore.Log (the
@@ -183,7 +184,7 @@ func BenchmarkRestore(b *testing.B) {
 		fmt.Fprintln(w, "policy\tentries\tRead (CRC-32C)\t/ get+decode\tRead, Verify (SHA-256)\t/ get+decode\tReadZstd\t/ get\t/ get+decode")
 		for _, p := range policies {
 			r, vf, z := p50(lat[p.name+" Read "+v.name]), p50(lat[p.name+" Verify "+v.name]), p50(lat[p.name+" ReadZstd "+v.name])
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.name, entries(b, l, p.k), ms(r), ratio(r, decP),
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.name, enginetest.Entries(b, l, p.k), ms(r), ratio(r, decP),
 				ms(vf), ratio(vf, decP), ms(z), ratio(z, getP), ratio(z, decP))
 		}
 		must(b, w.Flush())
@@ -302,15 +303,7 @@ func BenchmarkFindVersion(b *testing.B) {
 	l := openLog(b, nc)
 	e := engine.New(l, engine.Config{})
 	sizes := []int{10, 10000}
-	keys := map[int]engine.Key{}
-	for _, n := range sizes {
-		k := engine.Key{Namespace: "bench", Session: "find" + strconv.Itoa(n), Agent: "main"}
-		for i := 0; i < n; i++ {
-			saveAndPack(b, e, engine.SaveRequest{Key: k, SaveID: strconv.Itoa(i), Base: u64(uint64(i)), Payload: array(i, i+1), Now: time.Now()})
-		}
-		keys[n] = k
-	}
-	e.Forget()
+	keys := sessionsOfVersions(b, e, "find", sizes)
 	// The cursor a client holds when it has paged from the head down to the middle version:
 	// taken once, by following the cursors (HistoryPage's cursor is the engine's to fill).
 	below := map[int]engine.HistoryCursor{}
@@ -331,7 +324,7 @@ func BenchmarkFindVersion(b *testing.B) {
 		{"Read of version 1", func(n int, k engine.Key) {
 			got, _, err := e.Read(ctx, k, 1, engine.ReadOptions{})
 			must(b, err)
-			if string(got) != string(conversation(1)) {
+			if string(got) != string(enginetest.Conversation(1)) {
 				b.Fatal("wrong version 1")
 			}
 		}},
@@ -381,7 +374,7 @@ func BenchmarkFindVersion(b *testing.B) {
 		}
 	}
 	w := table(fmt.Sprintf("Finding a version and paging history, p50 of 20 interleaved (%s); entries left: %d and %d",
-		uptime(), entries(b, l, keys[10]), entries(b, l, keys[10000])))
+		uptime(), enginetest.Entries(b, l, keys[10]), enginetest.Entries(b, l, keys[10000])))
 	fmt.Fprintln(w, "read\t10 versions\t10,000 versions\tratio")
 	for i, o := range ops {
 		a, z := p50(lat[i][0]), p50(lat[i][1])
@@ -492,15 +485,7 @@ func BenchmarkHistoryNewest(b *testing.B) {
 	l := openLog(b, benchConnect(b, srv.s.ClientURL()))
 	e := engine.New(l, engine.Config{})
 	sizes := []int{10, 1000, 10239}
-	keys := map[int]engine.Key{}
-	for _, n := range sizes {
-		k := engine.Key{Namespace: "bench", Session: "newest" + strconv.Itoa(n), Agent: "main"}
-		for i := 0; i < n; i++ {
-			saveAndPack(b, e, engine.SaveRequest{Key: k, SaveID: strconv.Itoa(i), Base: u64(uint64(i)), Payload: array(i, i+1), Now: time.Now()})
-		}
-		keys[n] = k
-	}
-	e.Forget()
+	keys := sessionsOfVersions(b, e, "newest", sizes)
 	page := func(limit int) func(n int, k engine.Key) {
 		return func(n int, k engine.Key) {
 			recs, _, err := e.HistoryPage(ctx, k, engine.HistoryCursor{}, limit)
@@ -547,11 +532,26 @@ func BenchmarkHistoryNewest(b *testing.B) {
 		}
 	}
 	w := table(fmt.Sprintf("The newest records, p50 of %d interleaved (%s); entries left: %d, %d and %d",
-		rounds, uptime(), entries(b, l, keys[10]), entries(b, l, keys[1000]), entries(b, l, keys[10239])))
+		rounds, uptime(), enginetest.Entries(b, l, keys[10]), enginetest.Entries(b, l, keys[1000]), enginetest.Entries(b, l, keys[10239])))
 	fmt.Fprintln(w, "read\t10 versions\t1,000 versions\t10,239 versions\tratios")
 	for i, o := range ops {
 		a, m, z := p50(lat[i][0]), p50(lat[i][1]), p50(lat[i][2])
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s, %s\n", o.what, ms(a), ms(m), ms(z), ratio(m, a), ratio(z, a))
 	}
 	must(b, w.Flush())
+}
+
+// sessionsOfVersions saves a session of n versions for each n of sizes (one small message per
+// save, packed by e's policy), named prefix + n, and empties e's cache.
+func sessionsOfVersions(b *testing.B, e *engine.Engine, prefix string, sizes []int) map[int]engine.Key {
+	keys := map[int]engine.Key{}
+	for _, n := range sizes {
+		k := engine.Key{Namespace: "bench", Session: prefix + strconv.Itoa(n), Agent: "main"}
+		for i := 0; i < n; i++ {
+			saveAndPack(b, e, engine.SaveRequest{Key: k, SaveID: strconv.Itoa(i), Base: enginetest.U64(uint64(i)), Payload: enginetest.Array(i, i+1), Now: time.Now()})
+		}
+		keys[n] = k
+	}
+	e.Forget()
+	return keys
 }

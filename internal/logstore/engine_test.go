@@ -27,16 +27,6 @@ var (
 	now = time.Date(2026, 11, 24, 1, 0, 0, 0, time.UTC)
 )
 
-// The helpers internal/engine's tests share (enginetest), under their short names here.
-var (
-	array         = enginetest.Array
-	conversation  = enginetest.Conversation
-	u64           = enginetest.U64
-	saveTurns     = enginetest.SaveTurns
-	checkVersions = enginetest.CheckVersions
-	entries       = enginetest.Entries
-)
-
 // openEngine opens the log on nc (creating the stream) and an engine on it.
 func openEngine(t testing.TB, nc *nats.Conn, lcfg logstore.LogConfig, cfg engine.Config) (*engine.Engine, *logstore.Log) {
 	t.Helper()
@@ -64,18 +54,18 @@ func TestEngine_OldNATS(t *testing.T) {
 	require.False(t, logstore.ServerAtLeast(nc, 2, 11))
 	e, l := openEngine(t, nc, logstore.LogConfig{}, engine.Config{PackEntries: 8})
 	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
-	saveTurns(t, e, k, 0, 80, 0) // 40 versions: packs, and deletes what they packed
+	enginetest.SaveTurns(t, e, k, 0, 80, 0) // 40 versions: packs, and deletes what they packed
 	e.Forget()
-	checkVersions(t, e, k, 40)
-	require.Equal(t, 5, entries(t, l, k), "five packs of 8 saves, the packed entries deleted")
+	enginetest.CheckVersions(t, e, k, 40)
+	require.Equal(t, 5, enginetest.Entries(t, l, k), "five packs of 8 saves, the packed entries deleted")
 
 	_, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "me", TTL: time.Minute, Now: now})
 	require.NoError(t, err)
-	_, err = e.Save(ctx, engine.SaveRequest{Key: k, SaveID: "x", Base: u64(40), Payload: array(80, 82), Now: now})
+	_, err = e.Save(ctx, engine.SaveRequest{Key: k, SaveID: "x", Base: enginetest.U64(40), Payload: enginetest.Array(80, 82), Now: now})
 	require.ErrorIs(t, err, engine.ErrLeased)
-	saveTurns(t, e, k, 80, 84, 1)
+	enginetest.SaveTurns(t, e, k, 80, 84, 1)
 	e.Forget()
-	checkVersions(t, e, k, 42)
+	enginetest.CheckVersions(t, e, k, 42)
 	page, next, err := e.HistoryPage(ctx, k, engine.HistoryCursor{}, 10)
 	require.NoError(t, err)
 	require.Len(t, page, 10)
@@ -87,9 +77,9 @@ func TestEngine_OldNATS(t *testing.T) {
 	require.NoError(t, err)
 	got, _, err := e.Read(ctx, fork, 0, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
-	require.Equal(t, string(conversation(34)), string(got))
+	require.Equal(t, string(enginetest.Conversation(34)), string(got))
 
-	_, err = e.Delete(ctx, k, u64(42))
+	_, err = e.Delete(ctx, k, enginetest.U64(42))
 	require.NoError(t, err)
 	e.Forget()
 	_, err = e.Head(ctx, k)
@@ -114,10 +104,10 @@ func startEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *logstore.Log
 func TestEngine_AlteredPieceIsCorrupt(t *testing.T) {
 	e, l := startEngine(t, engine.Config{NoPack: true})
 	k, copyK := engine.Key{Namespace: "n", Session: "s", Agent: "a"}, engine.Key{Namespace: "n", Session: "copy", Agent: "a"}
-	saveTurns(t, e, k, 0, 6, 0)
+	enginetest.SaveTurns(t, e, k, 0, 6, 0)
 	// The second save's piece: the raw bytes it added (",", then its messages joined by ","),
 	// whose CRC-32C (Castagnoli, big-endian) its entry carries.
-	piece := append([]byte{','}, array(2, 4)[1:len(array(2, 4))-1]...)
+	piece := append([]byte{','}, enginetest.Array(2, 4)[1:len(enginetest.Array(2, 4))-1]...)
 	sum := crc32.Checksum(piece, crc32.MakeTable(crc32.Castagnoli))
 	crc := binary.BigEndian.AppendUint32(nil, sum)
 	var after uint64
@@ -136,14 +126,14 @@ func TestEngine_AlteredPieceIsCorrupt(t *testing.T) {
 	require.Equal(t, 1, altered, "the CRC-32C is found in one entry")
 	got, _, err := e.Read(ctx, copyK, 1, engine.ReadOptions{})
 	require.NoError(t, err)
-	require.Equal(t, string(conversation(2)), string(got))
+	require.Equal(t, string(enginetest.Conversation(2)), string(got))
 	for _, v := range []uint64{2, 3} {
 		_, _, err = e.Read(ctx, copyK, v, engine.ReadOptions{})
 		require.ErrorIs(t, err, engine.ErrCorrupt, "version %d", v)
 	}
 	got, _, err = e.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
-	require.Equal(t, string(conversation(6)), string(got), "the original is untouched")
+	require.Equal(t, string(enginetest.Conversation(6)), string(got), "the original is untouched")
 }
 
 // Saves are compressed at zstd's fastest level with FastSaves: the same saves store other
@@ -155,10 +145,10 @@ func TestEngine_FastSaves(t *testing.T) {
 	stored := map[bool]int64{}
 	for i, e := range []*engine.Engine{fast, slow} {
 		k := engine.Key{Namespace: "n", Session: fmt.Sprint("s", i), Agent: "a"}
-		saveTurns(t, e, k, 0, 40, 0)
+		enginetest.SaveTurns(t, e, k, 0, 40, 0)
 		e.Forget()
-		saveTurns(t, e, k, 40, 60, 0)
-		checkVersions(t, e, k, 30)
+		enginetest.SaveTurns(t, e, k, 40, 60, 0)
+		enginetest.CheckVersions(t, e, k, 30)
 		h, err := e.History(ctx, k)
 		require.NoError(t, err)
 		for _, r := range h[20:] { // after the restart, before any pack: as each save stored it
