@@ -14,10 +14,10 @@ import (
 // wanted, sized from the spacing of the pointers already followed, so that a page of the newest
 // ten costs about one read of a dozen entries, whatever the length of the tail.
 
-// backRangeFactor: the walk by pointer is taken when it reads fewer entries than this many times
-// the records wanted, against the tail's length; a var so that tests can make every walk that
-// takes few records go by pointer (export_test.go). maxBackRecords bounds the records it takes,
-// maxBackRanges its reads (then it reads the tail).
+// backRangeFactor: the walk by pointer is taken when this many times the records wanted is below
+// the number of entries since the last pack (its reads then hold fewer entries than the tail); a
+// var so that tests can make every walk that takes few records go by pointer (export_test.go).
+// maxBackRecords bounds the records it takes, maxBackRanges its reads (then it reads the tail).
 var backRangeFactor = 2
 
 const (
@@ -111,20 +111,10 @@ func (e *Engine) backPointers(ctx context.Context, key Key, last ent, need int, 
 				return 0, false, nil
 			}
 			reads++
-			// The entries from where the versions still wanted should start, at the spacing
-			// of those walked so far (plus half again, and two), up to the one named.
+			// Space the read by the pointers followed so far: from the last entry to x, and x's.
 			spacing := max((last.seq-x.seq)/uint64(max(given-1, 1)), x.seq-back)
-			left := uint64(max(need-given, 1))
-			from := lo + 1
-			if span := spacing * (left + left/2 + 2); back > lo+span {
-				from = back - span
-			}
-			raw, _, err := e.rangeDecoded(ctx, key, from, back, nil, nil)
-			if err != nil {
+			if err := e.readBefore(ctx, key, lo, back, spacing, max(need-given, 1), fetched); err != nil {
 				return 0, false, err
-			}
-			for _, y := range raw {
-				fetched[y.seq] = y
 			}
 			if next, ok = fetched[back]; !ok { // gone: a pack or a deletion moved the log
 				return 0, false, fmt.Errorf("session %s entry %d: %w", key, back, errShort)
@@ -132,6 +122,21 @@ func (e *Engine) backPointers(ctx context.Context, key Key, last ent, need int, 
 		}
 		x = next
 	}
+}
+
+// readBefore reads into fetched the entries up to sequence back from where the left versions
+// still wanted should start, spacing sequences apart (plus half again, and two for good measure),
+// but none at or below lo (the last pack: the walk gets it by itself if it needs it).
+func (e *Engine) readBefore(ctx context.Context, key Key, lo, back, spacing uint64, left int, fetched map[uint64]ent) error {
+	from := lo + 1
+	if k := uint64(left + left/2 + 2); spacing <= (back-lo)/k { // (no overflow)
+		from = max(back-spacing*k, lo+1)
+	}
+	raw, _, err := e.rangeDecoded(ctx, key, from, back, nil, nil)
+	for _, y := range raw {
+		fetched[y.seq] = y
+	}
+	return err
 }
 
 // entryAt reads and decodes key's entry at seq; one that is gone means a pack or a deletion moved
