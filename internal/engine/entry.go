@@ -147,8 +147,9 @@ type entryMeta struct {
 	// Back, when HasBack (entries written since back pointers, never packs), is where a walk back
 	// from this entry goes on (docs/format.md §8.3.1): the sequence of the entry holding the
 	// record of the version before Head.Version (a save, fork, state or part holding it as its
-	// head, or a pack holding it), 0 if there is none. Walking them, the newest versions' records
-	// cost a Get each instead of a read of every entry since the last pack (back.go).
+	// head), or of the last pack (which holds it, or names the pack that does), 0 if there is
+	// none. Following them, the newest versions' records cost a read of about as many entries
+	// instead of a read of every entry since the last pack (back.go).
 	Back    uint64
 	HasBack bool
 }
