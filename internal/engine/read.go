@@ -591,9 +591,9 @@ func (e *Engine) version(ctx context.Context, key Key, n uint64) (Record, error)
 }
 
 // walkBack calls fn with the session's records newest first, from the last entry's, until fn
-// returns false: the saves since the last pack (one read, or a Get each by back pointer when
-// fn takes at most need of them, few against the tail: 0 if not known), then each pack's, one
-// read each.
+// returns false: the saves since the last pack (one read of them all, or, when fn takes at most
+// need of them, few against the tail (0: not known), the entries their back pointers name: back.go),
+// then each pack's, one read each.
 func (e *Engine) walkBack(ctx context.Context, key Key, last ent, need int, fn func(Record) bool) error {
 	return e.walkBackFrom(ctx, key, last, 0, need, func(r Record, _ uint64) bool { return fn(r) })
 }
@@ -739,9 +739,9 @@ type HistoryCursor struct {
 
 // HistoryPage returns up to limit records of key, newest first, below the cursor, and the cursor
 // of the next page (zero: no more). It walks back from the head: the few newest records by the
-// entries' back pointers (a Get each), more of them with one read of the entries since the last
-// pack, then one pack per PackEntries versions (docs/format.md §8.6, §8.15b): a page deep in a
-// long history walks back through the packs above it.
+// entries' back pointers (a read of about as many entries), more of them with one read of the
+// entries since the last pack, then one pack per PackEntries versions (docs/format.md §8.6,
+// §8.15b): a page deep in a long history walks back through the packs above it.
 func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, limit int) ([]Record, HistoryCursor, error) {
 	if limit <= 0 {
 		return nil, HistoryCursor{}, fmt.Errorf("%w: a history page of %d records", ErrBadRequest, limit)
