@@ -289,6 +289,7 @@ func (e *Engine) writeBy(ctx context.Context, s *session, m entryMeta, data []by
 	if e.invalid != nil {
 		return 0, e.invalid
 	}
+	m = s.withBack(m)
 	body, err := encodeEntry(m, data)
 	if err != nil {
 		return 0, err
@@ -314,11 +315,40 @@ func (e *Engine) writeBy(ctx context.Context, s *session, m entryMeta, data []by
 	return seq, nil
 }
 
-// encodedSize is the size of the entry of m and data (its tail bytes not counted yet: a varint
-// more or less at most).
-func encodedSize(m entryMeta, data []byte) (int64, error) {
-	b, err := encodeEntry(m, nil)
+// encodedSize is the size of the entry of m and data written after the session's last entry (its
+// tail bytes not counted yet: a varint more or less at most).
+func (s *session) encodedSize(m entryMeta, data []byte) (int64, error) {
+	b, err := encodeEntry(s.withBack(m), nil)
 	return int64(len(b) + len(data)), err
+}
+
+// withBack returns m with the back pointer of an entry appended after the session's last entry
+// (docs/format.md §8.3.1): every entry names where the walk back to the version before its head
+// version goes on, so that the newest records are found without reading the whole tail (back.go).
+// None on packs, whose walk back follows Head.Pack, and none when the last entry has none (written
+// before back pointers: readers then read the tail as before, until the next pack).
+func (s *session) withBack(m entryMeta) entryMeta {
+	v, lv := m.Head.Version, s.last.Head.Version
+	m.Back, m.HasBack = 0, true
+	switch {
+	case m.Kind == kindPack:
+		m.HasBack = false
+	case v == 0 || m.Deletion || lv == 0:
+		// no version before this entry's head version in the log (an empty or deleted session,
+		// a first save, a fork's entry, an import starting at its version)
+	case v == lv+1:
+		m.Back = s.lastSeq // every entry holds its head version's record
+	case v == lv && s.last.Kind == kindPack:
+		m.Back = s.lastSeq // the pack holds the version before (or names the pack that does)
+	case v == lv:
+		m.Back, m.HasBack = s.last.Back, s.last.HasBack // same head: same way back
+	default:
+		m.HasBack = false // (no entry skips versions; if one did, its readers read the tail)
+	}
+	if m.HasBack && m.Back != 0 && m.Back < m.Head.Pack {
+		m.Back, m.HasBack = 0, false // never: the pointer is the last pack or after it
+	}
+	return m
 }
 
 // writeParts writes the first bytes of data as part entries, so that what is left fits in the
@@ -328,7 +358,7 @@ func (e *Engine) writeParts(ctx context.Context, s *session, m *entryMeta, data 
 	max := e.log.MaxEntry()
 	part := entryMeta{Kind: kindPart, Head: s.last.Head}
 	part.Head.Pack, part.Head.Deleted = s.lastPack(), s.lastDeleted()
-	hdr, err := encodeEntry(part, nil)
+	hdr, err := encodeEntry(s.withBack(part), nil)
 	if err != nil {
 		return 0, nil, err
 	}

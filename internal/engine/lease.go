@@ -160,7 +160,7 @@ func (e *Engine) writeState(ctx context.Context, s *session, h headState) error 
 		h.TailEntries, h.TailBytes = 1, 0
 	}
 	m := entryMeta{Kind: kindState, Head: h}
-	size, err := encodedSize(m, nil)
+	size, err := s.encodedSize(m, nil)
 	if err != nil {
 		return err
 	}

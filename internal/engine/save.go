@@ -205,7 +205,7 @@ func (e *Engine) savedAfter(ctx context.Context, s *session, after uint64, saveI
 		return Record{}, false
 	}
 	var found *Record
-	_ = e.walkBack(ctx, s.key, ent{seq: s.lastSeq, meta: s.last}, func(r Record) bool {
+	_ = e.walkBack(ctx, s.key, ent{seq: s.lastSeq, meta: s.last}, int(h.Version-after), func(r Record) bool {
 		if r.SaveID == saveID {
 			found = &r
 			return false
@@ -445,7 +445,7 @@ func (e *Engine) commitHead(ctx context.Context, s *session, next headState, p s
 	// entry, however long a save's strings. A save that compresses very well counts what it
 	// decodes to over rawPerTailByte instead: rewrites of a compressible conversation would
 	// otherwise pile generations up, each one decoded by every read, before a pack is due.
-	size, err := encodedSize(m, data)
+	size, err := s.encodedSize(m, data)
 	if err == nil {
 		m.Head.TailBytes += max(size, piece.RawBytes/rawPerTailByte)
 		_, err = e.writeBy(ctx, s, m, data, deadline)
