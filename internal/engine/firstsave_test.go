@@ -2,9 +2,11 @@ package engine_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
@@ -107,4 +109,87 @@ func TestFirstSaveOnSessionsThatExist(t *testing.T) {
 			require.Equal(t, outcome(t, prepare, true), outcome(t, prepare, false))
 		})
 	}
+}
+
+// A version held by the session's last entry alone (its only save since it began or was deleted)
+// is read with that one entry, which the read of the head brings: one read, not two. Where other
+// entries are needed (a second save, a fork's source, a save in parts, a lease entry before it),
+// they are read, and every read gives the version.
+func TestReadOfASessionSavedOnce(t *testing.T) {
+	counting := &countingLog{Log: memlog.New(4 << 10)}
+	e := engine.New(counting, engine.Config{})
+	save := func(k engine.Key, expected uint64, conv []byte) {
+		t.Helper()
+		_, err := e.Save(ctx, engine.SaveRequest{Key: k, Expected: u64(expected), Payload: conv, Now: now})
+		require.NoError(t, err)
+	}
+	reads := func(k engine.Key, v uint64, want []byte) int {
+		t.Helper()
+		counting.reads = 0
+		got, _, err := e.Read(ctx, k, v, engine.ReadOptions{Verify: true})
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+		n := counting.reads
+		z, _, err := e.ReadZstd(ctx, k, v)
+		require.NoError(t, err)
+		dec, err := zstd.NewReader(nil)
+		require.NoError(t, err)
+		defer dec.Close()
+		got, err = dec.DecodeAll(z, nil)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got), "ReadZstd")
+		return n
+	}
+	once := engine.Key{Namespace: "n", Session: "once", Agent: "a"}
+	save(once, 0, conversation(6))
+	require.Equal(t, 1, reads(once, 0, conversation(6)))
+
+	twice := engine.Key{Namespace: "n", Session: "twice", Agent: "a"}
+	save(twice, 0, conversation(2))
+	save(twice, 1, conversation(6))
+	require.Equal(t, 2, reads(twice, 0, conversation(6)))
+	require.Equal(t, 2, reads(twice, 1, conversation(2)))
+
+	again := engine.Key{Namespace: "n", Session: "deleted", Agent: "a"}
+	save(again, 0, conversation(8))
+	_, err := e.Delete(ctx, again, nil)
+	require.NoError(t, err)
+	save(again, 0, conversation(4))
+	require.Equal(t, 1, reads(again, 0, conversation(4)), "the entries before the deletion are not the session's")
+
+	leased := engine.Key{Namespace: "n", Session: "leased", Agent: "a"}
+	l, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: leased, Owner: "me", TTL: time.Hour, Now: now})
+	require.NoError(t, err)
+	_, err = e.Save(ctx, engine.SaveRequest{Key: leased, Expected: u64(0), Epoch: l.Lease.Epoch, Payload: conversation(4), Now: now})
+	require.NoError(t, err)
+	reads(leased, 0, conversation(4))
+
+	fork := engine.Key{Namespace: "n", Session: "fork", Agent: "a"}
+	_, err = e.Fork(ctx, engine.ForkRequest{From: twice, Version: 1, To: fork, SaveID: "fork", Now: now})
+	require.NoError(t, err)
+	reads(fork, 0, conversation(2))
+	save(fork, 1, conversation(4))
+	reads(fork, 0, conversation(4))
+	reads(fork, 1, conversation(2))
+
+	// Incompressible text larger than an entry: the save is stored in parts before its entry.
+	big := engine.Key{Namespace: "n", Session: "big", Agent: "a"}
+	noise := make([]byte, 12<<10)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range noise {
+		noise[i] = 'a' + byte(rnd.IntN(26))
+	}
+	conv := []byte(`[{"role":"user","content":"` + string(noise) + `"}]`)
+	save(big, 0, conv)
+	var entries int
+	require.NoError(t, counting.Log.Range(ctx, big, 0, 0, func(engine.Entry) bool { entries++; return true }))
+	require.Greater(t, entries, 1, "stored in parts")
+	reads(big, 0, conv)
+
+	// After a pack, a save's entry is the only one since the pack, but not the session's only one.
+	_, err = e.Pack(ctx, twice, true)
+	require.NoError(t, err)
+	save(twice, 2, conversation(8))
+	reads(twice, 0, conversation(8))
+	reads(twice, 2, conversation(6))
 }
