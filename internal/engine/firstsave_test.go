@@ -193,3 +193,54 @@ func TestReadOfASessionSavedOnce(t *testing.T) {
 	reads(twice, 0, conversation(8))
 	reads(twice, 2, conversation(6))
 }
+
+// Daemons racing to create one session, none of which has it cached: one creation wins, the
+// others are conflicts with the winner's version as the head (distinct save ids) or duplicates of
+// it (the same save id, a request delivered to several daemons).
+func TestFirstSaveRace(t *testing.T) {
+	for _, sameID := range []bool{false, true} {
+		t.Run(fmt.Sprintf("same save id %v", sameID), func(t *testing.T) {
+			log := memlog.New(1 << 20)
+			k := engine.Key{Namespace: "n", Session: "raced", Agent: "a"}
+			const daemons = 8
+			type outcome struct {
+				saved engine.Saved
+				err   error
+			}
+			out := make(chan outcome, daemons)
+			for i := range daemons {
+				e := engine.New(log, engine.Config{})
+				go func() {
+					id := fmt.Sprintf("save-%d", i)
+					if sameID {
+						id = "save"
+					}
+					saved, err := e.Save(ctx, engine.SaveRequest{Key: k, SaveID: id, Expected: u64(0), Payload: conversation(2 + i%2*2), Now: now})
+					out <- outcome{saved, err}
+				}()
+			}
+			created, others := 0, 0
+			for range daemons {
+				o := <-out
+				switch {
+				case o.err == nil && !o.saved.Duplicate:
+					created++
+					require.Equal(t, uint64(1), o.saved.Record.Version)
+				case sameID && o.err == nil:
+					others++
+					require.Equal(t, uint64(1), o.saved.Record.Version)
+				default:
+					others++
+					var conflict *engine.ConflictError
+					require.ErrorAs(t, o.err, &conflict)
+					require.Equal(t, uint64(1), conflict.Head)
+				}
+			}
+			require.Equal(t, 1, created)
+			require.Equal(t, daemons-1, others)
+			keys, _, err := log.Sessions(ctx, "n", 0, 100)
+			require.NoError(t, err)
+			require.Equal(t, []engine.Key{k}, keys)
+		})
+	}
+}
