@@ -156,6 +156,7 @@ func (e *Engine) session(key Key) *session {
 		old := e.lru.Back()
 		e.lru.Remove(old)
 		delete(e.sessions, old.Value.(*session).key)
+		old.Value.(*session).release()
 	}
 	return s
 }
@@ -168,6 +169,25 @@ func (e *Engine) forget(s *session) {
 		e.lru.Remove(el)
 		delete(e.sessions, s.key)
 	}
+	s.release()
+}
+
+// release gives the encoder of a session leaving the cache back for other sessions' frames, unless
+// the session is in use (whoever holds it may still save with it: its encoder stays). A goroutine
+// that took the session before it left may still use it afterwards: it finds no encoder and
+// starts a new frame, as after a pack.
+func (s *session) release() {
+	if s.mu.TryLock() {
+		s.dropEncoder()
+		s.mu.Unlock()
+	}
+}
+
+// dropEncoder ends the session's frame (s.mu held): its next save starts a new one, with an
+// encoder from the pool, to which this one goes back.
+func (s *session) dropEncoder() {
+	s.enc.recycle()
+	s.enc = nil
 }
 
 // Forget drops every cached session, as a restart would.
@@ -195,8 +215,24 @@ func (e *Engine) load(ctx context.Context, s *session) error {
 		}
 		s.lastSeq, s.last = last.Seq, m
 	}
-	s.loaded, s.enc, s.recent, s.recentOK = true, nil, nil, false
+	s.dropEncoder()
+	s.loaded, s.recent, s.recentOK = true, nil, false
 	return nil
+}
+
+// assumeEmpty loads the session as an empty log without reading it (s.mu held, not loaded): a
+// save that creates the session checks it with its compare-and-swap on an empty log (saveOnce).
+func (s *session) assumeEmpty() {
+	s.dropEncoder()
+	s.lastSeq, s.last = 0, entryMeta{Head: emptyHead()}
+	s.loaded, s.recent, s.recentOK = true, nil, true
+}
+
+// unload forgets what assumeEmpty assumed (s.mu held): the next use reads the log.
+func (s *session) unload() {
+	s.dropEncoder()
+	s.lastSeq, s.last = 0, entryMeta{}
+	s.loaded, s.recent, s.recentOK = false, nil, false
 }
 
 // again decides what an attempt's error means for the next: true to try again, after dropping the

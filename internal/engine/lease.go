@@ -176,7 +176,8 @@ func (e *Engine) writeDeletion(ctx context.Context, s *session, h headState) err
 	if _, err := e.write(ctx, s, entryMeta{Kind: kindState, Head: h, Deletion: true}, nil); err != nil {
 		return err
 	}
-	s.enc, s.recent, s.recentOK = nil, nil, true
+	s.dropEncoder()
+	s.recent, s.recentOK = nil, true
 	return nil
 }
 

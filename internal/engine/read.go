@@ -313,6 +313,9 @@ func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, e
 // than one pack of PackEntries holds: one pack, or two if one was cut by PackBytes; otherwise
 // fetching packs one at a time would cost a round trip or two before the batch anyway.
 func (e *Engine) holding(ctx context.Context, key Key, last ent, v uint64) ([]ent, error) {
+	if alone(last, v) {
+		return []ent{last}, nil
+	}
 	upTo := upToFor(last, v)
 	h := last.meta.Head
 	if p := lastPackOf(last); p != 0 && h.Version <= uint64(e.cfg.PackEntries)+uint64(h.TailEntries) {
@@ -340,6 +343,16 @@ func (e *Engine) holding(ctx context.Context, key Key, last ent, v uint64) ([]en
 		}
 	}
 	return e.entriesHolding(ctx, key, sinceOf(last), upTo, v)
+}
+
+// alone reports whether version v is held by the last entry alone: a save, not in parts, that is
+// the only entry since the session began or was last deleted (TailEntries counts the entries
+// since the last pack or deletion, parts not included; there is no pack). Reading it needs
+// nothing but the last entry, which the read has: a session's first save, read back (restores of
+// a session saved once, forks, the daemon's first read after a save), costs one round trip, not two.
+func alone(last ent, v uint64) bool {
+	h := last.meta.Head
+	return last.meta.Kind == kindSave && last.meta.Parts == 0 && h.TailEntries == 1 && lastPackOf(last) == 0 && v == h.Version
 }
 
 // upToFor is how far a read of version v must go, given the log's last entry: up to the last

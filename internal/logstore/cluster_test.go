@@ -99,4 +99,15 @@ func TestEngine_Cluster(t *testing.T) {
 	page, _, err := b.HistoryPage(ctx, k, engine.HistoryCursor{}, 5)
 	require.NoError(t, err)
 	require.Equal(t, uint64(35), page[0].Version)
+
+	// b, which has not seen it, creating a session a made: its append on an empty log loses on
+	// the leader, and the head read then decides (a conflict); its next save goes through.
+	k2 := engine.Key{Namespace: "n", Session: "s2", Agent: "a"}
+	enginetest.SaveTurns(t, a, k2, 0, 4, 0)
+	_, err = b.Save(ctx, engine.SaveRequest{Key: k2, SaveID: "b-create", Expected: enginetest.U64(0), Payload: enginetest.Conversation(2), Now: now})
+	var conflict *engine.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, uint64(2), conflict.Head)
+	enginetest.SaveTurns(t, b, k2, 4, 6, 0)
+	enginetest.CheckVersions(t, a, k2, 3)
 }

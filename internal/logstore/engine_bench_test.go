@@ -555,3 +555,84 @@ func sessionsOfVersions(b *testing.B, e *engine.Engine, prefix string, sizes []i
 	e.Forget()
 	return keys
 }
+
+// BenchmarkFirstSave: the daemon benchmark's first saves and restores of a one-save session
+// (checkpointbench's rows "first save" and "restore head"), on the engine alone: the three corpus
+// files saved whole into a new session (Expected 0, as a client creating it), against zstd of the
+// same bytes + one sync publish; then Read and ReadZstd of such a session's head against one
+// direct get of the same zstd frame, decoded or not. Interleaved, CP_BENCH_ROUNDS rounds (40);
+// CP_BENCH_FILE runs only the files whose name contains it.
+func BenchmarkFirstSave(b *testing.B) {
+	srv := startBenchServer(b, b.TempDir())
+	nc := benchConnect(b, srv.s.ClientURL())
+	js, err := jetstream.New(nc)
+	must(b, err)
+	raws, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"},
+		Storage: jetstream.FileStorage, AllowDirect: true})
+	must(b, err)
+	l := openLog(b, nc)
+	rounds := 40
+	if n, err := strconv.Atoi(os.Getenv("CP_BENCH_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	for _, file := range []string{"openhands_gui_todo_app.json", "claude_code_spotter_258c7280.json", "pi_before_compaction.json"} {
+		if only := os.Getenv("CP_BENCH_FILE"); only != "" && !strings.Contains(file, only) {
+			continue
+		}
+		body, err := os.ReadFile(filepath.Join("../../testdata/corpus", file))
+		must(b, err)
+		c, err := codec.Parse(body)
+		must(b, err)
+		conv := append(append([]byte{'['}, c.Span(0, len(c.Messages))...), ']') // canonical, as stored
+		e, fast := engine.New(l, engine.Config{}), engine.New(l, engine.Config{FastSaves: true})
+		restored := engine.Key{Namespace: "bench", Session: "restore-" + file, Agent: "main"}
+		_, err = e.Save(ctx, engine.SaveRequest{Key: restored, Expected: enginetest.U64(0), Payload: conv, Now: time.Now()})
+		must(b, err)
+		_, err = js.Publish(ctx, "raw.whole."+strconv.Itoa(len(conv)), codec.CompressZstd(conv))
+		must(b, err)
+		var t, r timings
+		for i := range rounds {
+			t.time("raw: zstd + sync publish", func() {
+				_, err := js.Publish(ctx, "raw.first", codec.CompressZstd(conv))
+				must(b, err)
+			})
+			t.time("engine Save, new session (default)", func() {
+				k := engine.Key{Namespace: "bench", Session: fmt.Sprintf("first-%s-%d", file, i), Agent: "main"}
+				_, err := e.Save(ctx, engine.SaveRequest{Key: k, Expected: enginetest.U64(0), Payload: conv, Now: time.Now()})
+				must(b, err)
+			})
+			t.time("engine Save, new session, FastSaves", func() {
+				k := engine.Key{Namespace: "bench", Session: fmt.Sprintf("fast-%s-%d", file, i), Agent: "main"}
+				_, err := fast.Save(ctx, engine.SaveRequest{Key: k, Expected: enginetest.U64(0), Payload: conv, Now: time.Now()})
+				must(b, err)
+			})
+			r.time("raw: direct get", func() {
+				m, err := raws.GetLastMsgForSubject(ctx, "raw.whole."+strconv.Itoa(len(conv)))
+				must(b, err)
+				_ = m.Data
+			})
+			r.time("raw: direct get + zstd decode", func() {
+				m, err := raws.GetLastMsgForSubject(ctx, "raw.whole."+strconv.Itoa(len(conv)))
+				must(b, err)
+				out, err := codec.DecompressZstd(m.Data, 64<<20)
+				must(b, err)
+				if len(out) != len(conv) {
+					b.Fatal("raw: wrong size")
+				}
+			})
+			r.time("engine Read of the head", func() {
+				got, _, err := e.Read(ctx, restored, 0, engine.ReadOptions{})
+				must(b, err)
+				if len(got) != len(conv) {
+					b.Fatal("Read: wrong size")
+				}
+			})
+			r.time("engine ReadZstd of the head", func() {
+				_, _, err := e.ReadZstd(ctx, restored, 0)
+				must(b, err)
+			})
+		}
+		t.print(b, fmt.Sprintf("First save of %s (%d B)", file, len(conv)), "raw: zstd + sync publish")
+		r.print(b, fmt.Sprintf("Restore of a one-save session, %s (%d B)", file, len(conv)), "raw: direct get + zstd decode")
+	}
+}
