@@ -17,6 +17,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -127,7 +128,7 @@ func requireTyped(t *testing.T, err error) {
 
 // fuzzStore is a JetStream store on an embedded server of its own, for the whole fuzzing process.
 func fuzzStore(f *testing.F) snapshot.Store {
-	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: f.TempDir(), Listen: "127.0.0.1:0"})
+	s, err := embedded.StartServer(embedded.ServerConfig{DataDir: f.TempDir(), Listen: "127.0.0.1:0"})
 	if err != nil {
 		f.Fatal(err)
 	}

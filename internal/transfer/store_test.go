@@ -11,12 +11,13 @@ import (
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/snapshot/storetest"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // The JetStream store keeps the snapshot.Store contract, on a real embedded nats-server.
 func TestStore_Conformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) (snapshot.Store, int) {
-		s, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+		s, err := embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
 		require.NoError(t, err)
 		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 		nc, err := nats.Connect(s.ClientURL())

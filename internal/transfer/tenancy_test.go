@@ -24,6 +24,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -32,7 +33,7 @@ import (
 // bob's session and every stream of the daemon's account must be exactly as before.
 
 type tenancyFixture struct {
-	tenants   *transfer.Tenants
+	tenants   *embedded.Tenants
 	tenBobKey nkeys.KeyPair
 	admKey    nkeys.KeyPair
 }
@@ -47,12 +48,12 @@ func newTenancyFixture(t *testing.T) tenancyFixture {
 	require.NoError(t, err)
 	admPub, err := adm.PublicKey()
 	require.NoError(t, err)
-	return tenancyFixture{tenBobKey: bob, admKey: adm, tenants: &transfer.Tenants{
-		Admins: []transfer.Login{{User: "ops", Password: "ops-secret-PW1"}, {Nkey: admPub}},
-		Tenants: []transfer.Tenant{
-			{Namespace: "alice", Login: transfer.Login{User: "alice", Password: "alice-secret-PW2"}},
-			{Namespace: "alice", Login: transfer.Login{User: "alice-ci", Password: "alice-ci-secret-PW3"}},
-			{Namespace: "bob", Login: transfer.Login{Nkey: bobPub}},
+	return tenancyFixture{tenBobKey: bob, admKey: adm, tenants: &embedded.Tenants{
+		Admins: []embedded.Login{{User: "ops", Password: "ops-secret-PW1"}, {Nkey: admPub}},
+		Tenants: []embedded.Tenant{
+			{Namespace: "alice", Login: embedded.Login{User: "alice", Password: "alice-secret-PW2"}},
+			{Namespace: "alice", Login: embedded.Login{User: "alice-ci", Password: "alice-ci-secret-PW3"}},
+			{Namespace: "bob", Login: embedded.Login{Nkey: bobPub}},
 		}}}
 }
 
@@ -174,7 +175,7 @@ func TestTenancy_LoginsAreRequired(t *testing.T) {
 		"unknown user":            {nats.UserInfo("mallory", "x")},
 		"wrong password":          {nats.UserInfo("alice", "alice-secret-PW")},
 		"another user's password": {nats.UserInfo("alice", "alice-ci-secret-PW3")},
-		"the daemon's user":       {nats.UserInfo(transfer.DaemonUser, "guess")},
+		"the daemon's user":       {nats.UserInfo(embedded.DaemonUser, "guess")},
 		"unknown nkey":            {nkeyLogin(t, other)},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -662,8 +663,8 @@ func TestTenancy_Reload(t *testing.T) {
 	ci.SetClosedHandler(func(*nats.Conn) { close(closed) })
 
 	changed := *f.tenants
-	changed.Tenants = []transfer.Tenant{f.tenants.Tenants[0], f.tenants.Tenants[2], // alice-ci removed
-		{Namespace: "carol", Login: transfer.Login{User: "carol", Password: "carol-secret-PW4"}}}
+	changed.Tenants = []embedded.Tenant{f.tenants.Tenants[0], f.tenants.Tenants[2], // alice-ci removed
+		{Namespace: "carol", Login: embedded.Login{User: "carol", Password: "carol-secret-PW4"}}}
 	require.NoError(t, e.Reload(&changed))
 
 	carolNC, err := e.Conn(nats.UserInfo("carol", "carol-secret-PW4"))
@@ -702,9 +703,9 @@ func TestTenancy_Reload(t *testing.T) {
 func TestTenancy_PrintedConfigIsolatesAnExternalServer(t *testing.T) {
 	f := newTenancyFixture(t)
 	listen := testenv.FreeAddr(t)
-	password, err := transfer.NewDaemonPassword()
+	password, err := embedded.NewDaemonPassword()
 	require.NoError(t, err)
-	t.Setenv(transfer.DaemonPasswordVar, password)
+	t.Setenv(embedded.DaemonPasswordVar, password)
 	conf := fmt.Sprintf("listen: %q\nmax_payload: 65536\njetstream {store_dir: %q}\n\n%s", listen, t.TempDir(),
 		f.tenants.NATSConfig(""))
 	path := filepath.Join(t.TempDir(), "nats-server.conf")
@@ -740,7 +741,7 @@ func TestTenancy_PrintedConfigIsolatesAnExternalServer(t *testing.T) {
 // quotes a password.
 func TestTenants_Parse(t *testing.T) {
 	good := `{"admins":[{"user":"ops","password":"p"}],"tenants":[{"namespace":"alice","user":"alice","password":"pw-alice"}]}`
-	tn, err := transfer.ParseTenants([]byte(good), "t.json")
+	tn, err := embedded.ParseTenants([]byte(good), "t.json")
 	require.NoError(t, err)
 	require.Equal(t, []string{"alice"}, tn.Namespaces())
 
@@ -767,8 +768,8 @@ func TestTenants_Parse(t *testing.T) {
 		{"namespace too long", `{"tenants":[{"namespace":"` + strings.Repeat("n", 300) + `","user":"u","password":"x"}]}`, "tenants[0]: namespace: invalid id"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := transfer.ParseTenants([]byte(c.file), "t.json")
-			var fe *transfer.TenantsFileError
+			_, err := embedded.ParseTenants([]byte(c.file), "t.json")
+			var fe *embedded.TenantsFileError
 			require.ErrorAs(t, err, &fe)
 			require.Contains(t, err.Error(), c.want)
 			for _, secret := range []string{"hunter2", "cret", string(seed)} {
@@ -776,7 +777,7 @@ func TestTenants_Parse(t *testing.T) {
 			}
 		})
 	}
-	_, err = transfer.LoadTenants(filepath.Join(t.TempDir(), "missing.json"))
+	_, err = embedded.LoadTenants(filepath.Join(t.TempDir(), "missing.json"))
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
@@ -797,9 +798,9 @@ func TestTenants_PrintShowsNoPassword(t *testing.T) {
 // configuration carries them exactly, and logins with them work.
 func TestTenants_ConfigQuotesAnything(t *testing.T) {
 	weird := []string{`pa"ss`, `back\slash`, "new\nline\ttab", "$VAR", "{braces} [x] #c //c", "ünï €", "'single'", "\x01\x7f"}
-	tn := &transfer.Tenants{}
+	tn := &embedded.Tenants{}
 	for i, pw := range weird {
-		tn.Tenants = append(tn.Tenants, transfer.Tenant{Namespace: "ns " + pw + strconv.Itoa(i), Login: transfer.Login{User: "u" + strconv.Itoa(i) + `"x`, Password: transfer.Secret(pw)}})
+		tn.Tenants = append(tn.Tenants, embedded.Tenant{Namespace: "ns " + pw + strconv.Itoa(i), Login: embedded.Login{User: "u" + strconv.Itoa(i) + `"x`, Password: embedded.Secret(pw)}})
 	}
 	e := testenv.StartTenancy(t, tn, 0)
 	for i, pw := range weird {
@@ -819,15 +820,15 @@ func TestStartServer_RefusesAStoreOfTheOtherAccount(t *testing.T) {
 	require.NoError(t, err)
 	e.Stop()
 	f := newTenancyFixture(t)
-	_, err = transfer.StartServer(transfer.ServerConfig{DataDir: e.Dir, Listen: testenv.FreeAddr(t), Tenants: f.tenants, DaemonPassword: "pw"})
-	var me *transfer.StoreAccountMismatchError
+	_, err = embedded.StartServer(embedded.ServerConfig{DataDir: e.Dir, Listen: testenv.FreeAddr(t), Tenants: f.tenants, DaemonPassword: "pw"})
+	var me *embedded.StoreAccountMismatchError
 	require.ErrorAs(t, err, &me)
 	require.Contains(t, err.Error(), "stored without --tenants")
 
-	cfg := transfer.ServerConfig{DataDir: t.TempDir(), Listen: testenv.FreeAddr(t), Tenants: f.tenants, DaemonPassword: "pw"}
-	s, err := transfer.StartServer(cfg)
+	cfg := embedded.ServerConfig{DataDir: t.TempDir(), Listen: testenv.FreeAddr(t), Tenants: f.tenants, DaemonPassword: "pw"}
+	s, err := embedded.StartServer(cfg)
 	require.NoError(t, err)
-	nc, err := nats.Connect("nats://"+cfg.Listen, nats.UserInfo(transfer.DaemonUser, "pw"))
+	nc, err := nats.Connect("nats://"+cfg.Listen, nats.UserInfo(embedded.DaemonUser, "pw"))
 	require.NoError(t, err)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
@@ -836,7 +837,7 @@ func TestStartServer_RefusesAStoreOfTheOtherAccount(t *testing.T) {
 	nc.Close()
 	s.Shutdown()
 	s.WaitForShutdown()
-	_, err = transfer.StartServer(transfer.ServerConfig{DataDir: cfg.DataDir, Listen: testenv.FreeAddr(t)})
+	_, err = embedded.StartServer(embedded.ServerConfig{DataDir: cfg.DataDir, Listen: testenv.FreeAddr(t)})
 	require.ErrorAs(t, err, &me)
 	require.Contains(t, err.Error(), "stored with --tenants")
 }

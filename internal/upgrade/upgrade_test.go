@@ -29,6 +29,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -57,7 +58,7 @@ func unpack(t testing.TB, archive string) string {
 // Run. The server stops when the test ends (or at close).
 func open(t testing.TB, dir string) *store {
 	t.Helper()
-	srv, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	srv, err := embedded.StartServer(embedded.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
 	require.NoError(t, err)
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package transfer_test
+package embedded_test
 
 import (
 	"net"
@@ -6,9 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/stretchr/testify/require"
-
-	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
 // When the embedded server cannot start, StartServer says why at once, instead of waiting out its
@@ -18,7 +17,7 @@ func TestStartServer_SaysWhyItCannotStart(t *testing.T) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		defer l.Close()
-		_, err = transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: l.Addr().String()})
+		_, err = embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: l.Addr().String()})
 		require.ErrorContains(t, err, l.Addr().String())
 		require.ErrorContains(t, err, "address already in use")
 	})
@@ -27,7 +26,7 @@ func TestStartServer_SaysWhyItCannotStart(t *testing.T) {
 		// server cannot create (permissions do not stop root, who runs CI).
 		dir := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "jetstream"), nil, 0o600))
-		_, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+		_, err := embedded.StartServer(embedded.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
 		require.ErrorContains(t, err, dir)
 		require.ErrorContains(t, err, "Can't start JetStream")
 		require.ErrorContains(t, err, "not a directory")

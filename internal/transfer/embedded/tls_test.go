@@ -1,4 +1,4 @@
-package transfer_test
+package embedded_test
 
 import (
 	"bufio"
@@ -20,27 +20,28 @@ import (
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // runEmbedded runs an embedded server as cfg says and a daemon on its in-process connection,
 // as checkpointd does; both stop when the test ends.
-func runEmbedded(t *testing.T, cfg transfer.ServerConfig) *server.Server {
+func runEmbedded(t *testing.T, cfg embedded.ServerConfig) *server.Server {
 	t.Helper()
 	s, _ := runEmbeddedStoppable(t, cfg)
 	return s
 }
 
 // runEmbeddedStoppable is runEmbedded that also returns how to stop it before the test ends.
-func runEmbeddedStoppable(t *testing.T, cfg transfer.ServerConfig) (*server.Server, func()) {
+func runEmbeddedStoppable(t *testing.T, cfg embedded.ServerConfig) (*server.Server, func()) {
 	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
 	}
 	cfg.Listen = "127.0.0.1:0"
-	s, err := transfer.StartServer(cfg)
+	s, err := embedded.StartServer(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(transfer.InProcessURL(s), nats.InProcessServer(s))
+	nc, err := nats.Connect(embedded.InProcessURL(s), nats.InProcessServer(s))
 	require.NoError(t, err, "the daemon's in-process connection needs no TLS")
 	t.Cleanup(nc.Close)
 	var once sync.Once
@@ -77,7 +78,7 @@ func saveAndRestore(t *testing.T, c *checkpoint.Client) {
 
 func TestServerTLS_ClientsNeedTheRightCA(t *testing.T) {
 	pki, other := testenv.NewPKI(t), testenv.NewPKI(t)
-	s := runEmbedded(t, transfer.ServerConfig{TLS: transfer.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey}})
+	s := runEmbedded(t, embedded.ServerConfig{TLS: embedded.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey}})
 	require.True(t, strings.HasPrefix(s.ClientURL(), "tls://"), s.ClientURL())
 	url := "nats://" + s.Addr().String()
 
@@ -122,7 +123,7 @@ func requirePlainRefused(t *testing.T, addr string) {
 
 func TestServerTLS_MutualTLSNeedsAClientCertificate(t *testing.T) {
 	pki := testenv.NewPKI(t)
-	s := runEmbedded(t, transfer.ServerConfig{TLS: transfer.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CA}})
+	s := runEmbedded(t, embedded.ServerConfig{TLS: embedded.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CA}})
 	url := "nats://" + s.Addr().String()
 
 	_, err := checkpoint.Connect(url, []nats.Option{nats.RootCAs(pki.CA)})
@@ -142,16 +143,16 @@ func TestServerTLS_MutualTLSNeedsAClientCertificate(t *testing.T) {
 func TestServerTLS_BadFilesAreClearErrors(t *testing.T) {
 	pki := testenv.NewPKI(t)
 	for name, tc := range map[string]struct {
-		tls  transfer.ServerTLS
+		tls  embedded.ServerTLS
 		want string
 	}{
-		"key without cert": {transfer.ServerTLS{KeyFile: pki.ServerKey}, "--tls-cert and --tls-key"},
-		"missing cert":     {transfer.ServerTLS{CertFile: "/nonexistent/cert.pem", KeyFile: pki.ServerKey}, "/nonexistent/cert.pem"},
-		"key is no key":    {transfer.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.CA}, "--tls-key"},
-		"missing CA":       {transfer.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: "/nonexistent/ca.pem"}, "/nonexistent/ca.pem"},
+		"key without cert": {embedded.ServerTLS{KeyFile: pki.ServerKey}, "--tls-cert and --tls-key"},
+		"missing cert":     {embedded.ServerTLS{CertFile: "/nonexistent/cert.pem", KeyFile: pki.ServerKey}, "/nonexistent/cert.pem"},
+		"key is no key":    {embedded.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.CA}, "--tls-key"},
+		"missing CA":       {embedded.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: "/nonexistent/ca.pem"}, "/nonexistent/ca.pem"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", TLS: tc.tls})
+			_, err := embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", TLS: tc.tls})
 			require.ErrorContains(t, err, tc.want)
 		})
 	}

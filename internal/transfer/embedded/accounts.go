@@ -1,4 +1,4 @@
-package transfer
+package embedded
 
 // Tenancy: who may log in to the embedded NATS server, and what each login reaches.
 //

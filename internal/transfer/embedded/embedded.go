@@ -1,4 +1,8 @@
-package transfer
+// Package embedded runs the nats-server checkpointd starts when no --nats-url is given: its
+// options (listen address, JetStream store, max payload, sync), TLS, the tenants' NATS accounts
+// (accounts.go), encryption of the JetStream store (jetstreamkey.go) and reloads on SIGHUP. It knows
+// nothing of checkpoints beyond the subjects it grants to tenants.
+package embedded
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package transfer_test
+package embedded_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 const storeKeyA, storeKeyB = "first store key, long enough", "second store key, long enough"
@@ -78,8 +78,8 @@ func clientURLOf(s *server.Server) string { return "nats://" + s.Addr().String()
 func TestStoreEncryption_WrongMissingOrUnexpectedKeyTouchesNothing(t *testing.T) {
 	t.Run("encrypted store", func(t *testing.T) {
 		dir := t.TempDir()
-		enc := transfer.StoreEncryption{Key: storeKeyA}
-		s, stop := runEmbeddedStoppable(t, transfer.ServerConfig{DataDir: dir, Encryption: enc})
+		enc := embedded.StoreEncryption{Key: storeKeyA}
+		s, stop := runEmbeddedStoppable(t, embedded.ServerConfig{DataDir: dir, Encryption: enc})
 		key := checkpoint.Key{Session: "enc"}
 		convs := saveMarkedVersions(t, clientURLOf(s), key, 3, "x")
 		stop()
@@ -87,37 +87,37 @@ func TestStoreEncryption_WrongMissingOrUnexpectedKeyTouchesNothing(t *testing.T)
 
 		for _, tc := range []struct {
 			name string
-			enc  transfer.StoreEncryption
+			enc  embedded.StoreEncryption
 			want error
 		}{
-			{"wrong key", transfer.StoreEncryption{Key: storeKeyB}, transfer.ErrWrongStoreKey},
-			{"wrong key, other cipher", transfer.StoreEncryption{Key: storeKeyB, Cipher: server.AES}, transfer.ErrWrongStoreKey},
-			{"no key", transfer.StoreEncryption{}, transfer.ErrStoreEncrypted},
+			{"wrong key", embedded.StoreEncryption{Key: storeKeyB}, embedded.ErrWrongStoreKey},
+			{"wrong key, other cipher", embedded.StoreEncryption{Key: storeKeyB, Cipher: server.AES}, embedded.ErrWrongStoreKey},
+			{"no key", embedded.StoreEncryption{}, embedded.ErrStoreEncrypted},
 		} {
-			_, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0", Encryption: tc.enc})
+			_, err := embedded.StartServer(embedded.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0", Encryption: tc.enc})
 			require.ErrorIs(t, err, tc.want, tc.name)
 			require.NotContains(t, err.Error(), storeKeyA, tc.name)
 			require.NotContains(t, err.Error(), storeKeyB, tc.name)
 			require.Equal(t, before, dirDigest(t, dir), "%s: the data directory changed", tc.name)
 		}
 
-		s, _ = runEmbeddedStoppable(t, transfer.ServerConfig{DataDir: dir, Encryption: enc})
+		s, _ = runEmbeddedStoppable(t, embedded.ServerConfig{DataDir: dir, Encryption: enc})
 		requireEveryVersion(t, clientURLOf(s), key, convs)
 	})
 
 	t.Run("plain store", func(t *testing.T) {
 		dir := t.TempDir()
-		s, stop := runEmbeddedStoppable(t, transfer.ServerConfig{DataDir: dir})
+		s, stop := runEmbeddedStoppable(t, embedded.ServerConfig{DataDir: dir})
 		key := checkpoint.Key{Session: "plain"}
 		convs := saveMarkedVersions(t, clientURLOf(s), key, 3, "x")
 		stop()
 		before := dirDigest(t, dir)
 
-		_, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0", Encryption: transfer.StoreEncryption{Key: storeKeyA}})
-		require.ErrorIs(t, err, transfer.ErrStoreNotEncrypted)
+		_, err := embedded.StartServer(embedded.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0", Encryption: embedded.StoreEncryption{Key: storeKeyA}})
+		require.ErrorIs(t, err, embedded.ErrStoreNotEncrypted)
 		require.Equal(t, before, dirDigest(t, dir), "the data directory changed")
 
-		s, _ = runEmbeddedStoppable(t, transfer.ServerConfig{DataDir: dir})
+		s, _ = runEmbeddedStoppable(t, embedded.ServerConfig{DataDir: dir})
 		requireEveryVersion(t, clientURLOf(s), key, convs)
 	})
 }
@@ -128,17 +128,17 @@ func TestStoreEncryption_WrongMissingOrUnexpectedKeyTouchesNothing(t *testing.T)
 func TestStoreEncryption_NoSavedBytesInTheDataDirectory(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		enc       transfer.StoreEncryption
+		enc       embedded.StoreEncryption
 		wantFound bool
 	}{
-		{"plain", transfer.StoreEncryption{}, true},
-		{"encrypted", transfer.StoreEncryption{Key: storeKeyA}, false},
-		{"encrypted aes", transfer.StoreEncryption{Key: storeKeyA, Cipher: server.AES}, false},
+		{"plain", embedded.StoreEncryption{}, true},
+		{"encrypted", embedded.StoreEncryption{Key: storeKeyA}, false},
+		{"encrypted aes", embedded.StoreEncryption{Key: storeKeyA, Cipher: server.AES}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			marker := fmt.Sprintf("secret-marker-%d", time.Now().UnixNano())
-			s, stop := runEmbeddedStoppable(t, transfer.ServerConfig{DataDir: dir, Encryption: tc.enc})
+			s, stop := runEmbeddedStoppable(t, embedded.ServerConfig{DataDir: dir, Encryption: tc.enc})
 			saveMarkedVersions(t, clientURLOf(s), checkpoint.Key{Session: "grep"}, 3, marker)
 			saveLargeValue(t, clientURLOf(s), marker)
 			stop()
