@@ -16,6 +16,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/sealing"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 )
 
 // Config is what the daemon needs beyond a NATS connection.
@@ -143,17 +144,17 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("the NATS server's max_payload is %d bytes; checkpointd needs at least %d (%d KiB of headers and room for pieces): raise max_payload in the server's configuration",
 			mp, minMaxPayload, headerRoom/1024)
 	}
-	var st *streams
+	var st *edge.Streams
 	var log engine.Log
 	var logStream jetstream.Stream
 	err = retryStartup(ctx, cfg.Logger, func(ctx context.Context) (err error) {
-		if err = refuseFormat2(ctx, js); err != nil {
+		if err = edge.RefuseFormat2(ctx, js); err != nil {
 			return err
 		}
-		if st, err = ensureStreams(ctx, js, cfg.Replicas, cfg.ResultTTL); err != nil {
+		if st, err = edge.EnsureStreams(ctx, js, cfg.Replicas, cfg.ResultTTL); err != nil {
 			return err
 		}
-		log, logStream, err = openLog(ctx, nc, js, cfg.Replicas)
+		log, logStream, err = edge.OpenLog(ctx, nc, js, cfg.Replicas)
 		return err
 	})
 	if err != nil {
@@ -162,7 +163,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := checkOpenedStreams(st, logStream); err != nil {
 		return nil, err
 	}
-	sealed := sealLog(boundedLog{log}, cfg.NamespaceKeys)
+	sealed := edge.SealLog(edge.BoundedLog{Log: log}, cfg.NamespaceKeys)
 	eng := engine.New(sealed, cfg.Engine)
 	d := &Daemon{cfg: cfg, Engine: eng, logStream: logStream, sealed: sealed, nc: nc, policy: newLivePolicy(cfg.Retention)}
 	watchConn(nc, cfg.Logger, cfg.Metrics)
@@ -214,7 +215,7 @@ func retryStartup(ctx context.Context, log *slog.Logger, f func(context.Context)
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := f(actx)
 		cancel()
-		if err == nil || !isTransient(err) && !clusterForming(err) || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || !edge.IsTransient(err) && !clusterForming(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 		log.Warn("JetStream not ready, retrying", "attempt", attempt, "err", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -320,7 +321,7 @@ func TestDaemon_BadInputIsRefusedAndHarmless(t *testing.T) {
 		subject := "cp.log." + wire.EncodeID(k.Namespace) + "." + wire.EncodeID(k.Session) + "." + wire.EncodeID(k.Agent)
 		js, err := jetstream.New(env.NC)
 		require.NoError(t, err)
-		st, err := js.Stream(ctx, transfer.LogStream)
+		st, err := js.Stream(ctx, edge.LogStream)
 		require.NoError(t, err)
 		last, err := st.GetLastMsgForSubject(ctx, subject)
 		require.NoError(t, err)

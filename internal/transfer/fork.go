@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -34,7 +35,7 @@ func (s *service) fork(ctx context.Context, ns string, body []byte) (reply, erro
 	}
 	if req.To.Namespace != "" && req.To.Namespace != ns {
 		return reply{}, fmt.Errorf("%w: to.namespace %q: a fork stays in its namespace (%q); to copy across namespaces, restore and save",
-			errBadRequest, req.To.Namespace, ns)
+			edge.ErrBadRequest, req.To.Namespace, ns)
 	}
 	from, err := s.settledKey(ctx, ns, req.SessionRequest)
 	if err != nil {
@@ -45,20 +46,20 @@ func (s *service) fork(ctx context.Context, ns string, body []byte) (reply, erro
 		return reply{}, fmt.Errorf("to: %w", err)
 	}
 	if from == to {
-		return reply{}, fmt.Errorf("%w: to: %s is the source: a session cannot be forked into itself", errBadRequest, to)
+		return reply{}, fmt.Errorf("%w: to: %s is the source: a session cannot be forked into itself", edge.ErrBadRequest, to)
 	}
-	if rec, taken, err := s.taken(ctx, keyOf(to), req.SaveID); taken {
+	if rec, taken, err := s.taken(ctx, edge.KeyOf(to), req.SaveID); taken {
 		if err != nil {
 			return reply{}, err
 		}
-		return jsonReply(versionOf(rec)) // this very fork, asked again
+		return jsonReply(edge.VersionOf(rec)) // this very fork, asked again
 	}
-	saved, err := s.engine.Fork(ctx, engine.ForkRequest{From: keyOf(from), Version: req.Version, To: keyOf(to),
+	saved, err := s.engine.Fork(ctx, engine.ForkRequest{From: edge.KeyOf(from), Version: req.Version, To: edge.KeyOf(to),
 		SaveID: req.SaveID, Writer: req.Writer, Epoch: req.Epoch, Now: time.Now()})
 	if err != nil {
 		return reply{}, err
 	}
-	v := versionOf(saved.Record)
+	v := edge.VersionOf(saved.Record)
 	s.log.Debug("fork", "from", from, "version", v.ForkOf, "to", to, "duplicate", saved.Duplicate)
 	return jsonReply(v)
 }

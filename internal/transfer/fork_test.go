@@ -16,6 +16,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -62,7 +63,7 @@ func TestFork_SharesWhatItForked(t *testing.T) {
 // session after its save is answered, off its latency).
 func quietLogBytes(t *testing.T, ctx context.Context, js jetstream.JetStream) uint64 {
 	t.Helper()
-	s, err := js.Stream(ctx, transfer.LogStream)
+	s, err := js.Stream(ctx, edge.LogStream)
 	require.NoError(t, err)
 	var last uint64
 	for {

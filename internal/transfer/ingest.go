@@ -21,6 +21,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -29,7 +30,7 @@ import (
 // crash at any point means it is delivered again; the save id makes the second pass a no-op.
 type ingester struct {
 	js       jetstream.JetStream
-	st       *streams
+	st       *edge.Streams
 	engine   *engine.Engine
 	maxBytes int64
 	// imagePaths is the policy for images that name local files (codec.ImagePaths).
@@ -88,8 +89,8 @@ func (in *ingester) start(ctx context.Context, lanes int) error {
 // consume creates the durable consumer if it is missing and starts taking saves from it. The
 // health monitor runs it again when the consumer stops delivering (deleted by an operator, say).
 func (in *ingester) consume(ctx context.Context) error {
-	cons, err := in.st.ingest.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       ingestConsumer,
+	cons, err := in.st.Ingest.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       edge.IngestConsumer,
 		Description:   "checkpointd instances share this consumer",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
@@ -219,7 +220,7 @@ func (in *ingester) removeChunks(ctx context.Context, key wire.Key, saveID strin
 		return
 	}
 	subj := wire.ChunkSubject(key.Namespace, saveID)
-	if err := in.st.chunks.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+	if err := in.st.Chunks.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
 		in.log.Warn("ingest: could not remove settled chunks; they expire with the stream's max age", "subject", subj, "err", err)
 	}
 }
@@ -259,13 +260,13 @@ func attribute(prefix, subject, saveID string) (wire.Key, string, error) {
 		if toks := strings.Split(subject, "."); len(toks) > 2 {
 			key.Namespace, _ = wire.DecodeID(toks[2]) // for the refusal, when it can be read
 		}
-		return key, "", fmt.Errorf("%w: subject %q is not %s<namespace>.<session>.<agent> with encoded ids (docs/protocol.md §2): %v", errBadRequest, subject, prefix, err)
+		return key, "", fmt.Errorf("%w: subject %q is not %s<namespace>.<session>.<agent> with encoded ids (docs/protocol.md §2): %v", edge.ErrBadRequest, subject, prefix, err)
 	}
 	if saveID == "" {
-		return key, "", fmt.Errorf("%w: header %s: missing; every save needs an id of its own (1 to %d bytes of UTF-8), which names its result subject and makes retries safe", errBadRequest, wire.HdrSaveID, wire.MaxIDBytes)
+		return key, "", fmt.Errorf("%w: header %s: missing; every save needs an id of its own (1 to %d bytes of UTF-8), which names its result subject and makes retries safe", edge.ErrBadRequest, wire.HdrSaveID, wire.MaxIDBytes)
 	}
 	if err := wire.ValidateID(saveID); err != nil {
-		return key, "", fmt.Errorf("%w: header %s: %v", errBadRequest, wire.HdrSaveID, err)
+		return key, "", fmt.Errorf("%w: header %s: %v", edge.ErrBadRequest, wire.HdrSaveID, err)
 	}
 	return key, saveID, nil
 }
@@ -278,8 +279,8 @@ func (in *ingester) refuseUnattributed(msg jetstream.Msg, seq uint64, ns string,
 	if toks := strings.Split(msg.Subject(), "."); len(toks) > 2 {
 		nsToken = toks[2]
 	}
-	res := wire.SaveResult{Key: wire.Key{Namespace: ns}, Seq: seq, Error: toWireError(cause)}
-	ctx, cancel := opContext(in.ctx)
+	res := wire.SaveResult{Key: wire.Key{Namespace: ns}, Seq: seq, Error: edge.ToWireError(cause)}
+	ctx, cancel := edge.OpContext(in.ctx)
 	defer cancel()
 	if err := in.publishResultOn(ctx, wire.UnattributedResultSubject(nsToken, seq), res); err != nil {
 		in.log.Warn("ingest: publishing a refusal failed, will retry", "subject", msg.Subject(), "seq", seq, "err", err)
@@ -298,7 +299,7 @@ func (in *ingester) refuseUnattributed(msg jetstream.Msg, seq uint64, ns string,
 // version to look at: anyone able to publish on a result subject could have written it, so the
 // duplicate is decided by the version record in storage, which only daemons write.
 func (in *ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wire.Version, error) {
-	m, err := in.st.read.last(ctx, in.st.results, wire.ResultSubject(key.Namespace, saveID))
+	m, err := in.st.Read.Last(ctx, in.st.Results, wire.ResultSubject(key.Namespace, saveID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
@@ -309,14 +310,14 @@ func (in *ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wi
 	if json.Unmarshal(m.Data, &res) != nil || !res.OK || res.Version == nil || res.Key != key {
 		return nil, nil
 	}
-	rec, err := in.engine.Version(ctx, keyOf(key), res.Version.Version)
+	rec, err := in.engine.Version(ctx, edge.KeyOf(key), res.Version.Version)
 	if errors.Is(err, engine.ErrNotFound) {
 		return nil, nil // pruned since, or never there: settle the save as if new
 	}
 	if err != nil {
 		return nil, err
 	}
-	v := versionOf(rec)
+	v := edge.VersionOf(rec)
 	if v.SaveID != saveID {
 		in.log.Warn("ingest: a stored result names a version this save did not make; ignoring it",
 			"session", key, "save", saveID, "version", v.Version)
@@ -330,7 +331,7 @@ func (in *ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wi
 // transient (storage); refusals are part of the result. The int is the save's chunk count.
 func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, h nats.Header, data []byte) (wire.SaveResult, int, error) {
 	refuse := func(err error) (wire.SaveResult, int, error) {
-		return wire.SaveResult{Error: toWireError(err)}, 0, nil
+		return wire.SaveResult{Error: edge.ToWireError(err)}, 0, nil
 	}
 	hs, err := parseSaveHeaders(h, key, saveID, in.now(), in.maxBytes)
 	if err != nil {
@@ -362,7 +363,7 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
 	saved, err := in.engine.Save(ctx, req)
 	switch {
-	case isStorageRefusal(err):
+	case edge.IsStorageRefusal(err):
 		res, _, _ := refuse(err)
 		res.Received = received
 		return res, 0, nil
@@ -372,7 +373,7 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	if saved.PackDue {
 		in.packer.due(req.Key) // packed after the save is answered, off its latency
 	}
-	v := versionOf(saved.Record)
+	v := edge.VersionOf(saved.Record)
 	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received}, hs.chunks, nil
 }
 
@@ -380,7 +381,7 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 // trouble (retried).
 func isRefusal(err error) bool {
 	var we *wire.Error // busy, or a header out of range
-	return errors.As(err, &we) || errors.Is(err, errBadRequest) || errors.Is(err, codec.ErrTooLarge) || errors.Is(err, codec.ErrMalformed)
+	return errors.As(err, &we) || errors.Is(err, edge.ErrBadRequest) || errors.Is(err, codec.ErrTooLarge) || errors.Is(err, codec.ErrMalformed)
 }
 
 // saveHeaders is what the headers of a save say, checked.
@@ -397,14 +398,14 @@ type saveHeaders struct {
 // naming the header, or unknown_format for a Cp-Format this daemon does not know.
 func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time, maxBytes int64) (saveHeaders, error) {
 	hs := saveHeaders{encoding: wire.EncodingIdentity,
-		req: engine.SaveRequest{Key: keyOf(key), SaveID: saveID, Writer: h.Get(wire.HdrWriter), Reason: h.Get(wire.HdrReason), Now: now}}
+		req: engine.SaveRequest{Key: edge.KeyOf(key), SaveID: saveID, Writer: h.Get(wire.HdrWriter), Reason: h.Get(wire.HdrReason), Now: now}}
 	for _, name := range []string{wire.HdrWriter, wire.HdrImportSource} {
 		if n := len(h.Get(name)); n > wire.MaxTextHeaderBytes {
-			return hs, fmt.Errorf("%w: header %s: %d bytes, at most %d (it is recorded in the version)", errBadRequest, name, n, wire.MaxTextHeaderBytes)
+			return hs, fmt.Errorf("%w: header %s: %d bytes, at most %d (it is recorded in the version)", edge.ErrBadRequest, name, n, wire.MaxTextHeaderBytes)
 		}
 	}
 	if r := hs.req.Reason; r != "" && !wire.ValidReason(r) {
-		return hs, fmt.Errorf("%w: header %s: unknown reason %q (want turn, pause, migrate, import, manual or fork)", errBadRequest, wire.HdrReason, r)
+		return hs, fmt.Errorf("%w: header %s: unknown reason %q (want turn, pause, migrate, import, manual or fork)", edge.ErrBadRequest, wire.HdrReason, r)
 	}
 	version := func(name string, lo uint64) (*uint64, error) {
 		s := h.Get(name)
@@ -429,9 +430,9 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 	if s := h.Get(wire.HdrForkOf); s != "" {
 		ref, err := wire.ParseForkRef(s)
 		if err != nil {
-			return hs, fmt.Errorf("%w: header %s: %v", errBadRequest, wire.HdrForkOf, err)
+			return hs, fmt.Errorf("%w: header %s: %v", edge.ErrBadRequest, wire.HdrForkOf, err)
 		}
-		hs.req.ForkOf = forkRefOf(&ref)
+		hs.req.ForkOf = edge.ForkRefOf(&ref)
 	}
 	if h.Get(wire.HdrImportVersion) != "" {
 		if hs.req.Import, err = importHeaders(h, now); err != nil {
@@ -441,7 +442,7 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 	if s := h.Get(wire.HdrFormat); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			return hs, fmt.Errorf("%w: header %s: %q is not a number", errBadRequest, wire.HdrFormat, s)
+			return hs, fmt.Errorf("%w: header %s: %q is not a number", edge.ErrBadRequest, wire.HdrFormat, s)
 		}
 		if err := codec.CheckFormatVersion(n); err != nil {
 			var ve *codec.ValidationError
@@ -454,14 +455,14 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 		}
 	}
 	if hs.dialect = h.Get(wire.HdrDialect); codec.CheckDialect(hs.dialect) != nil {
-		return hs, fmt.Errorf("%w: header %s: unknown dialect %q (known: %s)", errBadRequest, wire.HdrDialect, hs.dialect, strings.Join(codec.Dialects(), ", "))
+		return hs, fmt.Errorf("%w: header %s: unknown dialect %q (known: %s)", edge.ErrBadRequest, wire.HdrDialect, hs.dialect, strings.Join(codec.Dialects(), ", "))
 	}
 	switch enc := h.Get(wire.HdrEncoding); enc {
 	case "", wire.EncodingIdentity:
 	case wire.EncodingZstd:
 		hs.encoding = enc
 	default:
-		return hs, fmt.Errorf("%w: header %s: unknown encoding %q (want identity or zstd)", errBadRequest, wire.HdrEncoding, enc)
+		return hs, fmt.Errorf("%w: header %s: unknown encoding %q (want identity or zstd)", edge.ErrBadRequest, wire.HdrEncoding, enc)
 	}
 	if s := h.Get(wire.HdrChunks); s != "" {
 		// More chunks than the size limit has bytes cannot be a real save, whatever their size.
@@ -482,18 +483,18 @@ func importHeaders(h nats.Header, now time.Time) (*engine.Import, error) {
 	}
 	created, err := time.Parse(time.RFC3339Nano, h.Get(wire.HdrImportCreated))
 	if err != nil {
-		return nil, fmt.Errorf("%w: header %s: %q is not an RFC 3339 time", errBadRequest, wire.HdrImportCreated, h.Get(wire.HdrImportCreated))
+		return nil, fmt.Errorf("%w: header %s: %q is not an RFC 3339 time", edge.ErrBadRequest, wire.HdrImportCreated, h.Get(wire.HdrImportCreated))
 	}
 	hash := h.Get(wire.HdrHash)
 	if !strings.HasPrefix(hash, "sha256:") || len(hash) != len("sha256:")+64 {
-		return nil, fmt.Errorf("%w: header %s: %q is not a sha256:<hex> hash (an import must say what it copies)", errBadRequest, wire.HdrHash, hash)
+		return nil, fmt.Errorf("%w: header %s: %q is not a sha256:<hex> hash (an import must say what it copies)", edge.ErrBadRequest, wire.HdrHash, hash)
 	}
 	via := h.Get(wire.HdrImportVia)
 	if via != wire.ReasonMigrate && via != wire.ReasonImport {
-		return nil, fmt.Errorf("%w: header %s: %q (want migrate or import)", errBadRequest, wire.HdrImportVia, via)
+		return nil, fmt.Errorf("%w: header %s: %q (want migrate or import)", edge.ErrBadRequest, wire.HdrImportVia, via)
 	}
 	return &engine.Import{Version: n, Created: created, Hash: hash,
-		Origin: originOf(wire.Origin{Via: via, Source: h.Get(wire.HdrImportSource), At: now.UTC()})}, nil
+		Origin: edge.OriginOf(wire.Origin{Via: via, Source: h.Get(wire.HdrImportSource), At: now.UTC()})}, nil
 }
 
 // readBody returns the body of a save, decoded: the message's own bytes as sent, or its chunks read
@@ -551,9 +552,9 @@ func (in *ingester) chunkPieces(ctx context.Context, subj string, n int) func(i 
 	seq := uint64(1)
 	return func(i int) ([]byte, error) {
 		for {
-			m, err := in.st.read.next(ctx, in.st.chunks, seq, subj)
+			m, err := in.st.Read.Next(ctx, in.st.Chunks, seq, subj)
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				return nil, fmt.Errorf("%w: chunk %d of %d missing on %s (publish every chunk, and wait for its ack, before the save)", errBadRequest, i, n, subj)
+				return nil, fmt.Errorf("%w: chunk %d of %d missing on %s (publish every chunk, and wait for its ack, before the save)", edge.ErrBadRequest, i, n, subj)
 			}
 			if err != nil {
 				return nil, err
@@ -567,7 +568,7 @@ func (in *ingester) chunkPieces(ctx context.Context, subj string, n int) func(i 
 			// A piece sent again (a retry that resent the pieces from the first) repeats one
 			// already read: skip it. Anything else is out of order.
 			if k, err := strconv.Atoi(got); err != nil || k < 0 || k >= i {
-				return nil, fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", errBadRequest, i, n, subj, wire.HdrChunk, got)
+				return nil, fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", edge.ErrBadRequest, i, n, subj, wire.HdrChunk, got)
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -55,7 +56,7 @@ func FuzzIngestHeaders(f *testing.F) {
 		}
 		hs, err := parseSaveHeaders(h, key, "id", time.Now(), fuzzMaxBytes)
 		if err != nil {
-			code := toWireError(err).Code
+			code := edge.ToWireError(err).Code
 			require.Contains(t, []string{wire.CodeBadRequest, wire.CodeUnknownFormat}, code, "%v", err)
 			require.Contains(t, err.Error(), "Cp-", "the refusal names the header: %v", err)
 			return
@@ -113,7 +114,7 @@ func FuzzChunkAssembly(f *testing.F) {
 		}
 		piece := func(i int) ([]byte, error) {
 			if i >= len(pieces) {
-				return nil, fmt.Errorf("%w: chunk %d of %d missing", errBadRequest, i, n)
+				return nil, fmt.Errorf("%w: chunk %d of %d missing", edge.ErrBadRequest, i, n)
 			}
 			return pieces[i], nil
 		}
@@ -132,7 +133,7 @@ func FuzzChunkAssembly(f *testing.F) {
 		require.Zero(t, b.inUse(), "the budget is given back whole")
 		if err != nil {
 			require.True(t, isRefusal(err), "a refusal, not a storage error: %v", err)
-			require.Contains(t, []string{wire.CodeBadRequest, wire.CodeTooLarge, wire.CodeInvalid}, toWireError(err).Code, "%v", err)
+			require.Contains(t, []string{wire.CodeBadRequest, wire.CodeTooLarge, wire.CodeInvalid}, edge.ToWireError(err).Code, "%v", err)
 			return
 		}
 		require.LessOrEqual(t, n, len(pieces), "a missing chunk is never read as the end")

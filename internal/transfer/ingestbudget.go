@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -88,7 +89,7 @@ func (r *reservation) Reserve(n int64) error {
 		case <-t.C:
 		case <-r.ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w: waiting for ingest memory: %v", errUnavailable, r.ctx.Err())
+			return fmt.Errorf("%w: waiting for ingest memory: %v", edge.ErrUnavailable, r.ctx.Err())
 		}
 		t.Stop()
 	}

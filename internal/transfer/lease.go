@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -27,14 +28,14 @@ func (s *service) lease(ctx context.Context, ns string, body []byte) (reply, err
 	}
 	ttl := time.Duration(req.TTLMillis) * time.Millisecond
 	if (req.Op == wire.LeaseAcquire || req.Op == wire.LeaseRenew) && (ttl <= 0 || ttl > maxLeaseTTL) {
-		return reply{}, fmt.Errorf("%w: ttlMillis %d: want a TTL above 0 and at most %s", errBadRequest, req.TTLMillis, maxLeaseTTL)
+		return reply{}, fmt.Errorf("%w: ttlMillis %d: want a TTL above 0 and at most %s", edge.ErrBadRequest, req.TTLMillis, maxLeaseTTL)
 	}
-	lr := engine.LeaseRequest{Key: keyOf(key), Owner: req.Owner, TTL: ttl, Epoch: req.Epoch, Force: req.Force, Now: time.Now()}
+	lr := engine.LeaseRequest{Key: edge.KeyOf(key), Owner: req.Owner, TTL: ttl, Epoch: req.Epoch, Force: req.Force, Now: time.Now()}
 	var ls engine.LeaseState
 	switch req.Op {
 	case wire.LeaseAcquire:
 		if err := wire.ValidateID(req.Owner); err != nil {
-			return reply{}, fmt.Errorf("%w: owner: %v", errBadRequest, err)
+			return reply{}, fmt.Errorf("%w: owner: %v", edge.ErrBadRequest, err)
 		}
 		if err := s.awaitIngest(ctx, wire.IngestSubject(key)); err != nil {
 			return reply{}, err
@@ -58,14 +59,14 @@ func (s *service) lease(ctx context.Context, ns string, body []byte) (reply, err
 		}
 		ls, err = s.engine.Release(ctx, lr)
 	case wire.LeaseStatus:
-		ls, err = s.engine.LeaseStatus(ctx, keyOf(key))
+		ls, err = s.engine.LeaseStatus(ctx, edge.KeyOf(key))
 	default:
-		return reply{}, fmt.Errorf("%w: lease op %q (want acquire, renew, release or status)", errBadRequest, req.Op)
+		return reply{}, fmt.Errorf("%w: lease op %q (want acquire, renew, release or status)", edge.ErrBadRequest, req.Op)
 	}
 	if err != nil {
 		return reply{}, err
 	}
-	l := leaseOf(key, ls)
+	l := edge.LeaseOf(key, ls)
 	s.log.Debug("lease", "op", req.Op, "session", key, "epoch", l.Epoch, "owner", l.Owner)
 	return jsonReply(l)
 }
@@ -77,17 +78,17 @@ func (s *service) seal(ctx context.Context, ns string, body []byte) (reply, erro
 		return reply{}, err
 	}
 	if req.MovedTo == "" {
-		return reply{}, fmt.Errorf("%w: seal needs movedTo, where the session went", errBadRequest)
+		return reply{}, fmt.Errorf("%w: seal needs movedTo, where the session went", edge.ErrBadRequest)
 	}
 	key, err := s.settledKey(ctx, ns, req.SessionRequest)
 	if err != nil {
 		return reply{}, err
 	}
-	rec, err := s.engine.Seal(ctx, keyOf(key), req.Expected, req.MovedTo, time.Now())
+	rec, err := s.engine.Seal(ctx, edge.KeyOf(key), req.Expected, req.MovedTo, time.Now())
 	if err != nil {
 		return reply{}, err
 	}
-	v := versionOf(rec)
+	v := edge.VersionOf(rec)
 	s.log.Info("session sealed: moved", "session", key, "version", v.Version, "to", req.MovedTo)
 	return jsonReply(v)
 }
@@ -102,11 +103,11 @@ func (s *service) remove(ctx context.Context, ns string, body []byte) (reply, er
 	if err != nil {
 		return reply{}, err
 	}
-	rec, err := s.engine.Delete(ctx, keyOf(key), req.Expected)
+	rec, err := s.engine.Delete(ctx, edge.KeyOf(key), req.Expected)
 	if err != nil {
 		return reply{}, err
 	}
-	v := versionOf(rec)
+	v := edge.VersionOf(rec)
 	s.cache.DropHeld(readSession(ns, req.Session)) // a read under way must not go on serving it
 	s.log.Info("session deleted", "session", key, "head", v.Version)
 	return jsonReply(v)

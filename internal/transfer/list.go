@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -46,10 +47,10 @@ func parseListCursor(s, ns string) (listCursor, error) {
 		c.pos, err = strconv.ParseUint(pos, 10, 64)
 	}
 	if !ok || err != nil || c.pos == 0 {
-		return c, fmt.Errorf("%w: cursor %.64q is not one this daemon gave (send the cursor of the previous reply as it came)", errBadRequest, s)
+		return c, fmt.Errorf("%w: cursor %.64q is not one this daemon gave (send the cursor of the previous reply as it came)", edge.ErrBadRequest, s)
 	}
 	if ns != "" && c.ns != ns {
-		return c, fmt.Errorf("%w: cursor %.64q belongs to a listing of another namespace", errBadRequest, s)
+		return c, fmt.Errorf("%w: cursor %.64q belongs to a listing of another namespace", edge.ErrBadRequest, s)
 	}
 	return c, nil
 }
@@ -128,7 +129,7 @@ func encodeHeads(heads []engine.SessionHead, session string) ([]byte, error) {
 		if session != "" && h.Key.Session != session || h.Record.Version == 0 {
 			continue
 		}
-		enc, err := json.Marshal(sessionHeadOf(h))
+		enc, err := json.Marshal(edge.SessionHeadOf(h))
 		if err != nil {
 			return nil, err
 		}
@@ -165,13 +166,13 @@ const (
 // cheap.
 func (s *service) historyNewestFirst(ctx context.Context, key wire.Key, req wire.HistoryRequest) (reply, error) {
 	if req.After != 0 {
-		return reply{}, fmt.Errorf("%w: after pages a history oldest first; newest first pages with cursor", errBadRequest)
+		return reply{}, fmt.Errorf("%w: after pages a history oldest first; newest first pages with cursor", edge.ErrBadRequest)
 	}
 	var cur engine.HistoryCursor
 	if req.Cursor != "" {
 		n, err := strconv.ParseUint(req.Cursor, 10, 64)
 		if err != nil || n < 2 || n > wire.MaxVersion {
-			return reply{}, fmt.Errorf("%w: cursor %.64q is not one this daemon gave (send the cursor of the previous reply as it came)", errBadRequest, req.Cursor)
+			return reply{}, fmt.Errorf("%w: cursor %.64q is not one this daemon gave (send the cursor of the previous reply as it came)", edge.ErrBadRequest, req.Cursor)
 		}
 		cur.Before = n
 	}
@@ -179,13 +180,13 @@ func (s *service) historyNewestFirst(ctx context.Context, key wire.Key, req wire
 	if req.Limit > 0 {
 		limit = min(req.Limit, maxHistoryPage)
 	}
-	recs, next, err := s.engine.HistoryPage(ctx, keyOf(key), cur, limit)
+	recs, next, err := s.engine.HistoryPage(ctx, edge.KeyOf(key), cur, limit)
 	if err != nil {
 		return reply{}, err
 	}
 	versions := make([]wire.Version, len(recs))
 	for i, r := range recs {
-		versions[i] = versionOf(r)
+		versions[i] = edge.VersionOf(r)
 	}
 	// More follows the last version sent: the engine's next page, or the versions that did not fit.
 	more := func(last wire.Version) string {

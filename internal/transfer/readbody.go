@@ -10,6 +10,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -41,9 +42,9 @@ func (s *service) fullZstd(ctx context.Context, v wire.Version) (readBody, error
 		if err := takeLoad(ctx, 1, v); err != nil {
 			return readBody{}, err
 		}
-		data, rec, err := s.engine.ReadZstd(ctx, keyOf(v.Key), v.Version)
+		data, rec, err := s.engine.ReadZstd(ctx, edge.KeyOf(v.Key), v.Version)
 		if err == nil && rec.Hash != v.Hash {
-			err = fmt.Errorf("%w: version %d of %s changed while it was read (the session was deleted and saved again); read it again", errUnavailable, v.Version, v.Key)
+			err = fmt.Errorf("%w: version %d of %s changed while it was read (the session was deleted and saved again); read it again", edge.ErrUnavailable, v.Version, v.Key)
 		}
 		return readBody{data: data, hash: v.Hash, raw: v.RawBytes, enc: wire.EncodingZstd}, err
 	}
@@ -77,12 +78,12 @@ func (s *service) exactVersion(ctx context.Context, ns string, r wire.SessionReq
 	if err != nil {
 		return wire.Version{}, err
 	}
-	rec, err := s.engine.Version(ctx, keyOf(key), n)
+	rec, err := s.engine.Version(ctx, edge.KeyOf(key), n)
 	if errors.Is(err, engine.ErrNotFound) {
 		return s.version(ctx, ns, r, n)
 	}
 	if err != nil {
 		return wire.Version{}, err
 	}
-	return versionOf(rec), nil
+	return edge.VersionOf(rec), nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -74,7 +75,7 @@ func pruneSessions(ctx context.Context, e *engine.Engine, keys []engine.Key, ret
 			return out, fmt.Errorf("session %s: %w", k, err)
 		}
 		if len(res.Versions) > 0 {
-			out = append(out, wire.PruneResult{Key: wireKey(k), Versions: res.Versions, Kept: res.Kept})
+			out = append(out, wire.PruneResult{Key: edge.WireKey(k), Versions: res.Versions, Kept: res.Kept})
 		}
 	}
 	return out, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -125,7 +126,7 @@ func (sr *saveRequests) handle(msg *nats.Msg) {
 	t, err := sr.adm.admit(classSave, int64(len(msg.Data)+headerBytes(msg.Header)))
 	if err != nil {
 		key, saveID, _ := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
-		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: toWireError(err)}, start)
+		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: edge.ToWireError(err)}, start)
 		return
 	}
 	go func() {
@@ -141,12 +142,12 @@ func (sr *saveRequests) handle(msg *nats.Msg) {
 func (sr *saveRequests) serve(msg *nats.Msg, start time.Time) {
 	key, saveID, err := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
 	if n := headerBytes(msg.Header); err == nil && n > maxHeaderBytes {
-		err = fmt.Errorf("%w: headers of %d bytes, at most %d (as on the ingest stream)", errBadRequest, n, maxHeaderBytes)
+		err = fmt.Errorf("%w: headers of %d bytes, at most %d (as on the ingest stream)", edge.ErrBadRequest, n, maxHeaderBytes)
 	}
 	if err != nil {
 		// Refused before settling: the reply alone carries the refusal (without a save id there
 		// is no result subject).
-		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: toWireError(err)}, start)
+		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: edge.ToWireError(err)}, start)
 		return
 	}
 	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)

@@ -22,6 +22,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -29,7 +30,7 @@ import (
 // `$SRV.PING|INFO|STATS` and per-endpoint statistics come for free.
 type service struct {
 	nc      *nats.Conn
-	st      *streams
+	st      *edge.Streams
 	engine  *engine.Engine
 	cache   *byteCache
 	log     *slog.Logger
@@ -187,7 +188,7 @@ func (s *service) wrap(op string, class opClass, h opHandler) micro.Handler {
 func (s *service) respond(op string, req micro.Request, r reply, err error, start time.Time) {
 	result := "ok"
 	if err != nil {
-		we := toWireError(err)
+		we := edge.ToWireError(err)
 		result = we.Code
 		if we.Code == wire.CodeInternal {
 			s.log.Error("request failed", "op", op, "subject", req.Subject(), "err", err)
@@ -209,7 +210,7 @@ func decodeRequest(body []byte, v interface{ Validate() error }) error {
 		return nil
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("%w: request body: %v", errBadRequest, err)
+		return fmt.Errorf("%w: request body: %v", edge.ErrBadRequest, err)
 	}
 	return v.Validate()
 }
@@ -236,20 +237,20 @@ func (s *service) settledKey(ctx context.Context, ns string, r wire.SessionReque
 func (s *service) awaitIngest(ctx context.Context, subject string) error {
 	upTo, err := s.queuedUpTo(ctx, subject)
 	if err != nil {
-		return fmt.Errorf("%w: checking the ingest queue: %v", errUnavailable, err)
+		return fmt.Errorf("%w: checking the ingest queue: %v", edge.ErrUnavailable, err)
 	}
 	wait := time.Millisecond
 	from := uint64(1)
 	for upTo > 0 {
 		// Settled saves leave the work queue, so the oldest one left says how far ingest got.
-		first, err := s.st.read.next(ctx, s.st.ingest, from, subject)
+		first, err := s.st.Read.Next(ctx, s.st.Ingest, from, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && first.Sequence > upTo {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: checking the ingest queue: %v", errUnavailable, err)
+			return fmt.Errorf("%w: checking the ingest queue: %v", edge.ErrUnavailable, err)
 		}
-		if floor, err := s.st.ackFloor(ctx); err == nil && first.Sequence <= floor {
+		if floor, err := s.st.AckFloor(ctx); err == nil && first.Sequence <= floor {
 			// Acknowledged, yet still queued: a crash lost its removal (reconcile.go).
 			from = floor + 1
 			go s.purgeAcknowledged()
@@ -257,7 +258,7 @@ func (s *service) awaitIngest(ctx context.Context, subject string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: saves on %s are still being ingested", errUnavailable, subject)
+			return fmt.Errorf("%w: saves on %s are still being ingested", edge.ErrUnavailable, subject)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 50*time.Millisecond)
@@ -274,7 +275,7 @@ func (s *service) purgeAcknowledged() {
 	defer s.purging.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if n, err := s.st.purgeAcknowledged(ctx); err != nil {
+	if n, err := s.st.PurgeAcknowledged(ctx); err != nil {
 		s.log.Warn("ingest: could not remove acknowledged saves left in the queue", "err", err)
 	} else if n > 0 {
 		s.log.Warn("ingest: removed acknowledged saves a crash left in the queue", "saves", n)
@@ -284,7 +285,7 @@ func (s *service) purgeAcknowledged() {
 // queuedUpTo returns the stream sequence of the last save queued on subject (0: none).
 func (s *service) queuedUpTo(ctx context.Context, subject string) (uint64, error) {
 	if !strings.HasSuffix(subject, ">") {
-		m, err := s.st.read.last(ctx, s.st.ingest, subject)
+		m, err := s.st.Read.Last(ctx, s.st.Ingest, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return 0, nil
 		}
@@ -293,7 +294,7 @@ func (s *service) queuedUpTo(ctx context.Context, subject string) (uint64, error
 		}
 		return m.Sequence, nil
 	}
-	info, err := s.st.ingest.Info(ctx)
+	info, err := s.st.Ingest.Info(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -311,7 +312,7 @@ func (s *service) list(ctx context.Context, ns string, body []byte) (reply, erro
 		return reply{}, err
 	}
 	if req.Offset != 0 {
-		return reply{}, fmt.Errorf("%w: offset is not served any more: page with cursor, the cursor of the previous reply (docs/protocol.md §5)", errBadRequest)
+		return reply{}, fmt.Errorf("%w: offset is not served any more: page with cursor, the cursor of the previous reply (docs/protocol.md §5)", edge.ErrBadRequest)
 	}
 	subject := "cp.ingest.>"
 	if ns != "" {
@@ -376,16 +377,16 @@ func (s *service) history(ctx context.Context, ns string, body []byte) (reply, e
 		return s.historyNewestFirst(ctx, key, req)
 	}
 	if req.Cursor != "" || req.Limit != 0 {
-		return reply{}, fmt.Errorf("%w: cursor and limit page a history newest first (newestFirst: true); oldest first pages with after", errBadRequest)
+		return reply{}, fmt.Errorf("%w: cursor and limit page a history newest first (newestFirst: true); oldest first pages with after", edge.ErrBadRequest)
 	}
-	recs, err := s.engine.History(ctx, keyOf(key))
+	recs, err := s.engine.History(ctx, edge.KeyOf(key))
 	if err != nil {
 		return reply{}, err
 	}
 	i, _ := slices.BinarySearchFunc(recs, req.After+1, func(r engine.Record, n uint64) int { return cmp.Compare(r.Version, n) })
 	versions := make([]wire.Version, 0, len(recs)-i)
 	for _, r := range recs[i:] {
-		versions = append(versions, versionOf(r))
+		versions = append(versions, edge.VersionOf(r))
 	}
 	return page("versions", versions, s.maxReply()) // a wire.HistoryReply
 }
@@ -409,11 +410,11 @@ func (s *service) version(ctx context.Context, ns string, r wire.SessionRequest,
 	if err != nil {
 		return wire.Version{}, err
 	}
-	rec, err := s.engine.Version(ctx, keyOf(key), n)
+	rec, err := s.engine.Version(ctx, edge.KeyOf(key), n)
 	if err != nil {
 		return wire.Version{}, err
 	}
-	return versionOf(rec), nil
+	return edge.VersionOf(rec), nil
 }
 
 // read serves a piece of a read. Its first piece finds the version and assembles the body (or
@@ -428,11 +429,11 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	}
 	enc := cmp.Or(req.Encoding, wire.EncodingIdentity)
 	if enc != wire.EncodingIdentity && enc != wire.EncodingZstd {
-		return reply{}, fmt.Errorf("%w: unknown encoding %q (reads are served as %s or %s)", errBadRequest, enc, wire.EncodingIdentity, wire.EncodingZstd)
+		return reply{}, fmt.Errorf("%w: unknown encoding %q (reads are served as %s or %s)", edge.ErrBadRequest, enc, wire.EncodingIdentity, wire.EncodingZstd)
 	}
 	if req.Offset > 0 && req.Version == 0 && len(req.Merge) == 0 {
 		// The head may have moved since the first piece: its later pieces name the version it was.
-		return reply{}, fmt.Errorf("%w: offset %d of version 0: a read of the head is only its first piece; ask the later pieces for the version its %s header named", errBadRequest, req.Offset, wire.HdrVersion)
+		return reply{}, fmt.Errorf("%w: offset %d of version 0: a read of the head is only its first piece; ask the later pieces for the version its %s header named", edge.ErrBadRequest, req.Offset, wire.HdrVersion)
 	}
 	if req.Offset > 0 {
 		key := readKey(ns, req, enc)
@@ -472,7 +473,7 @@ func (s *service) readBody(ctx context.Context, ns string, req wire.ReadRequest,
 	eager.read(v.RawBytes) // the collector's target, lowered while a large version is read (eagergc.go)
 	view := engine.View{Kind: req.View, MaxMessages: req.MaxMessages, Dialect: v.Dialect}
 	if err := view.Check(); err != nil {
-		return readBody{}, v, fmt.Errorf("%w: %v", errBadRequest, err)
+		return readBody{}, v, fmt.Errorf("%w: %v", edge.ErrBadRequest, err)
 	}
 	if enc == wire.EncodingZstd && view.IsFull() {
 		b, err := s.fullZstd(ctx, v)
@@ -493,7 +494,7 @@ func (s *service) readBody(ctx context.Context, ns string, req wire.ReadRequest,
 func (s *service) piece(ctx context.Context, b readBody, key string, offset int64, record string) (reply, error) {
 	total := int64(len(b.data))
 	if offset < 0 || offset > total {
-		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, offset, total)
+		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", edge.ErrBadRequest, offset, total)
 	}
 	room := s.maxReply() - int64(len(record)) // versionHeader keeps record under half of maxReply
 	end := min(offset+room, total)
@@ -503,7 +504,7 @@ func (s *service) piece(ctx context.Context, b readBody, key string, offset int6
 		// for the key, if that is the same content, so that its later pieces continue its bytes.
 		b = s.cache.HoldBody(key, b, offset == 0)
 		if total = int64(len(b.data)); offset > total {
-			return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", errBadRequest, offset, total)
+			return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", edge.ErrBadRequest, offset, total)
 		}
 		end = min(offset+room, total)
 	} else if offset > 0 {
@@ -531,10 +532,10 @@ func (s *service) piece(ctx context.Context, b readBody, key string, offset int6
 // key. The versions are pinned by the client, so every piece of one read sees the same view.
 func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) ([]byte, string, string, error) {
 	if req.View != "" && req.View != engine.ViewFull {
-		return nil, "", "", fmt.Errorf("%w: a merged view takes no view %q (only maxMessages)", errBadRequest, req.View)
+		return nil, "", "", fmt.Errorf("%w: a merged view takes no view %q (only maxMessages)", edge.ErrBadRequest, req.View)
 	}
 	if err := (engine.View{MaxMessages: req.MaxMessages}).Check(); err != nil {
-		return nil, "", "", fmt.Errorf("%w: %v", errBadRequest, err)
+		return nil, "", "", fmt.Errorf("%w: %v", edge.ErrBadRequest, err)
 	}
 	agents := make([]string, 0, len(req.Merge))
 	for a := range req.Merge {
@@ -545,7 +546,7 @@ func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) (
 	versions := make([]wire.Version, 0, len(agents))
 	for _, a := range agents {
 		if req.Merge[a] == 0 {
-			return nil, "", "", fmt.Errorf("%w: merge needs an exact version for agent %q", errBadRequest, a)
+			return nil, "", "", fmt.Errorf("%w: merge needs an exact version for agent %q", edge.ErrBadRequest, a)
 		}
 		v, err := s.exactVersion(ctx, ns, wire.SessionRequest{Session: req.Session, Agent: a}, req.Merge[a])
 		if err != nil {
@@ -586,10 +587,10 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 		ret = engine.Retention{KeepLast: req.KeepLast, MaxAge: time.Duration(req.MaxAgeSeconds) * time.Second}
 	}
 	if ret.KeepLast < 0 || ret.MaxAge < 0 {
-		return reply{}, fmt.Errorf("%w: negative retention limit", errBadRequest)
+		return reply{}, fmt.Errorf("%w: negative retention limit", edge.ErrBadRequest)
 	}
 	if ret == (engine.Retention{}) {
-		return reply{}, fmt.Errorf("%w: no retention given and none configured for namespace %q (give keepLast or maxAgeSeconds)", errBadRequest, ns)
+		return reply{}, fmt.Errorf("%w: no retention given and none configured for namespace %q (give keepLast or maxAgeSeconds)", edge.ErrBadRequest, ns)
 	}
 	var res []wire.PruneResult
 	var err error
@@ -598,10 +599,10 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 		if kerr != nil {
 			return reply{}, kerr
 		}
-		if _, err := s.engine.Head(ctx, keyOf(key)); err != nil {
+		if _, err := s.engine.Head(ctx, edge.KeyOf(key)); err != nil {
 			return reply{}, err
 		}
-		res, err = pruneSessions(ctx, s.engine, []engine.Key{keyOf(key)}, func(string) engine.Retention { return ret }, req.DryRun)
+		res, err = pruneSessions(ctx, s.engine, []engine.Key{edge.KeyOf(key)}, func(string) engine.Retention { return ret }, req.DryRun)
 	} else {
 		res, err = pruneNamespace(ctx, s.engine, ns, func(string) engine.Retention { return ret }, req.DryRun)
 	}
@@ -660,12 +661,12 @@ func (s *service) viewOf(ctx context.Context, v wire.Version, view engine.View) 
 // read must still be that one (a session deleted and saved again meanwhile has another version
 // of the same number), or the read is refused, to be asked again.
 func (s *service) conversation(ctx context.Context, v wire.Version) ([]byte, error) {
-	conv, rec, err := s.engine.Read(ctx, keyOf(v.Key), v.Version, engine.ReadOptions{})
+	conv, rec, err := s.engine.Read(ctx, edge.KeyOf(v.Key), v.Version, engine.ReadOptions{})
 	if err != nil {
 		return nil, err
 	}
 	if rec.Hash != v.Hash {
-		return nil, fmt.Errorf("%w: version %d of %s changed while it was read (the session was deleted and saved again); read it again", errUnavailable, v.Version, v.Key)
+		return nil, fmt.Errorf("%w: version %d of %s changed while it was read (the session was deleted and saved again); read it again", edge.ErrUnavailable, v.Version, v.Key)
 	}
 	return conv, nil
 }

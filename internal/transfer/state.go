@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -123,7 +124,7 @@ func (c *stateCollector) refresh(done chan struct{}) {
 	defer cancel()
 	failed := false
 	st := c.d.in.st
-	streams := []jetstream.Stream{st.ingest, st.chunks, st.results, c.d.logStream}
+	streams := []jetstream.Stream{st.Ingest, st.Chunks, st.Results, c.d.logStream}
 	fresh := map[string]jetstream.StreamState{}
 	for _, s := range streams {
 		info, err := s.Info(ctx)
@@ -133,7 +134,7 @@ func (c *stateCollector) refresh(done chan struct{}) {
 		}
 		fresh[info.Config.Name] = info.State
 	}
-	ci, err := st.ingest.Consumer(ctx, ingestConsumer)
+	ci, err := st.Ingest.Consumer(ctx, edge.IngestConsumer)
 	var cinfo *jetstream.ConsumerInfo
 	if err == nil {
 		cinfo, err = ci.Info(ctx)
@@ -145,7 +146,7 @@ func (c *stateCollector) refresh(done chan struct{}) {
 	for name, s := range fresh {
 		c.streams[name] = s
 	}
-	if s, ok := fresh[st.ingest.CachedInfo().Config.Name]; ok {
+	if s, ok := fresh[st.Ingest.CachedInfo().Config.Name]; ok {
 		c.ingest = s
 		c.at = time.Now()
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -502,7 +503,7 @@ func requireVersions(t *testing.T, env *testenv.Env, key checkpoint.Key, want ma
 func storedValues(t testing.TB, env *testenv.Env, ns string) int {
 	js, err := jetstream.New(env.NC)
 	require.NoError(t, err)
-	st, err := js.Stream(context.Background(), transfer.LogStream)
+	st, err := js.Stream(context.Background(), edge.LogStream)
 	require.NoError(t, err)
 	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter("cp.val."+wire.EncodeID(ns)+".>"))
 	require.NoError(t, err)

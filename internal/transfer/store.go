@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -37,7 +38,7 @@ type Store struct {
 	heads, versions, layouts, segments, values jetstream.KeyValue
 	segStream, verStream, layStream            jetstream.Stream // the streams under cp_segments, cp_versions and cp_layouts, for purging without markers
 	headStream, valStream                      jetstream.Stream
-	read                                       reader // heads from the leader when replicated; see leaderget.go
+	read                                       edge.Reader // heads from the leader when replicated; see leaderget.go
 	chunkSize                                  int
 	pieces                                     sync.Pool // buffers of chunkSize for PutSegmentFrom
 
@@ -73,7 +74,7 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 		return nil, errors.New("store: chunk size must be positive")
 	}
 	s := &Store{chunkSize: cfg.ChunkSize, grace: cfg.SegmentGrace, pending: map[string]*time.Timer{},
-		read: reader{nc: js.Conn(), leader: cfg.Replicas > 1}}
+		read: edge.NewReader(js.Conn(), cfg.Replicas > 1)}
 	s.keys.Store(cfg.Keys)
 	if cfg.Keys != nil {
 		if s.chunkSize <= EnvelopeOverhead {
@@ -124,15 +125,6 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 	return s, nil
 }
 
-// opTimeout bounds one storage operation. A request sent to a stream leader that has just died is
-// never answered; giving up after a few seconds and retrying reaches the newly elected one, where
-// waiting out the caller's whole deadline would stall every save for that long.
-const opTimeout = 2 * time.Second
-
-func opContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, opTimeout)
-}
-
 // ensureBucket opens the bucket, creating it if it is missing and updating it only if its replica
 // count differs (see ensureStream).
 func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
@@ -166,10 +158,10 @@ func segmentKey(k wire.Key, id string, part int) string {
 // Head implements snapshot.Store. With replicas it reads from the leader: a head read must see
 // every committed swap (read-your-writes, and no refusal based on a lagging replica).
 func (s *Store) Head(ctx context.Context, key wire.Key) (snapshot.Head, uint64, error) {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	var h snapshot.Head
-	if s.read.leader {
+	if s.read.Leader {
 		data, rev, err := s.leaderValue(ctx, s.headStream, wire.BucketHeads, key.Token())
 		if err != nil {
 			return h, 0, err
@@ -186,7 +178,7 @@ func (s *Store) Head(ctx context.Context, key wire.Key) (snapshot.Head, uint64, 
 // leaderValue reads a key's value from the leader of the bucket's stream; a deleted or purged
 // key is not found.
 func (s *Store) leaderValue(ctx context.Context, stream jetstream.Stream, bucket, key string) ([]byte, uint64, error) {
-	m, err := s.read.last(ctx, stream, "$KV."+bucket+"."+key)
+	m, err := s.read.Last(ctx, stream, "$KV."+bucket+"."+key)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, snapshot.ErrNotFound
 	}
@@ -201,7 +193,7 @@ func (s *Store) leaderValue(ctx context.Context, stream jetstream.Stream, bucket
 
 // SwapHead implements snapshot.Store.
 func (s *Store) SwapHead(ctx context.Context, h snapshot.Head, rev uint64) error {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	data, err := json.Marshal(h)
 	if err != nil {
@@ -230,14 +222,14 @@ func (s *Store) Heads(ctx context.Context, namespace string) ([]snapshot.Head, e
 
 // PutVersion implements snapshot.Store.
 func (s *Store) PutVersion(ctx context.Context, v wire.Version) error {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	return s.create(ctx, s.versions, versionKey(v.Key, v.Version), v)
 }
 
 // Version implements snapshot.Store.
 func (s *Store) Version(ctx context.Context, key wire.Key, n uint64) (wire.Version, error) {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	var v wire.Version
 	return v, s.get(ctx, s.versions, s.verStream, wire.BucketVersion, versionKey(key, n), &v)
@@ -252,14 +244,14 @@ func (s *Store) Versions(ctx context.Context, key wire.Key) ([]wire.Version, err
 
 // DeleteVersion implements snapshot.Store, purging rather than deleting (no marker left behind).
 func (s *Store) DeleteVersion(ctx context.Context, key wire.Key, n uint64) error {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	return s.verStream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+wire.BucketVersion+"."+versionKey(key, n)))
 }
 
 // PutLayout implements snapshot.Store.
 func (s *Store) PutLayout(ctx context.Context, l snapshot.Layout) error {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	data, err := json.Marshal(l)
 	if err != nil {
@@ -271,7 +263,7 @@ func (s *Store) PutLayout(ctx context.Context, l snapshot.Layout) error {
 
 // Layout implements snapshot.Store.
 func (s *Store) Layout(ctx context.Context, key wire.Key, gen uint64) (snapshot.Layout, error) {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	var l snapshot.Layout
 	return l, s.get(ctx, s.layouts, s.layStream, wire.BucketLayouts, versionKey(key, gen), &l)
@@ -279,7 +271,7 @@ func (s *Store) Layout(ctx context.Context, key wire.Key, gen uint64) (snapshot.
 
 // DeleteLayout implements snapshot.Store.
 func (s *Store) DeleteLayout(ctx context.Context, key wire.Key, gen uint64) error {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	return mapKVErr(s.layouts.Purge(ctx, versionKey(key, gen)))
 }
@@ -289,7 +281,7 @@ func (s *Store) PutSegment(ctx context.Context, key wire.Key, ref snapshot.Segme
 	ref.Chunks = 0
 	for off := 0; off < len(blob) || ref.Chunks == 0; off += s.chunkSize {
 		end := min(off+s.chunkSize, len(blob))
-		pctx, cancel := opContext(ctx)
+		pctx, cancel := edge.OpContext(ctx)
 		k := segmentKey(key, ref.ID, ref.Chunks)
 		_, err := s.segments.Put(pctx, k, s.sealPiece(key.Namespace, k, blob[off:end]))
 		cancel()
@@ -306,7 +298,7 @@ func (s *Store) GetSegment(ctx context.Context, key wire.Key, ref snapshot.Segme
 	out := make([]byte, 0, ref.StoredBytes)
 	var sealed bool
 	for i := 0; i < ref.Chunks; i++ {
-		pctx, cancel := opContext(ctx)
+		pctx, cancel := edge.OpContext(ctx)
 		k := segmentKey(key, ref.ID, i)
 		data, err := s.value(pctx, s.segments, s.segStream, wire.BucketSegment, k)
 		cancel()
@@ -334,7 +326,7 @@ func (s *Store) PutSegmentFrom(ctx context.Context, key wire.Key, ref snapshot.S
 	for {
 		n, err := io.ReadFull(r, buf)
 		if n > 0 || ref.Chunks == 0 && (err == io.EOF || err == io.ErrUnexpectedEOF) {
-			pctx, cancel := opContext(ctx)
+			pctx, cancel := edge.OpContext(ctx)
 			k := segmentKey(key, ref.ID, ref.Chunks)
 			_, perr := s.segments.Put(pctx, k, s.sealPiece(key.Namespace, k, buf[:n]))
 			cancel()
@@ -361,7 +353,7 @@ func (s *Store) abandon(key wire.Key, ref snapshot.SegmentRef) {
 	if ref.Chunks == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), edge.OpTimeout)
 	defer cancel()
 	_ = s.purgeSegment(ctx, "$KV."+wire.BucketSegment+"."+key.Token()+"."+ref.ID+".>")
 }
@@ -404,7 +396,7 @@ func (p *pieceReader) Read(b []byte) (int, error) {
 		if p.i == p.ref.Chunks {
 			return 0, io.EOF
 		}
-		pctx, cancel := opContext(p.ctx)
+		pctx, cancel := edge.OpContext(p.ctx)
 		k := segmentKey(p.key, p.ref.ID, p.i)
 		data, err := p.s.value(pctx, p.s.segments, p.s.segStream, wire.BucketSegment, k)
 		cancel()
@@ -445,7 +437,7 @@ func (s *Store) DeleteSegment(ctx context.Context, key wire.Key, ref snapshot.Se
 }
 
 func (s *Store) purgeSegment(ctx context.Context, subject string) error {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	return s.segStream.Purge(ctx, jetstream.WithPurgeSubject(subject))
 }
@@ -470,7 +462,7 @@ func (s *Store) Flush(ctx context.Context) {
 // purged (a purge bounded by stream sequence), so a new session of the same key started right after
 // keeps its records.
 func (s *Store) DeleteSession(ctx context.Context, key wire.Key, rev uint64, keep *snapshot.Head) error {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	type target struct {
 		stream jetstream.Stream
@@ -517,10 +509,10 @@ func valueKey(ns, id string) string { return wire.EncodeID(ns) + "." + id }
 
 // ValueEntry implements snapshot.Store; like a head, it is read from the leader when replicated.
 func (s *Store) ValueEntry(ctx context.Context, ns, id string) (snapshot.ValueEntry, uint64, error) {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	var e snapshot.ValueEntry
-	if s.read.leader {
+	if s.read.Leader {
 		data, rev, err := s.leaderValue(ctx, s.valStream, wire.BucketValues, valueKey(ns, id))
 		if err != nil {
 			return e, 0, err
@@ -536,7 +528,7 @@ func (s *Store) ValueEntry(ctx context.Context, ns, id string) (snapshot.ValueEn
 
 // SwapValueEntry implements snapshot.Store.
 func (s *Store) SwapValueEntry(ctx context.Context, e snapshot.ValueEntry, rev uint64) (uint64, error) {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	data, err := json.Marshal(e)
 	if err != nil {
@@ -555,7 +547,7 @@ func (s *Store) SwapValueEntry(ctx context.Context, e snapshot.ValueEntry, rev u
 
 // DeleteValueEntry implements snapshot.Store.
 func (s *Store) DeleteValueEntry(ctx context.Context, ns, id string, rev uint64) error {
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	err := s.values.Purge(ctx, valueKey(ns, id), jetstream.LastRevision(rev))
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
@@ -623,7 +615,7 @@ func (s *Store) value(ctx context.Context, kv jetstream.KeyValue, stream jetstre
 	if err == nil {
 		return e.Value(), nil
 	}
-	if err = mapKVErr(err); errors.Is(err, snapshot.ErrNotFound) && s.read.leader {
+	if err = mapKVErr(err); errors.Is(err, snapshot.ErrNotFound) && s.read.Leader {
 		data, _, err := s.leaderValue(ctx, stream, bucket, key)
 		return data, err
 	}
@@ -679,7 +671,7 @@ func scanLast(ctx context.Context, stream jetstream.Stream, filter string, heade
 	}
 	defer func() {
 		go func() { // nobody waits for the clean-up
-			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), edge.OpTimeout)
 			defer cancel()
 			_ = stream.DeleteConsumer(ctx, cons.CachedInfo().Name)
 		}()

@@ -24,6 +24,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -395,10 +396,10 @@ func deputyAttacks(t *testing.T, alice *nats.Conn) {
 	for _, a := range []struct{ reply, body string }{
 		{wire.IngestSubject(tenBobKey), string(read)},
 		{"cp.ingest.bob.stolen.main", string(read)},
-		{"$JS.API.STREAM.PURGE." + transfer.LogStream, string(empty)},
+		{"$JS.API.STREAM.PURGE." + edge.LogStream, string(empty)},
 		{"$JS.API.STREAM.PURGE." + wire.StreamIngest, string(empty)},
 		{"$JS.API.CONSUMER.DELETE." + wire.StreamIngest + ".checkpointd", string(empty)},
-		{"$JS.API.STREAM.DELETE." + transfer.LogStream, string(empty)},
+		{"$JS.API.STREAM.DELETE." + edge.LogStream, string(empty)},
 		{"cp.result.bob.forged", string(read)},
 	} {
 		sub, err := alice.SubscribeSync(a.reply)
@@ -452,7 +453,7 @@ func TestTenancy_ConfusedDeputy(t *testing.T) {
 		}
 		require.NoError(t, err, "the daemon wrote into bob's namespace")
 		// An empty reply aimed at the JetStream API purges every head of every namespace.
-		require.NoError(t, nc.PublishRequest(wire.APISubject("alice", wire.OpRead), "$JS.API.STREAM.PURGE."+transfer.LogStream,
+		require.NoError(t, nc.PublishRequest(wire.APISubject("alice", wire.OpRead), "$JS.API.STREAM.PURGE."+edge.LogStream,
 			[]byte(`{"session":"diary","version":1,"offset":`+strconv.Itoa(len(conv))+`}`)))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			_, err := e.Client.Get(ctx, tenBobKey, 0)
@@ -528,15 +529,15 @@ func TestTenancy_NoJetStreamAPI(t *testing.T) {
 		"$JS.API.STREAM.INFO." + wire.StreamResults,
 		"$JS.API.STREAM.INFO." + wire.StreamIngest,
 		"$JS.API.STREAM.PURGE." + wire.StreamIngest,
-		"$JS.API.STREAM.PURGE." + transfer.LogStream,
+		"$JS.API.STREAM.PURGE." + edge.LogStream,
 		"$JS.API.STREAM.DELETE." + wire.StreamResults,
 		"$JS.API.STREAM.MSG.GET." + wire.StreamResults,
-		"$JS.API.STREAM.MSG.DELETE." + transfer.LogStream,
+		"$JS.API.STREAM.MSG.DELETE." + edge.LogStream,
 		"$JS.API.CONSUMER.DELETE." + wire.StreamIngest + ".checkpointd",
 		"$JS.API.CONSUMER.CREATE." + wire.StreamResults,
 		"$JS.API.CONSUMER.LIST." + wire.StreamIngest,
-		"$JS.API.DIRECT.GET." + transfer.LogStream,
-		"$JS.API.DIRECT.GET." + transfer.LogStream + "." + "cp.log." + wire.EncodeID(tenBobKey.Namespace) + "." + wire.EncodeID(tenBobKey.Session) + "." + wire.EncodeID(tenBobKey.Agent),
+		"$JS.API.DIRECT.GET." + edge.LogStream,
+		"$JS.API.DIRECT.GET." + edge.LogStream + "." + "cp.log." + wire.EncodeID(tenBobKey.Namespace) + "." + wire.EncodeID(tenBobKey.Session) + "." + wire.EncodeID(tenBobKey.Agent),
 		"$JS.API.DIRECT.GET." + wire.StreamResults,
 		wire.ResultDirectGetPrefix + wire.ResultSubject("bob", bobSaveID),
 		"cp.log." + wire.EncodeID(tenBobKey.Namespace) + "." + wire.EncodeID(tenBobKey.Session) + "." + wire.EncodeID(tenBobKey.Agent),
@@ -692,7 +693,7 @@ func TestTenancy_Reload(t *testing.T) {
 	_, _, err = e.Client(f.asBob(t)).Restore(ctx, tenBobKey, 0)
 	require.NoError(t, err)
 	after := tenDaemonState(t, e.DaemonConn())
-	for _, s := range []string{wire.StreamIngest, "consumers of " + wire.StreamIngest, transfer.LogStream} {
+	for _, s := range []string{wire.StreamIngest, "consumers of " + wire.StreamIngest, edge.LogStream} {
 		require.NotEmpty(t, after[s])
 	}
 	require.Equal(t, stateBefore["consumers of "+wire.StreamIngest], after["consumers of "+wire.StreamIngest])

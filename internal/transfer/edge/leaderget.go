@@ -1,4 +1,4 @@
-package transfer
+package edge
 
 import (
 	"context"
@@ -18,32 +18,32 @@ import (
 // write (a session's head, "is a save still queued?", a save's stored result, a large save's
 // pieces) go to the stream leader through the JetStream API instead.
 
-// reader gets messages from streams, from the leader when leader is set.
-type reader struct {
+// Reader gets messages from streams, from the leader when Leader is set.
+type Reader struct {
 	nc     *nats.Conn
-	leader bool
+	Leader bool
 }
 
-// last returns the last message on subject in s, or jetstream.ErrMsgNotFound.
-func (r reader) last(ctx context.Context, s jetstream.Stream, subject string) (*jetstream.RawStreamMsg, error) {
-	if !r.leader {
+// Last returns the Last message on subject in s, or jetstream.ErrMsgNotFound.
+func (r Reader) Last(ctx context.Context, s jetstream.Stream, subject string) (*jetstream.RawStreamMsg, error) {
+	if !r.Leader {
 		return s.GetLastMsgForSubject(ctx, subject)
 	}
 	return r.apiGet(ctx, s, map[string]any{"last_by_subj": subject})
 }
 
-// next returns the first message on subject in s at or after sequence seq.
-func (r reader) next(ctx context.Context, s jetstream.Stream, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
-	if !r.leader {
+// Next returns the first message on subject in s at or after sequence seq.
+func (r Reader) Next(ctx context.Context, s jetstream.Stream, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
+	if !r.Leader {
 		return s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 	}
 	return r.apiGet(ctx, s, map[string]any{"seq": seq, "next_by_subj": subject})
 }
 
 // apiGet asks the stream leader for one message ($JS.API.STREAM.MSG.GET).
-func (r reader) apiGet(ctx context.Context, s jetstream.Stream, req map[string]any) (*jetstream.RawStreamMsg, error) {
+func (r Reader) apiGet(ctx context.Context, s jetstream.Stream, req map[string]any) (*jetstream.RawStreamMsg, error) {
 	body, _ := json.Marshal(req)
-	ctx, cancel := opContext(ctx)
+	ctx, cancel := OpContext(ctx)
 	defer cancel()
 	reply, err := r.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.CachedInfo().Config.Name, body)
 	if err != nil {
@@ -71,7 +71,7 @@ func (r reader) apiGet(ctx context.Context, s jetstream.Stream, req map[string]a
 			return nil, jetstream.ErrMsgNotFound
 		}
 		if resp.Error.Code == 503 { // no leader yet (an election): the client may retry
-			return nil, fmt.Errorf("stream %s: message get: %s (%d): %w", s.CachedInfo().Config.Name, resp.Error.Description, resp.Error.ErrCode, errUnavailable)
+			return nil, fmt.Errorf("stream %s: message get: %s (%d): %w", s.CachedInfo().Config.Name, resp.Error.Description, resp.Error.ErrCode, ErrUnavailable)
 		}
 		return nil, fmt.Errorf("stream %s: message get: %s (%d)", s.CachedInfo().Config.Name, resp.Error.Description, resp.Error.ErrCode)
 	}
@@ -86,3 +86,7 @@ func (r reader) apiGet(ctx context.Context, s jetstream.Stream, req map[string]a
 	}
 	return m, nil
 }
+
+// NewReader reads from the streams of nc, from their leaders when leader is set (replicated
+// streams).
+func NewReader(nc *nats.Conn, leader bool) Reader { return Reader{nc: nc, Leader: leader} }

@@ -1,4 +1,10 @@
-package transfer
+// Package edge is where the daemon meets its storage and its protocol: it opens the log engine's
+// stream CP_LOG (logopen.go: each request bounded in time, entries sealed with --namespace-keys),
+// sets up the protocol's streams CP_INGEST, CP_CHUNKS and CP_RESULTS (streams.go) and reads them
+// from their leaders when replicated (leaderget.go), and maps the engine's keys, records and errors
+// to the protocol's (engineedge.go: ToWireError is the one mapping of errors to wire codes). The
+// ingest, the service and the daemon's assembly all build on it; it imports none of them.
+package edge
 
 import (
 	"errors"
@@ -12,29 +18,29 @@ import (
 // place where the engine's keys, records, leases and errors become the protocol's. The engine knows
 // nothing of wire, so a protocol change is not a storage change.
 
-// keyOf is the engine's key of a protocol key.
-func keyOf(k wire.Key) engine.Key {
+// KeyOf is the engine's key of a protocol key.
+func KeyOf(k wire.Key) engine.Key {
 	return engine.Key{Namespace: k.Namespace, Session: k.Session, Agent: k.Agent}
 }
 
-// wireKey is the protocol's key of an engine key.
-func wireKey(k engine.Key) wire.Key {
+// WireKey is the protocol's key of an engine key.
+func WireKey(k engine.Key) wire.Key {
 	return wire.Key{Namespace: k.Namespace, Session: k.Session, Agent: k.Agent}
 }
 
-// versionOf is the protocol's version record of an engine record. Gen has no meaning on the log
+// VersionOf is the protocol's version record of an engine record. Gen has no meaning on the log
 // engine (a version's messages are wherever its log's entries are) and is always 0
 // (docs/protocol.md §6).
-func versionOf(r engine.Record) wire.Version {
+func VersionOf(r engine.Record) wire.Version {
 	v := wire.Version{
-		Format: wire.VersionFormat, Key: wireKey(r.Key), Version: r.Version, Parent: r.Parent, Hash: r.Hash,
+		Format: wire.VersionFormat, Key: WireKey(r.Key), Version: r.Version, Parent: r.Parent, Hash: r.Hash,
 		SaveID: r.SaveID, Writer: r.Writer, Reason: r.Reason, Created: r.Created, RawBytes: r.RawBytes,
 		StoredBytes: r.StoredBytes, Dialect: r.Dialect,
 		Counts: wire.Counts{Messages: r.Counts.Messages, User: r.Counts.User, Assistant: r.Counts.Assistant,
 			ToolResult: r.Counts.ToolResult, Extension: r.Counts.Extension, ToolCalls: r.Counts.ToolCalls, System: r.Counts.System},
 	}
 	if f := r.ForkOf; f != nil {
-		v.ForkOf = &wire.ForkRef{Key: wireKey(f.Key), Version: f.Version}
+		v.ForkOf = &wire.ForkRef{Key: WireKey(f.Key), Version: f.Version}
 	}
 	if o := r.Origin; o != nil {
 		v.Origin = &wire.Origin{Via: o.Via, Source: o.Source, At: o.At}
@@ -42,28 +48,28 @@ func versionOf(r engine.Record) wire.Version {
 	return v
 }
 
-// forkRefOf and originOf carry a save's fork reference and import origin to the engine.
-func forkRefOf(f *wire.ForkRef) *engine.ForkRef {
+// ForkRefOf and originOf carry a save's fork reference and import origin to the engine.
+func ForkRefOf(f *wire.ForkRef) *engine.ForkRef {
 	if f == nil {
 		return nil
 	}
-	return &engine.ForkRef{Key: keyOf(f.Key), Version: f.Version}
+	return &engine.ForkRef{Key: KeyOf(f.Key), Version: f.Version}
 }
 
-func originOf(o wire.Origin) engine.Origin {
+func OriginOf(o wire.Origin) engine.Origin {
 	return engine.Origin{Via: o.Via, Source: o.Source, At: o.At}
 }
 
-// leaseOf is the protocol's lease of a session's lease state.
-func leaseOf(key wire.Key, ls engine.LeaseState) wire.Lease {
+// LeaseOf is the protocol's lease of a session's lease state.
+func LeaseOf(key wire.Key, ls engine.LeaseState) wire.Lease {
 	return wire.Lease{Key: key, Epoch: ls.Lease.Epoch, Owner: ls.Lease.Owner, Acquired: ls.Lease.Acquired,
 		Expires: ls.Lease.Expires, Head: ls.Head}
 }
 
-// sessionHeadOf is a session as a listing shows it.
-func sessionHeadOf(h engine.SessionHead) wire.SessionHead {
-	out := wire.SessionHead{Version: versionOf(h.Record)}
-	out.Key = wireKey(h.Key)
+// SessionHeadOf is a session as a listing shows it.
+func SessionHeadOf(h engine.SessionHead) wire.SessionHead {
+	out := wire.SessionHead{Version: VersionOf(h.Record)}
+	out.Key = WireKey(h.Key)
 	if h.Lease != nil {
 		l := wire.Lease{Key: out.Key, Epoch: h.Lease.Epoch, Owner: h.Lease.Owner, Acquired: h.Lease.Acquired,
 			Expires: h.Lease.Expires, Head: h.Record.Version}
@@ -75,9 +81,9 @@ func sessionHeadOf(h engine.SessionHead) wire.SessionHead {
 	return out
 }
 
-// toWireError turns an error into the refusal a client sees: a stable code plus what was wrong and
+// ToWireError turns an error into the refusal a client sees: a stable code plus what was wrong and
 // where. It is the one mapping of the engine's errors (and the codec's) to the protocol's codes.
-func toWireError(err error) *wire.Error {
+func ToWireError(err error) *wire.Error {
 	var we *wire.Error
 	if errors.As(err, &we) {
 		return we
@@ -126,17 +132,17 @@ func toWireError(err error) *wire.Error {
 		e.Code = wire.CodeTooLarge
 	case errors.Is(err, engine.ErrBadView):
 		e.Code = wire.CodeBadRequest
-	case errors.Is(err, wire.ErrInvalidID), errors.Is(err, errBadRequest), errors.Is(err, engine.ErrBadRequest):
+	case errors.Is(err, wire.ErrInvalidID), errors.Is(err, ErrBadRequest), errors.Is(err, engine.ErrBadRequest):
 		e.Code = wire.CodeBadRequest
-	case isTransient(err):
+	case IsTransient(err):
 		e.Code = wire.CodeUnavailable
 	}
 	return e
 }
 
-// isStorageRefusal tells a save the engine refused (part of its result) from storage trouble
+// IsStorageRefusal tells a save the engine refused (part of its result) from storage trouble
 // (retried).
-func isStorageRefusal(err error) bool {
+func IsStorageRefusal(err error) bool {
 	var ve *codec.ValidationError
 	return errors.As(err, &ve) || errors.Is(err, engine.ErrVersionConflict) || errors.Is(err, engine.ErrBadRequest) ||
 		errors.Is(err, engine.ErrCorrupt) || errors.Is(err, engine.ErrLeased) || errors.Is(err, engine.ErrFenced) ||

@@ -1,4 +1,4 @@
-package transfer
+package edge
 
 import (
 	"context"
@@ -25,15 +25,15 @@ type floorCache struct {
 
 const floorTTL = 100 * time.Millisecond
 
-// ackFloor returns the CP_INGEST sequence up to which the ingest consumer has acknowledged every
+// AckFloor returns the CP_INGEST sequence up to which the ingest consumer has acknowledged every
 // save.
-func (st *streams) ackFloor(ctx context.Context) (uint64, error) {
+func (st *Streams) AckFloor(ctx context.Context) (uint64, error) {
 	st.floor.mu.Lock()
 	defer st.floor.mu.Unlock()
 	if time.Since(st.floor.at) < floorTTL {
 		return st.floor.seq, nil
 	}
-	c, err := st.ingest.Consumer(ctx, ingestConsumer)
+	c, err := st.Ingest.Consumer(ctx, IngestConsumer)
 	if err != nil {
 		return 0, err
 	}
@@ -41,10 +41,10 @@ func (st *streams) ackFloor(ctx context.Context) (uint64, error) {
 	return st.floor.seq, nil
 }
 
-// purgeAcknowledged removes from CP_INGEST the saves at or below the consumer's ack floor that a
+// PurgeAcknowledged removes from CP_INGEST the saves at or below the consumer's ack floor that a
 // crash left behind, and returns how many there were.
-func (st *streams) purgeAcknowledged(ctx context.Context) (uint64, error) {
-	c, err := st.ingest.Consumer(ctx, ingestConsumer)
+func (st *Streams) PurgeAcknowledged(ctx context.Context) (uint64, error) {
+	c, err := st.Ingest.Consumer(ctx, IngestConsumer)
 	if err != nil {
 		return 0, err
 	}
@@ -52,12 +52,12 @@ func (st *streams) purgeAcknowledged(ctx context.Context) (uint64, error) {
 	if floor == 0 {
 		return 0, nil
 	}
-	info, err := st.ingest.Info(ctx)
+	info, err := st.Ingest.Info(ctx)
 	if err != nil || info.State.Msgs == 0 || info.State.FirstSeq > floor {
 		return 0, err
 	}
 	// Purge keeps everything from floor+1 on: saves still pending or not yet delivered.
-	if err := st.ingest.Purge(ctx, jetstream.WithPurgeSequence(floor+1)); err != nil {
+	if err := st.Ingest.Purge(ctx, jetstream.WithPurgeSequence(floor+1)); err != nil {
 		return 0, err
 	}
 	return floor - info.State.FirstSeq + 1, nil

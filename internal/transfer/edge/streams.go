@@ -1,4 +1,4 @@
-package transfer
+package edge
 
 import (
 	"context"
@@ -12,27 +12,29 @@ import (
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
-// ingestConsumer is the durable consumer that every checkpointd instance of a deployment pulls from;
+// IngestConsumer is the durable consumer that every checkpointd instance of a deployment pulls from;
 // sharing it is what spreads saves over several daemons.
-const ingestConsumer = "checkpointd"
+const IngestConsumer = "checkpointd"
 
 // dedupWindow is how long JetStream remembers message ids to drop duplicate publishes. Saves
 // repeated later are still caught by their save id at the session's head.
 const dedupWindow = 2 * time.Minute
 
-type streams struct {
-	ingest, chunks, results jetstream.Stream
-	read                    reader     // from the leader when the streams are replicated (leaderget.go)
+// Streams are the protocol's streams as the daemon opened them (EnsureStreams), and how it reads
+// them.
+type Streams struct {
+	Ingest, Chunks, Results jetstream.Stream
+	Read                    Reader     // from the leader when the streams are replicated (leaderget.go)
 	floor                   floorCache // the ingest consumer's ack floor (reconcile.go)
 }
 
-// ensureStreams creates or updates the three streams of the protocol (docs/protocol.md):
+// EnsureStreams creates or updates the three streams of the protocol (docs/protocol.md):
 //
 //	CP_INGEST   cp.ingest.>  work queue: a save stays until a daemon has settled it, so "is anything
 //	                         still pending for this session?" is one direct get.
 //	CP_CHUNKS   cp.chunk.>   pieces of saves too large for one message, removed once settled.
 //	CP_RESULTS  cp.result.>  the outcome of each save, one per save id, kept for resultTTL.
-func ensureStreams(ctx context.Context, js jetstream.JetStream, replicas int, resultTTL time.Duration) (*streams, error) {
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, resultTTL time.Duration) (*Streams, error) {
 	cfgs := []jetstream.StreamConfig{{
 		Name:        wire.StreamIngest,
 		Description: "checkpointd: saves waiting to be versioned",
@@ -63,7 +65,7 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, replicas int, re
 		}
 		out[i] = s
 	}
-	return &streams{ingest: out[0], chunks: out[1], results: out[2], read: reader{nc: js.Conn(), leader: replicas > 1}}, nil
+	return &Streams{Ingest: out[0], Chunks: out[1], Results: out[2], Read: Reader{nc: js.Conn(), Leader: replicas > 1}}, nil
 }
 
 // ensureStream creates the stream, or updates it if a setting checkpointd owns differs. It never
