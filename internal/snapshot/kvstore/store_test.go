@@ -1,4 +1,4 @@
-package transfer_test
+package kvstore_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
 	"github.com/checkpointd/checkpointd/internal/snapshot/storetest"
-	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
@@ -26,7 +26,7 @@ func TestStore_Conformance(t *testing.T) {
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
 		const chunk = 4096 // small pieces, so multi-piece segments are cheap to test
-		st, err := transfer.OpenStore(context.Background(), js, transfer.StoreConfig{Replicas: 1, ChunkSize: chunk})
+		st, err := kvstore.OpenStore(context.Background(), js, kvstore.StoreConfig{Replicas: 1, ChunkSize: chunk})
 		require.NoError(t, err)
 		return st, chunk
 	})

@@ -1,6 +1,7 @@
-// Package transfer is everything that moves checkpoints over NATS: the JetStream store behind
-// snapshot.Store, the ingest consumer, the request/reply service, and the embedded server.
-package transfer
+// Package kvstore is format 2's store: snapshot.Store on five JetStream key-value buckets
+// (docs/format.md §2–§6). Nothing writes format 2 any more; internal/upgrade reads it to move a
+// deployment's sessions onto the log engine, and its tests write it to have something to upgrade.
+package kvstore
 
 import (
 	"cmp"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -38,13 +40,13 @@ type Store struct {
 	heads, versions, layouts, segments, values jetstream.KeyValue
 	segStream, verStream, layStream            jetstream.Stream // the streams under cp_segments, cp_versions and cp_layouts, for purging without markers
 	headStream, valStream                      jetstream.Stream
-	read                                       edge.Reader // heads from the leader when replicated; see leaderget.go
+	read                                       edge.Reader // heads from the leader when replicated (internal/transfer/edge)
 	chunkSize                                  int
 	pieces                                     sync.Pool // buffers of chunkSize for PutSegmentFrom
 
 	// keys seals the pieces of segments (namespacekeys.go); nil: they are stored as they are.
 	// SetKeys replaces them on SIGHUP.
-	keys atomic.Pointer[NamespaceKeys]
+	keys atomic.Pointer[sealing.Keys]
 
 	// Deleting a segment waits for grace: a reader that read the layout naming it just before a
 	// merge replaced it still finds it.
@@ -64,8 +66,8 @@ type StoreConfig struct {
 	// longest read (0: delete at once).
 	SegmentGrace time.Duration
 	// Keys, when set, encrypts what is written to cp_segments (--namespace-keys); each piece then
-	// grows by EnvelopeOverhead, which ChunkSize must leave room for.
-	Keys *NamespaceKeys
+	// grows by sealing.EnvelopeOverhead, which ChunkSize must leave room for.
+	Keys *sealing.Keys
 }
 
 // OpenStore creates the buckets if they are missing and returns a Store over them.
@@ -77,10 +79,10 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*S
 		read: edge.NewReader(js.Conn(), cfg.Replicas > 1)}
 	s.keys.Store(cfg.Keys)
 	if cfg.Keys != nil {
-		if s.chunkSize <= EnvelopeOverhead {
+		if s.chunkSize <= sealing.EnvelopeOverhead {
 			return nil, errors.New("store: chunk size leaves no room for the encryption envelope")
 		}
-		s.chunkSize -= EnvelopeOverhead
+		s.chunkSize -= sealing.EnvelopeOverhead
 	}
 	s.pieces.New = func() any { b := make([]byte, s.chunkSize); return &b }
 	for _, b := range []struct {

@@ -1,4 +1,4 @@
-package transfer_test
+package kvstore_test
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
 	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -27,9 +28,13 @@ import (
 // appended's messages, canonically. It runs on the real JetStream store (there is no in-memory one),
 // one embedded server per fuzzing process.
 //
-//	go test -run '^$' -fuzz FuzzAppend -fuzztime 3m ./internal/transfer/
+//	go test -run '^$' -fuzz FuzzAppend -fuzztime 3m ./internal/snapshot/kvstore/
 func FuzzAppend(f *testing.F) {
-	for _, file := range corpusFiles(f) {
+	files, err := filepath.Glob("../../../testdata/corpus/*.json")
+	if err != nil || len(files) == 0 {
+		f.Fatalf("the corpus: %v (%d files)", err, len(files))
+	}
+	for _, file := range files {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			f.Fatal(err)
@@ -142,7 +147,7 @@ func fuzzStore(f *testing.F) snapshot.Store {
 	if err != nil {
 		f.Fatal(err)
 	}
-	st, err := transfer.OpenStore(context.Background(), js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
+	st, err := kvstore.OpenStore(context.Background(), js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	if err != nil {
 		f.Fatal(err)
 	}
