@@ -17,6 +17,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 )
 
 // Config is what the daemon needs beyond a NATS connection.
@@ -31,7 +32,7 @@ type Config struct {
 	Lanes              int              // sessions settled in parallel by this instance
 	CacheBytes         int64            // read cache size
 	Engine             engine.Config    // the log engine's settings (packs, zstd window, sessions cached)
-	Retention          RetentionPolicy
+	Retention          housekeeping.RetentionPolicy
 	RetentionInterval  time.Duration // how often the retention policy is applied (0: only on request)
 	Version            string        // reported by the service (semver)
 	Logger             *slog.Logger
@@ -112,8 +113,8 @@ type Daemon struct {
 	in     *ingester
 	svc    *service
 	saves  *saveRequests // saves sent as requests (saverequest.go)
-	packer *packer
-	pruner *pruner
+	packer *housekeeping.Packer
+	pruner *housekeeping.Pruner
 	// Engine is the storage domain (internal/engine) over the stream CP_LOG (internal/logstore).
 	Engine    *engine.Engine
 	logStream jetstream.Stream // CP_LOG, for its figures (state.go)
@@ -122,7 +123,7 @@ type Daemon struct {
 	guard     *serverGuard // refuses NATS servers too old for safe saves (serverversion.go)
 	nc        *nats.Conn
 	health    *healthMonitor
-	policy    *livePolicy // the retention policy in force (SetRetention)
+	policy    *housekeeping.LivePolicy // the retention policy in force (SetRetention)
 }
 
 // Open sets up its streams (idempotently), then starts ingesting and serving.
@@ -165,7 +166,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	}
 	sealed := edge.SealLog(edge.BoundedLog{Log: log}, cfg.NamespaceKeys)
 	eng := engine.New(sealed, cfg.Engine)
-	d := &Daemon{cfg: cfg, Engine: eng, logStream: logStream, sealed: sealed, nc: nc, policy: newLivePolicy(cfg.Retention)}
+	d := &Daemon{cfg: cfg, Engine: eng, logStream: logStream, sealed: sealed, nc: nc, policy: housekeeping.NewLivePolicy(cfg.Retention)}
 	watchConn(nc, cfg.Logger, cfg.Metrics)
 	d.svc = &service{nc: nc, st: st, engine: eng, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
 		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, policy: d.policy,
@@ -173,24 +174,24 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := d.svc.start(); err != nil {
 		return nil, err
 	}
-	d.packer = newPacker(eng, cfg.Logger)
+	d.packer = housekeeping.NewPacker(eng, cfg.Logger)
 	d.in = &ingester{js: js, st: st, engine: eng, maxBytes: cfg.MaxCheckpointBytes, imagePaths: cfg.ImagePaths, log: cfg.Logger,
 		m: cfg.Metrics, now: time.Now, packer: d.packer, budget: newIngestBudget(cfg.ingestBudget())}
 	if err := d.in.start(ctx, cfg.Lanes); err != nil {
-		d.packer.stop()
+		d.packer.Stop()
 		_ = d.svc.stop(ctx)
 		return nil, err
 	}
 	d.saves = newSaveRequests(d.in, nc, cfg.ingestBudget())
 	if err := d.saves.start(); err != nil {
 		d.in.shutdown(ctx)
-		d.packer.stop()
+		d.packer.Stop()
 		_ = d.svc.stop(ctx)
 		return nil, err
 	}
-	d.pruner = &pruner{engine: eng, policy: d.policy, interval: cfg.RetentionInterval, log: cfg.Logger, m: cfg.Metrics,
-		pruned: d.svc.dropPrunedReads}
-	d.pruner.start()
+	d.pruner = &housekeeping.Pruner{Engine: eng, Policy: d.policy, Interval: cfg.RetentionInterval, Log: cfg.Logger, Metrics: cfg.Metrics,
+		Pruned: d.svc.dropPrunedReads}
+	d.pruner.Start()
 	go d.svc.purgeAcknowledged() // what a crash of the server may have left in the queue
 	d.health = newHealthMonitor(d.in, st, cfg)
 	d.health.start()
@@ -254,16 +255,16 @@ const (
 
 // SetRetention replaces the retention policy, for the next housekeeping round and the prune
 // requests that follow (checkpointd reloads it on SIGHUP). The interval does not change.
-func (d *Daemon) SetRetention(p RetentionPolicy) error {
+func (d *Daemon) SetRetention(p housekeeping.RetentionPolicy) error {
 	if p.Default.KeepLast < 0 || p.Default.MaxAge < 0 {
 		return errors.New("retention: limits must not be negative")
 	}
-	d.policy.set(p)
+	d.policy.Set(p)
 	return nil
 }
 
 // Retention returns the retention policy in force.
-func (d *Daemon) Retention() RetentionPolicy { return d.policy.get() }
+func (d *Daemon) Retention() housekeeping.RetentionPolicy { return d.policy.Get() }
 
 // Replicas is the JetStream replica count the daemon's streams and buckets were created with.
 func (d *Daemon) Replicas() int { return d.cfg.Replicas }
@@ -313,8 +314,8 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.health.stop()
 	err := d.svc.stop(ctx)
 	d.saves.stop(ctx)
-	d.pruner.stop()
+	d.pruner.Stop()
 	d.in.shutdown(ctx)
-	d.packer.stop()
+	d.packer.Stop()
 	return err
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 )
 
 // gogc is the collector's target, read without setting it (the daemon sets it meanwhile).
@@ -27,14 +27,14 @@ func gogc() int {
 // it back afterwards (eagergc.go). Seen from outside: the target while a large save is in flight,
 // right after a large restore (a read in pieces holds it a moment after its last), and later.
 func TestEagerGC_DaemonLowersWhileLargeCheckpointIsSavedOrRead(t *testing.T) {
-	if transfer.EagerGCOff {
+	if housekeeping.EagerGCDisabled() {
 		t.Skip("GOGC is set in the environment: the daemon leaves the collector alone")
 	}
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	env := testenv.Start(t)
 	ctx := ctxT(t)
 	// One message of text that compresses well, so that the save costs little CPU.
-	conv := []byte(`[{"role":"user","content":"` + strings.Repeat("a large checkpoint. ", transfer.LargeBytes/20+1) + `"}]`)
+	conv := []byte(`[{"role":"user","content":"` + strings.Repeat("a large checkpoint. ", housekeeping.LargeBytes/20+1) + `"}]`)
 	key := checkpoint.Key{Session: "large"}
 
 	var lowest atomic.Int64
@@ -58,12 +58,12 @@ func TestEagerGC_DaemonLowersWhileLargeCheckpointIsSavedOrRead(t *testing.T) {
 	close(done)
 	<-sampled
 	require.NoError(t, err)
-	require.EqualValues(t, transfer.EagerGCPercent, lowest.Load(), "lowered while the large save was in flight")
+	require.EqualValues(t, housekeeping.EagerGCPercent, lowest.Load(), "lowered while the large save was in flight")
 	require.Equal(t, 100, gogc(), "set back once the save is settled")
 
 	got, _, err := env.Client.Restore(ctx, key, 0)
 	require.NoError(t, err)
 	require.Equal(t, len(conv), len(got))
-	require.Equal(t, transfer.EagerGCPercent, gogc(), "lowered by the large read, for a moment after its last piece")
+	require.Equal(t, housekeeping.EagerGCPercent, gogc(), "lowered by the large read, for a moment after its last piece")
 	require.Eventually(t, func() bool { return gogc() == 100 }, 10*time.Second, 20*time.Millisecond, "set back after the read")
 }

@@ -25,12 +25,3 @@ func SaveRequestPeakBytes(d *Daemon) int64 {
 	defer a.mu.Unlock()
 	return a.peak
 }
-
-// EagerGCPercent is the collector's target while a large checkpoint is saved or read (eagergc.go);
-// EagerGCOff says GOGC is set in the environment, so that the daemon leaves the target alone.
-const EagerGCPercent = eagerGCPercent
-
-var EagerGCOff = eager.disabled
-
-// LargeBytes is the size from which a checkpoint counts as large (eagergc.go).
-const LargeBytes = largeBytes

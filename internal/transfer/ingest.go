@@ -22,6 +22,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -39,7 +40,7 @@ type ingester struct {
 	m          *metrics.Metrics
 	now        func() time.Time
 	// packer packs the sessions whose saves say their entries are due (pack.go).
-	packer *packer
+	packer *housekeeping.Packer
 	// budget bounds the bytes of the saves being settled (ingestbudget.go).
 	budget *ingestBudget
 
@@ -371,7 +372,7 @@ func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 		return wire.SaveResult{}, 0, err
 	}
 	if saved.PackDue {
-		in.packer.due(req.Key) // packed after the save is answered, off its latency
+		in.packer.Due(req.Key) // packed after the save is answered, off its latency
 	}
 	v := edge.VersionOf(saved.Record)
 	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received}, hs.chunks, nil
@@ -530,7 +531,7 @@ func (in *ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, m
 // garbage as large as the body, and the save is about to make a canonical copy of it; collected
 // now, they never coexist with that copy.
 func collectBlocks(body []byte) {
-	if len(body) >= largeBytes {
+	if len(body) >= housekeeping.LargeBytes {
 		runtime.GC()
 	}
 }

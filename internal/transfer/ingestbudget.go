@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -123,7 +124,7 @@ func (r *reservation) end() {
 	b.wake()
 	b.mu.Unlock()
 	if r.large {
-		eager.end()
+		housekeeping.EndLargeSave()
 		// What a large save read is garbage now, as large as the save: collect it before the next
 		// large save grows, or refused bombs would pile up until the collector comes round.
 		runtime.GC()
@@ -147,9 +148,9 @@ func (b *ingestBudget) inUse() int64 {
 // (eagergc.go), which also collects them: decided by bytes actually held, never by a size the
 // client declared.
 func (r *reservation) mindGC() {
-	if !r.large && r.held >= largeBytes {
+	if !r.large && r.held >= housekeeping.LargeBytes {
 		r.large = true
-		eager.begin()
+		housekeeping.BeginLargeSave()
 	}
 }
 

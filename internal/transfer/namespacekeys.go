@@ -26,4 +26,3 @@ func ReadNamespaceKeysFile(path string) (*NamespaceKeys, error) { return sealing
 
 // ParseNamespaceKeys parses the keys file's bytes (sealing.ParseKeys).
 func ParseNamespaceKeys(data []byte) (*NamespaceKeys, error) { return sealing.ParseKeys(data) }
-

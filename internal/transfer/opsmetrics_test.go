@@ -13,6 +13,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -134,7 +135,7 @@ func TestOpsMetrics_RetentionRounds(t *testing.T) {
 	require.Equal(t, 0.0, opsSample(t, env.Registry, "checkpointd_retention_removed_total", map[string]string{"kind": "version"}),
 		"no policy: nothing removed")
 
-	require.NoError(t, env.Daemon.SetRetention(transfer.RetentionPolicy{Default: engine.Retention{KeepLast: 1}}))
+	require.NoError(t, env.Daemon.SetRetention(housekeeping.RetentionPolicy{Default: engine.Retention{KeepLast: 1}}))
 	require.Eventually(t, func() bool {
 		return opsSample(t, env.Registry, "checkpointd_retention_removed_total", map[string]string{"kind": "version"}) == 2
 	}, 10*time.Second, 20*time.Millisecond)
@@ -149,5 +150,5 @@ func TestOpsMetrics_RetentionRounds(t *testing.T) {
 			require.Greater(t, f.GetMetric()[0].GetHistogram().GetSampleCount(), uint64(1))
 		}
 	}
-	require.Error(t, env.Daemon.SetRetention(transfer.RetentionPolicy{Default: engine.Retention{KeepLast: -1}}))
+	require.Error(t, env.Daemon.SetRetention(housekeeping.RetentionPolicy{Default: engine.Retention{KeepLast: -1}}))
 }

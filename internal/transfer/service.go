@@ -23,6 +23,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -38,7 +39,7 @@ type service struct {
 	timeout time.Duration
 	semver  string
 	svc     micro.Service
-	policy  *livePolicy
+	policy  *housekeeping.LivePolicy
 	purging sync.Mutex // held while acknowledged saves are purged from the queue (reconcile.go)
 
 	adm *admission // bounds the requests in progress, never by waiting (admission.go)
@@ -470,7 +471,7 @@ func (s *service) readBody(ctx context.Context, ns string, req wire.ReadRequest,
 	if err != nil {
 		return readBody{}, v, err
 	}
-	eager.read(v.RawBytes) // the collector's target, lowered while a large version is read (eagergc.go)
+	housekeeping.LargeRead(v.RawBytes) // the collector's target, lowered while a large version is read (eagergc.go)
 	view := engine.View{Kind: req.View, MaxMessages: req.MaxMessages, Dialect: v.Dialect}
 	if err := view.Check(); err != nil {
 		return readBody{}, v, fmt.Errorf("%w: %v", edge.ErrBadRequest, err)
@@ -499,7 +500,7 @@ func (s *service) piece(ctx context.Context, b readBody, key string, offset int6
 	room := s.maxReply() - int64(len(record)) // versionHeader keeps record under half of maxReply
 	end := min(offset+room, total)
 	if end < total {
-		eager.read(b.raw) // a large read comes in pieces, one request each
+		housekeeping.LargeRead(b.raw) // a large read comes in pieces, one request each
 		// The next pieces cost no lookup and no assembly. A first piece is served from the body held
 		// for the key, if that is the same content, so that its later pieces continue its bytes.
 		b = s.cache.HoldBody(key, b, offset == 0)
@@ -582,7 +583,7 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
-	ret := s.policy.get().For(ns)
+	ret := s.policy.Get().For(ns)
 	if req.KeepLast != 0 || req.MaxAgeSeconds != 0 {
 		ret = engine.Retention{KeepLast: req.KeepLast, MaxAge: time.Duration(req.MaxAgeSeconds) * time.Second}
 	}
@@ -602,9 +603,9 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 		if _, err := s.engine.Head(ctx, edge.KeyOf(key)); err != nil {
 			return reply{}, err
 		}
-		res, err = pruneSessions(ctx, s.engine, []engine.Key{edge.KeyOf(key)}, func(string) engine.Retention { return ret }, req.DryRun)
+		res, err = housekeeping.PruneSessions(ctx, s.engine, []engine.Key{edge.KeyOf(key)}, func(string) engine.Retention { return ret }, req.DryRun)
 	} else {
-		res, err = pruneNamespace(ctx, s.engine, ns, func(string) engine.Retention { return ret }, req.DryRun)
+		res, err = housekeeping.PruneNamespace(ctx, s.engine, ns, func(string) engine.Retention { return ret }, req.DryRun)
 	}
 	if !req.DryRun {
 		s.dropPrunedReads(res)

@@ -1,7 +1,6 @@
-package transfer
+package housekeeping
 
 import (
-	"context"
 	"runtime/debug"
 	"runtime/metrics"
 	"testing"
@@ -23,17 +22,17 @@ func TestEagerGC_LowersWhileLargeWorkIsInFlight(t *testing.T) {
 	var g eagerGC
 	g.begin()
 	g.begin()
-	require.Equal(t, eagerGCPercent, gcPercent())
+	require.Equal(t, EagerGCPercent, gcPercent())
 	g.end()
-	require.Equal(t, eagerGCPercent, gcPercent(), "one large save is still in progress")
+	require.Equal(t, EagerGCPercent, gcPercent(), "one large save is still in progress")
 	g.end()
 	require.Equal(t, 100, gcPercent(), "set back")
 
 	g.hold(100 * time.Millisecond)
-	require.Equal(t, eagerGCPercent, gcPercent())
+	require.Equal(t, EagerGCPercent, gcPercent())
 	g.begin()
 	g.end()
-	require.Equal(t, eagerGCPercent, gcPercent(), "the hold runs on")
+	require.Equal(t, EagerGCPercent, gcPercent(), "the hold runs on")
 	require.Eventually(t, func() bool { return gcPercent() == 100 }, 2*time.Second, 10*time.Millisecond)
 
 	debug.SetGCPercent(10)
@@ -47,20 +46,4 @@ func TestEagerGC_LowersWhileLargeWorkIsInFlight(t *testing.T) {
 	off.begin()
 	require.Equal(t, 100, gcPercent())
 	off.end()
-}
-
-// The save path: a save's reservation lowers the target once it holds a large checkpoint's bytes
-// (by bytes reserved, never by a declared size) and sets it back when the save is settled.
-func TestEagerGC_LargeSaveLowersUntilSettled(t *testing.T) {
-	if eager.disabled {
-		t.Skip("GOGC is set in the environment: the daemon leaves the collector alone")
-	}
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	mem := newIngestBudget(2 * largeBytes).begin(context.Background())
-	require.NoError(t, mem.Reserve(largeBytes-1))
-	require.Equal(t, 100, gcPercent(), "not yet large")
-	require.NoError(t, mem.Reserve(1))
-	require.Equal(t, eagerGCPercent, gcPercent(), "a large save in progress")
-	mem.end()
-	require.Equal(t, 100, gcPercent(), "set back once settled")
 }

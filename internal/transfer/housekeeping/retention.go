@@ -1,4 +1,4 @@
-package transfer
+package housekeeping
 
 import (
 	"context"
@@ -62,9 +62,9 @@ func ParseNamespaceRetention(s string) (string, engine.Retention, error) {
 	return ns, r, nil
 }
 
-// pruneSessions applies retention to the given sessions and reports per session. A session gone
+// PruneSessions applies retention to the given sessions and reports per session. A session gone
 // meanwhile (deleted, or leased without a version) is skipped.
-func pruneSessions(ctx context.Context, e *engine.Engine, keys []engine.Key, ret func(ns string) engine.Retention, dryRun bool) ([]wire.PruneResult, error) {
+func PruneSessions(ctx context.Context, e *engine.Engine, keys []engine.Key, ret func(ns string) engine.Retention, dryRun bool) ([]wire.PruneResult, error) {
 	out := []wire.PruneResult{}
 	for _, k := range keys {
 		res, err := e.Prune(ctx, k, ret(k.Namespace), time.Now(), dryRun)
@@ -81,9 +81,9 @@ func pruneSessions(ctx context.Context, e *engine.Engine, keys []engine.Key, ret
 	return out, nil
 }
 
-// pruneNamespace applies retention to every session of namespace ns ("": of every namespace), a
+// PruneNamespace applies retention to every session of namespace ns ("": of every namespace), a
 // page of the engine's index at a time.
-func pruneNamespace(ctx context.Context, e *engine.Engine, ns string, ret func(ns string) engine.Retention, dryRun bool) ([]wire.PruneResult, error) {
+func PruneNamespace(ctx context.Context, e *engine.Engine, ns string, ret func(ns string) engine.Retention, dryRun bool) ([]wire.PruneResult, error) {
 	namespaces := []string{ns}
 	if ns == "" {
 		var err error
@@ -97,7 +97,7 @@ func pruneNamespace(ctx context.Context, e *engine.Engine, ns string, ret func(n
 			continue // nothing to remove there
 		}
 		for cursor := uint64(0); ; {
-			heads, next, err := e.Sessions(ctx, space, cursor, listPageSessions)
+			heads, next, err := e.Sessions(ctx, space, cursor, pruneSessionsPage)
 			if err != nil {
 				return out, err
 			}
@@ -107,7 +107,7 @@ func pruneNamespace(ctx context.Context, e *engine.Engine, ns string, ret func(n
 					keys = append(keys, h.Key)
 				}
 			}
-			res, err := pruneSessions(ctx, e, keys, ret, dryRun)
+			res, err := PruneSessions(ctx, e, keys, ret, dryRun)
 			out = append(out, res...)
 			if err != nil {
 				return out, err
@@ -121,36 +121,39 @@ func pruneNamespace(ctx context.Context, e *engine.Engine, ns string, ret func(n
 	return out, nil
 }
 
-// livePolicy is the retention policy in force, shared by the pruner and the prune requests, and
+// LivePolicy is the retention policy in force, shared by the pruner and the prune requests, and
 // replaced whole when the operator reloads it (Daemon.SetRetention, on SIGHUP).
-type livePolicy struct {
+type LivePolicy struct {
 	p atomic.Pointer[RetentionPolicy]
 }
 
-func newLivePolicy(p RetentionPolicy) *livePolicy {
-	l := &livePolicy{}
-	l.set(p)
+// NewLivePolicy puts p in force.
+func NewLivePolicy(p RetentionPolicy) *LivePolicy {
+	l := &LivePolicy{}
+	l.Set(p)
 	return l
 }
 
-func (l *livePolicy) get() RetentionPolicy  { return *l.p.Load() }
-func (l *livePolicy) set(p RetentionPolicy) { l.p.Store(&p) }
+// Get returns the policy in force; Set replaces it.
+func (l *LivePolicy) Get() RetentionPolicy  { return *l.p.Load() }
+func (l *LivePolicy) Set(p RetentionPolicy) { l.p.Store(&p) }
 
-// pruner applies the retention policy to every session now and then (engine.Prune), and sweeps the
+// Pruner applies the retention policy to every session now and then (engine.Prune), and sweeps the
 // values nothing refers to (engine.SweepValues).
-type pruner struct {
-	engine   *engine.Engine
-	policy   *livePolicy
-	interval time.Duration
-	log      *slog.Logger
-	m        *metrics.Metrics
-	pruned   func([]wire.PruneResult) // told what a round removed (the service drops held reads of it)
+type Pruner struct {
+	Engine   *engine.Engine
+	Policy   *LivePolicy
+	Interval time.Duration
+	Log      *slog.Logger
+	Metrics  *metrics.Metrics
+	Pruned   func([]wire.PruneResult) // told what a round removed (the service drops held reads of it)
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 }
 
-func (p *pruner) start() {
-	if p.interval <= 0 {
+// Start runs a housekeeping round every Interval (none when it is 0) until Stop.
+func (p *Pruner) Start() {
+	if p.Interval <= 0 {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -158,7 +161,7 @@ func (p *pruner) start() {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		t := time.NewTicker(p.interval)
+		t := time.NewTicker(p.Interval)
 		defer t.Stop()
 		for {
 			select {
@@ -172,38 +175,38 @@ func (p *pruner) start() {
 }
 
 // run is one housekeeping round, counted in the retention metrics.
-func (p *pruner) run(ctx context.Context) {
+func (p *Pruner) run(ctx context.Context) {
 	start := time.Now()
 	ok := p.round(ctx)
 	if ctx.Err() != nil {
 		return // stopped midway: not a round
 	}
-	p.m.RetentionSeconds.Observe(time.Since(start).Seconds())
+	p.Metrics.RetentionSeconds.Observe(time.Since(start).Seconds())
 	result := "ok"
 	if !ok {
 		result = "error"
 	}
-	p.m.RetentionRounds.WithLabelValues(result).Inc()
+	p.Metrics.RetentionRounds.WithLabelValues(result).Inc()
 }
 
 // round applies retention, then sweeps the values no session refers to any more
 // (engine.SweepValues); it reports whether every step succeeded. The log engine has nothing else to
 // sweep: a crashed save leaves no orphan (its entry is its commit), and packs delete what they
 // packed.
-func (p *pruner) round(ctx context.Context) bool {
+func (p *Pruner) round(ctx context.Context) bool {
 	ok := true
-	if policy := p.policy.get(); policy.Default != (engine.Retention{}) || len(policy.ByNamespace) > 0 {
-		res, err := pruneNamespace(ctx, p.engine, "", policy.For, false)
-		if p.pruned != nil {
-			p.pruned(res)
+	if policy := p.Policy.Get(); policy.Default != (engine.Retention{}) || len(policy.ByNamespace) > 0 {
+		res, err := PruneNamespace(ctx, p.Engine, "", policy.For, false)
+		if p.Pruned != nil {
+			p.Pruned(res)
 		}
 		for _, r := range res {
-			p.m.RetentionRemoved.WithLabelValues("version").Add(float64(len(r.Versions)))
-			p.log.Info("retention: pruned old versions", "session", r.Key, "versions", len(r.Versions), "kept", r.Kept)
+			p.Metrics.RetentionRemoved.WithLabelValues("version").Add(float64(len(r.Versions)))
+			p.Log.Info("retention: pruned old versions", "session", r.Key, "versions", len(r.Versions), "kept", r.Kept)
 		}
 		if err != nil && ctx.Err() == nil {
 			ok = false
-			p.log.Warn("retention: prune failed; trying again next round", "err", err)
+			p.Log.Warn("retention: prune failed; trying again next round", "err", err)
 		}
 	}
 	return p.sweepValues(ctx) && ok
@@ -211,31 +214,36 @@ func (p *pruner) round(ctx context.Context) bool {
 
 // sweepValues sweeps the values of every namespace (engine.SweepValues: a value is gone two sweeps
 // after nothing referred to it).
-func (p *pruner) sweepValues(ctx context.Context) bool {
-	namespaces, err := p.engine.Namespaces(ctx)
+func (p *Pruner) sweepValues(ctx context.Context) bool {
+	namespaces, err := p.Engine.Namespaces(ctx)
 	if err != nil {
-		p.log.Warn("housekeeping: listing namespaces failed; trying again next round", "err", err)
+		p.Log.Warn("housekeeping: listing namespaces failed; trying again next round", "err", err)
 		return false
 	}
 	ok := true
 	for _, ns := range namespaces {
-		res, err := p.engine.SweepValues(ctx, ns)
+		res, err := p.Engine.SweepValues(ctx, ns)
 		if err != nil && ctx.Err() == nil {
 			ok = false
-			p.log.Warn("housekeeping: sweeping unused values failed; trying again next round", "namespace", ns, "err", err)
+			p.Log.Warn("housekeeping: sweeping unused values failed; trying again next round", "namespace", ns, "err", err)
 		}
 		if res.Deleted > 0 || res.Trashed > 0 || res.Restored > 0 {
-			p.m.RetentionRemoved.WithLabelValues("value").Add(float64(res.Deleted))
-			p.log.Info("housekeeping: values no session uses", "namespace", ns, "trashed", res.Trashed,
+			p.Metrics.RetentionRemoved.WithLabelValues("value").Add(float64(res.Deleted))
+			p.Log.Info("housekeeping: values no session uses", "namespace", ns, "trashed", res.Trashed,
 				"deleted", res.Deleted, "freed_bytes", res.FreedBytes, "restored", res.Restored)
 		}
 	}
 	return ok
 }
 
-func (p *pruner) stop() {
+// Stop ends the rounds: a round under way is cancelled, and waited for.
+func (p *Pruner) Stop() {
 	if p.cancel != nil {
 		p.cancel()
 		p.wg.Wait()
 	}
 }
+
+// pruneSessionsPage is how many sessions one read of the engine's index asks for while pruning, as
+// a listing's page does.
+const pruneSessionsPage = 64

@@ -1,4 +1,4 @@
-package transfer
+package housekeeping
 
 import (
 	"os"
@@ -18,15 +18,15 @@ import (
 // budget's mindGC, by bytes received) until it is settled; a read counts from its version's record
 // (rawBytes) and each of its pieces, and for readHoldGC after the last.
 
-// largeBytes is the size from which a checkpoint counts as large.
-const largeBytes = 16 << 20
+// LargeBytes is the size from which a checkpoint counts as large.
+const LargeBytes = 16 << 20
 
 // readHoldGC is how long a large read keeps the target lowered after its latest piece: the next
 // piece is asked for far sooner by a client still reading.
 const readHoldGC = 2 * time.Second
 
-// eagerGCPercent is the collector target while a large checkpoint is in flight.
-const eagerGCPercent = 25
+// EagerGCPercent is the collector target while a large checkpoint is in flight.
+const EagerGCPercent = 25
 
 // eager is process-wide, as the collector's target is.
 var eager = eagerGC{disabled: os.Getenv("GOGC") != ""}
@@ -65,7 +65,7 @@ func (g *eagerGC) end() {
 // read lowers the target for a while if the read is of a large checkpoint (rawBytes: its size as
 // the client gets it, decompressed).
 func (g *eagerGC) read(rawBytes int64) {
-	if rawBytes >= largeBytes {
+	if rawBytes >= LargeBytes {
 		g.hold(readHoldGC)
 	}
 }
@@ -96,7 +96,7 @@ func (g *eagerGC) lower() {
 	if g.lowered {
 		return
 	}
-	if prev := debug.SetGCPercent(eagerGCPercent); prev <= eagerGCPercent {
+	if prev := debug.SetGCPercent(EagerGCPercent); prev <= EagerGCPercent {
 		debug.SetGCPercent(prev) // already as low, or off
 	} else {
 		g.prev, g.lowered = prev, true
@@ -117,3 +117,18 @@ func (g *eagerGC) restore() {
 	debug.SetGCPercent(g.prev)
 	g.lowered = false
 }
+
+// BeginLargeSave lowers the collector's target for a large save (one holding LargeBytes of body)
+// until the matching EndLargeSave.
+func BeginLargeSave() { eager.begin() }
+
+// EndLargeSave ends what BeginLargeSave began, once the save is settled.
+func EndLargeSave() { eager.end() }
+
+// LargeRead lowers the target for a while if a read is of a large checkpoint (rawBytes: its size
+// as the client gets it, decompressed).
+func LargeRead(rawBytes int64) { eager.read(rawBytes) }
+
+// EagerGCDisabled says GOGC is set in the environment, so that the daemon leaves the collector's
+// target alone.
+func EagerGCDisabled() bool { return eager.disabled }

@@ -1,4 +1,8 @@
-package transfer
+// Package housekeeping is the daemon's work beside serving requests: packing sessions after their
+// saves (pack.go), applying the retention policy and sweeping values nothing refers to
+// (retention.go), and lowering the collector's target while a large checkpoint is in flight
+// (eagergc.go). The ingest and the service call into it; it calls neither.
+package housekeeping
 
 import (
 	"context"
@@ -9,12 +13,12 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 )
 
-// packer packs sessions after their saves (docs/format.md §8.7): a save whose entries since the
+// Packer packs sessions after their saves (docs/format.md §8.7): a save whose entries since the
 // session's last pack are due says so (engine.Saved.PackDue), and the session is packed here, in
 // the background, after the save was answered, so a pack never adds to a save's latency. A pack
 // that loses its compare-and-swap to a newer save is simply not done: the next due save asks again.
 // It replaces format 2's compactor (idle merges), eager GC and segment grace.
-type packer struct {
+type Packer struct {
 	engine *engine.Engine
 	log    *slog.Logger
 
@@ -31,15 +35,16 @@ type packer struct {
 // is packed by its next due save (packs are an optimisation of reads, never needed for one).
 const packQueue = 1024
 
-func newPacker(e *engine.Engine, log *slog.Logger) *packer {
-	p := &packer{engine: e, log: log, queued: map[engine.Key]bool{}, work: make(chan engine.Key, packQueue), done: make(chan struct{})}
+// NewPacker starts a packer of e's sessions; Stop ends it.
+func NewPacker(e *engine.Engine, log *slog.Logger) *Packer {
+	p := &Packer{engine: e, log: log, queued: map[engine.Key]bool{}, work: make(chan engine.Key, packQueue), done: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	go p.run()
 	return p
 }
 
-// due queues key to be packed, unless it is already queued or the queue is full.
-func (p *packer) due(key engine.Key) {
+// Due queues key to be packed, unless it is already queued or the queue is full.
+func (p *Packer) Due(key engine.Key) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped || p.queued[key] {
@@ -52,7 +57,7 @@ func (p *packer) due(key engine.Key) {
 	}
 }
 
-func (p *packer) run() {
+func (p *Packer) run() {
 	defer close(p.done)
 	for key := range p.work {
 		p.mu.Lock()
@@ -66,9 +71,9 @@ func (p *packer) run() {
 	}
 }
 
-// stop ends the packing; a pack under way is abandoned (a pack interrupted at any point leaves the
+// Stop ends the packing; a pack under way is abandoned (a pack interrupted at any point leaves the
 // session readable, docs/format.md §8.7).
-func (p *packer) stop() {
+func (p *Packer) Stop() {
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
