@@ -16,6 +16,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/sealing"
+	"github.com/checkpointd/checkpointd/internal/transfer/admission"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 )
@@ -170,7 +171,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	watchConn(nc, cfg.Logger, cfg.Metrics)
 	d.svc = &service{nc: nc, st: st, engine: eng, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
 		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, policy: d.policy,
-		adm: newAdmission(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse)}
+		adm: admission.New(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse)}
 	if err := d.svc.start(); err != nil {
 		return nil, err
 	}

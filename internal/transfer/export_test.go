@@ -20,8 +20,5 @@ func HoldIngestBudget(d *Daemon, wait time.Duration) (release func()) {
 // SaveRequestPeakBytes is the most the save requests in progress at d ever held at once (their
 // bodies and headers, as admitted).
 func SaveRequestPeakBytes(d *Daemon) int64 {
-	a := d.saves.adm
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.peak
+	return d.saves.adm.Peak()
 }

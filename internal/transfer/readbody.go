@@ -10,6 +10,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/transfer/admission"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -62,7 +63,7 @@ func (s *service) encode(ctx context.Context, b readBody, key, enc string) (read
 		return b, nil
 	}
 	return s.cache.GetOrLoadBody("zstd/"+key, func() (readBody, error) {
-		if err := ticketOf(ctx).take(int64(len(b.data))); err != nil { // at most about as large as b
+		if err := admission.TicketOf(ctx).Take(int64(len(b.data))); err != nil { // at most about as large as b
 			return readBody{}, err
 		}
 		return readBody{data: codec.AppendZstdFast(nil, b.data), hash: b.hash, raw: b.raw, enc: wire.EncodingZstd}, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/admission"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -69,7 +70,7 @@ func headerBytes(h nats.Header) int {
 type saveRequests struct {
 	in  *ingester
 	nc  *nats.Conn
-	adm *admission // requests in progress and the bytes of their bodies; never waits
+	adm *admission.Controller // requests in progress and the bytes of their bodies; never waits
 	sub *nats.Subscription
 }
 
@@ -77,8 +78,7 @@ type saveRequests struct {
 // of bodies (the ingest budget's size), however many there are.
 func newSaveRequests(in *ingester, nc *nats.Conn, budget int64) *saveRequests {
 	// The gauge is not registered: what the saves hold shows in the ingest budget's figures.
-	adm := newAdmission(budget, prometheus.NewGauge(prometheus.GaugeOpts{Name: "save_request_bytes"}))
-	adm.limit = [classes]int{classSave: maxSaveRequests}
+	adm := admission.NewForSaves(budget, prometheus.NewGauge(prometheus.GaugeOpts{Name: "save_request_bytes"}), maxSaveRequests)
 	return &saveRequests{in: in, nc: nc, adm: adm}
 }
 
@@ -106,10 +106,10 @@ func (sr *saveRequests) stop(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}
-	sr.adm.close() // from now on, refused unavailable
-	if sr.adm.drained(ctx) != nil {
+	sr.adm.Close() // from now on, refused unavailable
+	if sr.adm.Drained(ctx) != nil {
 		sr.in.stop()
-		_ = sr.adm.drained(context.Background())
+		_ = sr.adm.Drained(context.Background())
 	}
 }
 
@@ -123,14 +123,14 @@ func (sr *saveRequests) handle(msg *nats.Msg) {
 		return
 	}
 	sr.in.m.ReceivedBytes.Add(float64(len(msg.Data)))
-	t, err := sr.adm.admit(classSave, int64(len(msg.Data)+headerBytes(msg.Header)))
+	t, err := sr.adm.Admit(admission.ClassSave, int64(len(msg.Data)+headerBytes(msg.Header)))
 	if err != nil {
 		key, saveID, _ := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
 		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: edge.ToWireError(err)}, start)
 		return
 	}
 	go func() {
-		defer func() { t.done(sr.in.now().Sub(start)) }()
+		defer func() { t.Done(sr.in.now().Sub(start)) }()
 		sr.serve(msg, start)
 	}()
 }

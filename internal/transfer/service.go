@@ -22,6 +22,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/transfer/admission"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -42,7 +43,7 @@ type service struct {
 	policy  *housekeeping.LivePolicy
 	purging sync.Mutex // held while acknowledged saves are purged from the queue (reconcile.go)
 
-	adm *admission // bounds the requests in progress, never by waiting (admission.go)
+	adm *admission.Controller // bounds the requests in progress, never by waiting (admission.go)
 
 	results resultCounts // requests by operation and result, for the service's stats ($SRV.STATS)
 }
@@ -114,19 +115,19 @@ func (s *service) start() error {
 	ops := []struct {
 		name    string
 		subject string
-		class   opClass
+		class   admission.Class
 		h       opHandler
 	}{
-		{wire.OpList, "cp.api.*." + wire.OpList, classScan, s.list},
-		{wire.OpHistory, "cp.api.*." + wire.OpHistory, classScan, s.history},
-		{wire.OpGet, "cp.api.*." + wire.OpGet, classPoint, s.get},
-		{wire.OpRead, "cp.api.*." + wire.OpRead, classPoint, s.read},
-		{wire.OpPrune, "cp.api.*." + wire.OpPrune, classScan, s.prune},
-		{wire.OpLease, "cp.api.*." + wire.OpLease, classPoint, s.lease},
-		{wire.OpSeal, "cp.api.*." + wire.OpSeal, classPoint, s.seal},
-		{wire.OpDelete, "cp.api.*." + wire.OpDelete, classPoint, s.remove},
-		{wire.OpFork, forkSubject, classPoint, s.fork},
-		{"admin-list", wire.AdminListSubject, classScan, s.list},
+		{wire.OpList, "cp.api.*." + wire.OpList, admission.ClassScan, s.list},
+		{wire.OpHistory, "cp.api.*." + wire.OpHistory, admission.ClassScan, s.history},
+		{wire.OpGet, "cp.api.*." + wire.OpGet, admission.ClassPoint, s.get},
+		{wire.OpRead, "cp.api.*." + wire.OpRead, admission.ClassPoint, s.read},
+		{wire.OpPrune, "cp.api.*." + wire.OpPrune, admission.ClassScan, s.prune},
+		{wire.OpLease, "cp.api.*." + wire.OpLease, admission.ClassPoint, s.lease},
+		{wire.OpSeal, "cp.api.*." + wire.OpSeal, admission.ClassPoint, s.seal},
+		{wire.OpDelete, "cp.api.*." + wire.OpDelete, admission.ClassPoint, s.remove},
+		{wire.OpFork, forkSubject, admission.ClassPoint, s.fork},
+		{"admin-list", wire.AdminListSubject, admission.ClassScan, s.list},
 	}
 	for _, op := range ops {
 		if err := svc.AddEndpoint(op.name, s.wrap(op.name, op.class, op.h), micro.WithEndpointSubject(op.subject)); err != nil {
@@ -142,8 +143,8 @@ func (s *service) stop(ctx context.Context) error {
 		return nil
 	}
 	err := s.svc.Stop()
-	s.adm.close()
-	if derr := s.adm.drained(ctx); derr != nil && err == nil {
+	s.adm.Close()
+	if derr := s.adm.Drained(ctx); derr != nil && err == nil {
 		err = derr
 	}
 	return err
@@ -153,21 +154,21 @@ func (s *service) stop(ctx context.Context) error {
 // which must never wait) and runs its handler on a goroutine of its own, decoding the namespace from
 // the subject and turning errors into typed error replies. A scan reserves the bytes of the largest
 // reply it can build.
-func (s *service) wrap(op string, class opClass, h opHandler) micro.Handler {
+func (s *service) wrap(op string, class admission.Class, h opHandler) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		start := time.Now()
 		reserve := int64(0)
-		if class == classScan {
+		if class == admission.ClassScan {
 			reserve = s.maxReply()
 		}
-		t, err := s.adm.admit(class, reserve)
+		t, err := s.adm.Admit(class, reserve)
 		if err != nil {
 			s.respond(op, req, reply{}, err, start)
 			return
 		}
 		go func() {
-			defer func() { t.done(time.Since(start)) }()
-			ctx, cancel := context.WithTimeout(withTicket(context.Background(), t), s.timeout)
+			defer func() { t.Done(time.Since(start)) }()
+			ctx, cancel := context.WithTimeout(admission.WithTicket(context.Background(), t), s.timeout)
 			defer cancel()
 			ns := wire.DefaultNamespace
 			var err error
@@ -511,7 +512,7 @@ func (s *service) piece(ctx context.Context, b readBody, key string, offset int6
 	} else if offset > 0 {
 		s.cache.Release(key)
 	}
-	if err := ticketOf(ctx).take(end - offset); err != nil {
+	if err := admission.TicketOf(ctx).Take(end - offset); err != nil {
 		return reply{}, err
 	}
 	hdr := micro.Headers{
@@ -693,7 +694,7 @@ func takeLoad(ctx context.Context, copies int64, versions ...wire.Version) error
 	for _, v := range versions {
 		n += v.RawBytes
 	}
-	return ticketOf(ctx).take(copies * n)
+	return admission.TicketOf(ctx).Take(copies * n)
 }
 
 // maxReply leaves room for headers under the server's max_payload.

@@ -1,4 +1,7 @@
-package transfer
+// Package admission bounds the requests the daemon works on at once, and the bytes they hold,
+// without ever waiting: a request beyond a limit is refused busy with a hint of when to retry.
+// The service admits its reads and scans through one Controller, the save requests through another.
+package admission
 
 import (
 	"context"
@@ -11,13 +14,11 @@ import (
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
-// Admission control for the service's requests.
-//
 // nats.go's micro service calls a handler on the goroutine that delivers the endpoint's messages.
 // A handler that waits there for room (as the service once did, on a semaphore of 256) stops the
 // connection from taking messages off the socket: the server then sees the daemon as a slow
 // consumer and cuts its connection, and every request, saves' results and the ingest consumer's
-// pulls included, fails until it reconnects. So admission never waits: a request beyond a limit is
+// pulls included, fails until it reconnects. So Controller never waits: a request beyond a limit is
 // answered at once with the typed error busy and a hint of when to try again, and the SDK retries.
 //
 // Three limits, each checked without blocking:
@@ -28,7 +29,7 @@ import (
 //   - bytes: the replies being built and the conversations being loaded for reads share a budget
 //     (Config.ReadBytes). A scan reserves the largest reply up front; a read reserves its piece and,
 //     when the conversation is not cached, its size while it is loaded (ticket.take).
-type admission struct {
+type Controller struct {
 	mu      sync.Mutex
 	running [classes]int
 	limit   [classes]int
@@ -40,13 +41,13 @@ type admission struct {
 	gauge   prometheus.Gauge
 }
 
-// opClass is what limit a request counts against.
-type opClass int
+// Class is what limit a request counts against.
+type Class int
 
 const (
-	classPoint opClass = iota
-	classScan
-	classSave // saves sent as requests (saverequest.go), admitted apart from reads
+	ClassPoint Class = iota
+	ClassScan
+	ClassSave // saves sent as requests (saverequest.go), admitted apart from reads
 	classes
 )
 
@@ -55,13 +56,30 @@ const (
 	maxPoints = 192
 )
 
-func newAdmission(budget int64, gauge prometheus.Gauge) *admission {
-	return &admission{limit: [classes]int{classPoint: maxPoints, classScan: maxScans}, budget: budget, gauge: gauge}
+// New admits the service's requests: point operations and scans, up to maxPoints and maxScans at
+// once, holding at most budget bytes together (gauge shows how many they hold).
+func New(budget int64, gauge prometheus.Gauge) *Controller {
+	return &Controller{limit: [classes]int{ClassPoint: maxPoints, ClassScan: maxScans}, budget: budget, gauge: gauge}
 }
 
-// admit takes a slot of class c and, if bytes > 0, reserves them. It never waits: at a limit it
+// NewForSaves admits saves sent as requests (class ClassSave only): up to maxRequests at once,
+// holding at most budget bytes of bodies together.
+func NewForSaves(budget int64, gauge prometheus.Gauge, maxRequests int) *Controller {
+	a := New(budget, gauge)
+	a.limit = [classes]int{ClassSave: maxRequests}
+	return a
+}
+
+// Peak is the most the admitted requests ever held at once.
+func (a *Controller) Peak() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.peak
+}
+
+// Admit takes a slot of class c and, if bytes > 0, reserves them. It never waits: at a limit it
 // returns a busy error with a retry hint.
-func (a *admission) admit(c opClass, bytes int64) (*ticket, error) {
+func (a *Controller) Admit(c Class, bytes int64) (*Ticket, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
@@ -75,17 +93,17 @@ func (a *admission) admit(c opClass, bytes int64) (*ticket, error) {
 		return nil, err
 	}
 	a.running[c]++
-	return &ticket{a: a, class: c, bytes: a.bytes - before}, nil
+	return &Ticket{a: a, class: c, bytes: a.bytes - before}, nil
 }
 
 // reserve adds n bytes to what is in use, unless that exceeds the budget. A single reservation
 // larger than the whole budget (one very large conversation) counts as the budget: it passes when
 // nothing else is in use. a.mu is held.
-func (a *admission) reserve(c opClass, n int64) error {
+func (a *Controller) reserve(c Class, n int64) error {
 	n = min(n, a.budget)
 	if n > 0 && a.bytes > 0 && a.bytes+n > a.budget {
 		what := "replies and reads"
-		if c == classSave {
+		if c == ClassSave {
 			what = "save requests (--ingest-memory)"
 		}
 		return a.busy(c, fmt.Sprintf("%d of %d bytes of %s in progress", a.bytes, a.budget, what))
@@ -98,21 +116,21 @@ func (a *admission) reserve(c opClass, n int64) error {
 
 // busy is the refusal of a request of class c: what limit was reached and when to try again (twice
 // the class's recent service time, between 10 ms and 2 s).
-func (a *admission) busy(c opClass, why string) error {
+func (a *Controller) busy(c Class, why string) error {
 	hint := min(max(2*a.service[c], 10*time.Millisecond), 2*time.Second)
 	ms := hint.Milliseconds()
 	return &wire.Error{Code: wire.CodeBusy, Message: "checkpointd is busy (" + why + "); retry later", RetryAfterMillis: &ms}
 }
 
-// close refuses every request from now on; drained then waits for those admitted.
-func (a *admission) close() {
+// Close refuses every request from now on; drained then waits for those admitted.
+func (a *Controller) Close() {
 	a.mu.Lock()
 	a.closed = true
 	a.mu.Unlock()
 }
 
-// drained waits until no admitted request is running, or ctx ends.
-func (a *admission) drained(ctx context.Context) error {
+// Drained waits until no admitted request is running, or ctx ends.
+func (a *Controller) Drained(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -133,26 +151,26 @@ func (a *admission) drained(ctx context.Context) error {
 	}
 }
 
-func (c opClass) String() string {
+func (c Class) String() string {
 	switch c {
-	case classScan:
+	case ClassScan:
 		return "list/history/prune"
-	case classSave:
+	case ClassSave:
 		return "save"
 	}
 	return "get/read/lease"
 }
 
-// ticket is one admitted request: its slot and the bytes it holds, all given back by done.
-type ticket struct {
-	a     *admission
-	class opClass
+// Ticket is one admitted request: its slot and the bytes it holds, all given back by done.
+type Ticket struct {
+	a     *Controller
+	class Class
 	bytes int64
 }
 
-// take reserves n more bytes for the request (a read's piece, a conversation loaded), or returns
+// Take reserves n more bytes for the request (a read's piece, a conversation loaded), or returns
 // busy. A nil ticket (work outside a request) takes nothing.
-func (t *ticket) take(n int64) error {
+func (t *Ticket) Take(n int64) error {
 	if t == nil || n <= 0 {
 		return nil
 	}
@@ -166,9 +184,9 @@ func (t *ticket) take(n int64) error {
 	return nil
 }
 
-// done gives back the slot and the bytes, and folds the request's service time into its class's
+// Done gives back the slot and the bytes, and folds the request's service time into its class's
 // average (a moving average over about the last eight requests).
-func (t *ticket) done(took time.Duration) {
+func (t *Ticket) Done(took time.Duration) {
 	a := t.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -180,12 +198,12 @@ func (t *ticket) done(took time.Duration) {
 
 type ticketKey struct{}
 
-func withTicket(ctx context.Context, t *ticket) context.Context {
+func WithTicket(ctx context.Context, t *Ticket) context.Context {
 	return context.WithValue(ctx, ticketKey{}, t)
 }
 
-// ticketOf returns the request's ticket, or nil outside a request.
-func ticketOf(ctx context.Context) *ticket {
-	t, _ := ctx.Value(ticketKey{}).(*ticket)
+// TicketOf returns the request's ticket, or nil outside a request.
+func TicketOf(ctx context.Context) *Ticket {
+	t, _ := ctx.Value(ticketKey{}).(*Ticket)
 	return t
 }

@@ -1,4 +1,4 @@
-package transfer
+package admission
 
 import (
 	"context"
@@ -21,68 +21,68 @@ func requireBusy(t *testing.T, err error) {
 }
 
 func TestAdmission_RefusesBeyondEachLimitWithoutWaiting(t *testing.T) {
-	a := newAdmission(10<<20, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}))
+	a := New(10<<20, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}))
 
-	var scans []*ticket
+	var scans []*Ticket
 	for i := 0; i < maxScans; i++ {
-		tk, err := a.admit(classScan, 0)
+		tk, err := a.Admit(ClassScan, 0)
 		require.NoError(t, err)
 		scans = append(scans, tk)
 	}
-	_, err := a.admit(classScan, 0)
+	_, err := a.Admit(ClassScan, 0)
 	requireBusy(t, err)
-	tk, err := a.admit(classPoint, 0)
+	tk, err := a.Admit(ClassPoint, 0)
 	require.NoError(t, err, "scans have no claim on the slots of point operations")
-	tk.done(time.Millisecond)
+	tk.Done(time.Millisecond)
 
-	scans[0].done(time.Second)
-	tk, err = a.admit(classScan, 0)
+	scans[0].Done(time.Second)
+	tk, err = a.Admit(ClassScan, 0)
 	require.NoError(t, err, "a slot given back is taken again")
-	tk.done(time.Millisecond)
+	tk.Done(time.Millisecond)
 	for _, tk := range scans[1:] {
-		tk.done(time.Second)
+		tk.Done(time.Second)
 	}
-	_, err = a.admit(classScan, 0)
+	_, err = a.Admit(ClassScan, 0)
 	require.NoError(t, err)
 }
 
 func TestAdmission_ByteBudget(t *testing.T) {
-	a := newAdmission(4<<20, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}))
-	big, err := a.admit(classPoint, 0)
+	a := New(4<<20, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}))
+	big, err := a.Admit(ClassPoint, 0)
 	require.NoError(t, err)
-	require.NoError(t, big.take(64<<20), "one load larger than the whole budget passes when nothing else is in use")
-	other, err := a.admit(classPoint, 0)
+	require.NoError(t, big.Take(64<<20), "one load larger than the whole budget passes when nothing else is in use")
+	other, err := a.Admit(ClassPoint, 0)
 	require.NoError(t, err, "a request that reserves nothing is admitted")
-	requireBusy(t, other.take(1))
-	_, err = a.admit(classScan, 1<<20)
+	requireBusy(t, other.Take(1))
+	_, err = a.Admit(ClassScan, 1<<20)
 	requireBusy(t, err)
-	big.done(time.Millisecond)
-	require.NoError(t, other.take(3<<20))
-	requireBusy(t, other.take(2<<20))
-	_, err = a.admit(classScan, 1<<20)
+	big.Done(time.Millisecond)
+	require.NoError(t, other.Take(3<<20))
+	requireBusy(t, other.Take(2<<20))
+	_, err = a.Admit(ClassScan, 1<<20)
 	require.NoError(t, err, "within the budget")
-	other.done(time.Millisecond)
+	other.Done(time.Millisecond)
 
-	a.close()
-	_, err = a.admit(classPoint, 0)
+	a.Close()
+	_, err = a.Admit(ClassPoint, 0)
 	require.ErrorContains(t, err, "shutting down")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	require.Error(t, a.drained(ctx), "one scan is still running")
+	require.Error(t, a.Drained(ctx), "one scan is still running")
 }
 
 func TestAdmission_HintFollowsServiceTime(t *testing.T) {
-	a := newAdmission(4<<20, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}))
+	a := New(4<<20, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}))
 	for i := 0; i < 50; i++ {
-		tk, err := a.admit(classScan, 0)
+		tk, err := a.Admit(ClassScan, 0)
 		require.NoError(t, err)
-		tk.done(300 * time.Millisecond)
+		tk.Done(300 * time.Millisecond)
 	}
 	for i := 0; i < maxScans; i++ {
-		_, err := a.admit(classScan, 0)
+		_, err := a.Admit(ClassScan, 0)
 		require.NoError(t, err)
 	}
-	_, err := a.admit(classScan, 0)
+	_, err := a.Admit(ClassScan, 0)
 	requireBusy(t, err)
 	require.InDelta(t, 600, *err.(*wire.Error).RetryAfterMillis, 60, "twice the recent service time")
 }
