@@ -19,6 +19,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/transfer/admission"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
+	"github.com/checkpointd/checkpointd/internal/transfer/ingest"
 )
 
 // Config is what the daemon needs beyond a NATS connection.
@@ -111,9 +112,11 @@ func (c Config) Validate() error {
 // Several may run against one JetStream deployment.
 type Daemon struct {
 	cfg    Config
-	in     *ingester
+	in     *ingest.Ingester
+	budget *ingest.Budget // the bytes of the saves being settled (ingest/ingestbudget.go)
+	st     *edge.Streams  // CP_INGEST, CP_CHUNKS, CP_RESULTS
 	svc    *service
-	saves  *saveRequests // saves sent as requests (saverequest.go)
+	saves  *ingest.SaveRequests // saves sent as requests (saverequest.go)
 	packer *housekeeping.Packer
 	pruner *housekeeping.Pruner
 	// Engine is the storage domain (internal/engine) over the stream CP_LOG (internal/logstore).
@@ -167,7 +170,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	}
 	sealed := edge.SealLog(edge.BoundedLog{Log: log}, cfg.NamespaceKeys)
 	eng := engine.New(sealed, cfg.Engine)
-	d := &Daemon{cfg: cfg, Engine: eng, logStream: logStream, sealed: sealed, nc: nc, policy: housekeeping.NewLivePolicy(cfg.Retention)}
+	d := &Daemon{cfg: cfg, Engine: eng, st: st, logStream: logStream, sealed: sealed, nc: nc, policy: housekeeping.NewLivePolicy(cfg.Retention)}
 	watchConn(nc, cfg.Logger, cfg.Metrics)
 	d.svc = &service{nc: nc, st: st, engine: eng, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
 		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, policy: d.policy,
@@ -176,16 +179,17 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.packer = housekeeping.NewPacker(eng, cfg.Logger)
-	d.in = &ingester{js: js, st: st, engine: eng, maxBytes: cfg.MaxCheckpointBytes, imagePaths: cfg.ImagePaths, log: cfg.Logger,
-		m: cfg.Metrics, now: time.Now, packer: d.packer, budget: newIngestBudget(cfg.ingestBudget())}
-	if err := d.in.start(ctx, cfg.Lanes); err != nil {
+	d.budget = ingest.NewBudget(cfg.ingestBudget())
+	d.in = ingest.New(ingest.Config{JS: js, Streams: st, Engine: eng, MaxBytes: cfg.MaxCheckpointBytes, ImagePaths: cfg.ImagePaths,
+		Logger: cfg.Logger, Metrics: cfg.Metrics, Packer: d.packer, Budget: d.budget})
+	if err := d.in.Start(ctx, cfg.Lanes); err != nil {
 		d.packer.Stop()
 		_ = d.svc.stop(ctx)
 		return nil, err
 	}
-	d.saves = newSaveRequests(d.in, nc, cfg.ingestBudget())
-	if err := d.saves.start(); err != nil {
-		d.in.shutdown(ctx)
+	d.saves = ingest.NewSaveRequests(d.in, nc, cfg.ingestBudget())
+	if err := d.saves.Start(); err != nil {
+		d.in.Shutdown(ctx)
 		d.packer.Stop()
 		_ = d.svc.stop(ctx)
 		return nil, err
@@ -314,9 +318,9 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.guard.stop()
 	d.health.stop()
 	err := d.svc.stop(ctx)
-	d.saves.stop(ctx)
+	d.saves.Stop(ctx)
 	d.pruner.Stop()
-	d.in.shutdown(ctx)
+	d.in.Shutdown(ctx)
 	d.packer.Stop()
 	return err
 }

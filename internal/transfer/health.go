@@ -13,6 +13,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/transfer/ingest"
 )
 
 // watchConn logs and counts every event of the daemon's NATS connection: disconnects, reconnects,
@@ -68,7 +69,7 @@ func watchConn(nc *nats.Conn, log *slog.Logger, m *metrics.Metrics) {
 // stops delivering (an operator deleted it: saving would otherwise stop until a restart), and
 // notices a queue whose oldest save waits while none is settled.
 type healthMonitor struct {
-	in         *ingester
+	in         *ingest.Ingester
 	st         *edge.Streams
 	log        *slog.Logger
 	interval   time.Duration
@@ -88,7 +89,7 @@ type healthMonitor struct {
 	wg   sync.WaitGroup
 }
 
-func newHealthMonitor(in *ingester, st *edge.Streams, cfg Config) *healthMonitor {
+func newHealthMonitor(in *ingest.Ingester, st *edge.Streams, cfg Config) *healthMonitor {
 	interval := cfg.HealthInterval
 	if interval == 0 {
 		interval = 2 * time.Second
@@ -132,7 +133,7 @@ func (h *healthMonitor) run() {
 	defer t.Stop()
 	for {
 		var stopped <-chan struct{}
-		if cc := h.in.consuming(); cc != nil && !h.lost {
+		if cc := h.in.Consuming(); cc != nil && !h.lost {
 			stopped = cc.Closed()
 		}
 		select {
@@ -163,7 +164,7 @@ func (h *healthMonitor) checkConsumer() {
 	defer cancel()
 	_, err := h.st.Ingest.Consumer(ctx, edge.IngestConsumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		if cc := h.in.consuming(); cc != nil {
+		if cc := h.in.Consuming(); cc != nil {
 			cc.Stop()
 		}
 	}
@@ -221,7 +222,7 @@ func (h *healthMonitor) caughtUp(now time.Time, lag time.Duration) error {
 func (h *healthMonitor) recreate() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.in.consume(ctx); err != nil {
+	if err := h.in.Consume(ctx); err != nil {
 		h.setConsumerErr(fmt.Errorf("ingest consumer %s is gone and recreating it failed (will retry): %w", edge.IngestConsumer, err))
 		h.log.Error("ingest: recreating the consumer failed, will retry", "err", err)
 		return false

@@ -123,7 +123,7 @@ func (c *stateCollector) refresh(done chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), stateDeadline)
 	defer cancel()
 	failed := false
-	st := c.d.in.st
+	st := c.d.st
 	streams := []jetstream.Stream{st.Ingest, st.Chunks, st.Results, c.d.logStream}
 	fresh := map[string]jetstream.StreamState{}
 	for _, s := range streams {

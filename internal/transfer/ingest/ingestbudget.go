@@ -1,4 +1,4 @@
-package transfer
+package ingest
 
 import (
 	"context"
@@ -30,7 +30,8 @@ const budgetWait = 2 * time.Second
 // budgetRetryAfter is the retry hint of a save refused busy.
 const budgetRetryAfter = time.Second
 
-type ingestBudget struct {
+// Budget bounds the bytes of the saves being settled at once (above).
+type Budget struct {
 	limit int64
 	wait  time.Duration
 
@@ -40,13 +41,26 @@ type ingestBudget struct {
 	freed chan struct{}  // closed and replaced whenever bytes are given back or the oldest save changes
 }
 
-func newIngestBudget(limit int64) *ingestBudget {
-	return &ingestBudget{limit: limit, wait: budgetWait, freed: make(chan struct{})}
+// NewBudget is a budget of limit bytes.
+func NewBudget(limit int64) *Budget {
+	return &Budget{limit: limit, wait: budgetWait, freed: make(chan struct{})}
+}
+
+// Hold takes the whole budget, as the save in progress the longest would, and makes other saves
+// wait at most wait for room before they are refused busy; release gives it back. Tests use it to
+// see a daemon at its limit.
+func (b *Budget) Hold(wait time.Duration) (release func()) {
+	b.mu.Lock()
+	b.wait = wait
+	b.mu.Unlock()
+	r := b.begin(context.Background())
+	_ = r.Reserve(b.limit) // the oldest: never waits
+	return r.end
 }
 
 // reservation is one save's share of the budget. It implements codec.Growth.
 type reservation struct {
-	b        *ingestBudget
+	b        *Budget
 	ctx      context.Context
 	held     int64
 	deadline time.Time // set the first time the save waits
@@ -54,7 +68,7 @@ type reservation struct {
 }
 
 // begin starts the reservation of one save; end gives back all of it.
-func (b *ingestBudget) begin(ctx context.Context) *reservation {
+func (b *Budget) begin(ctx context.Context) *reservation {
 	r := &reservation{b: b, ctx: ctx}
 	b.mu.Lock()
 	b.saves = append(b.saves, r)
@@ -132,13 +146,13 @@ func (r *reservation) end() {
 }
 
 // wake tells the saves waiting that something changed. Called with b.mu held.
-func (b *ingestBudget) wake() {
+func (b *Budget) wake() {
 	close(b.freed)
 	b.freed = make(chan struct{})
 }
 
 // inUse returns the bytes the saves in progress hold.
-func (b *ingestBudget) inUse() int64 {
+func (b *Budget) inUse() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used

@@ -1,4 +1,8 @@
-package transfer
+// Package ingest settles saves: those queued on CP_INGEST by agents that found no daemon
+// (ingest.go: the durable consumer, its lanes, large saves' chunks, outcomes on CP_RESULTS) and
+// those sent as requests on cp.save... (saverequest.go), both through the same settle, within one
+// budget of bytes held at once (ingestbudget.go).
+package ingest
 
 import (
 	"bytes"
@@ -26,10 +30,10 @@ import (
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
-// ingester takes saves off CP_INGEST, turns each into a version (or a refusal) and publishes the
+// Ingester takes saves off CP_INGEST, turns each into a version (or a refusal) and publishes the
 // outcome on CP_RESULTS. A save leaves the work queue only after its outcome is published, so a
 // crash at any point means it is delivered again; the save id makes the second pass a no-op.
-type ingester struct {
+type Ingester struct {
 	js       jetstream.JetStream
 	st       *edge.Streams
 	engine   *engine.Engine
@@ -42,7 +46,7 @@ type ingester struct {
 	// packer packs the sessions whose saves say their entries are due (pack.go).
 	packer *housekeeping.Packer
 	// budget bounds the bytes of the saves being settled (ingestbudget.go).
-	budget *ingestBudget
+	budget *Budget
 
 	lanes []chan jetstream.Msg
 	wg    sync.WaitGroup
@@ -54,6 +58,25 @@ type ingester struct {
 	stopping bool                     // shutdown began: no new consume
 }
 
+// Config is what an Ingester works with.
+type Config struct {
+	JS         jetstream.JetStream
+	Streams    *edge.Streams
+	Engine     *engine.Engine
+	MaxBytes   int64            // largest conversation accepted (canonical JSON bytes)
+	ImagePaths codec.ImagePaths // what a save does with images naming local files
+	Logger     *slog.Logger
+	Metrics    *metrics.Metrics
+	Packer     *housekeeping.Packer // told which sessions are due to be packed
+	Budget     *Budget              // bounds the bytes of the saves being settled
+}
+
+// New is an Ingester of cfg; Start starts it.
+func New(cfg Config) *Ingester {
+	return &Ingester{js: cfg.JS, st: cfg.Streams, engine: cfg.Engine, maxBytes: cfg.MaxBytes, imagePaths: cfg.ImagePaths,
+		log: cfg.Logger, m: cfg.Metrics, now: time.Now, packer: cfg.Packer, budget: cfg.Budget}
+}
+
 // ackWait is how soon a save taken by a daemon that died is offered to another. Reads of the session
 // wait for it meanwhile, so it is short; saves that take longer keep their claim with heartbeats.
 const ackWait = 10 * time.Second
@@ -62,7 +85,7 @@ const ackWait = 10 * time.Second
 // refusal (code unavailable) is published, so the writer learns of it: never a silent drop.
 const maxAttempts = 20
 
-func (in *ingester) start(ctx context.Context, lanes int) error {
+func (in *Ingester) Start(ctx context.Context, lanes int) error {
 	in.ctx, in.stop = context.WithCancel(context.Background())
 	// Saves of one session always go to the same lane, so they are settled in the order they were
 	// published; different sessions proceed in parallel.
@@ -77,7 +100,7 @@ func (in *ingester) start(ctx context.Context, lanes int) error {
 			}
 		}(in.lanes[i])
 	}
-	if err := in.consume(ctx); err != nil {
+	if err := in.Consume(ctx); err != nil {
 		for _, c := range in.lanes {
 			close(c)
 		}
@@ -87,9 +110,9 @@ func (in *ingester) start(ctx context.Context, lanes int) error {
 	return nil
 }
 
-// consume creates the durable consumer if it is missing and starts taking saves from it. The
+// Consume creates the durable consumer if it is missing and starts taking saves from it. The
 // health monitor runs it again when the consumer stops delivering (deleted by an operator, say).
-func (in *ingester) consume(ctx context.Context) error {
+func (in *Ingester) Consume(ctx context.Context) error {
 	cons, err := in.st.Ingest.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       edge.IngestConsumer,
 		Description:   "checkpointd instances share this consumer",
@@ -128,8 +151,8 @@ func (in *ingester) consume(ctx context.Context) error {
 	return nil
 }
 
-// consuming returns the current consume, nil once shutdown began.
-func (in *ingester) consuming() jetstream.ConsumeContext {
+// Consuming returns the current consume, nil once shutdown began.
+func (in *Ingester) Consuming() jetstream.ConsumeContext {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.stopping {
@@ -138,9 +161,9 @@ func (in *ingester) consuming() jetstream.ConsumeContext {
 	return in.cc
 }
 
-// shutdown stops taking new saves and finishes the ones already taken. If ctx ends first, the
+// Shutdown stops taking new saves and finishes the ones already taken. If ctx ends first, the
 // saves still in flight are abandoned unacknowledged and are redelivered to the next daemon.
-func (in *ingester) shutdown(ctx context.Context) {
+func (in *Ingester) Shutdown(ctx context.Context) {
 	in.mu.Lock()
 	in.stopping = true
 	cc := in.cc
@@ -170,7 +193,7 @@ func (in *ingester) shutdown(ctx context.Context) {
 	}
 }
 
-func (in *ingester) handle(msg jetstream.Msg) {
+func (in *Ingester) handle(msg jetstream.Msg) {
 	start := in.now()
 	in.m.ReceivedBytes.Add(float64(len(msg.Data())))
 	meta, err := msg.Metadata()
@@ -216,7 +239,7 @@ func (in *ingester) handle(msg jetstream.Msg) {
 }
 
 // removeChunks removes the chunks of a settled save (accepted or refused), if it had any.
-func (in *ingester) removeChunks(ctx context.Context, key wire.Key, saveID string, h nats.Header) {
+func (in *Ingester) removeChunks(ctx context.Context, key wire.Key, saveID string, h nats.Header) {
 	if h.Get(wire.HdrChunks) == "" {
 		return
 	}
@@ -275,7 +298,7 @@ func attribute(prefix, subject, saveID string) (wire.Key, string, error) {
 // refuseUnattributed answers a save that names no usable session or save id. Its result goes to
 // wire.UnattributedResultSubject: the subject's namespace token as published and the stream
 // sequence from the PubAck, both of which the publisher knows.
-func (in *ingester) refuseUnattributed(msg jetstream.Msg, seq uint64, ns string, cause error, start time.Time) {
+func (in *Ingester) refuseUnattributed(msg jetstream.Msg, seq uint64, ns string, cause error, start time.Time) {
 	nsToken := "_" // never used: a subject matching cp.ingest.> has a third token
 	if toks := strings.Split(msg.Subject(), "."); len(toks) > 2 {
 		nsToken = toks[2]
@@ -299,7 +322,7 @@ func (in *ingester) refuseUnattributed(msg jetstream.Msg, seq uint64, ns string,
 // new version for as long as results are kept. A result on CP_RESULTS is only a hint of which
 // version to look at: anyone able to publish on a result subject could have written it, so the
 // duplicate is decided by the version record in storage, which only daemons write.
-func (in *ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wire.Version, error) {
+func (in *Ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wire.Version, error) {
 	m, err := in.st.Read.Last(ctx, in.st.Results, wire.ResultSubject(key.Namespace, saveID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
@@ -330,7 +353,7 @@ func (in *ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wi
 // settle decides the outcome of one save, whichever way it came (a message off CP_INGEST, or a
 // request on cp.save.>): its headers h and its body data as received. A returned error is
 // transient (storage); refusals are part of the result. The int is the save's chunk count.
-func (in *ingester) settle(ctx context.Context, key wire.Key, saveID string, h nats.Header, data []byte) (wire.SaveResult, int, error) {
+func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h nats.Header, data []byte) (wire.SaveResult, int, error) {
 	refuse := func(err error) (wire.SaveResult, int, error) {
 		return wire.SaveResult{Error: edge.ToWireError(err)}, 0, nil
 	}
@@ -501,7 +524,7 @@ func importHeaders(h nats.Header, now time.Time) (*engine.Import, error) {
 // readBody returns the body of a save, decoded: the message's own bytes as sent, or its chunks read
 // one at a time and concatenated (a large save is never held both compressed and whole), then
 // decompressed if zstd. Every buffer is reserved with mem first.
-func (in *ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, mem *reservation) ([]byte, error) {
+func (in *Ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, mem *reservation) ([]byte, error) {
 	if hs.chunks == 0 {
 		if err := mem.Reserve(int64(len(data))); err != nil { // received: counted while the save lasts
 			return nil, err
@@ -549,7 +572,7 @@ func decodeBody(r io.Reader, enc string, head []byte, maxBytes int64, mem codec.
 // chunkPieces returns a function that reads piece i of the chunks of a save from CP_CHUNKS, the
 // pieces in stream order. A piece missing or out of order refuses the save (bad_request); storage
 // trouble is returned as it is, to be retried.
-func (in *ingester) chunkPieces(ctx context.Context, subj string, n int) func(i int) ([]byte, error) {
+func (in *Ingester) chunkPieces(ctx context.Context, subj string, n int) func(i int) ([]byte, error) {
 	seq := uint64(1)
 	return func(i int) ([]byte, error) {
 		for {
@@ -647,7 +670,7 @@ const (
 
 // publishResult stores res on CP_RESULTS, retrying until it is stored or ctx ends. Every attempt
 // also reaches a client listening on the result's subject, stored or not.
-func (in *ingester) publishResult(ctx context.Context, res wire.SaveResult) error {
+func (in *Ingester) publishResult(ctx context.Context, res wire.SaveResult) error {
 	return in.publishResultOn(ctx, wire.ResultSubject(res.Key.Namespace, res.SaveID), res)
 }
 
@@ -655,7 +678,7 @@ func (in *ingester) publishResult(ctx context.Context, res wire.SaveResult) erro
 // cp.saved.<ns>.<saveid>, which no stream captures: watchers see it, nothing is stored. Its writer
 // has it in the reply, and a retry of the request is de-duplicated by save id, so storing it on
 // CP_RESULTS (about 1 KB per save, kept for the result TTL) would only cost disk writes.
-func (in *ingester) announceResult(res wire.SaveResult) error {
+func (in *Ingester) announceResult(res wire.SaveResult) error {
 	data, err := json.Marshal(res)
 	if err != nil {
 		return err
@@ -663,7 +686,7 @@ func (in *ingester) announceResult(res wire.SaveResult) error {
 	return in.js.Conn().Publish(wire.SavedSubject(res.Key.Namespace, res.SaveID), data)
 }
 
-func (in *ingester) publishResultOn(ctx context.Context, subject string, res wire.SaveResult) error {
+func (in *Ingester) publishResultOn(ctx context.Context, subject string, res wire.SaveResult) error {
 	data, err := json.Marshal(res)
 	if err != nil {
 		return err
@@ -693,7 +716,7 @@ func retry(ctx context.Context, d time.Duration) bool {
 // ack acknowledges a settled save, retrying until JetStream confirms it or ctx ends: an ack sent
 // to a consumer leader that just died is lost, and the save would be delivered again after ackWait
 // and settled a second time (as a duplicate).
-func (in *ingester) ack(ctx context.Context, msg jetstream.Msg) error {
+func (in *Ingester) ack(ctx context.Context, msg jetstream.Msg) error {
 	for {
 		actx, cancel := context.WithTimeout(ctx, resultAttempt)
 		err := msg.DoubleAck(actx)
@@ -710,7 +733,7 @@ const (
 	pathIngest  = metrics.SavePathIngest  // a message off CP_INGEST, the fallback
 )
 
-func (in *ingester) observe(path string, res wire.SaveResult, start time.Time) {
+func (in *Ingester) observe(path string, res wire.SaveResult, start time.Time) {
 	in.m.SaveSeconds.Observe(in.now().Sub(start).Seconds())
 	switch {
 	case res.Error != nil:

@@ -1,4 +1,4 @@
-package transfer
+package ingest
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // save in progress the longest is never held back, so a save larger than the budget goes through
 // and saves waiting on each other cannot block for good.
 func TestIngestBudget_WaitsThenBusyAndTheOldestGoesOn(t *testing.T) {
-	b := newIngestBudget(100)
+	b := NewBudget(100)
 	b.wait = 20 * time.Millisecond
 	ctx := context.Background()
 	first, second := b.begin(ctx), b.begin(ctx)
@@ -50,7 +50,7 @@ func TestIngestBudget_WaitsThenBusyAndTheOldestGoesOn(t *testing.T) {
 
 // Released bytes are reusable by others at once.
 func TestIngestBudget_ReleaseMakesRoom(t *testing.T) {
-	b := newIngestBudget(100)
+	b := NewBudget(100)
 	b.wait = time.Minute
 	ctx := context.Background()
 	a, c := b.begin(ctx), b.begin(ctx)
@@ -80,7 +80,7 @@ func TestEagerGC_LargeSaveLowersUntilSettled(t *testing.T) {
 		t.Skip("GOGC is set in the environment: the daemon leaves the collector alone")
 	}
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	mem := newIngestBudget(2 * housekeeping.LargeBytes).begin(context.Background())
+	mem := NewBudget(2 * housekeeping.LargeBytes).begin(context.Background())
 	require.NoError(t, mem.Reserve(housekeeping.LargeBytes-1))
 	require.Equal(t, 100, gcPercent(), "not yet large")
 	require.NoError(t, mem.Reserve(1))

@@ -1,4 +1,4 @@
-package transfer
+package ingest
 
 import (
 	"context"
@@ -66,24 +66,28 @@ func headerBytes(h nats.Header) int {
 	return n
 }
 
-// saveRequests answers the saves sent as requests.
-type saveRequests struct {
-	in  *ingester
+// SaveRequests answers the saves sent as requests.
+type SaveRequests struct {
+	in  *Ingester
 	nc  *nats.Conn
 	adm *admission.Controller // requests in progress and the bytes of their bodies; never waits
 	sub *nats.Subscription
 }
 
-// newSaveRequests answers saves with in's settling; the requests in progress may hold budget bytes
+// NewSaveRequests answers saves with in's settling; the requests in progress may hold budget bytes
 // of bodies (the ingest budget's size), however many there are.
-func newSaveRequests(in *ingester, nc *nats.Conn, budget int64) *saveRequests {
+func NewSaveRequests(in *Ingester, nc *nats.Conn, budget int64) *SaveRequests {
 	// The gauge is not registered: what the saves hold shows in the ingest budget's figures.
 	adm := admission.NewForSaves(budget, prometheus.NewGauge(prometheus.GaugeOpts{Name: "save_request_bytes"}), maxSaveRequests)
-	return &saveRequests{in: in, nc: nc, adm: adm}
+	return &SaveRequests{in: in, nc: nc, adm: adm}
 }
 
-// start subscribes to every namespace's save subject in the service's queue group.
-func (sr *saveRequests) start() error {
+// PeakBytes is the most the save requests in progress ever held at once (their bodies and
+// headers, as admitted).
+func (sr *SaveRequests) PeakBytes() int64 { return sr.adm.Peak() }
+
+// Start subscribes to every namespace's save subject in the service's queue group.
+func (sr *SaveRequests) Start() error {
 	sub, err := sr.nc.QueueSubscribe(wire.SaveSubjectPrefix+">", saveRequestsQueue, sr.handle)
 	if err != nil {
 		return fmt.Errorf("save requests: %w", err)
@@ -92,10 +96,10 @@ func (sr *saveRequests) start() error {
 	return nil
 }
 
-// stop takes no new requests, answers the ones already received (those queued in the
-// subscription too), and waits for them. If ctx ends first, the saves still settling stop waiting
+// Stop takes no new requests, answers the ones already received (those queued in the
+// subscription too), and waits for them. If ctx ends first, the saves still settling Stop waiting
 // on storage and answer unavailable; the writers retry them, with the same save id.
-func (sr *saveRequests) stop(ctx context.Context) {
+func (sr *SaveRequests) Stop(ctx context.Context) {
 	if sr.sub == nil {
 		return
 	}
@@ -115,7 +119,7 @@ func (sr *saveRequests) stop(ctx context.Context) {
 
 // handle runs on the subscription's goroutine, so it never waits: it admits the request and settles
 // it on a goroutine of its own, or answers it at once.
-func (sr *saveRequests) handle(msg *nats.Msg) {
+func (sr *SaveRequests) handle(msg *nats.Msg) {
 	start := sr.in.now()
 	if msg.Reply == "" {
 		sr.in.m.Saves.WithLabelValues(pathRequest, wire.CodeBadRequest).Inc()
@@ -139,7 +143,7 @@ func (sr *saveRequests) handle(msg *nats.Msg) {
 // cp.saved.<ns>.<saveid> (for watchers; not stored: a writer whose reply was lost sends the request
 // again and gets the outcome as a duplicate) and removes its chunks, as for a save off the stream; but a save refused busy or unavailable keeps its chunks and publishes nothing: the writer
 // retries the same request.
-func (sr *saveRequests) serve(msg *nats.Msg, start time.Time) {
+func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 	key, saveID, err := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
 	if n := headerBytes(msg.Header); err == nil && n > maxHeaderBytes {
 		err = fmt.Errorf("%w: headers of %d bytes, at most %d (as on the ingest stream)", edge.ErrBadRequest, n, maxHeaderBytes)
@@ -183,7 +187,7 @@ func storageCause(err error) error {
 
 // answer counts the result and replies with it (counted first, so that the metrics agree with
 // what a writer was told as soon as it is told).
-func (sr *saveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Time) {
+func (sr *SaveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Time) {
 	sr.in.observe(pathRequest, res, start)
 	data, err := json.Marshal(res)
 	if err == nil {

@@ -1,4 +1,4 @@
-package transfer
+package ingest
 
 import (
 	"bytes"
@@ -118,7 +118,7 @@ func FuzzChunkAssembly(f *testing.F) {
 			}
 			return pieces[i], nil
 		}
-		b := newIngestBudget(1 << 40)
+		b := NewBudget(1 << 40)
 		mem := b.begin(context.Background())
 		cr := newChunkReader(n, fuzzMaxBytes, piece, mem)
 		err := cr.fetch()
