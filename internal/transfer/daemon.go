@@ -16,10 +16,10 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/sealing"
-	"github.com/checkpointd/checkpointd/internal/transfer/admission"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 	"github.com/checkpointd/checkpointd/internal/transfer/ingest"
+	"github.com/checkpointd/checkpointd/internal/transfer/service"
 )
 
 // Config is what the daemon needs beyond a NATS connection.
@@ -115,7 +115,7 @@ type Daemon struct {
 	in     *ingest.Ingester
 	budget *ingest.Budget // the bytes of the saves being settled (ingest/ingestbudget.go)
 	st     *edge.Streams  // CP_INGEST, CP_CHUNKS, CP_RESULTS
-	svc    *service
+	svc    *service.Service
 	saves  *ingest.SaveRequests // saves sent as requests (saverequest.go)
 	packer *housekeeping.Packer
 	pruner *housekeeping.Pruner
@@ -172,10 +172,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	eng := engine.New(sealed, cfg.Engine)
 	d := &Daemon{cfg: cfg, Engine: eng, st: st, logStream: logStream, sealed: sealed, nc: nc, policy: housekeeping.NewLivePolicy(cfg.Retention)}
 	watchConn(nc, cfg.Logger, cfg.Metrics)
-	d.svc = &service{nc: nc, st: st, engine: eng, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
-		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, policy: d.policy,
-		adm: admission.New(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse)}
-	if err := d.svc.start(); err != nil {
+	d.svc = service.New(service.Config{NC: nc, Streams: st, Engine: eng, CacheBytes: cfg.CacheBytes, ReadBytes: cfg.ReadBytes,
+		Logger: cfg.Logger, Metrics: cfg.Metrics, Timeout: cfg.RequestTimeout, Version: cfg.Version, Policy: d.policy})
+	if err := d.svc.Start(); err != nil {
 		return nil, err
 	}
 	d.packer = housekeeping.NewPacker(eng, cfg.Logger)
@@ -184,20 +183,20 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 		Logger: cfg.Logger, Metrics: cfg.Metrics, Packer: d.packer, Budget: d.budget})
 	if err := d.in.Start(ctx, cfg.Lanes); err != nil {
 		d.packer.Stop()
-		_ = d.svc.stop(ctx)
+		_ = d.svc.Stop(ctx)
 		return nil, err
 	}
 	d.saves = ingest.NewSaveRequests(d.in, nc, cfg.ingestBudget())
 	if err := d.saves.Start(); err != nil {
 		d.in.Shutdown(ctx)
 		d.packer.Stop()
-		_ = d.svc.stop(ctx)
+		_ = d.svc.Stop(ctx)
 		return nil, err
 	}
 	d.pruner = &housekeeping.Pruner{Engine: eng, Policy: d.policy, Interval: cfg.RetentionInterval, Log: cfg.Logger, Metrics: cfg.Metrics,
-		Pruned: d.svc.dropPrunedReads}
+		Pruned: d.svc.DropPrunedReads}
 	d.pruner.Start()
-	go d.svc.purgeAcknowledged() // what a crash of the server may have left in the queue
+	go d.svc.PurgeAcknowledged() // what a crash of the server may have left in the queue
 	d.health = newHealthMonitor(d.in, st, cfg)
 	d.health.start()
 	if err := cfg.Metrics.Register(newStateCollector(d)); err != nil { // state.go
@@ -317,7 +316,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.ready.Store(false)
 	d.guard.stop()
 	d.health.stop()
-	err := d.svc.stop(ctx)
+	err := d.svc.Stop(ctx)
 	d.saves.Stop(ctx)
 	d.pruner.Stop()
 	d.in.Shutdown(ctx)

@@ -14,6 +14,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
+	"github.com/checkpointd/checkpointd/internal/transfer/service"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -106,7 +107,7 @@ func TestOpsMetrics_ServiceErrorsAgreeWithRefusals(t *testing.T) {
 	require.NoError(t, json.Unmarshal(msg.Data, &stats))
 	var errs uint64
 	for _, e := range stats.Endpoints {
-		var data transfer.EndpointResults
+		var data service.EndpointResults
 		require.NoError(t, json.Unmarshal(e.Data, &data), "endpoint %s: %s", e.Name, e.Data)
 		errs += data.Refused
 		require.Equal(t, opsSample(t, env.Registry, "checkpointd_requests_total", map[string]string{"op": e.Name, "result": "!ok"}),

@@ -95,7 +95,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(failDesc, prometheus.CounterValue, float64(c.failures))
 	c.mu.Unlock()
 
-	hits, misses, bytes := c.d.svc.cache.stats()
+	hits, misses, bytes := c.d.svc.CacheStats()
 	ch <- prometheus.MustNewConstMetric(hitsDesc, prometheus.CounterValue, float64(hits), "hit")
 	ch <- prometheus.MustNewConstMetric(hitsDesc, prometheus.CounterValue, float64(misses), "miss")
 	gauge(cacheDesc, float64(bytes))

@@ -1,4 +1,4 @@
-package transfer
+package service
 
 import (
 	"bytes"
@@ -56,7 +56,7 @@ func parseListCursor(s, ns string) (listCursor, error) {
 }
 
 // listPage builds one reply of a listing from req.Cursor on.
-func (s *service) listPage(ctx context.Context, ns string, req wire.ListRequest) (reply, error) {
+func (s *Service) listPage(ctx context.Context, ns string, req wire.ListRequest) (reply, error) {
 	cur, err := parseListCursor(req.Cursor, ns)
 	if err != nil {
 		return reply{}, err
@@ -164,7 +164,7 @@ const (
 // version the previous page ended at) down: the engine reads the entries since the last pack and
 // one pack per page it goes back (engine.HistoryPage), so a long history's recent versions are
 // cheap.
-func (s *service) historyNewestFirst(ctx context.Context, key wire.Key, req wire.HistoryRequest) (reply, error) {
+func (s *Service) historyNewestFirst(ctx context.Context, key wire.Key, req wire.HistoryRequest) (reply, error) {
 	if req.After != 0 {
 		return reply{}, fmt.Errorf("%w: after pages a history oldest first; newest first pages with cursor", edge.ErrBadRequest)
 	}

@@ -1,4 +1,9 @@
-package transfer
+// Package service answers the read side of the protocol, and the operations beside saves, as a
+// NATS micro service on cp.api.<namespace>.<op>: list and history (list.go), get and read with
+// their bodies, compressed and cached (readbody.go, readrecord.go, cache.go), lease, seal and delete
+// (lease.go), fork (fork.go) and prune. Every read first waits for the session's queued saves
+// (read-your-writes), and every request is admitted within bounds (internal/transfer/admission).
+package service
 
 import (
 	"bytes"
@@ -28,9 +33,9 @@ import (
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
-// service answers the read side of the protocol as a nats.go micro service, so `nats micro ls`,
+// Service answers the read side of the protocol as a nats.go micro Service, so `nats micro ls`,
 // `$SRV.PING|INFO|STATS` and per-endpoint statistics come for free.
-type service struct {
+type Service struct {
 	nc      *nats.Conn
 	st      *edge.Streams
 	engine  *engine.Engine
@@ -94,7 +99,32 @@ type reply struct {
 
 type opHandler func(ctx context.Context, ns string, body []byte) (reply, error)
 
-func (s *service) start() error {
+// Config is what a Service works with.
+type Config struct {
+	NC         *nats.Conn
+	Streams    *edge.Streams
+	Engine     *engine.Engine
+	CacheBytes int64 // read cache size
+	ReadBytes  int64 // bytes of replies being built and conversations being loaded (admission)
+	Logger     *slog.Logger
+	Metrics    *metrics.Metrics
+	Timeout    time.Duration // upper bound on one request, including waiting for ingest
+	Version    string        // reported by the service (semver)
+	Policy     *housekeeping.LivePolicy
+}
+
+// New is a Service of cfg; Start starts it.
+func New(cfg Config) *Service {
+	return &Service{nc: cfg.NC, st: cfg.Streams, engine: cfg.Engine, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
+		m: cfg.Metrics, timeout: cfg.Timeout, semver: cfg.Version, policy: cfg.Policy,
+		adm: admission.New(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse)}
+}
+
+// CacheStats are the read cache's figures: hits and misses so far, and the bytes it holds.
+func (s *Service) CacheStats() (hits, misses uint64, bytes int64) { return s.cache.stats() }
+
+// Start adds the service's endpoints to the NATS micro service (cp.api.<namespace>.<op>).
+func (s *Service) Start() error {
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        wire.ServiceName,
 		Version:     s.semver,
@@ -137,8 +167,8 @@ func (s *service) start() error {
 	return nil
 }
 
-// stop stops taking requests and waits for the ones in flight to be answered.
-func (s *service) stop(ctx context.Context) error {
+// Stop stops taking requests and waits for the ones in flight to be answered.
+func (s *Service) Stop(ctx context.Context) error {
 	if s.svc == nil {
 		return nil
 	}
@@ -154,7 +184,7 @@ func (s *service) stop(ctx context.Context) error {
 // which must never wait) and runs its handler on a goroutine of its own, decoding the namespace from
 // the subject and turning errors into typed error replies. A scan reserves the bytes of the largest
 // reply it can build.
-func (s *service) wrap(op string, class admission.Class, h opHandler) micro.Handler {
+func (s *Service) wrap(op string, class admission.Class, h opHandler) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		start := time.Now()
 		reserve := int64(0)
@@ -187,7 +217,7 @@ func (s *service) wrap(op string, class admission.Class, h opHandler) micro.Hand
 }
 
 // respond sends the reply, or the typed error, and counts the request.
-func (s *service) respond(op string, req micro.Request, r reply, err error, start time.Time) {
+func (s *Service) respond(op string, req micro.Request, r reply, err error, start time.Time) {
 	result := "ok"
 	if err != nil {
 		we := edge.ToWireError(err)
@@ -224,7 +254,7 @@ func sessionKey(ns string, r wire.SessionRequest) (wire.Key, error) {
 
 // settledKey is sessionKey once every save queued for the session before the request is settled
 // (read-your-writes, and no operation overtaking a save acknowledged before it).
-func (s *service) settledKey(ctx context.Context, ns string, r wire.SessionRequest) (wire.Key, error) {
+func (s *Service) settledKey(ctx context.Context, ns string, r wire.SessionRequest) (wire.Key, error) {
 	key, err := sessionKey(ns, r)
 	if err != nil {
 		return key, err
@@ -236,7 +266,7 @@ func (s *service) settledKey(ctx context.Context, ns string, r wire.SessionReque
 // is settled, so a read waits until every save queued for the session (or the namespace) before
 // the read began is settled. Saves queued after it do not hold it up: a writer that never pauses
 // cannot starve a reader.
-func (s *service) awaitIngest(ctx context.Context, subject string) error {
+func (s *Service) awaitIngest(ctx context.Context, subject string) error {
 	upTo, err := s.queuedUpTo(ctx, subject)
 	if err != nil {
 		return fmt.Errorf("%w: checking the ingest queue: %v", edge.ErrUnavailable, err)
@@ -255,7 +285,7 @@ func (s *service) awaitIngest(ctx context.Context, subject string) error {
 		if floor, err := s.st.AckFloor(ctx); err == nil && first.Sequence <= floor {
 			// Acknowledged, yet still queued: a crash lost its removal (reconcile.go).
 			from = floor + 1
-			go s.purgeAcknowledged()
+			go s.PurgeAcknowledged()
 			continue
 		}
 		select {
@@ -268,9 +298,9 @@ func (s *service) awaitIngest(ctx context.Context, subject string) error {
 	return nil
 }
 
-// purgeAcknowledged removes the saves a crash left in the queue after they were acknowledged, once
+// PurgeAcknowledged removes the saves a crash left in the queue after they were acknowledged, once
 // at a time.
-func (s *service) purgeAcknowledged() {
+func (s *Service) PurgeAcknowledged() {
 	if !s.purging.TryLock() {
 		return
 	}
@@ -285,7 +315,7 @@ func (s *service) purgeAcknowledged() {
 }
 
 // queuedUpTo returns the stream sequence of the last save queued on subject (0: none).
-func (s *service) queuedUpTo(ctx context.Context, subject string) (uint64, error) {
+func (s *Service) queuedUpTo(ctx context.Context, subject string) (uint64, error) {
 	if !strings.HasSuffix(subject, ">") {
 		m, err := s.st.Read.Last(ctx, s.st.Ingest, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -308,7 +338,7 @@ func (s *service) queuedUpTo(ctx context.Context, subject string) (uint64, error
 
 // list pages the heads of a namespace's sessions (every namespace's, on the admin subject) in the
 // order they were created, once the saves queued before the request are settled (list.go).
-func (s *service) list(ctx context.Context, ns string, body []byte) (reply, error) {
+func (s *Service) list(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.ListRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
@@ -366,7 +396,7 @@ func pageOf[T any](field string, items []T, max int64, more func(last T) string)
 	return reply{data: b.Bytes()}, n, nil
 }
 
-func (s *service) history(ctx context.Context, ns string, body []byte) (reply, error) {
+func (s *Service) history(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.HistoryRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
@@ -393,7 +423,7 @@ func (s *service) history(ctx context.Context, ns string, body []byte) (reply, e
 	return page("versions", versions, s.maxReply()) // a wire.HistoryReply
 }
 
-func (s *service) get(ctx context.Context, ns string, body []byte) (reply, error) {
+func (s *Service) get(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.GetRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
@@ -407,7 +437,7 @@ func (s *service) get(ctx context.Context, ns string, body []byte) (reply, error
 
 // version finds one version after any queued saves of its session are settled, and refuses a
 // record in a format this daemon does not know.
-func (s *service) version(ctx context.Context, ns string, r wire.SessionRequest, n uint64) (wire.Version, error) {
+func (s *Service) version(ctx context.Context, ns string, r wire.SessionRequest, n uint64) (wire.Version, error) {
 	key, err := s.settledKey(ctx, ns, r)
 	if err != nil {
 		return wire.Version{}, err
@@ -424,7 +454,7 @@ func (s *service) version(ctx context.Context, ns string, r wire.SessionRequest,
 // (readKey), so that the pieces after the first are served from it with no lookup at all. The
 // first piece of a read of one version carries its record (Cp-Version): a read of the head
 // (version 0) is held under the number of the version it found, which its later pieces ask for.
-func (s *service) read(ctx context.Context, ns string, body []byte) (reply, error) {
+func (s *Service) read(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.ReadRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
@@ -459,7 +489,7 @@ func (s *service) read(ctx context.Context, ns string, body []byte) (reply, erro
 
 // readBody finds what a read names and assembles its body in encoding enc (or finds it cached),
 // and returns the version it read (none for a merge).
-func (s *service) readBody(ctx context.Context, ns string, req wire.ReadRequest, enc string) (readBody, wire.Version, error) {
+func (s *Service) readBody(ctx context.Context, ns string, req wire.ReadRequest, enc string) (readBody, wire.Version, error) {
 	if len(req.Merge) > 0 {
 		data, hash, key, err := s.merged(ctx, ns, req)
 		if err != nil {
@@ -493,7 +523,7 @@ func (s *service) readBody(ctx context.Context, ns string, req wire.ReadRequest,
 // the read has pieces to come, b is held under the read's key (until its last piece, or until it
 // has been idle for readIdle). The reply's bytes count against the read budget until it is sent.
 // record, when not "", is the Cp-Version header of a first piece, whose bytes it leaves room for.
-func (s *service) piece(ctx context.Context, b readBody, key string, offset int64, record string) (reply, error) {
+func (s *Service) piece(ctx context.Context, b readBody, key string, offset int64, record string) (reply, error) {
 	total := int64(len(b.data))
 	if offset < 0 || offset > total {
 		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", edge.ErrBadRequest, offset, total)
@@ -532,7 +562,7 @@ func (s *service) piece(ctx context.Context, b readBody, key string, offset int6
 
 // merged returns the merged view of the agents and versions a read names, its hash and its cache
 // key. The versions are pinned by the client, so every piece of one read sees the same view.
-func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) ([]byte, string, string, error) {
+func (s *Service) merged(ctx context.Context, ns string, req wire.ReadRequest) ([]byte, string, string, error) {
 	if req.View != "" && req.View != engine.ViewFull {
 		return nil, "", "", fmt.Errorf("%w: a merged view takes no view %q (only maxMessages)", edge.ErrBadRequest, req.View)
 	}
@@ -579,7 +609,7 @@ func (s *service) merged(ctx context.Context, ns string, req wire.ReadRequest) (
 	return data, s.cache.Hash(cacheKey, data), cacheKey, nil
 }
 
-func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, error) {
+func (s *Service) prune(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.PruneRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
@@ -609,7 +639,7 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 		res, err = housekeeping.PruneNamespace(ctx, s.engine, ns, func(string) engine.Retention { return ret }, req.DryRun)
 	}
 	if !req.DryRun {
-		s.dropPrunedReads(res)
+		s.DropPrunedReads(res)
 	}
 	if err != nil {
 		return reply{}, err
@@ -617,9 +647,9 @@ func (s *service) prune(ctx context.Context, ns string, body []byte) (reply, err
 	return jsonReply(wire.PruneReply{Sessions: res})
 }
 
-// dropPrunedReads lets go of the held reads of every session a prune removed versions from: their
+// DropPrunedReads lets go of the held reads of every session a prune removed versions from: their
 // later pieces are looked up again, so a removed version is not served on from a hold.
-func (s *service) dropPrunedReads(res []wire.PruneResult) {
+func (s *Service) DropPrunedReads(res []wire.PruneResult) {
 	for _, r := range res {
 		if len(r.Versions) > 0 {
 			s.cache.DropHeld(readSession(r.Key.Namespace, r.Key.Session))
@@ -630,7 +660,7 @@ func (s *service) dropPrunedReads(res []wire.PruneResult) {
 // viewOf returns the bytes of a view of v, their hash and their cache key. Versions are immutable,
 // so results are cached by the version's hash and the view: the pieces of one large read cost one
 // assembly. A view other than full caches only itself, not the conversation it was cut from.
-func (s *service) viewOf(ctx context.Context, v wire.Version, view engine.View) ([]byte, string, string, error) {
+func (s *Service) viewOf(ctx context.Context, v wire.Version, view engine.View) ([]byte, string, string, error) {
 	ns := wire.EncodeID(v.Key.Namespace)
 	if view.IsFull() {
 		key := "conv/" + ns + "/" + v.Hash
@@ -662,7 +692,7 @@ func (s *service) viewOf(ctx context.Context, v wire.Version, view engine.View) 
 // conversation reads the conversation of v from the engine. v was looked up before: the version
 // read must still be that one (a session deleted and saved again meanwhile has another version
 // of the same number), or the read is refused, to be asked again.
-func (s *service) conversation(ctx context.Context, v wire.Version) ([]byte, error) {
+func (s *Service) conversation(ctx context.Context, v wire.Version) ([]byte, error) {
 	conv, rec, err := s.engine.Read(ctx, edge.KeyOf(v.Key), v.Version, engine.ReadOptions{})
 	if err != nil {
 		return nil, err
@@ -698,7 +728,7 @@ func takeLoad(ctx context.Context, copies int64, versions ...wire.Version) error
 }
 
 // maxReply leaves room for headers under the server's max_payload.
-func (s *service) maxReply() int64 { return max(s.nc.MaxPayload()-8*1024, 1024) }
+func (s *Service) maxReply() int64 { return max(s.nc.MaxPayload()-8*1024, 1024) }
 
 func jsonReply(v any) (reply, error) {
 	data, err := json.Marshal(v)

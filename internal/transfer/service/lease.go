@@ -1,4 +1,4 @@
-package transfer
+package service
 
 import (
 	"context"
@@ -17,7 +17,7 @@ const maxLeaseTTL = 24 * time.Hour
 // lease serves OpLease. Acquiring first lets the saves already queued for the session settle, so a
 // graceful handover (the old owner's last save acknowledged, then the new owner acquires) never
 // fences off what the old owner wrote before it let go.
-func (s *service) lease(ctx context.Context, ns string, body []byte) (reply, error) {
+func (s *Service) lease(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.LeaseRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
@@ -72,7 +72,7 @@ func (s *service) lease(ctx context.Context, ns string, body []byte) (reply, err
 }
 
 // seal serves OpSeal: the last step of a migration, after the destination has every version.
-func (s *service) seal(ctx context.Context, ns string, body []byte) (reply, error) {
+func (s *Service) seal(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.SealRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
@@ -94,7 +94,7 @@ func (s *service) seal(ctx context.Context, ns string, body []byte) (reply, erro
 }
 
 // remove serves OpDelete.
-func (s *service) remove(ctx context.Context, ns string, body []byte) (reply, error) {
+func (s *Service) remove(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.DeleteRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err

@@ -1,4 +1,4 @@
-package transfer
+package service
 
 import (
 	"context"
@@ -28,7 +28,7 @@ var forkSubject = "cp.api.*." + wire.OpFork
 // the source's deletion or retention would take the version away (the engine copies pinning forks
 // in first). A source holds at most 64 such pins; beyond them a fork is a copy (docs/format.md
 // §8.3.1).
-func (s *service) fork(ctx context.Context, ns string, body []byte) (reply, error) {
+func (s *Service) fork(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.ForkRequest
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
@@ -68,7 +68,7 @@ func (s *service) fork(ctx context.Context, ns string, body []byte) (reply, erro
 // engine would pin the source, find the destination taken and unpin it, two entries on the source
 // for each refused request. A retry of this very fork (its save id on version 1) is answered with
 // its version. The engine checks again when it writes the fork (a save may come in between).
-func (s *service) taken(ctx context.Context, to engine.Key, saveID string) (engine.Record, bool, error) {
+func (s *Service) taken(ctx context.Context, to engine.Key, saveID string) (engine.Record, bool, error) {
 	head, err := s.engine.Head(ctx, to)
 	if errors.Is(err, engine.ErrNotFound) {
 		return engine.Record{}, false, nil

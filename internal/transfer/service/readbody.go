@@ -1,4 +1,4 @@
-package transfer
+package service
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func readSession(ns, session string) string {
 // (engine.ReadZstd), cached under the version's hash as the identity bytes are, and only when
 // they would be (the conversation fits the cache): a conversation too large to cache is held for
 // its read only, as before, rather than kept compressed afterwards beside everything else.
-func (s *service) fullZstd(ctx context.Context, v wire.Version) (readBody, error) {
+func (s *Service) fullZstd(ctx context.Context, v wire.Version) (readBody, error) {
 	load := func() (readBody, error) {
 		if err := takeLoad(ctx, 1, v); err != nil {
 			return readBody{}, err
@@ -58,7 +58,7 @@ func (s *service) fullZstd(ctx context.Context, v wire.Version) (readBody, error
 // encode returns b, whose bytes are cached under key, in encoding enc: as it is for identity,
 // else compressed at the fastest level (a view or a merge is built here, so it has no stored
 // frames to pass through), and cached beside it.
-func (s *service) encode(ctx context.Context, b readBody, key, enc string) (readBody, error) {
+func (s *Service) encode(ctx context.Context, b readBody, key, enc string) (readBody, error) {
 	if enc == wire.EncodingIdentity {
 		return b, nil
 	}
@@ -74,7 +74,7 @@ func (s *service) encode(ctx context.Context, b readBody, key, enc string) (read
 // what it will always be, and the saves queued for its session cannot change it: only when it is not
 // found does it wait for them to be settled (read-your-writes) and look again. A read of a version
 // that exists costs no look at the ingest queue.
-func (s *service) exactVersion(ctx context.Context, ns string, r wire.SessionRequest, n uint64) (wire.Version, error) {
+func (s *Service) exactVersion(ctx context.Context, ns string, r wire.SessionRequest, n uint64) (wire.Version, error) {
 	key, err := sessionKey(ns, r)
 	if err != nil {
 		return wire.Version{}, err

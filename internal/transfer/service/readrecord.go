@@ -1,4 +1,4 @@
-package transfer
+package service
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 // readVersion finds the version a read of one version names: the head for version 0, once the
 // saves queued for the session are settled (read-your-writes, as get), else that exact version.
-func (s *service) readVersion(ctx context.Context, ns string, req wire.ReadRequest) (wire.Version, error) {
+func (s *Service) readVersion(ctx context.Context, ns string, req wire.ReadRequest) (wire.Version, error) {
 	if req.Version == 0 {
 		return s.version(ctx, ns, req.SessionRequest, 0)
 	}
