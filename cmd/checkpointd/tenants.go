@@ -11,7 +11,7 @@ import (
 )
 
 // Tenancy of the embedded server (--tenants FILE, --print-nats-config, SIGHUP). The model is in
-// internal/transfer/accounts.go and docs/security.md.
+// internal/transfer/embedded/accounts.go and docs/security.md.
 
 // withTenants configures srv from --tenants: it loads the file and makes the daemon's own password,
 // and returns the option the daemon's connection logs in with. Without --tenants it logs that the

@@ -1,6 +1,6 @@
 // Package snapshot is format 2, the checkpoint domain checkpointd ran on before the log engine
 // (internal/engine, docs/format.md §8): sessions kept in five KV buckets through the Store interface,
-// implemented over JetStream in internal/transfer (store.go). The daemon no longer writes it; only
+// implemented over JetStream in internal/snapshot/kvstore. The daemon no longer writes it; only
 // internal/upgrade reads it, to copy a store of format 2 into the log engine at start-up (§8.17),
 // and its tests write it to have something to upgrade. It knows nothing of NATS.
 package snapshot

@@ -1,3 +1,9 @@
+// Package transfer is the daemon's assembly: everything that moves checkpoints, wired together.
+// Open checks the NATS server (serverversion.go), opens storage and the protocol's streams
+// (edge), and starts the parts: the ingest of saves (ingest), the micro service (service), the
+// packer and the retention rounds (housekeeping), each request within bounds (admission). Health
+// and readiness (health.go) and the state collector (state.go) watch the whole. The embedded
+// nats-server is its own package (embedded), run by cmd/checkpointd beside the daemon.
 package transfer
 
 import (
@@ -26,7 +32,7 @@ import (
 type Config struct {
 	Replicas           int              // JetStream replicas for every stream and bucket; 0: 3 in a cluster, else 1
 	MaxCheckpointBytes int64            // largest conversation accepted (canonical JSON bytes)
-	IngestBudgetBytes  int64            // bytes the saves being settled may hold at once (ingestbudget.go); 0: MaxCheckpointBytes
+	IngestBudgetBytes  int64            // bytes the saves being settled may hold at once (ingest/ingestbudget.go); 0: MaxCheckpointBytes
 	ImagePaths         codec.ImagePaths // what a save does with images naming local files (refuse, redact, allow)
 	NamespaceKeys      *NamespaceKeys   // encrypts stored conversation bytes per namespace (nil: off); see sealLog
 	ResultTTL          time.Duration    // how long save outcomes stay readable on CP_RESULTS
@@ -41,7 +47,7 @@ type Config struct {
 	Metrics            *metrics.Metrics
 
 	// ReadBytes bounds the bytes of replies being built and of conversations being loaded for
-	// reads; beyond it requests are refused busy (admission.go).
+	// reads; beyond it requests are refused busy (internal/transfer/admission).
 	ReadBytes int64
 	// StallAfter: the daemon reports itself unhealthy when the oldest queued save is older than
 	// this and no save was settled meanwhile (health.go).
@@ -113,10 +119,10 @@ func (c Config) Validate() error {
 type Daemon struct {
 	cfg    Config
 	in     *ingest.Ingester
-	budget *ingest.Budget // the bytes of the saves being settled (ingest/ingestbudget.go)
+	budget *ingest.Budget // the bytes of the saves being settled (ingest/ingestbudget.go), held here for HoldIngestBudget
 	st     *edge.Streams  // CP_INGEST, CP_CHUNKS, CP_RESULTS
 	svc    *service.Service
-	saves  *ingest.SaveRequests // saves sent as requests (saverequest.go)
+	saves  *ingest.SaveRequests // saves sent as requests (ingest/saverequest.go)
 	packer *housekeeping.Packer
 	pruner *housekeeping.Pruner
 	// Engine is the storage domain (internal/engine) over the stream CP_LOG (internal/logstore).

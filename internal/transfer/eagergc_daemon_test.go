@@ -24,7 +24,7 @@ func gogc() int {
 
 // A daemon saving or reading a large checkpoint runs the collector with a lower target, so that
 // its peak memory stays close to what is live (issue 12: peak RSS < 3× the checkpoint), and sets
-// it back afterwards (eagergc.go). Seen from outside: the target while a large save is in flight,
+// it back afterwards (housekeeping/eagergc.go). Seen from outside: the target while a large save is in flight,
 // right after a large restore (a read in pieces holds it a moment after its last), and later.
 func TestEagerGC_DaemonLowersWhileLargeCheckpointIsSavedOrRead(t *testing.T) {
 	if housekeeping.EagerGCDisabled() {

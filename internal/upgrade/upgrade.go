@@ -28,7 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -60,7 +60,7 @@ type Options struct {
 	// ChunkSize is format 2's --chunk-size, for kvstore.OpenStore (reads do not depend on it;
 	// default 64 KiB). Keys are format 2's --namespace-keys: segments were sealed with them.
 	ChunkSize int
-	Keys      *transfer.NamespaceKeys
+	Keys      *sealing.Keys
 	// LogSeals says the Log given to Run seals what it stores with the same namespace keys (the
 	// daemon wraps it with internal/sealing's decorator when --namespace-keys is set). With Keys
 	// and not LogSeals, Run refuses (ErrSealed): the copy would hold the sealed namespaces'

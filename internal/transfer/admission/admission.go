@@ -47,7 +47,7 @@ type Class int
 const (
 	ClassPoint Class = iota
 	ClassScan
-	ClassSave // saves sent as requests (saverequest.go), admitted apart from reads
+	ClassSave // saves sent as requests (internal/transfer/ingest), admitted apart from reads
 	classes
 )
 

@@ -43,7 +43,7 @@ type Ingester struct {
 	log        *slog.Logger
 	m          *metrics.Metrics
 	now        func() time.Time
-	// packer packs the sessions whose saves say their entries are due (pack.go).
+	// packer packs the sessions whose saves say their entries are due (housekeeping/pack.go).
 	packer *housekeeping.Packer
 	// budget bounds the bytes of the saves being settled (ingestbudget.go).
 	budget *Budget
@@ -54,7 +54,7 @@ type Ingester struct {
 	stop  context.CancelFunc
 
 	mu       sync.Mutex
-	cc       jetstream.ConsumeContext // replaced when the consumer is recreated (health.go)
+	cc       jetstream.ConsumeContext // replaced when the consumer is recreated (internal/transfer/health.go)
 	stopping bool                     // shutdown began: no new consume
 }
 

@@ -159,7 +159,7 @@ func (b *Budget) inUse() int64 {
 }
 
 // mindGC lowers the collector's target once the save holds a large checkpoint's bytes, until end
-// (eagergc.go), which also collects them: decided by bytes actually held, never by a size the
+// (housekeeping/eagergc.go), which also collects them: decided by bytes actually held, never by a size the
 // client declared.
 func (r *reservation) mindGC() {
 	if !r.large && r.held >= housekeeping.LargeBytes {

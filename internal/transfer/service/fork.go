@@ -12,7 +12,7 @@ import (
 )
 
 // forkSubject is the fork endpoint's subject. A test moves it elsewhere to play a daemon from
-// before the fork op (export_fork_test.go).
+// before the fork op (export_test.go).
 var forkSubject = "cp.api.*." + wire.OpFork
 
 // fork serves OpFork: the destination's version 1 becomes a version of the source, by reference

@@ -46,9 +46,9 @@ type Service struct {
 	semver  string
 	svc     micro.Service
 	policy  *housekeeping.LivePolicy
-	purging sync.Mutex // held while acknowledged saves are purged from the queue (reconcile.go)
+	purging sync.Mutex // held while acknowledged saves are purged from the queue (edge/reconcile.go)
 
-	adm *admission.Controller // bounds the requests in progress, never by waiting (admission.go)
+	adm *admission.Controller // bounds the requests in progress, never by waiting (internal/transfer/admission)
 
 	results resultCounts // requests by operation and result, for the service's stats ($SRV.STATS)
 }
@@ -141,7 +141,7 @@ func (s *Service) Start() error {
 		return fmt.Errorf("service: %w", err)
 	}
 	s.svc = svc
-	// Scans cost more the more is stored; they get slots of their own (admission.go).
+	// Scans cost more the more is stored; they get slots of their own (internal/transfer/admission).
 	ops := []struct {
 		name    string
 		subject string
@@ -283,7 +283,7 @@ func (s *Service) awaitIngest(ctx context.Context, subject string) error {
 			return fmt.Errorf("%w: checking the ingest queue: %v", edge.ErrUnavailable, err)
 		}
 		if floor, err := s.st.AckFloor(ctx); err == nil && first.Sequence <= floor {
-			// Acknowledged, yet still queued: a crash lost its removal (reconcile.go).
+			// Acknowledged, yet still queued: a crash lost its removal (edge/reconcile.go).
 			from = floor + 1
 			go s.PurgeAcknowledged()
 			continue
@@ -502,7 +502,7 @@ func (s *Service) readBody(ctx context.Context, ns string, req wire.ReadRequest,
 	if err != nil {
 		return readBody{}, v, err
 	}
-	housekeeping.LargeRead(v.RawBytes) // the collector's target, lowered while a large version is read (eagergc.go)
+	housekeeping.LargeRead(v.RawBytes) // the collector's target, lowered while a large version is read (housekeeping/eagergc.go)
 	view := engine.View{Kind: req.View, MaxMessages: req.MaxMessages, Dialect: v.Dialect}
 	if err := view.Check(); err != nil {
 		return readBody{}, v, fmt.Errorf("%w: %v", edge.ErrBadRequest, err)
