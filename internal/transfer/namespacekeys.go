@@ -15,12 +15,6 @@ import (
 // pieces are sealed with, plus older keys that still open what they sealed.
 type NamespaceKeys = sealing.Keys
 
-// SealError reports a stored piece that cannot be opened (sealing.SealError).
-type SealError = sealing.SealError
-
-// EnvelopeOverhead is what sealing adds to a piece.
-const EnvelopeOverhead = sealing.EnvelopeOverhead
-
 // ReadNamespaceKeysFile reads --namespace-keys (sealing.ReadKeysFile).
 func ReadNamespaceKeysFile(path string) (*NamespaceKeys, error) { return sealing.ReadKeysFile(path) }
 

@@ -490,14 +490,6 @@ func randomBytes(n int) []byte {
 }
 
 // requireVersions restores each version of key and compares it byte for byte with want's.
-func requireVersions(t *testing.T, env *testenv.Env, key checkpoint.Key, want map[uint64][]byte) {
-	t.Helper()
-	for n, conv := range want {
-		got, _, err := env.Client.Restore(ctxT(t), key, n)
-		require.NoError(t, err, "version %d", n)
-		require.True(t, bytes.Equal(conv, got), "version %d restores byte for byte", n)
-	}
-}
 
 // storedValues counts the values namespace ns has in CP_LOG (cp.val.<ns>.<id>).
 func storedValues(t testing.TB, env *testenv.Env, ns string) int {
