@@ -212,16 +212,6 @@ func (s *Store) SwapHead(ctx context.Context, h snapshot.Head, rev uint64) error
 	return err
 }
 
-// Heads implements snapshot.Store. It reads every head of the namespace: for retention and
-// housekeeping; listings page the service's heads index instead (headindex.go).
-func (s *Store) Heads(ctx context.Context, namespace string) ([]snapshot.Head, error) {
-	filter := ">"
-	if namespace != "" {
-		filter = wire.EncodeID(namespace) + ".>"
-	}
-	return scanAll[snapshot.Head](ctx, s.headStream, wire.BucketHeads, filter)
-}
-
 // PutVersion implements snapshot.Store.
 func (s *Store) PutVersion(ctx context.Context, v wire.Version) error {
 	ctx, cancel := edge.OpContext(ctx)
@@ -244,13 +234,6 @@ func (s *Store) Versions(ctx context.Context, key wire.Key) ([]wire.Version, err
 	return vs, err
 }
 
-// DeleteVersion implements snapshot.Store, purging rather than deleting (no marker left behind).
-func (s *Store) DeleteVersion(ctx context.Context, key wire.Key, n uint64) error {
-	ctx, cancel := edge.OpContext(ctx)
-	defer cancel()
-	return s.verStream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+wire.BucketVersion+"."+versionKey(key, n)))
-}
-
 // PutLayout implements snapshot.Store.
 func (s *Store) PutLayout(ctx context.Context, l snapshot.Layout) error {
 	ctx, cancel := edge.OpContext(ctx)
@@ -269,13 +252,6 @@ func (s *Store) Layout(ctx context.Context, key wire.Key, gen uint64) (snapshot.
 	defer cancel()
 	var l snapshot.Layout
 	return l, s.get(ctx, s.layouts, s.layStream, wire.BucketLayouts, versionKey(key, gen), &l)
-}
-
-// DeleteLayout implements snapshot.Store.
-func (s *Store) DeleteLayout(ctx context.Context, key wire.Key, gen uint64) error {
-	ctx, cancel := edge.OpContext(ctx)
-	defer cancel()
-	return mapKVErr(s.layouts.Purge(ctx, versionKey(key, gen)))
 }
 
 // PutSegment implements snapshot.Store.
@@ -358,23 +334,6 @@ func (s *Store) abandon(key wire.Key, ref snapshot.SegmentRef) {
 	ctx, cancel := context.WithTimeout(context.Background(), edge.OpTimeout)
 	defer cancel()
 	_ = s.purgeSegment(ctx, "$KV."+wire.BucketSegment+"."+key.Token()+"."+ref.ID+".>")
-}
-
-// SegmentIDs implements snapshot.Store, from the keys' metadata only (no segment is read).
-func (s *Store) SegmentIDs(ctx context.Context, key wire.Key) (map[string]time.Time, error) {
-	out := map[string]time.Time{}
-	err := scanLast(ctx, s.segStream, "$KV."+wire.BucketSegment+"."+key.Token()+".*.*", true, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
-		if deleted(m) {
-			return nil
-		}
-		toks := strings.Split(m.Subject(), ".")
-		id := toks[len(toks)-2]
-		if t, ok := out[id]; !ok || meta.Timestamp.Before(t) {
-			out[id] = meta.Timestamp
-		}
-		return nil
-	})
-	return out, err
 }
 
 // OpenSegment implements snapshot.Store.
@@ -545,43 +504,6 @@ func (s *Store) SwapValueEntry(ctx context.Context, e snapshot.ValueEntry, rev u
 		return 0, snapshot.ErrRevisionMismatch
 	}
 	return rev, err
-}
-
-// DeleteValueEntry implements snapshot.Store.
-func (s *Store) DeleteValueEntry(ctx context.Context, ns, id string, rev uint64) error {
-	ctx, cancel := edge.OpContext(ctx)
-	defer cancel()
-	err := s.values.Purge(ctx, valueKey(ns, id), jetstream.LastRevision(rev))
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
-		return snapshot.ErrRevisionMismatch
-	}
-	return mapKVErr(err)
-}
-
-// ValueEntries implements snapshot.Store.
-func (s *Store) ValueEntries(ctx context.Context, ns string) ([]snapshot.ValueEntry, []uint64, error) {
-	filter := ">"
-	if ns != "" {
-		filter = wire.EncodeID(ns) + ".*"
-	}
-	var entries []snapshot.ValueEntry
-	var revs []uint64
-	pfx := "$KV." + wire.BucketValues + "."
-	err := scanLast(ctx, s.valStream, pfx+filter, false, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
-		if deleted(m) {
-			return nil
-		}
-		var e snapshot.ValueEntry
-		if err := decode(m.Data(), &e); err != nil {
-			return fmt.Errorf("key %s: %w", strings.TrimPrefix(m.Subject(), pfx), err)
-		}
-		entries, revs = append(entries, e), append(revs, meta.Sequence.Stream)
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return entries, revs, nil
 }
 
 func isWrongLastSequence(err error) bool {
