@@ -2,7 +2,6 @@ package transfer_test
 
 import (
 	"runtime/debug"
-	"runtime/metrics"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,13 +13,6 @@ import (
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 )
-
-// gogc is the collector's target, read without setting it (the daemon sets it meanwhile).
-func gogc() int {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	return int(s[0].Value.Uint64())
-}
 
 // A daemon saving or reading a large checkpoint runs the collector with a lower target, so that
 // its peak memory stays close to what is live (issue 12: peak RSS < 3× the checkpoint), and sets
@@ -44,7 +36,7 @@ func TestEagerGC_DaemonLowersWhileLargeCheckpointIsSavedOrRead(t *testing.T) {
 	go func() { // samples the target while the save is in flight
 		defer close(sampled)
 		for {
-			if p := int64(gogc()); p < lowest.Load() {
+			if p := int64(housekeeping.GCPercent()); p < lowest.Load() {
 				lowest.Store(p)
 			}
 			select {
@@ -59,11 +51,11 @@ func TestEagerGC_DaemonLowersWhileLargeCheckpointIsSavedOrRead(t *testing.T) {
 	<-sampled
 	require.NoError(t, err)
 	require.EqualValues(t, housekeeping.EagerGCPercent, lowest.Load(), "lowered while the large save was in flight")
-	require.Equal(t, 100, gogc(), "set back once the save is settled")
+	require.Equal(t, 100, housekeeping.GCPercent(), "set back once the save is settled")
 
 	got, _, err := env.Client.Restore(ctx, key, 0)
 	require.NoError(t, err)
 	require.Equal(t, len(conv), len(got))
-	require.Equal(t, housekeeping.EagerGCPercent, gogc(), "lowered by the large read, for a moment after its last piece")
-	require.Eventually(t, func() bool { return gogc() == 100 }, 10*time.Second, 20*time.Millisecond, "set back after the read")
+	require.Equal(t, housekeeping.EagerGCPercent, housekeeping.GCPercent(), "lowered by the large read, for a moment after its last piece")
+	require.Eventually(t, func() bool { return housekeeping.GCPercent() == 100 }, 10*time.Second, 20*time.Millisecond, "set back after the read")
 }

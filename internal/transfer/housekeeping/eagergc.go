@@ -3,6 +3,7 @@ package housekeeping
 import (
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 	"time"
 )
@@ -132,3 +133,11 @@ func LargeRead(rawBytes int64) { eager.read(rawBytes) }
 // EagerGCDisabled says GOGC is set in the environment, so that the daemon leaves the collector's
 // target alone.
 func EagerGCDisabled() bool { return eager.disabled }
+
+// GCPercent is the collector's target now, read without setting it (setting it, even back, would
+// race with the daemon's own changes): what tests of the eager target watch.
+func GCPercent() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64())
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"runtime/debug"
-	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -65,14 +64,6 @@ func TestIngestBudget_ReleaseMakesRoom(t *testing.T) {
 	require.Zero(t, b.inUse())
 }
 
-// gcPercent is the collector's target, read without setting it (setting it, even back, would race
-// with the daemon's own changes in the tests that run one).
-func gcPercent() int {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	return int(s[0].Value.Uint64())
-}
-
 // The save path: a save's reservation lowers the target once it holds a large checkpoint's bytes
 // (by bytes reserved, never by a declared size) and sets it back when the save is settled.
 func TestEagerGC_LargeSaveLowersUntilSettled(t *testing.T) {
@@ -82,9 +73,9 @@ func TestEagerGC_LargeSaveLowersUntilSettled(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	mem := NewBudget(2 * housekeeping.LargeBytes).begin(context.Background())
 	require.NoError(t, mem.Reserve(housekeeping.LargeBytes-1))
-	require.Equal(t, 100, gcPercent(), "not yet large")
+	require.Equal(t, 100, housekeeping.GCPercent(), "not yet large")
 	require.NoError(t, mem.Reserve(1))
-	require.Equal(t, housekeeping.EagerGCPercent, gcPercent(), "a large save in progress")
+	require.Equal(t, housekeeping.EagerGCPercent, housekeeping.GCPercent(), "a large save in progress")
 	mem.end()
-	require.Equal(t, 100, gcPercent(), "set back once settled")
+	require.Equal(t, 100, housekeeping.GCPercent(), "set back once settled")
 }
