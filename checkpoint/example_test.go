@@ -114,3 +114,39 @@ func ExampleClient_Resume() {
 	// saved version 2
 	// paused at version 3 reason pause
 }
+
+// Paging a large namespace N sessions at a time, in the order they were created: each page goes on
+// from the previous page's Next, until Next is "".
+func ExampleClient_ListPage() {
+	ctx := context.Background()
+	c, err := checkpoint.Connect(url, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	for _, s := range []string{"t1", "t2", "t3", "t4", "t5"} {
+		if _, err := c.Save(ctx, checkpoint.Key{Namespace: "tickets", Session: s}, []byte(`[]`)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	cursor := "" // the first page
+	for {
+		page, err := c.ListPage(ctx, "tickets", cursor, 2) // at most 2 sessions a page
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, s := range page.Sessions {
+			fmt.Print(s.Key.Session, " ")
+		}
+		fmt.Println("|")
+		if page.Next == "" {
+			break
+		}
+		cursor = page.Next
+	}
+	// Output:
+	// t1 t2 |
+	// t3 t4 |
+	// t5 |
+}

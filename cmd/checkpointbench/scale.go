@@ -60,16 +60,27 @@ func runScale(ctx context.Context, b *bench) error {
 		sc.Sessions, sc.Versions, sc.SmallSessions, sc.SmallVersions),
 		"request", "large p50", "small p50", "ratio p50", "large p99", "small p99", "large reply", "small reply")
 	var pages [2]page
-	list := func(ns string, into *page) op {
+	list := func(ns string, limit int, into *page) op {
 		return op{name: "list " + ns, run: func(int) error {
-			return request(ctx, nc, "cp.api."+ns+".list", map[string]any{}, into, "sessions")
+			body := map[string]any{}
+			if limit > 0 {
+				body["limit"] = limit
+			}
+			return request(ctx, nc, "cp.api."+ns+".list", body, into, "sessions")
 		}}
 	}
-	got, err := interleave(sc.Iterations, list("large", &pages[0]), list("small", &pages[1]))
+	// As for history, the target compares pages of the same size (the first SmallSessions heads of
+	// each namespace, what checkpointctl list --limit asks): what a large namespace must not make
+	// dearer. A whole first page holds as many heads as fit in a reply: shown, without a target.
+	got, err := interleave(sc.Iterations, list("large", sc.SmallSessions, &pages[0]), list("small", sc.SmallSessions, &pages[1]))
 	if err != nil {
 		return err
 	}
-	scaleRow(t, "list", got, pages, true)
+	scaleRow(t, fmt.Sprintf("list, first %d", sc.SmallSessions), got, pages, true)
+	if got, err = interleave(sc.Iterations, list("large", 0, &pages[0]), list("small", 0, &pages[1])); err != nil {
+		return err
+	}
+	scaleRow(t, "list, first page", got, pages, false)
 	history := func(session string, limit int, into *page) op {
 		return op{name: "history " + session, run: func(int) error {
 			body := map[string]any{"session": session, "newestFirst": true}
@@ -90,9 +101,9 @@ func runScale(ctx context.Context, b *bench) error {
 		return err
 	}
 	scaleRow(t, "history, first page", got, pages, false)
-	t.note("raw requests per docs/protocol.md §5 (cp.api.<ns>.list, its first page; cp.api.<ns>.history of one session, newest first, " +
-		"with limit: what checkpointctl history --limit asks, and without: its first page): a reply holds as much as fits in one message, " +
-		"so a large namespace answers with its first page (\"more\": true).")
+	t.note("raw requests per docs/protocol.md §5 (cp.api.<ns>.list and cp.api.<ns>.history of one session, newest first, each " +
+		"with limit: what checkpointctl list --limit and history --limit ask, and without: the first page): a reply holds as much as " +
+		"fits in one message, at most limit, so a large namespace answers with its first page (\"more\": true).")
 	t.note("created with one-message saves, %d at once for sessions, one after another (appends) for versions: %s.",
 		createWorkers, strings.Join(setup, "; "))
 	return d.stop()

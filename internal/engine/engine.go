@@ -156,6 +156,7 @@ func (e *Engine) session(key Key) *session {
 		old := e.lru.Back()
 		e.lru.Remove(old)
 		delete(e.sessions, old.Value.(*session).key)
+		old.Value.(*session).release()
 	}
 	return s
 }
@@ -168,6 +169,25 @@ func (e *Engine) forget(s *session) {
 		e.lru.Remove(el)
 		delete(e.sessions, s.key)
 	}
+	s.release()
+}
+
+// release gives the encoder of a session leaving the cache back for other sessions' frames, unless
+// the session is in use (whoever holds it may still save with it: its encoder stays). A goroutine
+// that took the session before it left may still use it afterwards: it finds no encoder and
+// starts a new frame, as after a pack.
+func (s *session) release() {
+	if s.mu.TryLock() {
+		s.dropEncoder()
+		s.mu.Unlock()
+	}
+}
+
+// dropEncoder ends the session's frame (s.mu held): its next save starts a new one, with an
+// encoder from the pool, to which this one goes back.
+func (s *session) dropEncoder() {
+	s.enc.recycle()
+	s.enc = nil
 }
 
 // Forget drops every cached session, as a restart would.
@@ -195,8 +215,24 @@ func (e *Engine) load(ctx context.Context, s *session) error {
 		}
 		s.lastSeq, s.last = last.Seq, m
 	}
-	s.loaded, s.enc, s.recent, s.recentOK = true, nil, nil, false
+	s.dropEncoder()
+	s.loaded, s.recent, s.recentOK = true, nil, false
 	return nil
+}
+
+// assumeEmpty loads the session as an empty log without reading it (s.mu held, not loaded): a
+// save that creates the session checks it with its compare-and-swap on an empty log (saveOnce).
+func (s *session) assumeEmpty() {
+	s.dropEncoder()
+	s.lastSeq, s.last = 0, entryMeta{Head: emptyHead()}
+	s.loaded, s.recent, s.recentOK = true, nil, true
+}
+
+// unload forgets what assumeEmpty assumed (s.mu held): the next use reads the log.
+func (s *session) unload() {
+	s.dropEncoder()
+	s.lastSeq, s.last = 0, entryMeta{}
+	s.loaded, s.recent, s.recentOK = false, nil, false
 }
 
 // again decides what an attempt's error means for the next: true to try again, after dropping the
@@ -289,6 +325,7 @@ func (e *Engine) writeBy(ctx context.Context, s *session, m entryMeta, data []by
 	if e.invalid != nil {
 		return 0, e.invalid
 	}
+	m = s.withBack(m)
 	body, err := encodeEntry(m, data)
 	if err != nil {
 		return 0, err
@@ -314,11 +351,40 @@ func (e *Engine) writeBy(ctx context.Context, s *session, m entryMeta, data []by
 	return seq, nil
 }
 
-// encodedSize is the size of the entry of m and data (its tail bytes not counted yet: a varint
-// more or less at most).
-func encodedSize(m entryMeta, data []byte) (int64, error) {
-	b, err := encodeEntry(m, nil)
+// encodedSize is the size of the entry of m and data written after the session's last entry (its
+// tail bytes not counted yet: a varint more or less at most).
+func (s *session) encodedSize(m entryMeta, data []byte) (int64, error) {
+	b, err := encodeEntry(s.withBack(m), nil)
 	return int64(len(b) + len(data)), err
+}
+
+// withBack returns m with the back pointer of an entry appended after the session's last entry
+// (docs/format.md §8.3.1): every entry names where the walk back to the version before its head
+// version goes on, so that the newest records are found without reading the whole tail (back.go).
+// None on packs, whose walk back follows Head.Pack, and none when the last entry has none (written
+// before back pointers: readers then read the tail as before, until the next pack).
+func (s *session) withBack(m entryMeta) entryMeta {
+	v, lv := m.Head.Version, s.last.Head.Version
+	m.Back, m.HasBack = 0, true
+	switch {
+	case m.Kind == kindPack:
+		m.HasBack = false
+	case v == 0 || m.Deletion || lv == 0:
+		// no version before this entry's head version in the log (an empty or deleted session,
+		// a first save, a fork's entry, an import starting at its version)
+	case v == lv+1:
+		m.Back = s.lastSeq // every entry holds its head version's record
+	case v == lv && s.last.Kind == kindPack:
+		m.Back = s.lastSeq // the pack holds the version before (or names the pack that does)
+	case v == lv:
+		m.Back, m.HasBack = s.last.Back, s.last.HasBack // same head: same way back
+	default:
+		m.HasBack = false // (no entry skips versions; if one did, its readers read the tail)
+	}
+	if m.HasBack && m.Back != 0 && m.Back < m.Head.Pack {
+		m.Back, m.HasBack = 0, false // never: the pointer is the last pack or after it
+	}
+	return m
 }
 
 // writeParts writes the first bytes of data as part entries, so that what is left fits in the
@@ -328,7 +394,7 @@ func (e *Engine) writeParts(ctx context.Context, s *session, m *entryMeta, data 
 	max := e.log.MaxEntry()
 	part := entryMeta{Kind: kindPart, Head: s.last.Head}
 	part.Head.Pack, part.Head.Deleted = s.lastPack(), s.lastDeleted()
-	hdr, err := encodeEntry(part, nil)
+	hdr, err := encodeEntry(s.withBack(part), nil)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -22,13 +22,15 @@ import (
 //	kind     1    kindSave (1), kindState (2), kindFork (3), kindPack (4), kindPart (5)
 //	flags    1    bit 0: the data starts a zstd frame (save, pack); bit 1: keep present (save);
 //	              bit 2: lease present; bit 3: open pack; bit 4: moved present; bit 5: a
-//	              deletion (state); bit 6: values listed (save); others 0
+//	              deletion (state); bit 6: values listed (save); bit 7: back present (not on
+//	              packs); others 0
 //	head          version, messages, rawBytes (of the messages joined by ",", no brackets),
 //	              state (108 bytes, crypto/sha256 MarshalBinary after "[" and those bytes),
 //	              counts (user, assistant, toolResult, extension, toolCalls, system),
 //	              firstVersion, pack, tailEntries, tailBytes, deleted, pins (count, then
 //	              per pin: the fork's namespace, session, agent, the version it reads, and
 //	              when the pin was written (time)),
+//	              back if flag 7: b, the back pointer (0 if b is 0, else pack + b - 1),
 //	              lease if flag 2: owner, epoch, acquired (time), expires (time),
 //	              moved if flag 4: to, at (time),
 //	              and, if version > 0, the head version's record: parent, saveId, writer, reason,
@@ -142,6 +144,14 @@ type entryMeta struct {
 	Source *forkPin        // a fork's first entry: the session (Fork) and version it starts from
 	// Deletion, on a state entry, says it deletes the session: its log starts again after it.
 	Deletion bool
+	// Back, when HasBack (entries written since back pointers, never packs), is where a walk back
+	// from this entry goes on (docs/format.md §8.3.1): the sequence of the entry holding the
+	// record of the version before Head.Version (a save, fork, state or part holding it as its
+	// head), or of the last pack (which holds it, or names the pack that does), 0 if there is
+	// none. Following them, the newest versions' records cost a read of about as many entries
+	// instead of a read of every entry since the last pack (back.go).
+	Back    uint64
+	HasBack bool
 }
 
 const (
@@ -152,7 +162,8 @@ const (
 	flagMoved
 	flagDeletion
 	flagValues
-	flagsKnown = flagFrame | flagKeep | flagLease | flagOpen | flagMoved | flagDeletion | flagValues
+	flagBack
+	flagsKnown = flagFrame | flagKeep | flagLease | flagOpen | flagMoved | flagDeletion | flagValues | flagBack
 
 	pieceValues = 1 << 2 // a packed piece's flag: values listed
 
@@ -197,6 +208,12 @@ func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 	if m.Piece != nil && len(m.Piece.Values) > 0 {
 		flags |= flagValues
 	}
+	if m.HasBack {
+		if m.Kind == kindPack || m.Back != 0 && m.Back < h.Pack {
+			return nil, fmt.Errorf("engine: a back pointer %d in an entry of kind %d after pack %d", m.Back, m.Kind, h.Pack)
+		}
+		flags |= flagBack
+	}
 	out := make([]byte, 0, 256+len(data))
 	out = append(append(out, entryMagic[:]...), byte(m.Kind), flags)
 	out = binary.AppendUvarint(out, h.Version)
@@ -217,6 +234,13 @@ func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 		}
 		out = binary.AppendUvarint(out, p.Version)
 		out = appendTime(out, p.At)
+	}
+	if m.HasBack {
+		b := uint64(0) // no version before: 0; otherwise its distance from the last pack, + 1 (short)
+		if m.Back != 0 {
+			b = m.Back - h.Pack + 1
+		}
+		out = binary.AppendUvarint(out, b)
 	}
 	if l := h.Lease; l != nil {
 		if len(l.Owner) > maxString {
@@ -572,7 +596,8 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 	}
 	if flags&^flagsKnown != 0 || m.Kind != kindSave && m.Kind != kindPack && flags&flagFrame != 0 ||
 		m.Kind != kindSave && flags&flagKeep != 0 || m.Kind != kindPack && flags&flagOpen != 0 ||
-		m.Kind != kindState && flags&flagDeletion != 0 || m.Kind != kindSave && flags&flagValues != 0 {
+		m.Kind != kindState && flags&flagDeletion != 0 || m.Kind != kindSave && flags&flagValues != 0 ||
+		m.Kind == kindPack && flags&flagBack != 0 {
 		return m, nil, fmt.Errorf("%w: flags %#x in an entry of kind %d", ErrCorrupt, flags, m.Kind)
 	}
 	r := &reader{b: b[6:]}
@@ -592,6 +617,12 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 		h.Pins = append(h.Pins, forkPin{Fork: r.key("pin"), Version: r.uint("pin version", MaxVersion), At: r.time("pin time")})
 	}
 	m.Deletion = flags&flagDeletion != 0
+	if flags&flagBack != 0 {
+		m.HasBack = true
+		if b := r.uint("back", maxSize); b != 0 {
+			m.Back = h.Pack + b - 1
+		}
+	}
 	if flags&flagLease != 0 {
 		h.Lease = &Lease{Owner: r.string("lease owner"), Epoch: r.uint("lease epoch", MaxVersion)}
 		h.Lease.Acquired, h.Lease.Expires = r.time("lease acquired"), r.time("lease expires")

@@ -21,3 +21,38 @@ func SavePiece(b []byte) (save, frame bool, raw int64, err error) {
 	}
 	return true, m.Piece.Frame, m.Piece.RawBytes, nil
 }
+
+// WithoutBack returns entry b as it was written before back pointers (docs/format.md §8.3.1):
+// the same fields, no flag bit 7 and no back field.
+func WithoutBack(b []byte) ([]byte, error) {
+	m, data, err := decodeEntry(b)
+	if err != nil {
+		return nil, err
+	}
+	m.Back, m.HasBack = 0, false
+	return encodeEntry(m, data)
+}
+
+// WithBack returns entry b with its back pointer set to back (b must have one).
+func WithBack(b []byte, back uint64) ([]byte, error) {
+	m, data, err := decodeEntry(b)
+	if err != nil {
+		return nil, err
+	}
+	m.Back = back
+	return encodeEntry(m, data)
+}
+
+// BackOf returns entry b's back pointer, and whether it has one.
+func BackOf(b []byte) (uint64, bool, error) {
+	m, _, err := decodeEntry(b)
+	return m.Back, m.HasBack, err
+}
+
+// AlwaysBack makes every walk that takes at most 64 records go by back pointer, however short the
+// tail (back.go), until the test ends.
+func AlwaysBack(t interface{ Cleanup(func()) }) {
+	old := backRangeFactor
+	backRangeFactor = 0
+	t.Cleanup(func() { backRangeFactor = old })
+}

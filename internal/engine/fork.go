@@ -154,7 +154,7 @@ func (e *Engine) writeForkOnce(ctx context.Context, s *session, req ForkRequest,
 	if _, err := e.writeBy(ctx, s, m, nil, deadline); err != nil {
 		return Saved{}, err
 	}
-	s.enc = nil // the fork's first save starts a frame
+	s.dropEncoder() // the fork's first save starts a frame
 	rec, err := recordOf(req.To, next)
 	if err != nil {
 		return Saved{}, err

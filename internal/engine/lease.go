@@ -160,7 +160,7 @@ func (e *Engine) writeState(ctx context.Context, s *session, h headState) error 
 		h.TailEntries, h.TailBytes = 1, 0
 	}
 	m := entryMeta{Kind: kindState, Head: h}
-	size, err := encodedSize(m, nil)
+	size, err := s.encodedSize(m, nil)
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,8 @@ func (e *Engine) writeDeletion(ctx context.Context, s *session, h headState) err
 	if _, err := e.write(ctx, s, entryMeta{Kind: kindState, Head: h, Deletion: true}, nil); err != nil {
 		return err
 	}
-	s.enc, s.recent, s.recentOK = nil, nil, true
+	s.dropEncoder()
+	s.recent, s.recentOK = nil, true
 	return nil
 }
 

@@ -268,7 +268,7 @@ func continuesFrame(pieces []*pieceInfo, datas [][]byte) bool {
 // packed updates the session's cache after its pack m was committed.
 func (e *Engine) packed(s *session, m entryMeta) {
 	if !m.Open {
-		s.enc = nil // the next save starts a new frame: the pack replaced the frames it continued
+		s.dropEncoder() // the next save starts a new frame: the pack replaced the frames it continued
 	}
 	if s.recentOK {
 		s.recent = s.recent[:0]

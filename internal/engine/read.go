@@ -313,6 +313,9 @@ func (e *Engine) read(ctx context.Context, key Key, v uint64) ([]byte, Record, e
 // than one pack of PackEntries holds: one pack, or two if one was cut by PackBytes; otherwise
 // fetching packs one at a time would cost a round trip or two before the batch anyway.
 func (e *Engine) holding(ctx context.Context, key Key, last ent, v uint64) ([]ent, error) {
+	if alone(last, v) {
+		return []ent{last}, nil
+	}
 	upTo := upToFor(last, v)
 	h := last.meta.Head
 	if p := lastPackOf(last); p != 0 && h.Version <= uint64(e.cfg.PackEntries)+uint64(h.TailEntries) {
@@ -340,6 +343,16 @@ func (e *Engine) holding(ctx context.Context, key Key, last ent, v uint64) ([]en
 		}
 	}
 	return e.entriesHolding(ctx, key, sinceOf(last), upTo, v)
+}
+
+// alone reports whether version v is held by the last entry alone: a save, not in parts, that is
+// the only entry since the session began or was last deleted (TailEntries counts the entries
+// since the last pack or deletion, parts not included; there is no pack). Reading it needs
+// nothing but the last entry, which the read has: a session's first save, read back (restores of
+// a session saved once, forks, the daemon's first read after a save), costs one round trip, not two.
+func alone(last ent, v uint64) bool {
+	h := last.meta.Head
+	return last.meta.Kind == kindSave && last.meta.Parts == 0 && h.TailEntries == 1 && lastPackOf(last) == 0 && v == h.Version
 }
 
 // upToFor is how far a read of version v must go, given the log's last entry: up to the last
@@ -575,7 +588,7 @@ func (e *Engine) version(ctx context.Context, key Key, n uint64) (Record, error)
 		return recordOf(key, last.meta.Head)
 	}
 	var found *Record
-	err = e.walkBack(ctx, key, last, func(r Record) bool {
+	err = e.walkBack(ctx, key, last, int(min(last.meta.Head.Version-n+1, maxBackRecords+1)), func(r Record) bool {
 		if r.Version == n {
 			found = &r
 		}
@@ -591,69 +604,66 @@ func (e *Engine) version(ctx context.Context, key Key, n uint64) (Record, error)
 }
 
 // walkBack calls fn with the session's records newest first, from the last entry's, until fn
-// returns false: the saves since the last pack (one read), then each pack's, one read each.
-func (e *Engine) walkBack(ctx context.Context, key Key, last ent, fn func(Record) bool) error {
-	return e.walkBackFrom(ctx, key, last, 0, func(r Record, _ uint64) bool { return fn(r) })
+// returns false: the saves since the last pack (one read of them all, or, when fn takes at most
+// need of them, few against the tail (0: not known), the entries their back pointers name: back.go),
+// then each pack's, one read each.
+func (e *Engine) walkBack(ctx context.Context, key Key, last ent, need int, fn func(Record) bool) error {
+	return e.walkBackFrom(ctx, key, last, 0, need, func(r Record, _ uint64) bool { return fn(r) })
 }
 
 // walkBackFrom is walkBack starting at the pack at sequence pack (0: at the head), fn also given
 // the sequence of the pack holding each record (0: not in a pack).
-func (e *Engine) walkBackFrom(ctx context.Context, key Key, last ent, pack uint64, fn func(Record, uint64) bool) error {
-	first := max(last.meta.Head.FirstVersion, 1)
+func (e *Engine) walkBackFrom(ctx context.Context, key Key, last ent, pack uint64, need int, fn func(Record, uint64) bool) error {
+	w := &backWalk{key: key, fn: fn, first: max(last.meta.Head.FirstVersion, 1)}
 	if pack == 0 {
-		tail, prev, packed, err := e.tailRecords(ctx, key, last)
-		if err != nil {
+		var err error
+		if pack, err = e.walkTail(ctx, key, last, need, w); err != nil || w.done {
 			return err
 		}
-		for i := len(tail) - 1; i >= 0; i-- {
-			at := uint64(0)
-			if i < packed {
-				at = lastPackOf(last) // the last pack's records come first in the tail
-			}
-			if !stepBack(tail[i], at, first, fn) {
-				return nil
-			}
-		}
-		pack = prev
 	}
 	for pack != 0 {
-		en, err := e.log.Get(ctx, key, pack)
-		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("session %s pack %d: %w", key, pack, errShort)
-		}
+		x, err := e.entryAt(ctx, key, pack)
 		if err != nil {
 			return err
 		}
-		m, _, err := decodeEntry(en.Data)
-		if err != nil {
-			return fmt.Errorf("session %s entry %d: %w", key, pack, err)
-		}
-		if m.Kind != kindPack {
+		if x.meta.Kind != kindPack {
 			return fmt.Errorf("session %s entry %d: %w: the head names it as a pack", key, pack, ErrCorrupt)
 		}
-		for i := len(m.Packed) - 1; i >= 0; i-- {
-			r := m.Packed[i].Record
-			r.Key = key
-			if !stepBack(r, pack, first, fn) {
-				return nil
+		for i := len(x.meta.Packed) - 1; i >= 0; i-- {
+			if goOn, err := w.give(x.meta.Packed[i].Record, pack); err != nil || !goOn {
+				return err
 			}
 		}
-		pack = m.Head.Pack
+		pack = x.meta.Head.Pack
 	}
 	return nil
 }
 
-// stepBack gives fn record r (held by the pack at sequence at, 0: none) if retention keeps it
-// (first is the oldest kept version), and says whether the walk back goes on: not once fn says
-// so, nor below first.
-func stepBack(r Record, at, first uint64, fn func(Record, uint64) bool) bool {
-	if r.Version < first {
-		return false
+// walkTail gives w the records of the entries since the last pack, newest first (by back pointer
+// when need says few are wanted, else in one read), and returns the pack before them (0: none).
+func (e *Engine) walkTail(ctx context.Context, key Key, last ent, need int, w *backWalk) (uint64, error) {
+	if byBack(last, need) {
+		pack, ok, err := e.backPointers(ctx, key, last, need, w)
+		if err != nil || ok {
+			return pack, err
+		}
+		// An entry written before back pointers, or a long walk: read the tail (w passes over
+		// the versions it was given already).
 	}
-	if !fn(r, at) {
-		return false
+	tail, prev, packed, err := e.tailRecords(ctx, key, last)
+	if err != nil {
+		return 0, err
 	}
-	return r.Version > first
+	for i := len(tail) - 1; i >= 0; i-- {
+		at := uint64(0)
+		if i < packed {
+			at = lastPackOf(last) // the last pack's records come first in the tail
+		}
+		if goOn, err := w.give(tail[i], at); err != nil || !goOn {
+			return 0, err
+		}
+	}
+	return prev, nil
 }
 
 // sinceOf is where the live part of a log ends by x starts: its session's last deletion.
@@ -741,9 +751,10 @@ type HistoryCursor struct {
 }
 
 // HistoryPage returns up to limit records of key, newest first, below the cursor, and the cursor
-// of the next page (zero: no more). It reads the entries since the last pack and one pack per
-// PackEntries versions it goes back (docs/format.md §8.15b): a page deep in a long history walks
-// back through the packs above it.
+// of the next page (zero: no more). It walks back from the head: the few newest records by the
+// entries' back pointers (a read of about as many entries), more of them with one read of the
+// entries since the last pack, then one pack per PackEntries versions (docs/format.md §8.6,
+// §8.15b): a page deep in a long history walks back through the packs above it.
 func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, limit int) ([]Record, HistoryCursor, error) {
 	if limit <= 0 {
 		return nil, HistoryCursor{}, fmt.Errorf("%w: a history page of %d records", ErrBadRequest, limit)
@@ -758,31 +769,38 @@ func (e *Engine) HistoryPage(ctx context.Context, key Key, cur HistoryCursor, li
 		}
 		var out []Record
 		var at uint64 // the pack holding the last record taken
-		more := false
 		walk := func(r Record, pack uint64) bool {
 			if cur.Before != 0 && r.Version >= cur.Before {
 				return true
 			}
-			if len(out) == limit {
-				more = true
-				return false
-			}
 			out, at = append(out, r), pack
-			return true
+			return len(out) < limit
 		}
 		from := uint64(0)
 		if cur.Pack != 0 && cur.Before != 0 && e.isPackHolding(ctx, key, last, cur.Pack, cur.Before) {
 			from = cur.Pack
 		}
-		err = e.walkBackFrom(ctx, key, last, from, walk)
+		err = e.walkBackFrom(ctx, key, last, from, pageNeed(last.meta.Head.Version, cur.Before, limit), walk)
 		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
 			continue
 		}
-		if err != nil || !more {
+		// Versions are every one from the first kept to the head: the page's last is not the
+		// first, more follow (found without reading them).
+		if err != nil || len(out) < limit || out[len(out)-1].Version <= max(last.meta.Head.FirstVersion, 1) {
 			return out, HistoryCursor{}, err
 		}
 		return out, HistoryCursor{Before: out[len(out)-1].Version, Pack: at}, nil
 	}
+}
+
+// pageNeed is how many records from the head down a page of limit below version before (0: from
+// the head) passes or takes.
+func pageNeed(head, before uint64, limit int) int {
+	skip := uint64(0)
+	if before != 0 && before <= head {
+		skip = head - before + 1
+	}
+	return int(min(skip+uint64(limit), maxBackRecords+1))
 }
 
 // isPackHolding reports whether seq is a pack of key's live log holding version v (a cursor's

@@ -67,7 +67,7 @@ func (e *Engine) Save(ctx context.Context, req SaveRequest) (Saved, error) {
 	}
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		s := e.session(req.Key)
-		saved, err := e.saveOnce(ctx, s, req)
+		saved, err := e.saveOnce(ctx, s, req, attempt == 0)
 		if e.again(ctx, s, err) {
 			continue
 		}
@@ -111,11 +111,24 @@ func isRefusal(err error) bool {
 		errors.Is(err, ErrLeased) || errors.Is(err, ErrFenced) || errors.Is(err, ErrMoved) || errors.Is(err, ErrHashMismatch)
 }
 
-func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest) (Saved, error) {
+// saveOnce is one attempt of Save. optimistic allows it to take a session it has not loaded for
+// empty when the save creates it (Save's first attempt only: the next ones read the head).
+func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest, optimistic bool) (saved Saved, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cached := s.loaded
-	if err := e.load(ctx, s); err != nil {
+	if optimistic && !cached && req.Expected != nil && *req.Expected == 0 {
+		// A save that creates its session: its compare-and-swap on an empty log says whether the
+		// log is empty, so the head is not read first (one round trip less). Anything but success
+		// (a log that was not empty loses the compare-and-swap, or a refusal made from the assumed
+		// head) leaves the session unloaded, and Save's next attempt reads it.
+		s.assumeEmpty()
+		defer func() {
+			if err != nil {
+				s.unload()
+			}
+		}()
+	} else if err := e.load(ctx, s); err != nil {
 		return Saved{}, err
 	}
 	h := s.last.Head
@@ -205,7 +218,7 @@ func (e *Engine) savedAfter(ctx context.Context, s *session, after uint64, saveI
 		return Record{}, false
 	}
 	var found *Record
-	_ = e.walkBack(ctx, s.key, ent{seq: s.lastSeq, meta: s.last}, func(r Record) bool {
+	_ = e.walkBack(ctx, s.key, ent{seq: s.lastSeq, meta: s.last}, int(h.Version-after), func(r Record) bool {
 		if r.SaveID == saveID {
 			found = &r
 			return false
@@ -445,7 +458,7 @@ func (e *Engine) commitHead(ctx context.Context, s *session, next headState, p s
 	// entry, however long a save's strings. A save that compresses very well counts what it
 	// decodes to over rawPerTailByte instead: rewrites of a compressible conversation would
 	// otherwise pile generations up, each one decoded by every read, before a pack is due.
-	size, err := encodedSize(m, data)
+	size, err := s.encodedSize(m, data)
 	if err == nil {
 		m.Head.TailBytes += max(size, piece.RawBytes/rawPerTailByte)
 		_, err = e.writeBy(ctx, s, m, data, deadline)
@@ -513,13 +526,13 @@ func nextHead(s *session, req SaveRequest, p savePlan, raw []byte) (headState, e
 // adds no message) has no data and never starts a frame.
 func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte) ([]byte, error) {
 	if s.last.Kind == kindPack && !s.last.Open {
-		s.enc = nil // a recompressed pack ended the frames before it
+		s.dropEncoder() // a recompressed pack ended the frames before it
 	}
 	if len(stripped) == 0 {
 		return nil, nil
 	}
 	if s.enc != nil && s.encRaw+int64(len(stripped)) > e.maxRun {
-		s.enc = nil // the run would decode to too much at once: a new frame
+		s.dropEncoder() // the run would decode to too much at once: a new frame
 	}
 	piece.Frame = s.enc == nil
 	if piece.Frame {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
 	"github.com/checkpointd/checkpointd/internal/logstore"
 )
 
@@ -69,7 +70,7 @@ func (c corpus) version(i int) []byte {
 
 // request is save i of the corpus as an append to version i.
 func (c corpus) request(k engine.Key, i int) engine.SaveRequest {
-	return engine.SaveRequest{Key: k, SaveID: "turn-" + strconv.Itoa(i), Base: u64(uint64(i)), Payload: c.save(i), Now: time.Now()}
+	return engine.SaveRequest{Key: k, SaveID: "turn-" + strconv.Itoa(i), Base: enginetest.U64(uint64(i)), Payload: c.save(i), Now: time.Now()}
 }
 
 // saveAll saves the whole corpus into k, packing when due, as the daemon does after answering.

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
 	"github.com/checkpointd/checkpointd/internal/engine/logtest"
 	"github.com/checkpointd/checkpointd/internal/logstore"
 	"github.com/checkpointd/checkpointd/internal/testenv"
@@ -60,13 +61,13 @@ func TestEngine_Cluster(t *testing.T) {
 	b, lb := openEngine(t, logstore.Connect(t, followerURL(c, logstore.StreamOf(lcfg))), lcfg, cfg)
 	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
 
-	saveTurns(t, a, k, 0, 20, 0)  // versions 1..10, packed by a
-	saveTurns(t, b, k, 20, 40, 0) // b starts cold; a's cache is stale from here
-	saveTurns(t, a, k, 40, 60, 0) // a's first save loses its compare-and-swap and reads the head again
-	require.Less(t, entries(t, lb, k), 10, "packs deleted what they packed")
+	enginetest.SaveTurns(t, a, k, 0, 20, 0)  // versions 1..10, packed by a
+	enginetest.SaveTurns(t, b, k, 20, 40, 0) // b starts cold; a's cache is stale from here
+	enginetest.SaveTurns(t, a, k, 40, 60, 0) // a's first save loses its compare-and-swap and reads the head again
+	require.Less(t, enginetest.Entries(t, lb, k), 10, "packs deleted what they packed")
 	for _, e := range []*engine.Engine{a, b} {
 		e.Forget()
-		checkVersions(t, e, k, 30)
+		enginetest.CheckVersions(t, e, k, 30)
 	}
 
 	// A lease taken through b fences a's writes without an epoch; the holder's epoch goes
@@ -74,28 +75,39 @@ func TestEngine_Cluster(t *testing.T) {
 	l, _, err := b.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "host-b", TTL: time.Minute, Now: now})
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), l.Lease.Epoch)
-	_, err = a.Save(ctx, engine.SaveRequest{Key: k, SaveID: "a-no-lease", Base: u64(30), Payload: array(60, 62), Now: now})
+	_, err = a.Save(ctx, engine.SaveRequest{Key: k, SaveID: "a-no-lease", Base: enginetest.U64(30), Payload: enginetest.Array(60, 62), Now: now})
 	require.ErrorIs(t, err, engine.ErrLeased)
 	_, _, err = a.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "host-a", TTL: time.Minute, Now: now})
 	require.ErrorIs(t, err, engine.ErrLeased)
-	saveTurns(t, a, k, 60, 64, 1)
+	enginetest.SaveTurns(t, a, k, 60, 64, 1)
 	_, err = b.Release(ctx, engine.LeaseRequest{Key: k, Epoch: 1, Now: now})
 	require.NoError(t, err)
 	_, _, err = a.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "host-a", TTL: time.Minute, Now: now})
 	require.NoError(t, err)
-	_, err = b.Save(ctx, engine.SaveRequest{Key: k, SaveID: "b-old-epoch", Base: u64(32), Payload: array(64, 66), Epoch: 1, Now: now})
+	_, err = b.Save(ctx, engine.SaveRequest{Key: k, SaveID: "b-old-epoch", Base: enginetest.U64(32), Payload: enginetest.Array(64, 66), Epoch: 1, Now: now})
 	require.ErrorIs(t, err, engine.ErrFenced)
-	saveTurns(t, b, k, 64, 70, 2)
+	enginetest.SaveTurns(t, b, k, 64, 70, 2)
 
 	// A forced pack through one node, reads through both.
 	_, err = a.Pack(ctx, k, true)
 	require.NoError(t, err)
 	for _, e := range []*engine.Engine{a, b} {
 		e.Forget()
-		checkVersions(t, e, k, 35)
+		enginetest.CheckVersions(t, e, k, 35)
 	}
-	require.Equal(t, entries(t, la, k), entries(t, lb, k))
+	require.Equal(t, enginetest.Entries(t, la, k), enginetest.Entries(t, lb, k))
 	page, _, err := b.HistoryPage(ctx, k, engine.HistoryCursor{}, 5)
 	require.NoError(t, err)
 	require.Equal(t, uint64(35), page[0].Version)
+
+	// b, which has not seen it, creating a session a made: its append on an empty log loses on
+	// the leader, and the head read then decides (a conflict); its next save goes through.
+	k2 := engine.Key{Namespace: "n", Session: "s2", Agent: "a"}
+	enginetest.SaveTurns(t, a, k2, 0, 4, 0)
+	_, err = b.Save(ctx, engine.SaveRequest{Key: k2, SaveID: "b-create", Expected: enginetest.U64(0), Payload: enginetest.Conversation(2), Now: now})
+	var conflict *engine.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, uint64(2), conflict.Head)
+	enginetest.SaveTurns(t, b, k2, 4, 6, 0)
+	enginetest.CheckVersions(t, a, k2, 3)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
 )
 
 // The figures of docs/format.md §8.15–§8.15b, measured on engine.Engine over logstore.Log (the
@@ -183,7 +184,7 @@ func BenchmarkRestore(b *testing.B) {
 		fmt.Fprintln(w, "policy\tentries\tRead (CRC-32C)\t/ get+decode\tRead, Verify (SHA-256)\t/ get+decode\tReadZstd\t/ get\t/ get+decode")
 		for _, p := range policies {
 			r, vf, z := p50(lat[p.name+" Read "+v.name]), p50(lat[p.name+" Verify "+v.name]), p50(lat[p.name+" ReadZstd "+v.name])
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.name, entries(b, l, p.k), ms(r), ratio(r, decP),
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.name, enginetest.Entries(b, l, p.k), ms(r), ratio(r, decP),
 				ms(vf), ratio(vf, decP), ms(z), ratio(z, getP), ratio(z, decP))
 		}
 		must(b, w.Flush())
@@ -302,15 +303,7 @@ func BenchmarkFindVersion(b *testing.B) {
 	l := openLog(b, nc)
 	e := engine.New(l, engine.Config{})
 	sizes := []int{10, 10000}
-	keys := map[int]engine.Key{}
-	for _, n := range sizes {
-		k := engine.Key{Namespace: "bench", Session: "find" + strconv.Itoa(n), Agent: "main"}
-		for i := 0; i < n; i++ {
-			saveAndPack(b, e, engine.SaveRequest{Key: k, SaveID: strconv.Itoa(i), Base: u64(uint64(i)), Payload: array(i, i+1), Now: time.Now()})
-		}
-		keys[n] = k
-	}
-	e.Forget()
+	keys := sessionsOfVersions(b, e, "find", sizes)
 	// The cursor a client holds when it has paged from the head down to the middle version:
 	// taken once, by following the cursors (HistoryPage's cursor is the engine's to fill).
 	below := map[int]engine.HistoryCursor{}
@@ -331,7 +324,7 @@ func BenchmarkFindVersion(b *testing.B) {
 		{"Read of version 1", func(n int, k engine.Key) {
 			got, _, err := e.Read(ctx, k, 1, engine.ReadOptions{})
 			must(b, err)
-			if string(got) != string(conversation(1)) {
+			if string(got) != string(enginetest.Conversation(1)) {
 				b.Fatal("wrong version 1")
 			}
 		}},
@@ -381,7 +374,7 @@ func BenchmarkFindVersion(b *testing.B) {
 		}
 	}
 	w := table(fmt.Sprintf("Finding a version and paging history, p50 of 20 interleaved (%s); entries left: %d and %d",
-		uptime(), entries(b, l, keys[10]), entries(b, l, keys[10000])))
+		uptime(), enginetest.Entries(b, l, keys[10]), enginetest.Entries(b, l, keys[10000])))
 	fmt.Fprintln(w, "read\t10 versions\t10,000 versions\tratio")
 	for i, o := range ops {
 		a, z := p50(lat[i][0]), p50(lat[i][1])
@@ -476,5 +469,170 @@ func batchByHand(b *testing.B, nc *nats.Conn, subject string, noHdr bool) int {
 		default:
 			b.Fatalf("direct get: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
 		}
+	}
+}
+
+// BenchmarkHistoryNewest: the newest 10 records of a session of 1,000 versions (232 entries since
+// the last pack) and of 10,239 (255: the longest tail of the default packs) against one of 10,
+// interleaved in random order, p50 of CP_BENCH_ROUNDS rounds (default 200): HistoryPage of 10
+// (issue 12's target: ≤ 2× the 10 versions'), Version of the head − 5, and HistoryPage of 100
+// (more than a walk by back pointer takes: the tail is read). Also what a walk is made of: a Get
+// of one entry, and a Range of the 10-version session's entries.
+//
+//	go test -run '^$' -bench HistoryNewest -benchtime 1x ./internal/logstore/
+func BenchmarkHistoryNewest(b *testing.B) {
+	srv := startBenchServer(b, b.TempDir())
+	l := openLog(b, benchConnect(b, srv.s.ClientURL()))
+	e := engine.New(l, engine.Config{})
+	sizes := []int{10, 1000, 10239}
+	keys := sessionsOfVersions(b, e, "newest", sizes)
+	page := func(limit int) func(n int, k engine.Key) {
+		return func(n int, k engine.Key) {
+			recs, _, err := e.HistoryPage(ctx, k, engine.HistoryCursor{}, limit)
+			must(b, err)
+			if len(recs) != min(n, limit) || recs[0].Version != uint64(n) {
+				b.Fatalf("the newest %d of %d versions: %d records", limit, n, len(recs))
+			}
+		}
+	}
+	ops := []struct {
+		what string
+		fn   func(n int, k engine.Key)
+	}{
+		{"HistoryPage: the newest 10", page(10)},
+		{"Version head − 5 (the record alone)", func(n int, k engine.Key) {
+			rec, err := e.Version(ctx, k, uint64(n-5))
+			must(b, err)
+			if rec.Version != uint64(n-5) {
+				b.Fatal("wrong version")
+			}
+		}},
+		{"HistoryPage: the newest 100", page(100)},
+		{"Log.Get of the last entry", func(n int, k engine.Key) {
+			last, err := l.Last(ctx, k)
+			must(b, err)
+			_, err = l.Get(ctx, k, last.Seq)
+			must(b, err)
+		}},
+	}
+	rounds := 200
+	if s := os.Getenv("CP_BENCH_ROUNDS"); s != "" {
+		rounds, _ = strconv.Atoi(s)
+	}
+	lat := make([][][]time.Duration, len(ops))
+	for i := range lat {
+		lat[i] = make([][]time.Duration, len(sizes))
+	}
+	for range rounds {
+		for _, x := range rand.Perm(len(sizes) * len(ops)) { // in random order: none always follows the same one (GC)
+			i, j := x/len(sizes), x%len(sizes)
+			t0 := time.Now()
+			ops[i].fn(sizes[j], keys[sizes[j]])
+			lat[i][j] = append(lat[i][j], time.Since(t0))
+		}
+	}
+	w := table(fmt.Sprintf("The newest records, p50 of %d interleaved (%s); entries left: %d, %d and %d",
+		rounds, uptime(), enginetest.Entries(b, l, keys[10]), enginetest.Entries(b, l, keys[1000]), enginetest.Entries(b, l, keys[10239])))
+	fmt.Fprintln(w, "read\t10 versions\t1,000 versions\t10,239 versions\tratios")
+	for i, o := range ops {
+		a, m, z := p50(lat[i][0]), p50(lat[i][1]), p50(lat[i][2])
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s, %s\n", o.what, ms(a), ms(m), ms(z), ratio(m, a), ratio(z, a))
+	}
+	must(b, w.Flush())
+}
+
+// sessionsOfVersions saves a session of n versions for each n of sizes (one small message per
+// save, packed by e's policy), named prefix + n, and empties e's cache.
+func sessionsOfVersions(b *testing.B, e *engine.Engine, prefix string, sizes []int) map[int]engine.Key {
+	keys := map[int]engine.Key{}
+	for _, n := range sizes {
+		k := engine.Key{Namespace: "bench", Session: prefix + strconv.Itoa(n), Agent: "main"}
+		for i := 0; i < n; i++ {
+			saveAndPack(b, e, engine.SaveRequest{Key: k, SaveID: strconv.Itoa(i), Base: enginetest.U64(uint64(i)), Payload: enginetest.Array(i, i+1), Now: time.Now()})
+		}
+		keys[n] = k
+	}
+	e.Forget()
+	return keys
+}
+
+// BenchmarkFirstSave: the daemon benchmark's first saves and restores of a one-save session
+// (checkpointbench's rows "first save" and "restore head"), on the engine alone: the three corpus
+// files saved whole into a new session (Expected 0, as a client creating it), against zstd of the
+// same bytes + one sync publish; then Read and ReadZstd of such a session's head against one
+// direct get of the same zstd frame, decoded or not. Interleaved, CP_BENCH_ROUNDS rounds (40);
+// CP_BENCH_FILE runs only the files whose name contains it.
+func BenchmarkFirstSave(b *testing.B) {
+	srv := startBenchServer(b, b.TempDir())
+	nc := benchConnect(b, srv.s.ClientURL())
+	js, err := jetstream.New(nc)
+	must(b, err)
+	raws, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"},
+		Storage: jetstream.FileStorage, AllowDirect: true})
+	must(b, err)
+	l := openLog(b, nc)
+	rounds := 40
+	if n, err := strconv.Atoi(os.Getenv("CP_BENCH_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	for _, file := range []string{"openhands_gui_todo_app.json", "claude_code_spotter_258c7280.json", "pi_before_compaction.json"} {
+		if only := os.Getenv("CP_BENCH_FILE"); only != "" && !strings.Contains(file, only) {
+			continue
+		}
+		body, err := os.ReadFile(filepath.Join("../../testdata/corpus", file))
+		must(b, err)
+		c, err := codec.Parse(body)
+		must(b, err)
+		conv := append(append([]byte{'['}, c.Span(0, len(c.Messages))...), ']') // canonical, as stored
+		e, fast := engine.New(l, engine.Config{}), engine.New(l, engine.Config{FastSaves: true})
+		restored := engine.Key{Namespace: "bench", Session: "restore-" + file, Agent: "main"}
+		_, err = e.Save(ctx, engine.SaveRequest{Key: restored, Expected: enginetest.U64(0), Payload: conv, Now: time.Now()})
+		must(b, err)
+		_, err = js.Publish(ctx, "raw.whole."+strconv.Itoa(len(conv)), codec.CompressZstd(conv))
+		must(b, err)
+		var t, r timings
+		for i := range rounds {
+			t.time("raw: zstd + sync publish", func() {
+				_, err := js.Publish(ctx, "raw.first", codec.CompressZstd(conv))
+				must(b, err)
+			})
+			t.time("engine Save, new session (default)", func() {
+				k := engine.Key{Namespace: "bench", Session: fmt.Sprintf("first-%s-%d", file, i), Agent: "main"}
+				_, err := e.Save(ctx, engine.SaveRequest{Key: k, Expected: enginetest.U64(0), Payload: conv, Now: time.Now()})
+				must(b, err)
+			})
+			t.time("engine Save, new session, FastSaves", func() {
+				k := engine.Key{Namespace: "bench", Session: fmt.Sprintf("fast-%s-%d", file, i), Agent: "main"}
+				_, err := fast.Save(ctx, engine.SaveRequest{Key: k, Expected: enginetest.U64(0), Payload: conv, Now: time.Now()})
+				must(b, err)
+			})
+			r.time("raw: direct get", func() {
+				m, err := raws.GetLastMsgForSubject(ctx, "raw.whole."+strconv.Itoa(len(conv)))
+				must(b, err)
+				_ = m.Data
+			})
+			r.time("raw: direct get + zstd decode", func() {
+				m, err := raws.GetLastMsgForSubject(ctx, "raw.whole."+strconv.Itoa(len(conv)))
+				must(b, err)
+				out, err := codec.DecompressZstd(m.Data, 64<<20)
+				must(b, err)
+				if len(out) != len(conv) {
+					b.Fatal("raw: wrong size")
+				}
+			})
+			r.time("engine Read of the head", func() {
+				got, _, err := e.Read(ctx, restored, 0, engine.ReadOptions{})
+				must(b, err)
+				if len(got) != len(conv) {
+					b.Fatal("Read: wrong size")
+				}
+			})
+			r.time("engine ReadZstd of the head", func() {
+				_, _, err := e.ReadZstd(ctx, restored, 0)
+				must(b, err)
+			})
+		}
+		t.print(b, fmt.Sprintf("First save of %s (%d B)", file, len(conv)), "raw: zstd + sync publish")
+		r.print(b, fmt.Sprintf("Restore of a one-save session, %s (%d B)", file, len(conv)), "raw: direct get + zstd decode")
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
 	"github.com/checkpointd/checkpointd/internal/logstore"
 )
 
@@ -26,31 +26,6 @@ var (
 	ctx = context.Background()
 	now = time.Date(2026, 11, 24, 1, 0, 0, 0, time.UTC)
 )
-
-// message is a canonical message whose text names i, a little repetitive, as conversations are.
-func message(i int) []byte {
-	role := []string{"user", "assistant"}[i%2]
-	return []byte(fmt.Sprintf(`{"role":%q,"content":[{"type":"text","text":"turn %d: %s"}]}`, role, i,
-		strings.Repeat("the quick brown fox ", 1+i%7)))
-}
-
-// array is the JSON array of messages from..to-1; conversation(n) the first n.
-func array(from, to int) []byte {
-	var b bytes.Buffer
-	b.WriteByte('[')
-	for i := from; i < to; i++ {
-		if i > from {
-			b.WriteByte(',')
-		}
-		b.Write(message(i))
-	}
-	b.WriteByte(']')
-	return b.Bytes()
-}
-
-func conversation(n int) []byte { return array(0, n) }
-
-func u64(v uint64) *uint64 { return &v }
 
 // openEngine opens the log on nc (creating the stream) and an engine on it.
 func openEngine(t testing.TB, nc *nats.Conn, lcfg logstore.LogConfig, cfg engine.Config) (*engine.Engine, *logstore.Log) {
@@ -69,57 +44,6 @@ func openEngine(t testing.TB, nc *nats.Conn, lcfg logstore.LogConfig, cfg engine
 	return engine.New(l, cfg), l
 }
 
-// saveTurns saves messages from..to-1 two at a time as appends (Base), with the writer's lease
-// epoch, packing when due as the daemon does after answering.
-func saveTurns(t testing.TB, e *engine.Engine, k engine.Key, from, to int, epoch uint64) {
-	t.Helper()
-	for i := from; i < to; i += 2 {
-		end := min(i+2, to)
-		saved, err := e.Save(ctx, engine.SaveRequest{Key: k, SaveID: fmt.Sprintf("save-%d", i), Base: u64(uint64(i / 2)),
-			Payload: array(i, end), Epoch: epoch, Now: now})
-		require.NoError(t, err, "saving messages from %d", i)
-		require.False(t, saved.Duplicate)
-		require.Equal(t, uint64(end/2), saved.Record.Version)
-		if saved.PackDue {
-			_, err = e.Pack(ctx, k, false)
-			require.NoError(t, err, "packing after the save of message %d", i)
-		}
-	}
-}
-
-// checkVersions reads the head and a spread of old versions (version v holds 2v messages), with
-// their hashes, and the whole history.
-func checkVersions(t testing.TB, e *engine.Engine, k engine.Key, versions int) {
-	t.Helper()
-	got, rec, err := e.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
-	require.NoError(t, err)
-	require.Equal(t, uint64(versions), rec.Version)
-	require.Equal(t, string(conversation(2*versions)), string(got))
-	for _, v := range []int{1, 2, 3, versions / 3, versions / 2, versions - 1} {
-		if v < 1 {
-			continue
-		}
-		got, rec, err := e.Read(ctx, k, uint64(v), engine.ReadOptions{Verify: true})
-		require.NoError(t, err, "version %d", v)
-		require.Equal(t, uint64(v), rec.Version)
-		require.Equal(t, string(conversation(2*v)), string(got), "version %d", v)
-	}
-	history, err := e.History(ctx, k)
-	require.NoError(t, err)
-	require.Len(t, history, versions)
-	for i, r := range history {
-		require.Equal(t, uint64(i+1), r.Version)
-	}
-}
-
-// entries counts the entries of k's log.
-func entries(t testing.TB, l engine.Log, k engine.Key) int {
-	t.Helper()
-	n := 0
-	require.NoError(t, l.Range(ctx, k, 0, 0, func(engine.Entry) bool { n++; return true }))
-	return n
-}
-
 // The engine over the log on Debian's nats-server 2.9.10 (the oldest single server checkpointd
 // supports): no batched direct gets, so every read goes entry by entry, and the index keeps the
 // entries of lost creations (docs/format.md §8.15b). Saves, packs and the deletes they make,
@@ -130,18 +54,18 @@ func TestEngine_OldNATS(t *testing.T) {
 	require.False(t, logstore.ServerAtLeast(nc, 2, 11))
 	e, l := openEngine(t, nc, logstore.LogConfig{}, engine.Config{PackEntries: 8})
 	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
-	saveTurns(t, e, k, 0, 80, 0) // 40 versions: packs, and deletes what they packed
+	enginetest.SaveTurns(t, e, k, 0, 80, 0) // 40 versions: packs, and deletes what they packed
 	e.Forget()
-	checkVersions(t, e, k, 40)
-	require.Equal(t, 5, entries(t, l, k), "five packs of 8 saves, the packed entries deleted")
+	enginetest.CheckVersions(t, e, k, 40)
+	require.Equal(t, 5, enginetest.Entries(t, l, k), "five packs of 8 saves, the packed entries deleted")
 
 	_, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "me", TTL: time.Minute, Now: now})
 	require.NoError(t, err)
-	_, err = e.Save(ctx, engine.SaveRequest{Key: k, SaveID: "x", Base: u64(40), Payload: array(80, 82), Now: now})
+	_, err = e.Save(ctx, engine.SaveRequest{Key: k, SaveID: "x", Base: enginetest.U64(40), Payload: enginetest.Array(80, 82), Now: now})
 	require.ErrorIs(t, err, engine.ErrLeased)
-	saveTurns(t, e, k, 80, 84, 1)
+	enginetest.SaveTurns(t, e, k, 80, 84, 1)
 	e.Forget()
-	checkVersions(t, e, k, 42)
+	enginetest.CheckVersions(t, e, k, 42)
 	page, next, err := e.HistoryPage(ctx, k, engine.HistoryCursor{}, 10)
 	require.NoError(t, err)
 	require.Len(t, page, 10)
@@ -153,9 +77,9 @@ func TestEngine_OldNATS(t *testing.T) {
 	require.NoError(t, err)
 	got, _, err := e.Read(ctx, fork, 0, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
-	require.Equal(t, string(conversation(34)), string(got))
+	require.Equal(t, string(enginetest.Conversation(34)), string(got))
 
-	_, err = e.Delete(ctx, k, u64(42))
+	_, err = e.Delete(ctx, k, enginetest.U64(42))
 	require.NoError(t, err)
 	e.Forget()
 	_, err = e.Head(ctx, k)
@@ -180,10 +104,10 @@ func startEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *logstore.Log
 func TestEngine_AlteredPieceIsCorrupt(t *testing.T) {
 	e, l := startEngine(t, engine.Config{NoPack: true})
 	k, copyK := engine.Key{Namespace: "n", Session: "s", Agent: "a"}, engine.Key{Namespace: "n", Session: "copy", Agent: "a"}
-	saveTurns(t, e, k, 0, 6, 0)
+	enginetest.SaveTurns(t, e, k, 0, 6, 0)
 	// The second save's piece: the raw bytes it added (",", then its messages joined by ","),
 	// whose CRC-32C (Castagnoli, big-endian) its entry carries.
-	piece := append([]byte{','}, array(2, 4)[1:len(array(2, 4))-1]...)
+	piece := append([]byte{','}, enginetest.Array(2, 4)[1:len(enginetest.Array(2, 4))-1]...)
 	sum := crc32.Checksum(piece, crc32.MakeTable(crc32.Castagnoli))
 	crc := binary.BigEndian.AppendUint32(nil, sum)
 	var after uint64
@@ -202,14 +126,14 @@ func TestEngine_AlteredPieceIsCorrupt(t *testing.T) {
 	require.Equal(t, 1, altered, "the CRC-32C is found in one entry")
 	got, _, err := e.Read(ctx, copyK, 1, engine.ReadOptions{})
 	require.NoError(t, err)
-	require.Equal(t, string(conversation(2)), string(got))
+	require.Equal(t, string(enginetest.Conversation(2)), string(got))
 	for _, v := range []uint64{2, 3} {
 		_, _, err = e.Read(ctx, copyK, v, engine.ReadOptions{})
 		require.ErrorIs(t, err, engine.ErrCorrupt, "version %d", v)
 	}
 	got, _, err = e.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
-	require.Equal(t, string(conversation(6)), string(got), "the original is untouched")
+	require.Equal(t, string(enginetest.Conversation(6)), string(got), "the original is untouched")
 }
 
 // Saves are compressed at zstd's fastest level with FastSaves: the same saves store other
@@ -221,10 +145,10 @@ func TestEngine_FastSaves(t *testing.T) {
 	stored := map[bool]int64{}
 	for i, e := range []*engine.Engine{fast, slow} {
 		k := engine.Key{Namespace: "n", Session: fmt.Sprint("s", i), Agent: "a"}
-		saveTurns(t, e, k, 0, 40, 0)
+		enginetest.SaveTurns(t, e, k, 0, 40, 0)
 		e.Forget()
-		saveTurns(t, e, k, 40, 60, 0)
-		checkVersions(t, e, k, 30)
+		enginetest.SaveTurns(t, e, k, 40, 60, 0)
+		enginetest.CheckVersions(t, e, k, 30)
 		h, err := e.History(ctx, k)
 		require.NoError(t, err)
 		for _, r := range h[20:] { // after the restart, before any pack: as each save stored it
@@ -232,4 +156,11 @@ func TestEngine_FastSaves(t *testing.T) {
 		}
 	}
 	require.NotEqual(t, stored[true], stored[false], "saves at SpeedFastest stored the default level's bytes")
+}
+
+// The history scenarios (enginetest.RunHistory: walks newest first by back pointer and by the
+// tail, across packs, state entries, a fork, retention, a deletion) on the embedded server.
+func TestEngine_HistoryWalk(t *testing.T) {
+	_, l := startEngine(t, engine.Config{})
+	enginetest.RunHistory(t, l)
 }

@@ -47,13 +47,7 @@ const (
 // get returns one message, read from the given replica; engine.ErrNotFound if there is none.
 func (l *Log) get(ctx context.Context, req getRequest, from replica) (msg, error) {
 	if from == anyReplica {
-		var out msg
-		found := false
-		err := l.directBatch(ctx, req, func(m msg) bool { out, found = m, true; return false })
-		if err == nil && !found {
-			err = engine.ErrNotFound
-		}
-		return out, err
+		return l.directOne(ctx, req)
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
@@ -86,6 +80,31 @@ func (l *Log) get(ctx context.Context, req getRequest, from replica) (msg, error
 	return m, nil
 }
 
+// directOne sends an unbatched direct get ($JS.API.DIRECT.GET, answered by any replica) and returns
+// its one message; engine.ErrNotFound if there is none. It is a request on the connection's shared
+// reply subscription: a subscription of its own, as a batch needs, would cost its pending channel
+// (nats.go's 64 Ki slots: 512 KiB allocated and cleared) on every read, which was half the CPU of
+// the read of a session saved once (docs/format.md §8.15c).
+func (l *Log) directOne(ctx context.Context, req getRequest) (msg, error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	body, _ := json.Marshal(req)
+	reply, err := l.nc.RequestWithContext(ctx, apiPrefix+"DIRECT.GET."+l.cfg.Stream, body)
+	if err != nil {
+		return msg{}, fmt.Errorf("direct get %s: %w", body, unavailable(err))
+	}
+	out, status, err := directMsg(reply, body)
+	switch {
+	case err != nil:
+		return msg{}, err
+	case status == "404":
+		return msg{}, engine.ErrNotFound
+	case status != "":
+		return msg{}, fmt.Errorf("direct get %s: status %s %s in the reply to a get of one message", body, status, reply.Header.Get("Description"))
+	}
+	return out, nil
+}
+
 // directBatch sends a direct get ($JS.API.DIRECT.GET, answered by any replica) and calls fn
 // with each message of the reply, in order, until fn returns false.
 func (l *Log) directBatch(ctx context.Context, req getRequest, fn func(msg) bool) (err error) {
@@ -116,26 +135,41 @@ func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) 
 		if err != nil {
 			return false, fmt.Errorf("direct get %s: %w", body, unavailable(err))
 		}
-		switch status := m.Header.Get("Status"); status {
-		case "":
-		case "404": // nothing (more) to read
+		out, status, err := directMsg(m, body)
+		switch {
+		case err != nil:
+			return false, err
+		case status == "404": // nothing (more) to read
 			return false, nil
-		case "204": // the end of a batch
+		case status == "204": // the end of a batch
 			return m.Header.Get("Nats-Num-Pending") != "0", nil
-		case "503":
-			return false, fmt.Errorf("direct get %s: %w: no responders (is stream %s there?)", body, ErrUnavailable, l.cfg.Stream)
-		default:
-			return false, fmt.Errorf("direct get %s: status %s %s", body, status, m.Header.Get("Description"))
-		}
-		out := msg{subject: m.Header.Get("Nats-Subject"), header: m.Header, data: m.Data}
-		out.time, _ = time.Parse(time.RFC3339Nano, m.Header.Get("Nats-Time-Stamp")) // zero if not
-		if out.seq, err = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil || out.seq == 0 {
-			return false, fmt.Errorf("direct get %s: a message without a sequence (Nats-Sequence %q)", body, m.Header.Get("Nats-Sequence"))
 		}
 		if !fn(out) || req.Batch == 0 {
 			return false, nil
 		}
 	}
+}
+
+// directMsg reads one message of a direct get's reply (body: the request, for errors): a stored
+// message, or the status that ends the reply ("404": nothing (more) to read; "204": the end of a
+// batch), or an error.
+func directMsg(m *nats.Msg, body []byte) (msg, string, error) {
+	switch status := m.Header.Get("Status"); status {
+	case "":
+	case "404", "204":
+		return msg{}, status, nil
+	case "503":
+		return msg{}, "", fmt.Errorf("direct get %s: %w: no responders (is the stream there?)", body, ErrUnavailable)
+	default:
+		return msg{}, "", fmt.Errorf("direct get %s: status %s %s", body, status, m.Header.Get("Description"))
+	}
+	out := msg{subject: m.Header.Get("Nats-Subject"), header: m.Header, data: m.Data}
+	out.time, _ = time.Parse(time.RFC3339Nano, m.Header.Get("Nats-Time-Stamp")) // zero if not
+	var err error
+	if out.seq, err = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil || out.seq == 0 {
+		return msg{}, "", fmt.Errorf("direct get %s: a message without a sequence (Nats-Sequence %q)", body, m.Header.Get("Nats-Sequence"))
+	}
+	return out, "", nil
 }
 
 // apiReply reads a JetStream API reply into v, mapping its error (if any) to the engine's.

@@ -372,7 +372,13 @@ type ListRequest struct {
 	Session string `json:"session,omitempty"` // only this session's agents, when set
 	Cursor  string `json:"cursor,omitempty"`  // opaque: the Cursor of the previous reply ("": the first page)
 	Offset  int    `json:"offset,omitempty"`  // refused when positive (protocol before the log engine)
+	Limit   int    `json:"limit,omitempty"`   // at most this many sessions, 1..MaxListLimit (0: as many as fit)
 }
+
+// MaxListLimit is the largest page a list request may ask for: four times what a reply holds at
+// the default 1 MiB max_payload (about 2,400 heads, so there the reply's size bounds a page), and
+// a bound on the index reads one request may cost on a server with a larger max_payload.
+const MaxListLimit = 10_000
 
 // ListReply holds the head of each session, in the order the sessions were created (namespace by
 // namespace, sorted, on the admin subject). Cursor is set when More is.

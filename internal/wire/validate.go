@@ -73,6 +73,9 @@ func (r ListRequest) Validate() error {
 	if err := checkInt("offset", int64(r.Offset), MaxCount); err != nil {
 		return err
 	}
+	if err := checkInt("limit", int64(r.Limit), MaxListLimit); err != nil {
+		return err
+	}
 	return checkCursor(r.Cursor)
 }
 

@@ -620,6 +620,30 @@ export class Client {
   }
 
   /**
+   * One page of the namespace's sessions, in the order they were created, from `cursor` (default:
+   * the first page): at most `limit` of them (1..10000; default 0: as many as fit in one reply),
+   * exactly `limit` unless the listing ends first or they do not fit in one message (§5 "Paging").
+   * `next` is the cursor of the page after, undefined after the last page: pass it back as it came.
+   */
+  async listPage(
+    namespace = "default",
+    opts: { cursor?: string; limit?: number; session?: string; timeoutMs?: number } = {},
+  ): Promise<{ sessions: Head[]; next?: string }> {
+    checkId("namespace", namespace);
+    const limit = opts.limit ?? 0;
+    checkRange("limit", limit, 0, MAX_LIST_LIMIT);
+    const body: Record<string, unknown> = {};
+    if (opts.session) body.session = opts.session;
+    if (opts.cursor) body.cursor = opts.cursor;
+    if (limit > 0) body.limit = limit;
+    const reply = parseJSON(await this.request(namespace, "list", body, opts.timeoutMs), "list") as { sessions?: Head[]; more?: boolean; cursor?: string };
+    const sessions = reply.sessions ?? [];
+    if (!reply.more) return { sessions };
+    if (typeof reply.cursor !== "string" || reply.cursor === "" || reply.cursor === opts.cursor) throw internal("list: more is true but the reply gives no new cursor");
+    return { sessions, next: reply.cursor };
+  }
+
+  /**
    * The newest versions of one session, newest first: at most `limit` (default: every version). The
    * daemon reads them from the head back (§5 "history, newest first"), so a long history's recent
    * versions are cheap.
@@ -919,6 +943,9 @@ function checkRecord(v: VersionRecord): VersionRecord {
   }
   return v;
 }
+
+/** The most sessions a `list` page may ask for (§5). */
+const MAX_LIST_LIMIT = 10_000;
 
 function checkRange(name: string, v: number, min: number, max = MAX_SAFE): void {
   if (!Number.isInteger(v) || v < min || v > max) throw badRequest(`${name}: ${v} is not an integer in ${min}..${max}`);

@@ -112,6 +112,28 @@ test("list and history: heads of the namespace, versions after `after`", async (
   assert.deepEqual(await c.list("nobody-here"), []);
 });
 
+test("listPage: pages of `limit` sessions in the order they were created, each session once", async () => {
+  const ns = "paged";
+  const made = ["e", "a", "d", "b", "c"];
+  for (const s of made) await c.save({ namespace: ns, session: s }, joinRaw(turns(0, 1)));
+  const pages: string[][] = [];
+  let cursor: string | undefined;
+  do {
+    const p = await c.listPage(ns, { cursor, limit: 2 });
+    pages.push(p.sessions.map((h) => h.key.session));
+    cursor = p.next;
+  } while (cursor !== undefined && pages.length < 10);
+  assert.deepEqual(pages, [["e", "a"], ["d", "b"], ["c"]]);
+  assert.deepEqual((await c.listPage(ns)).sessions.map((h) => h.key.session), made, "no limit: as many as fit");
+  assert.equal((await c.listPage(ns)).next, undefined);
+  for (const limit of [-1, 1.5, 10_001, Number.NaN]) await refused(c.listPage(ns, { limit }), "bad_request");
+  // The daemon refuses what the client would not send, naming the field.
+  for (const limit of [-1, 10_001, 2 ** 53, "10", 1.5]) {
+    const e = await refused(c.request(ns, "list", { limit }), "bad_request");
+    assert.match(e.message, /limit/);
+  }
+});
+
 test("prune keeps the newest versions, delete removes the session (guarded by expected)", async () => {
   const key = { namespace: "tidy", session: "s" };
   let v = await c.save(key, joinRaw(turns(0, 1)));

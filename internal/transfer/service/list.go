@@ -55,7 +55,8 @@ func parseListCursor(s, ns string) (listCursor, error) {
 	return c, nil
 }
 
-// listPage builds one reply of a listing from req.Cursor on.
+// listPage builds one reply of a listing from req.Cursor on: as many sessions as fit, at most
+// req.Limit when it is set.
 func (s *Service) listPage(ctx context.Context, ns string, req wire.ListRequest) (reply, error) {
 	cur, err := parseListCursor(req.Cursor, ns)
 	if err != nil {
@@ -83,6 +84,12 @@ func (s *Service) listPage(ctx context.Context, ns string, req wire.ListRequest)
 		}
 		limit := listPageSessions
 		for {
+			if req.Limit > 0 { // the client's page size: never read more sessions than it still wants
+				if n >= req.Limit {
+					return endList(&b, &listCursor{ns: space, pos: max1(pos)}), nil
+				}
+				limit = min(limit, req.Limit-n)
+			}
 			heads, next, err := s.engine.Sessions(ctx, space, pos, limit)
 			if err != nil {
 				return reply{}, err

@@ -1,0 +1,246 @@
+package engine_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/memlog"
+)
+
+// A save that creates its session (Expected 0) on an engine that has not cached the session
+// appends with the compare-and-swap on an empty log and does not read the head first: one read
+// less on the first save of every session.
+func TestFirstSaveReadsNoHead(t *testing.T) {
+	counting := &countingLog{Log: memlog.New(1 << 20)}
+	e := engine.New(counting, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "new", Agent: "a"}
+	saved, err := e.Save(ctx, engine.SaveRequest{Key: k, SaveID: "first", Expected: u64(0), Payload: conversation(4), Now: now})
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), saved.Record.Version)
+	require.Zero(t, counting.reads, "the first save of a new session read the log")
+
+	// The cache it left is the log's: the next save needs no read either, and both read back.
+	saved, err = e.Save(ctx, engine.SaveRequest{Key: k, SaveID: "second", Base: u64(1), Payload: array(4, 6), Now: now})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), saved.Record.Version)
+	require.Zero(t, counting.reads)
+	got, _, err := e.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(conversation(6)), string(got))
+}
+
+// A save that expects to create its session, sent to an engine that has not cached it, answers
+// as it would with the head read first (the compare-and-swap on an empty log fails when the log is
+// not empty, and the save is decided again from the head): for a session that exists, one that
+// was deleted (its log ends with the deletion), one leased by another owner, one a fork made, and
+// a save delivered again. The answer, the log's entries and the next save are the same both ways.
+func TestFirstSaveOnSessionsThatExist(t *testing.T) {
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	src := engine.Key{Namespace: "n", Session: "src", Agent: "a"}
+	first := engine.SaveRequest{Key: k, SaveID: "one", Expected: u64(0), Payload: conversation(2), Now: now}
+	cases := map[string]func(t *testing.T, e *engine.Engine){
+		"new": func(t *testing.T, e *engine.Engine) {},
+		"exists": func(t *testing.T, e *engine.Engine) {
+			saveTurns(t, e, k, 0, 6)
+		},
+		"deleted": func(t *testing.T, e *engine.Engine) {
+			saveTurns(t, e, k, 0, 6)
+			_, err := e.Delete(ctx, k, nil)
+			require.NoError(t, err)
+		},
+		"deleted and saved again": func(t *testing.T, e *engine.Engine) {
+			saveTurns(t, e, k, 0, 6)
+			_, err := e.Delete(ctx, k, nil)
+			require.NoError(t, err)
+			_, err = e.Save(ctx, engine.SaveRequest{Key: k, SaveID: "again", Expected: u64(0), Payload: conversation(2), Now: now})
+			require.NoError(t, err)
+		},
+		"leased": func(t *testing.T, e *engine.Engine) {
+			_, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "other", TTL: time.Hour, Now: now})
+			require.NoError(t, err)
+		},
+		"forked": func(t *testing.T, e *engine.Engine) {
+			saveTurns(t, e, src, 0, 4)
+			_, err := e.Fork(ctx, engine.ForkRequest{From: src, To: k, SaveID: "fork", Now: now})
+			require.NoError(t, err)
+		},
+		"delivered again": func(t *testing.T, e *engine.Engine) {
+			_, err := e.Save(ctx, first)
+			require.NoError(t, err)
+		},
+	}
+	// outcome is what a cold engine answers to first, then to a save after whatever head it found,
+	// and the log's entries then. warm: the engine loads the session (the head read first) before.
+	outcome := func(t *testing.T, prepare func(*testing.T, *engine.Engine), warm bool) []string {
+		log := memlog.New(1 << 20)
+		prepare(t, engine.New(log, engine.Config{}))
+		e := engine.New(log, engine.Config{})
+		if warm {
+			// A save the head refuses loads the session and writes nothing.
+			_, err := e.Save(ctx, engine.SaveRequest{Key: k, Expected: u64(99), Payload: conversation(2), Now: now})
+			require.Error(t, err)
+		}
+		var out []string
+		saved, err := e.Save(ctx, first)
+		out = append(out, fmt.Sprintf("first: %+v, %v", saved, err))
+		head, herr := e.Head(ctx, k)
+		var next uint64
+		if herr == nil {
+			next = head.Version
+		}
+		saved, err = e.Save(ctx, engine.SaveRequest{Key: k, SaveID: "next", Expected: u64(next), Payload: conversation(int(2*next) + 2), Now: now})
+		out = append(out, fmt.Sprintf("next: %+v, %v", saved, err))
+		require.NoError(t, log.Range(ctx, k, 0, 0, func(en engine.Entry) bool {
+			out = append(out, fmt.Sprintf("entry %d: %x", en.Seq, en.Data))
+			return true
+		}))
+		keys, _, err := log.Sessions(ctx, k.Namespace, 0, 100)
+		require.NoError(t, err)
+		return append(out, fmt.Sprintf("sessions: %v", keys))
+	}
+	for name, prepare := range cases {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, outcome(t, prepare, true), outcome(t, prepare, false))
+		})
+	}
+}
+
+// A version held by the session's last entry alone (its only save since it began or was deleted)
+// is read with that one entry, which the read of the head brings: one read, not two. Where other
+// entries are needed (a second save, a fork's source, a save in parts, a lease entry before it),
+// they are read, and every read gives the version.
+func TestReadOfASessionSavedOnce(t *testing.T) {
+	counting := &countingLog{Log: memlog.New(4 << 10)}
+	e := engine.New(counting, engine.Config{})
+	save := func(k engine.Key, expected uint64, conv []byte) {
+		t.Helper()
+		_, err := e.Save(ctx, engine.SaveRequest{Key: k, Expected: u64(expected), Payload: conv, Now: now})
+		require.NoError(t, err)
+	}
+	reads := func(k engine.Key, v uint64, want []byte) int {
+		t.Helper()
+		counting.reads = 0
+		got, _, err := e.Read(ctx, k, v, engine.ReadOptions{Verify: true})
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+		n := counting.reads
+		z, _, err := e.ReadZstd(ctx, k, v)
+		require.NoError(t, err)
+		dec, err := zstd.NewReader(nil)
+		require.NoError(t, err)
+		defer dec.Close()
+		got, err = dec.DecodeAll(z, nil)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got), "ReadZstd")
+		return n
+	}
+	once := engine.Key{Namespace: "n", Session: "once", Agent: "a"}
+	save(once, 0, conversation(6))
+	require.Equal(t, 1, reads(once, 0, conversation(6)))
+
+	twice := engine.Key{Namespace: "n", Session: "twice", Agent: "a"}
+	save(twice, 0, conversation(2))
+	save(twice, 1, conversation(6))
+	require.Equal(t, 2, reads(twice, 0, conversation(6)))
+	require.Equal(t, 2, reads(twice, 1, conversation(2)))
+
+	again := engine.Key{Namespace: "n", Session: "deleted", Agent: "a"}
+	save(again, 0, conversation(8))
+	_, err := e.Delete(ctx, again, nil)
+	require.NoError(t, err)
+	save(again, 0, conversation(4))
+	require.Equal(t, 1, reads(again, 0, conversation(4)), "the entries before the deletion are not the session's")
+
+	leased := engine.Key{Namespace: "n", Session: "leased", Agent: "a"}
+	l, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: leased, Owner: "me", TTL: time.Hour, Now: now})
+	require.NoError(t, err)
+	_, err = e.Save(ctx, engine.SaveRequest{Key: leased, Expected: u64(0), Epoch: l.Lease.Epoch, Payload: conversation(4), Now: now})
+	require.NoError(t, err)
+	reads(leased, 0, conversation(4))
+
+	fork := engine.Key{Namespace: "n", Session: "fork", Agent: "a"}
+	_, err = e.Fork(ctx, engine.ForkRequest{From: twice, Version: 1, To: fork, SaveID: "fork", Now: now})
+	require.NoError(t, err)
+	reads(fork, 0, conversation(2))
+	save(fork, 1, conversation(4))
+	reads(fork, 0, conversation(4))
+	reads(fork, 1, conversation(2))
+
+	// Incompressible text larger than an entry: the save is stored in parts before its entry.
+	big := engine.Key{Namespace: "n", Session: "big", Agent: "a"}
+	noise := make([]byte, 12<<10)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range noise {
+		noise[i] = 'a' + byte(rnd.IntN(26))
+	}
+	conv := []byte(`[{"role":"user","content":"` + string(noise) + `"}]`)
+	save(big, 0, conv)
+	var entries int
+	require.NoError(t, counting.Log.Range(ctx, big, 0, 0, func(engine.Entry) bool { entries++; return true }))
+	require.Greater(t, entries, 1, "stored in parts")
+	reads(big, 0, conv)
+
+	// After a pack, a save's entry is the only one since the pack, but not the session's only one.
+	_, err = e.Pack(ctx, twice, true)
+	require.NoError(t, err)
+	save(twice, 2, conversation(8))
+	reads(twice, 0, conversation(8))
+	reads(twice, 2, conversation(6))
+}
+
+// Daemons racing to create one session, none of which has it cached: one creation wins, the
+// others are conflicts with the winner's version as the head (distinct save ids) or duplicates of
+// it (the same save id, a request delivered to several daemons).
+func TestFirstSaveRace(t *testing.T) {
+	for _, sameID := range []bool{false, true} {
+		t.Run(fmt.Sprintf("same save id %v", sameID), func(t *testing.T) {
+			log := memlog.New(1 << 20)
+			k := engine.Key{Namespace: "n", Session: "raced", Agent: "a"}
+			const daemons = 8
+			type outcome struct {
+				saved engine.Saved
+				err   error
+			}
+			out := make(chan outcome, daemons)
+			for i := range daemons {
+				e := engine.New(log, engine.Config{})
+				go func() {
+					id := fmt.Sprintf("save-%d", i)
+					if sameID {
+						id = "save"
+					}
+					saved, err := e.Save(ctx, engine.SaveRequest{Key: k, SaveID: id, Expected: u64(0), Payload: conversation(2 + i%2*2), Now: now})
+					out <- outcome{saved, err}
+				}()
+			}
+			created, others := 0, 0
+			for range daemons {
+				o := <-out
+				switch {
+				case o.err == nil && !o.saved.Duplicate:
+					created++
+					require.Equal(t, uint64(1), o.saved.Record.Version)
+				case sameID && o.err == nil:
+					others++
+					require.Equal(t, uint64(1), o.saved.Record.Version)
+				default:
+					others++
+					var conflict *engine.ConflictError
+					require.ErrorAs(t, o.err, &conflict)
+					require.Equal(t, uint64(1), conflict.Head)
+				}
+			}
+			require.Equal(t, 1, created)
+			require.Equal(t, daemons-1, others)
+			keys, _, err := log.Sessions(ctx, "n", 0, 100)
+			require.NoError(t, err)
+			require.Equal(t, []engine.Key{k}, keys)
+		})
+	}
+}

@@ -1,0 +1,45 @@
+package logstore_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
+)
+
+// A save creating a session (Expected 0) that an engine has not cached appends without reading
+// the head (engine.saveOnce); on JetStream its creation also writes the namespace's index entry.
+// Where the session exists after all (another daemon made it, or deleted it and its log ends with
+// the deletion), the compare-and-swap on an empty log fails, the index entry of the failed creation
+// is taken back, and the save is decided again from the head: the session is listed once.
+func TestEngine_FirstSaveOfASessionThatExists(t *testing.T) {
+	a, l := startEngine(t, engine.Config{})
+	b := engine.New(l, engine.Config{}) // another daemon on the same store
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	enginetest.SaveTurns(t, a, k, 0, 4, 0)
+
+	_, err := b.Save(ctx, engine.SaveRequest{Key: k, SaveID: "b", Expected: enginetest.U64(0), Payload: enginetest.Conversation(2), Now: now})
+	var conflict *engine.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, uint64(2), conflict.Head)
+	saved, err := b.Save(ctx, engine.SaveRequest{Key: k, SaveID: "b2", Base: enginetest.U64(2), Payload: enginetest.Array(4, 6), Now: now})
+	require.NoError(t, err, "b's cache is the log's after the conflict")
+	require.Equal(t, uint64(3), saved.Record.Version)
+
+	// Deleted through a: b, which cached the session, saves it anew from version 1 on.
+	_, err = a.Delete(ctx, k, nil)
+	require.NoError(t, err)
+	c := engine.New(l, engine.Config{}) // a third, cold
+	saved, err = c.Save(ctx, engine.SaveRequest{Key: k, SaveID: "c", Expected: enginetest.U64(0), Payload: enginetest.Conversation(2), Now: now})
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), saved.Record.Version)
+	got, _, err := a.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(enginetest.Conversation(2)), string(got))
+
+	heads, _, err := a.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Len(t, heads, 1, "listed once: %+v", heads)
+}
