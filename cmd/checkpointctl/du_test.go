@@ -13,7 +13,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // du's numbers are the sums of the sessions' histories: versions kept, the head's raw size, and
@@ -100,11 +100,11 @@ func TestCheckpointctl_Du(t *testing.T) {
 // With --tenants, an operator's login measures every namespace with -A, and a tenant's login its own
 // namespace only: -A, or another namespace, is refused as unavailable (its login has no route there).
 func TestCheckpointctl_DuTenants(t *testing.T) {
-	tenants := &transfer.Tenants{
-		Admins: []transfer.Login{{User: "ops", Password: "ops-pw"}},
-		Tenants: []transfer.Tenant{
-			{Namespace: "alice", Login: transfer.Login{User: "alice", Password: "alice-pw"}},
-			{Namespace: "bob", Login: transfer.Login{User: "bob", Password: "bob-pw"}}}}
+	tenants := &embedded.Tenants{
+		Admins: []embedded.Login{{User: "ops", Password: "ops-pw"}},
+		Tenants: []embedded.Tenant{
+			{Namespace: "alice", Login: embedded.Login{User: "alice", Password: "alice-pw"}},
+			{Namespace: "bob", Login: embedded.Login{User: "bob", Password: "bob-pw"}}}}
 	env := testenv.StartTenancy(t, tenants, 0)
 	login := func(user string) string { return "nats://" + user + "@" + strings.TrimPrefix(env.URL(), "nats://") }
 	conv := []byte(`[{"role":"user","content":"hi"}]`)

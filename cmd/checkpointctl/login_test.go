@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // Logging in to a deployment with tenants: a user and password in the URL, an nkey seed file with
@@ -23,10 +23,10 @@ func TestCheckpointctl_Logins(t *testing.T) {
 	seed, _ := kp.Seed()
 	seedFile := filepath.Join(t.TempDir(), "bob.nk")
 	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
-	tenants := &transfer.Tenants{
-		Admins: []transfer.Login{{User: "ops", Password: "ops-pw-31337"}},
-		Tenants: []transfer.Tenant{{Namespace: "alice", Login: transfer.Login{User: "alice", Password: "alice-pw-31337"}},
-			{Namespace: "bob", Login: transfer.Login{Nkey: pub}}},
+	tenants := &embedded.Tenants{
+		Admins: []embedded.Login{{User: "ops", Password: "ops-pw-31337"}},
+		Tenants: []embedded.Tenant{{Namespace: "alice", Login: embedded.Login{User: "alice", Password: "alice-pw-31337"}},
+			{Namespace: "bob", Login: embedded.Login{Nkey: pub}}},
 	}
 	src, dst := testenv.StartTenancy(t, tenants, 0), testenv.StartTenancy(t, tenants, 0)
 	at := func(e *testenv.Tenancy, login string) string {

@@ -21,6 +21,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // bundleText is a bundle file decompressed: the tar stream, whose entries are JSON text.
@@ -80,12 +81,12 @@ func TestCheckpointctl_ExportRedactImagePaths(t *testing.T) {
 
 // startTLSDeployment runs an embedded server with tlsCfg and a daemon on its in-process
 // connection, as checkpointd --tls-cert does, and returns the client URL.
-func startTLSDeployment(t *testing.T, tlsCfg transfer.ServerTLS) string {
+func startTLSDeployment(t *testing.T, tlsCfg embedded.ServerTLS) string {
 	t.Helper()
-	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", TLS: tlsCfg})
+	s, err := embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", TLS: tlsCfg})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(transfer.InProcessURL(s), nats.InProcessServer(s))
+	nc, err := nats.Connect(embedded.InProcessURL(s), nats.InProcessServer(s))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	cfg := transfer.DefaultConfig()
@@ -103,7 +104,7 @@ func startTLSDeployment(t *testing.T, tlsCfg transfer.ServerTLS) string {
 // certificate are refused as unavailable (exit 6), saying why.
 func TestCheckpointctl_TLSFlags(t *testing.T) {
 	pki, other := testenv.NewPKI(t), testenv.NewPKI(t)
-	url := startTLSDeployment(t, transfer.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CA})
+	url := startTLSDeployment(t, embedded.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CA})
 	conv := `[{"role":"user","content":"over mutual TLS"}]`
 	good := []string{"--server", url, "--tls-ca", pki.CA, "--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey}
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -193,9 +193,9 @@ func TestCheckpointctl_WatchForgedResults(t *testing.T) {
 // With --tenants, a tenant's login watches its own namespace with what it already imports
 // (cp.saved.<ns>.> and cp.result.<ns>.>), and sees nothing of another tenant's saves.
 func TestCheckpointctl_WatchTenant(t *testing.T) {
-	tenants := &transfer.Tenants{Tenants: []transfer.Tenant{
-		{Namespace: "alice", Login: transfer.Login{User: "alice", Password: "alice-pw"}},
-		{Namespace: "bob", Login: transfer.Login{User: "bob", Password: "bob-pw"}}}}
+	tenants := &embedded.Tenants{Tenants: []embedded.Tenant{
+		{Namespace: "alice", Login: embedded.Login{User: "alice", Password: "alice-pw"}},
+		{Namespace: "bob", Login: embedded.Login{User: "bob", Password: "bob-pw"}}}}
 	env := testenv.StartTenancy(t, tenants, 0)
 	login := func(user string) string { return "nats://" + user + "@" + strings.TrimPrefix(env.URL(), "nats://") }
 	probe, err := env.Conn(nats.UserInfo("alice", "alice-pw"))

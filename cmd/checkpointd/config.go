@@ -13,6 +13,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 )
 
 // config is everything checkpointd reads from flags and environment.
@@ -73,7 +74,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.Daemon.Retention.Default.KeepLast, "retention-keep-last", 0, "keep at least the newest N versions of every session (0: no count limit)")
 	fs.DurationVar(&c.Daemon.Retention.Default.MaxAge, "retention-max-age", 0, "keep versions younger than this (0: no age limit); with both limits a version goes only if both would remove it")
 	fs.Func("namespace-retention", "retention for one namespace, NAMESPACE:keep=N,age=DURATION (repeatable)", func(s string) error {
-		ns, r, err := transfer.ParseNamespaceRetention(s)
+		ns, r, err := housekeeping.ParseNamespaceRetention(s)
 		if err != nil {
 			return err
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -629,7 +630,7 @@ func crashBurst(t *testing.T, p *daemonProc, attempt int) testenv.Format2Manifes
 func queuedSaves(t *testing.T, archive string) int {
 	dir := t.TempDir()
 	require.NoError(t, testenv.ExtractTarGz(archive, dir, maxFixtureBytes))
-	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: freeAddrTB(t)})
+	s, err := embedded.StartServer(embedded.ServerConfig{DataDir: dir, Listen: freeAddrTB(t)})
 	require.NoError(t, err)
 	defer func() { s.Shutdown(); s.WaitForShutdown() }()
 	nc, err := nats.Connect(s.ClientURL())

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -32,7 +32,7 @@ func BenchmarkHostile_Flood(b *testing.B) {
 }
 
 func runFlood(b *testing.B, bin string, bomb []byte, args ...string) {
-	ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: b.TempDir(), Listen: "127.0.0.1:0"})
+	ns, err := embedded.StartServer(embedded.ServerConfig{DataDir: b.TempDir(), Listen: "127.0.0.1:0"})
 	require.NoError(b, err)
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 	httpAddr := freeAddrB(b)

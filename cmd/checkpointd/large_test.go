@@ -19,7 +19,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/procfs"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // peakRSS reads a process's peak resident set size (VmHWM) in bytes.
@@ -44,7 +44,7 @@ func BenchmarkLarge_64MiB(b *testing.B) {
 		runLarge(b, bin, "nats://"+natsAddr, conv, "--data-dir", b.TempDir(), "--nats-listen", natsAddr)
 	})
 	b.Run("external-nats", func(b *testing.B) {
-		ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: b.TempDir(), Listen: "127.0.0.1:0"})
+		ns, err := embedded.StartServer(embedded.ServerConfig{DataDir: b.TempDir(), Listen: "127.0.0.1:0"})
 		require.NoError(b, err)
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		runLarge(b, bin, ns.ClientURL(), conv, "--nats-url", ns.ClientURL())

@@ -24,6 +24,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/buildinfo"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 func main() {
@@ -101,14 +102,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		ns, err = transfer.StartServer(srv)
+		ns, err = embedded.StartServer(srv)
 		if err != nil {
 			return err
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		log.Info("embedded NATS server with JetStream started", "url", ns.ClientURL(), "data_dir", cfg.DataDir, "sync", cfg.Sync)
 		rl.ns, rl.srv, rl.tenants = ns, srv, cfg.Tenants
-		nc, err = nats.Connect(transfer.InProcessURL(ns), append(login, nats.InProcessServer(ns), nats.Name("checkpointd"))...)
+		nc, err = nats.Connect(embedded.InProcessURL(ns), append(login, nats.InProcessServer(ns), nats.Name("checkpointd"))...)
 	} else {
 		// Connection events are logged and counted by the daemon (transfer.watchConn).
 		opts := []nats.Option{nats.Name("checkpointd"), nats.MaxReconnects(-1)}
@@ -171,8 +172,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 // embeddedServer is the configuration of the embedded NATS server that cfg asks for.
-func (c config) embeddedServer() transfer.ServerConfig {
-	return transfer.ServerConfig{DataDir: c.DataDir, Listen: c.NATSListen, SyncAlways: c.Sync == syncAlways,
+func (c config) embeddedServer() embedded.ServerConfig {
+	return embedded.ServerConfig{DataDir: c.DataDir, Listen: c.NATSListen, SyncAlways: c.Sync == syncAlways,
 		TLS: c.Security.ServerTLS, Encryption: c.Security.encryption}
 }
 

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // scrape is one /metrics page: the type of each family and the value of each sample line
@@ -276,7 +276,7 @@ func requireDashboard(t *testing.T, m scrape) {
 // answers at once (cached JetStream figures, their age growing) and /readyz says not ready.
 func TestMetrics_ScrapeDoesNotHangOnDeadJetStream(t *testing.T) {
 	listen := freeAddrTB(t)
-	ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: listen})
+	ns, err := embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: listen})
 	require.NoError(t, err)
 	stopped := false
 	t.Cleanup(func() {

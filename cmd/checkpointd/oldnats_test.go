@@ -21,6 +21,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // These tests run checkpointd against an old nats-server release as a real process: Debian's
@@ -160,7 +161,7 @@ func TestOldNATS_ClusterIsRefused(t *testing.T) {
 	t.Run("after a reconnect", func(t *testing.T) {
 		// The daemon starts on a current server (the embedded one), which then goes away; its
 		// connection's only other server is a node of the old cluster.
-		ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+		ns, err := embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
 		require.NoError(t, err)
 		defer ns.Shutdown()
 		nc, err := nats.Connect(ns.ClientURL()+","+urls[0], nats.DontRandomize(), nats.MaxReconnects(-1),
@@ -193,7 +194,7 @@ func TestOldNATS_ClusterIsRefused(t *testing.T) {
 	t.Run("checkpointd exits", func(t *testing.T) {
 		// The second URL has no server yet, so checkpointd connects to the first (embedded, current);
 		// once that is gone, NATS reconnects it to an old clustered server started on the second.
-		ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+		ns, err := embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
 		require.NoError(t, err)
 		defer ns.Shutdown()
 		later := freeAddr(t)

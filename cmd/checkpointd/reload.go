@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // Settings that change at run time. On SIGHUP checkpointd reads its settings again, exactly as at
@@ -32,7 +33,7 @@ type reloader struct {
 
 	// The embedded server and its tenants file, if any (tenants.go).
 	ns      *server.Server
-	srv     transfer.ServerConfig
+	srv     embedded.ServerConfig
 	tenants string
 }
 

@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-
-	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
 // TestSIGHUP_ReloadsWithExternalNATS runs checkpointd as a process against an external NATS server
@@ -26,7 +25,7 @@ import (
 // from the file, and keep the running settings when the file is broken.
 func TestSIGHUP_ReloadsWithExternalNATS(t *testing.T) {
 	listen := freeAddrTB(t)
-	ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: listen})
+	ns, err := embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: listen})
 	require.NoError(t, err)
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 

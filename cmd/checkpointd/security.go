@@ -10,12 +10,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // securityConfig is TLS and encryption at rest: the embedded server's TLS and store key, the TLS
 // of the connection to --nats-url, and checkpointd-side encryption per namespace.
 type securityConfig struct {
-	ServerTLS         transfer.ServerTLS // --tls-cert, --tls-key, --tls-client-ca (embedded server)
+	ServerTLS         embedded.ServerTLS // --tls-cert, --tls-key, --tls-client-ca (embedded server)
 	EncryptionKeyFile string             // --encryption-key-file (embedded server)
 	EncryptionCipher  string             // --encryption-cipher
 	NATSTLSCA         string             // --nats-tls-ca
@@ -24,7 +25,7 @@ type securityConfig struct {
 	NamespaceKeysFile string             // --namespace-keys
 
 	// Read from the files by load; never logged.
-	encryption transfer.StoreEncryption
+	encryption embedded.StoreEncryption
 }
 
 func (s *securityConfig) register(fs *flag.FlagSet) {
@@ -70,12 +71,12 @@ func parseCipher(s string) (server.StoreCipher, error) {
 // load reads the key files named by the flags into c: the store key and the namespace keys.
 func (s *securityConfig) load(c *config) error {
 	if s.EncryptionKeyFile != "" {
-		key, err := transfer.ReadEncryptionKeyFile(s.EncryptionKeyFile)
+		key, err := embedded.ReadEncryptionKeyFile(s.EncryptionKeyFile)
 		if err != nil {
 			return err
 		}
 		cipher, _ := parseCipher(s.EncryptionCipher)
-		s.encryption = transfer.StoreEncryption{Key: key, Cipher: cipher}
+		s.encryption = embedded.StoreEncryption{Key: key, Cipher: cipher}
 	}
 	if s.NamespaceKeysFile != "" {
 		keys, err := transfer.ReadNamespaceKeysFile(s.NamespaceKeysFile)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -137,7 +137,7 @@ func TestRun_WrongStoreKeyFails(t *testing.T) {
 		logs := &syncBuffer{}
 		err := run(context.Background(), append([]string{"--data-dir", dir, "--nats-listen", "127.0.0.1:0", "--http-listen", ""}, args...), logs)
 		require.Error(t, err, "%v", args)
-		require.True(t, errors.Is(err, transfer.ErrWrongStoreKey) || errors.Is(err, transfer.ErrStoreEncrypted), "%v: %v", args, err)
+		require.True(t, errors.Is(err, embedded.ErrWrongStoreKey) || errors.Is(err, embedded.ErrStoreEncrypted), "%v: %v", args, err)
 		require.NotContains(t, err.Error()+logs.String(), "store key")
 	}
 }
@@ -147,8 +147,8 @@ func TestRun_WrongStoreKeyFails(t *testing.T) {
 // certificate.
 func TestRun_NATSURLWithMutualTLS(t *testing.T) {
 	pki := testenv.NewPKI(t)
-	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0",
-		TLS: transfer.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CA}})
+	s, err := embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0",
+		TLS: embedded.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CA}})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	url := "nats://" + s.Addr().String()

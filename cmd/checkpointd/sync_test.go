@@ -5,9 +5,8 @@ import (
 	"io"
 	"testing"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/stretchr/testify/require"
-
-	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
 // --sync always (or CHECKPOINTD_SYNC=always) must reach the embedded server's JetStream, where it
@@ -30,7 +29,7 @@ func TestRun_SyncAlwaysReachesTheEmbeddedServer(t *testing.T) {
 			args := append([]string{"--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0"}, tc.args...)
 			cfg, err := parseConfig(args, io.Discard)
 			require.NoError(t, err)
-			ns, err := transfer.StartServer(cfg.embeddedServer())
+			ns, err := embedded.StartServer(cfg.embeddedServer())
 			require.NoError(t, err)
 			defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 			require.Equal(t, tc.want, ns.JetStreamConfig().SyncAlways)

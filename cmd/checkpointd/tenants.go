@@ -5,51 +5,50 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-
-	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
 // Tenancy of the embedded server (--tenants FILE, --print-nats-config, SIGHUP). The model is in
-// internal/transfer/accounts.go and docs/security.md.
+// internal/transfer/embedded/accounts.go and docs/security.md.
 
 // withTenants configures srv from --tenants: it loads the file and makes the daemon's own password,
 // and returns the option the daemon's connection logs in with. Without --tenants it logs that the
 // server is open and returns no option.
-func withTenants(srv *transfer.ServerConfig, cfg config, log *slog.Logger) ([]nats.Option, error) {
+func withTenants(srv *embedded.ServerConfig, cfg config, log *slog.Logger) ([]nats.Option, error) {
 	if cfg.Tenants == "" {
 		log.Warn("the embedded NATS server is open: anyone who can reach "+cfg.NATSListen+
 			" can read and write every namespace; run with --tenants FILE to require logins (docs/security.md)",
 			"listen", cfg.NATSListen)
 		return nil, nil
 	}
-	t, err := transfer.LoadTenants(cfg.Tenants)
+	t, err := embedded.LoadTenants(cfg.Tenants)
 	if err != nil {
 		return nil, err
 	}
-	pw, err := transfer.NewDaemonPassword()
+	pw, err := embedded.NewDaemonPassword()
 	if err != nil {
 		return nil, fmt.Errorf("making the daemon's password: %w", err)
 	}
 	srv.Tenants, srv.DaemonPassword = t, pw
 	log.Info("logins required: each tenant reaches only its own namespace", "tenants_file", cfg.Tenants,
 		"namespaces", len(t.Namespaces()), "tenant_logins", len(t.Tenants), "admin_logins", len(t.Admins))
-	return []nats.Option{nats.UserInfo(transfer.DaemonUser, pw)}, nil
+	return []nats.Option{nats.UserInfo(embedded.DaemonUser, pw)}, nil
 }
 
 // reloadTenants applies the tenants file at path to the running server and returns the
 // configuration now in force: the new one, or, if the file is unusable or the server refuses it,
 // the old one, which keeps working.
-func reloadTenants(ns *server.Server, srv transfer.ServerConfig, path string, log *slog.Logger) transfer.ServerConfig {
-	t, err := transfer.LoadTenants(path)
+func reloadTenants(ns *server.Server, srv embedded.ServerConfig, path string, log *slog.Logger) embedded.ServerConfig {
+	t, err := embedded.LoadTenants(path)
 	if err != nil {
 		log.Error("tenants file not reloaded; the previous logins stay in force", "err", err)
 		return srv
 	}
 	next := srv
 	next.Tenants = t
-	if err := transfer.ReloadServer(ns, next); err != nil {
+	if err := embedded.ReloadServer(ns, next); err != nil {
 		log.Error("tenants file not reloaded; the previous logins stay in force", "tenants_file", path, "err", err)
 		return srv
 	}
@@ -60,7 +59,7 @@ func reloadTenants(ns *server.Server, srv transfer.ServerConfig, path string, lo
 
 // printNATSConfig writes the accounts block for an external NATS server (--print-nats-config).
 func printNATSConfig(path string, w io.Writer) error {
-	t, err := transfer.LoadTenants(path)
+	t, err := embedded.LoadTenants(path)
 	if err != nil {
 		return err
 	}
@@ -72,6 +71,6 @@ func printNATSConfig(path string, w io.Writer) error {
 #   CHECKPOINTD_NATS_URL=nats://%s:<that password>@<host>:4222 checkpointd
 # Each namespace's account imports only its own subjects; see docs/security.md.
 
-%s`, path, transfer.DaemonUser, transfer.DaemonAccount, transfer.DaemonPasswordVar, transfer.DaemonUser, t.NATSConfig(""))
+%s`, path, embedded.DaemonUser, embedded.DaemonAccount, embedded.DaemonPasswordVar, embedded.DaemonUser, t.NATSConfig(""))
 	return err
 }

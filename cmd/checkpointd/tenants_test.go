@@ -14,11 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
-
-	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
 var (
@@ -149,7 +148,7 @@ func TestReadme_RunningItForSeveralTeams(t *testing.T) {
 	require.NoError(t, os.WriteFile(tenants, []byte(withCarol), 0o600))
 	printed, err := exec.Command(bin, "--print-nats-config", "--tenants", tenants).Output()
 	require.NoError(t, err)
-	t.Setenv(transfer.DaemonPasswordVar, "daemon-secret")
+	t.Setenv(embedded.DaemonPasswordVar, "daemon-secret")
 	conf := filepath.Join(dir, "nats.conf")
 	require.NoError(t, os.WriteFile(conf, append([]byte("listen: 127.0.0.1:-1\njetstream {store_dir: \""+dir+"/js\"}\n"), printed...), 0o600))
 	opts, err := server.ProcessConfigFile(conf)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/upgrade"
 )
 
@@ -43,7 +44,7 @@ func upgradeStore(ctx context.Context, nc *nats.Conn, cfg config, log *slog.Logg
 		return err
 	}
 	host, _ := os.Hostname()
-	opts := upgrade.Options{Stream: transfer.LogStream, Owner: host, Embedded: cfg.NATSURL == "",
+	opts := upgrade.Options{Stream: edge.LogStream, Owner: host, Embedded: cfg.NATSURL == "",
 		Keys: cfg.Daemon.NamespaceKeys, LogSeals: cfg.Daemon.NamespaceKeys != nil, Logger: log}
 	log.Info("the store holds checkpoints of an earlier release (format 2): upgrading it in place before serving", "store", where)
 	for {

@@ -8,7 +8,7 @@ import (
 )
 
 // startEmbedded runs an embedded nats-server with JetStream in dir, as the daemon runs it
-// (transfer.StartServer's options for one server). The tests cannot call transfer.StartServer:
+// (embedded.StartServer's options for one server). The tests cannot call embedded.StartServer:
 // internal/transfer imports this package since the daemon runs on the log engine.
 func startEmbedded(dir string) (*server.Server, error) {
 	s, err := server.NewServer(&server.Options{ServerName: "checkpointd", Host: "127.0.0.1", Port: server.RANDOM_PORT,

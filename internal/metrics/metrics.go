@@ -37,7 +37,7 @@ type Metrics struct {
 	// slow_consumer, error (another asynchronous error) and closed.
 	NATSEvents *prometheus.CounterVec
 	// ReadBytesInUse is the bytes of replies being built and read loads in flight, against the
-	// read budget (admission.go in internal/transfer).
+	// read budget (internal/transfer/admission).
 	ReadBytesInUse prometheus.Gauge
 	// ReceivedBytes counts the bytes of saves received: the bodies of save requests, and of save
 	// messages taken off the ingest stream, and their chunks, as sent (compressed if the client

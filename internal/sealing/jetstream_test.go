@@ -24,7 +24,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/logstore"
 	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // startServer starts an embedded nats-server (random port, JetStream in a temp dir) and returns
@@ -32,7 +32,7 @@ import (
 func startServer(t testing.TB) (*nats.Conn, *server.Server, string) {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	s, err := embedded.StartServer(embedded.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	nc, err := nats.Connect(s.ClientURL())

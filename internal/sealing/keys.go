@@ -3,7 +3,7 @@
 // namespace's key, in an envelope that names the key (docs/format.md §6), bound by its associated
 // data to the place the bytes are stored at. It knows nothing of NATS. Two stores use it:
 //
-//   - format 2 (internal/transfer's Store) seals every piece it writes to cp_segments;
+//   - format 2 (internal/snapshot/kvstore's Store) seals every piece it writes to cp_segments;
 //   - the log engine seals every entry and value through Log, an engine.Log decorator (log.go,
 //     docs/format.md §8.12a).
 //

@@ -20,62 +20,6 @@ const MaxExtents = 8
 // keep losing their swap to the saves of a busy session).
 const HardMaxExtents = 2 * MaxExtents
 
-// NeedsCompaction reports whether the head's layout is due for merging: always past MaxExtents,
-// and, when the session is idle (full), whenever it has more than one extent.
-func NeedsCompaction(h Head, full bool) bool {
-	n := len(h.Layout.Extents)
-	return n > MaxExtents || full && n > 1
-}
-
-// Compacted describes one compaction.
-type Compacted struct {
-	Merged     int   // extents merged into one segment
-	Deleted    int   // segments deleted because no layout referred to them any more
-	WroteBytes int64 // stored bytes of the new segment
-	FreedBytes int64 // stored bytes of the deleted segments
-}
-
-// Compact merges extents of the head's layout into one segment: with full, all of them (the
-// session is idle, so one segment compresses best and reads fastest); otherwise a tail run chosen
-// so that extents shrink geometrically towards the end, which bounds both their number and how
-// often a message is rewritten (O(log n)). Only the layout changes; versions are untouched. If a
-// save moves the head meanwhile, nothing is committed and ErrRevisionMismatch is returned: the
-// caller tries again later. Segments no layout refers to any more are deleted.
-func Compact(ctx context.Context, st Store, key wire.Key, full bool) (Compacted, error) {
-	head, rev, err := st.Head(ctx, key)
-	if err != nil {
-		return Compacted{}, err
-	}
-	if !NeedsCompaction(head, full) {
-		return Compacted{}, nil
-	}
-	from := 0
-	if !full {
-		from = mergeFrom(head.Layout.Extents)
-	}
-	m, err := mergeRun(ctx, st, key, head.Layout.Extents, from)
-	if err != nil {
-		return Compacted{}, err
-	}
-	next := head
-	next.Layout.Extents = m.extents
-	err = commit{until: m.until}.inTime()
-	if err == nil {
-		err = st.SwapHead(ctx, next, rev)
-	}
-	if err != nil {
-		// Only a swap known not to have happened leaves the new segment unreferenced; one whose
-		// answer was lost (a leader died) may have happened, and the sweep removes it otherwise.
-		if errors.Is(err, ErrRevisionMismatch) || errors.Is(err, ErrTooSlow) {
-			discard(ctx, st, key, []SegmentRef{m.ref})
-		}
-		return Compacted{}, err
-	}
-	res := Compacted{Merged: len(m.run), WroteBytes: m.wrote}
-	res.Deleted, res.FreedBytes, err = deleteUnreferenced(ctx, st, next, m.run)
-	return res, err
-}
-
 // merged is what mergeRun did.
 type merged struct {
 	extents []Extent   // the layout's new extents
@@ -233,40 +177,3 @@ func referenced(ctx context.Context, st Store, h Head) (map[string]bool, error) 
 // SweepGrace is how old an unreferenced segment must be before Sweep removes it: far longer than
 // any save takes between writing its segment and committing it.
 const SweepGrace = 10 * time.Minute
-
-// Sweep removes the segments stored under key that nothing refers to and that were written before
-// before: what a daemon that crashed between writing a segment and committing it left behind. A
-// segment a save is about to commit is younger than that, and a segment dropped by a commit is
-// never referred to again (ids are unique per write), so nothing in use can go.
-func Sweep(ctx context.Context, st Store, key wire.Key, before time.Time) (int, error) {
-	h, _, err := st.Head(ctx, key)
-	if err != nil {
-		return 0, err
-	}
-	for _, g := range h.OldGens {
-		// A layout the head names but storage lacks would make its segments look unused: sweep
-		// nothing rather than guess.
-		if _, err := st.Layout(ctx, key, g); err != nil {
-			return 0, fmt.Errorf("sweep of %s: layout of generation %d: %w", key, g, err)
-		}
-	}
-	inUse, err := referenced(ctx, st, h)
-	if err != nil {
-		return 0, err
-	}
-	stored, err := st.SegmentIDs(ctx, key)
-	if err != nil {
-		return 0, err
-	}
-	deleted := 0
-	for id, created := range stored {
-		if inUse[id] || !created.Before(before) {
-			continue
-		}
-		if err := st.DeleteSegment(ctx, key, SegmentRef{ID: id}); err != nil && !errors.Is(err, ErrNotFound) {
-			return deleted, err
-		}
-		deleted++
-	}
-	return deleted, nil
-}

@@ -101,52 +101,6 @@ func AcquireTakingOver(ctx context.Context, st Store, req LeaseRequest) (wire.Le
 	return l, took, err
 }
 
-// Renew extends the lease of epoch req.Epoch by req.TTL from now. An expired lease nobody took
-// over renews too: its epoch is still the current one.
-func Renew(ctx context.Context, st Store, req LeaseRequest) (wire.Lease, error) {
-	if req.TTL <= 0 {
-		return wire.Lease{}, fmt.Errorf("%w: renewing a lease needs a positive TTL", ErrBadRequest)
-	}
-	return swapLease(ctx, st, req.Key, func(h *Head) error {
-		if h.Moved != nil {
-			return &MovedError{Key: req.Key, Moved: *h.Moved}
-		}
-		if err := checkEpoch(*h, req.Key, req.Epoch); err != nil {
-			return err
-		}
-		l := *h.Lease
-		l.Expires = req.Now.Add(req.TTL).UTC()
-		h.Lease = &l
-		return nil
-	})
-}
-
-// Release gives the lease of epoch req.Epoch up: the session is free, and that epoch can write no
-// more. The epoch is kept, so the next acquisition's is higher.
-func Release(ctx context.Context, st Store, req LeaseRequest) (wire.Lease, error) {
-	return swapLease(ctx, st, req.Key, func(h *Head) error {
-		if err := checkEpoch(*h, req.Key, req.Epoch); err != nil {
-			return err
-		}
-		l := *h.Lease
-		l.Owner, l.Expires = "", req.Now.UTC()
-		h.Lease = &l
-		return nil
-	})
-}
-
-// LeaseStatus returns the session's lease (epoch 0 when none was ever acquired).
-func LeaseStatus(ctx context.Context, st Store, key wire.Key) (wire.Lease, error) {
-	h, _, err := st.Head(ctx, key)
-	if errors.Is(err, ErrNotFound) {
-		return wire.Lease{Key: key}, nil
-	}
-	if err != nil {
-		return wire.Lease{}, err
-	}
-	return leaseOf(h), nil
-}
-
 // swapLease applies change to the session's head (an empty one if it has none) and swaps it in.
 func swapLease(ctx context.Context, st Store, key wire.Key, change func(*Head) error) (wire.Lease, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
@@ -219,39 +173,6 @@ func checkWrite(h Head, key wire.Key, epoch uint64, importing bool, now time.Tim
 			Detail: fmt.Sprintf("leased by %s (epoch %d) until %s; save with that lease's epoch", cur.Owner, cur.Epoch, cur.Expires.Format(time.RFC3339))}
 	}
 	return nil
-}
-
-// Seal marks the session moved to `to`, provided its head is still version expected: from then on
-// it refuses writes (MovedError) while its versions stay readable, and its lease is over. Sealing
-// again is a no-op.
-func Seal(ctx context.Context, st Store, key wire.Key, expected uint64, to string, now time.Time) (wire.Version, error) {
-	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
-		h, rev, err := st.Head(ctx, key)
-		if err == nil && h.Version.Version == 0 {
-			err = ErrNotFound
-		}
-		if err != nil {
-			return wire.Version{}, err
-		}
-		if h.Version.Version != expected {
-			return wire.Version{}, &ConflictError{Key: key, Expected: expected, Head: h.Version.Version}
-		}
-		if h.Moved != nil && h.Moved.To == to {
-			return h.Version, nil
-		}
-		h.Moved = &wire.Moved{To: to, At: now.UTC()}
-		if h.Lease != nil { // the lease ends here: its owner's writes go to the new home
-			l := *h.Lease
-			l.Owner, l.Expires = "", now.UTC()
-			h.Lease = &l
-		}
-		err = st.SwapHead(ctx, h, rev)
-		if errors.Is(err, ErrRevisionMismatch) {
-			continue
-		}
-		return h.Version, err
-	}
-	return wire.Version{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, key, maxSwapAttempts)
 }
 
 // Delete removes the session: its head (the commit point, by a swap), then everything stored under

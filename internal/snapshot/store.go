@@ -1,6 +1,6 @@
 // Package snapshot is format 2, the checkpoint domain checkpointd ran on before the log engine
 // (internal/engine, docs/format.md §8): sessions kept in five KV buckets through the Store interface,
-// implemented over JetStream in internal/transfer (store.go). The daemon no longer writes it; only
+// implemented over JetStream in internal/snapshot/kvstore. The daemon no longer writes it; only
 // internal/upgrade reads it, to copy a store of format 2 into the log engine at start-up (§8.17),
 // and its tests write it to have something to upgrade. It knows nothing of NATS.
 package snapshot
@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"time"
 
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -28,8 +27,6 @@ type Store interface {
 	// SwapHead makes h the head of h.Key if the head is still at revision rev (0: no head yet), or
 	// returns ErrRevisionMismatch. It is the commit point of a version, and of a compaction.
 	SwapHead(ctx context.Context, h Head, rev uint64) error
-	// Heads returns the head of every session in namespace ("" for every namespace).
-	Heads(ctx context.Context, namespace string) ([]Head, error)
 
 	// PutVersion indexes a committed version so that Version finds it. Versions are immutable, so
 	// it is idempotent: a version already indexed is left as it is.
@@ -38,15 +35,11 @@ type Store interface {
 	Version(ctx context.Context, key wire.Key, n uint64) (wire.Version, error)
 	// Versions returns every indexed version of key, oldest first.
 	Versions(ctx context.Context, key wire.Key) ([]wire.Version, error)
-	// DeleteVersion removes version n from the index, once an archive holds it.
-	DeleteVersion(ctx context.Context, key wire.Key, n uint64) error
 
 	// PutLayout keeps the layout of a generation that is no longer the head's.
 	PutLayout(ctx context.Context, l Layout) error
 	// Layout returns the kept layout of generation gen of key, or ErrNotFound.
 	Layout(ctx context.Context, key wire.Key, gen uint64) (Layout, error)
-	// DeleteLayout removes the layout of a generation no kept version uses.
-	DeleteLayout(ctx context.Context, key wire.Key, gen uint64) error
 
 	// PutSegment stores a new segment's blob (codec.EncodeBlob of its raw bytes) and returns its
 	// reference, with Chunks filled in.
@@ -59,8 +52,6 @@ type Store interface {
 	// PutSegmentFrom stores a new segment's blob read from r, piece by piece, and returns its
 	// reference with Chunks and StoredBytes filled in.
 	PutSegmentFrom(ctx context.Context, key wire.Key, ref SegmentRef, r io.Reader) (SegmentRef, error)
-	// SegmentIDs lists the segments stored under key, each with when its first piece was written.
-	SegmentIDs(ctx context.Context, key wire.Key) (map[string]time.Time, error)
 	// DeleteSegment removes a segment no layout refers to any more.
 	DeleteSegment(ctx context.Context, key wire.Key, ref SegmentRef) error
 
@@ -70,12 +61,6 @@ type Store interface {
 	// SwapValueEntry writes e if its entry is still at revision rev (0: none yet) and returns the
 	// new revision, or ErrRevisionMismatch.
 	SwapValueEntry(ctx context.Context, e ValueEntry, rev uint64) (uint64, error)
-	// DeleteValueEntry removes the entry of value id of namespace ns if it is still at revision
-	// rev, or returns ErrRevisionMismatch.
-	DeleteValueEntry(ctx context.Context, ns, id string, rev uint64) error
-	// ValueEntries returns the value entries of namespace ns ("" for every namespace) and the
-	// revision of each.
-	ValueEntries(ctx context.Context, ns string) ([]ValueEntry, []uint64, error)
 
 	// DeleteSession removes the head of key if it is still at revision rev (else
 	// ErrRevisionMismatch), or replaces it with keep when that is set, then every version record,

@@ -19,6 +19,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // Cluster is a real JetStream cluster of nats-servers, each with its own directory and random
@@ -110,7 +111,7 @@ func (c *Cluster) start(node *Node, routes []string) error {
 	if c.crash {
 		return c.startProcess(node, routes)
 	}
-	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: node.Dir, Listen: node.Listen, Name: node.Name,
+	s, err := embedded.StartServer(embedded.ServerConfig{DataDir: node.Dir, Listen: node.Listen, Name: node.Name,
 		ClusterName: "cp-test", ClusterListen: node.ClusterListen, Routes: routes})
 	node.Server = s
 	return err

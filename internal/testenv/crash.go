@@ -12,9 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/nats-io/nats-server/v2/server"
-
-	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
 // Crash clusters.
@@ -37,12 +36,12 @@ func RunNodeIfChild() {
 	if spec == "" {
 		return
 	}
-	var cfg transfer.ServerConfig
+	var cfg embedded.ServerConfig
 	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "testenv node: bad", nodeEnv, err)
 		os.Exit(2)
 	}
-	s, err := transfer.StartServer(cfg)
+	s, err := embedded.StartServer(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv node:", err)
 		os.Exit(2)
@@ -116,7 +115,7 @@ func controlHandler(s *server.Server) http.Handler {
 
 // startProcess starts node as a child process and waits until it serves.
 func (c *Cluster) startProcess(node *Node, routes []string) error {
-	spec, err := json.Marshal(transfer.ServerConfig{DataDir: node.Dir, Listen: node.Listen, Name: node.Name,
+	spec, err := json.Marshal(embedded.ServerConfig{DataDir: node.Dir, Listen: node.Listen, Name: node.Name,
 		ClusterName: "cp-test", ClusterListen: node.ClusterListen, Routes: routes})
 	if err != nil {
 		return err

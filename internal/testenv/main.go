@@ -15,6 +15,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // StartForMain runs what `go run ./cmd/checkpointd` runs (an embedded nats-server and a daemon) on
@@ -32,7 +33,7 @@ func StartForMain() (url string, stop func(), err error) {
 	}
 	listen := ln.Addr().String()
 	ln.Close()
-	srv, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: listen})
+	srv, err := embedded.StartServer(embedded.ServerConfig{DataDir: dir, Listen: listen})
 	if err != nil {
 		return "", nil, err
 	}

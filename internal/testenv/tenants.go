@@ -16,6 +16,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // Tenancy is a deployment whose embedded server requires logins (checkpointd --tenants): the
@@ -23,7 +24,7 @@ import (
 // the credentials of a tenants-file entry.
 type Tenancy struct {
 	t        testing.TB
-	Cfg      transfer.ServerConfig
+	Cfg      embedded.ServerConfig
 	Server   *server.Server
 	Daemon   *transfer.Daemon
 	daemonNC *nats.Conn
@@ -31,16 +32,16 @@ type Tenancy struct {
 
 // StartTenancy runs a server configured with tenants and a daemon logged in to it as itself.
 // maxPayload (0: NATS's default) lowers the server's max_payload, for chunked saves.
-func StartTenancy(t testing.TB, tenants *transfer.Tenants, maxPayload int32) *Tenancy {
+func StartTenancy(t testing.TB, tenants *embedded.Tenants, maxPayload int32) *Tenancy {
 	t.Helper()
-	pw, err := transfer.NewDaemonPassword()
+	pw, err := embedded.NewDaemonPassword()
 	require.NoError(t, err)
-	e := &Tenancy{t: t, Cfg: transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:" + strconv.Itoa(freePort(t)),
+	e := &Tenancy{t: t, Cfg: embedded.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:" + strconv.Itoa(freePort(t)),
 		MaxPayload: maxPayload, Tenants: tenants, DaemonPassword: pw}}
-	e.Server, err = transfer.StartServer(e.Cfg)
+	e.Server, err = embedded.StartServer(e.Cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Server.Shutdown(); e.Server.WaitForShutdown() })
-	e.Daemon, e.daemonNC = StartDaemonAt(t, e.URL(), nats.UserInfo(transfer.DaemonUser, pw))
+	e.Daemon, e.daemonNC = StartDaemonAt(t, e.URL(), nats.UserInfo(embedded.DaemonUser, pw))
 	return e
 }
 
@@ -67,10 +68,10 @@ func (e *Tenancy) Client(opts ...nats.Option) *checkpoint.Client {
 }
 
 // Reload applies a changed tenants file to the running server, as SIGHUP does.
-func (e *Tenancy) Reload(tenants *transfer.Tenants) error {
+func (e *Tenancy) Reload(tenants *embedded.Tenants) error {
 	cfg := e.Cfg
 	cfg.Tenants = tenants
-	if err := transfer.ReloadServer(e.Server, cfg); err != nil {
+	if err := embedded.ReloadServer(e.Server, cfg); err != nil {
 		return err
 	}
 	e.Cfg = cfg
@@ -117,8 +118,8 @@ func StartTenancyFromConfig(t testing.TB, confPath, listen, password string) *Te
 	s.Start()
 	require.True(t, s.ReadyForConnections(10*time.Second), "nats-server from %s not ready", confPath)
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	e := &Tenancy{t: t, Cfg: transfer.ServerConfig{Listen: listen}, Server: s}
-	e.Daemon, e.daemonNC = StartDaemonAt(t, e.URL(), nats.UserInfo(transfer.DaemonUser, password))
+	e := &Tenancy{t: t, Cfg: embedded.ServerConfig{Listen: listen}, Server: s}
+	e.Daemon, e.daemonNC = StartDaemonAt(t, e.URL(), nats.UserInfo(embedded.DaemonUser, password))
 	return e
 }
 

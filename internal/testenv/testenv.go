@@ -21,6 +21,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // Env is one running deployment.
@@ -69,7 +70,7 @@ func (e *Env) URL() string { return "nats://" + e.Listen }
 // StartServer starts the NATS server on e.Dir and e.Listen.
 func (e *Env) StartServer() {
 	e.t.Helper()
-	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: e.Dir, Listen: e.Listen, MaxPayload: e.MaxPayload})
+	s, err := embedded.StartServer(embedded.ServerConfig{DataDir: e.Dir, Listen: e.Listen, MaxPayload: e.MaxPayload})
 	require.NoError(e.t, err)
 	e.Server = s
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -82,11 +83,11 @@ func BenchmarkRestore(b *testing.B) {
 func streamBytes(b *testing.B, env *testenv.Env) map[string]uint64 {
 	js, err := jetstream.New(env.NC)
 	require.NoError(b, err)
-	s, err := js.Stream(context.Background(), transfer.LogStream)
+	s, err := js.Stream(context.Background(), edge.LogStream)
 	require.NoError(b, err)
 	info, err := s.Info(context.Background())
 	require.NoError(b, err)
-	return map[string]uint64{transfer.LogStream: info.State.Bytes}
+	return map[string]uint64{edge.LogStream: info.State.Bytes}
 }
 
 // BenchmarkStorage_CheckpointEveryTurn saves pi_before_compaction.json after every assistant turn

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -19,7 +19,7 @@ import (
 // it tried) when the caller's deadline comes first. A raw NATS responder plays a daemon that is busy
 // a given number of times: the test is of the protocol as a client sees it.
 func TestClient_RetriesBusyWithinItsDeadline(t *testing.T) {
-	ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	ns, err := embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
 	require.NoError(t, err)
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 	nc, err := nats.Connect(ns.ClientURL())

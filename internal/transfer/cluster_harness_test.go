@@ -22,6 +22,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -41,7 +42,7 @@ import (
 // killTargets are the things whose leader a round kills: the streams (CP_LOG holds every session), the
 // ingest consumer, the meta leader, and (any) a node that may lead nothing.
 var killTargets = []string{
-	wire.StreamResults, "consumer", transfer.LogStream, wire.StreamIngest, wire.StreamChunks,
+	wire.StreamResults, "consumer", edge.LogStream, wire.StreamIngest, wire.StreamChunks,
 	"meta", "any",
 }
 
@@ -58,7 +59,7 @@ func TestCluster_Harness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	cfg := harnessConfig{targets: []string{wire.StreamResults, "consumer", transfer.LogStream},
+	cfg := harnessConfig{targets: []string{wire.StreamResults, "consumer", edge.LogStream},
 		dwell: 500 * time.Millisecond, pause: 100 * time.Millisecond, rotate: 60}
 	if os.Getenv("CHECKPOINTD_HARNESS_LONG") != "" {
 		cfg.targets = nil

@@ -18,6 +18,7 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -115,7 +116,7 @@ func leaderLoss(t testing.TB) (*testenv.Cluster, []acked, time.Duration) {
 	defer admin.Close()
 	js, err := jetstream.New(admin)
 	require.NoError(t, err)
-	for _, name := range []string{wire.StreamIngest, transfer.LogStream} {
+	for _, name := range []string{wire.StreamIngest, edge.LogStream} {
 		s, err := js.Stream(ctx, name)
 		require.NoError(t, err)
 		require.Equal(t, 3, s.CachedInfo().Config.Replicas, name)

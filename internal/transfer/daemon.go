@@ -1,3 +1,9 @@
+// Package transfer is the daemon's assembly: everything that moves checkpoints, wired together.
+// Open checks the NATS server (serverversion.go), opens storage and the protocol's streams
+// (edge), and starts the parts: the ingest of saves (ingest), the micro service (service), the
+// packer and the retention rounds (housekeeping), each request within bounds (admission). Health
+// and readiness (health.go) and the state collector (state.go) watch the whole. The embedded
+// nats-server is its own package (embedded), run by cmd/checkpointd beside the daemon.
 package transfer
 
 import (
@@ -16,13 +22,17 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/sealing"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
+	"github.com/checkpointd/checkpointd/internal/transfer/ingest"
+	"github.com/checkpointd/checkpointd/internal/transfer/service"
 )
 
 // Config is what the daemon needs beyond a NATS connection.
 type Config struct {
 	Replicas           int              // JetStream replicas for every stream and bucket; 0: 3 in a cluster, else 1
 	MaxCheckpointBytes int64            // largest conversation accepted (canonical JSON bytes)
-	IngestBudgetBytes  int64            // bytes the saves being settled may hold at once (ingestbudget.go); 0: MaxCheckpointBytes
+	IngestBudgetBytes  int64            // bytes the saves being settled may hold at once (ingest/ingestbudget.go); 0: MaxCheckpointBytes
 	ImagePaths         codec.ImagePaths // what a save does with images naming local files (refuse, redact, allow)
 	NamespaceKeys      *NamespaceKeys   // encrypts stored conversation bytes per namespace (nil: off); see sealLog
 	ResultTTL          time.Duration    // how long save outcomes stay readable on CP_RESULTS
@@ -30,14 +40,14 @@ type Config struct {
 	Lanes              int              // sessions settled in parallel by this instance
 	CacheBytes         int64            // read cache size
 	Engine             engine.Config    // the log engine's settings (packs, zstd window, sessions cached)
-	Retention          RetentionPolicy
+	Retention          housekeeping.RetentionPolicy
 	RetentionInterval  time.Duration // how often the retention policy is applied (0: only on request)
 	Version            string        // reported by the service (semver)
 	Logger             *slog.Logger
 	Metrics            *metrics.Metrics
 
 	// ReadBytes bounds the bytes of replies being built and of conversations being loaded for
-	// reads; beyond it requests are refused busy (admission.go).
+	// reads; beyond it requests are refused busy (internal/transfer/admission).
 	ReadBytes int64
 	// StallAfter: the daemon reports itself unhealthy when the oldest queued save is older than
 	// this and no save was settled meanwhile (health.go).
@@ -108,11 +118,13 @@ func (c Config) Validate() error {
 // Several may run against one JetStream deployment.
 type Daemon struct {
 	cfg    Config
-	in     *ingester
-	svc    *service
-	saves  *saveRequests // saves sent as requests (saverequest.go)
-	packer *packer
-	pruner *pruner
+	in     *ingest.Ingester
+	budget *ingest.Budget // the bytes of the saves being settled (ingest/ingestbudget.go), held here for HoldIngestBudget
+	st     *edge.Streams  // CP_INGEST, CP_CHUNKS, CP_RESULTS
+	svc    *service.Service
+	saves  *ingest.SaveRequests // saves sent as requests (ingest/saverequest.go)
+	packer *housekeeping.Packer
+	pruner *housekeeping.Pruner
 	// Engine is the storage domain (internal/engine) over the stream CP_LOG (internal/logstore).
 	Engine    *engine.Engine
 	logStream jetstream.Stream // CP_LOG, for its figures (state.go)
@@ -121,7 +133,7 @@ type Daemon struct {
 	guard     *serverGuard // refuses NATS servers too old for safe saves (serverversion.go)
 	nc        *nats.Conn
 	health    *healthMonitor
-	policy    *livePolicy // the retention policy in force (SetRetention)
+	policy    *housekeeping.LivePolicy // the retention policy in force (SetRetention)
 }
 
 // Open sets up its streams (idempotently), then starts ingesting and serving.
@@ -143,17 +155,17 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("the NATS server's max_payload is %d bytes; checkpointd needs at least %d (%d KiB of headers and room for pieces): raise max_payload in the server's configuration",
 			mp, minMaxPayload, headerRoom/1024)
 	}
-	var st *streams
+	var st *edge.Streams
 	var log engine.Log
 	var logStream jetstream.Stream
 	err = retryStartup(ctx, cfg.Logger, func(ctx context.Context) (err error) {
-		if err = refuseFormat2(ctx, js); err != nil {
+		if err = edge.RefuseFormat2(ctx, js); err != nil {
 			return err
 		}
-		if st, err = ensureStreams(ctx, js, cfg.Replicas, cfg.ResultTTL); err != nil {
+		if st, err = edge.EnsureStreams(ctx, js, cfg.Replicas, cfg.ResultTTL); err != nil {
 			return err
 		}
-		log, logStream, err = openLog(ctx, nc, js, cfg.Replicas)
+		log, logStream, err = edge.OpenLog(ctx, nc, js, cfg.Replicas)
 		return err
 	})
 	if err != nil {
@@ -162,35 +174,35 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := checkOpenedStreams(st, logStream); err != nil {
 		return nil, err
 	}
-	sealed := sealLog(boundedLog{log}, cfg.NamespaceKeys)
+	sealed := edge.SealLog(edge.BoundedLog{Log: log}, cfg.NamespaceKeys)
 	eng := engine.New(sealed, cfg.Engine)
-	d := &Daemon{cfg: cfg, Engine: eng, logStream: logStream, sealed: sealed, nc: nc, policy: newLivePolicy(cfg.Retention)}
+	d := &Daemon{cfg: cfg, Engine: eng, st: st, logStream: logStream, sealed: sealed, nc: nc, policy: housekeeping.NewLivePolicy(cfg.Retention)}
 	watchConn(nc, cfg.Logger, cfg.Metrics)
-	d.svc = &service{nc: nc, st: st, engine: eng, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
-		m: cfg.Metrics, timeout: cfg.RequestTimeout, semver: cfg.Version, policy: d.policy,
-		adm: newAdmission(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse)}
-	if err := d.svc.start(); err != nil {
+	d.svc = service.New(service.Config{NC: nc, Streams: st, Engine: eng, CacheBytes: cfg.CacheBytes, ReadBytes: cfg.ReadBytes,
+		Logger: cfg.Logger, Metrics: cfg.Metrics, Timeout: cfg.RequestTimeout, Version: cfg.Version, Policy: d.policy})
+	if err := d.svc.Start(); err != nil {
 		return nil, err
 	}
-	d.packer = newPacker(eng, cfg.Logger)
-	d.in = &ingester{js: js, st: st, engine: eng, maxBytes: cfg.MaxCheckpointBytes, imagePaths: cfg.ImagePaths, log: cfg.Logger,
-		m: cfg.Metrics, now: time.Now, packer: d.packer, budget: newIngestBudget(cfg.ingestBudget())}
-	if err := d.in.start(ctx, cfg.Lanes); err != nil {
-		d.packer.stop()
-		_ = d.svc.stop(ctx)
+	d.packer = housekeeping.NewPacker(eng, cfg.Logger)
+	d.budget = ingest.NewBudget(cfg.ingestBudget())
+	d.in = ingest.New(ingest.Config{JS: js, Streams: st, Engine: eng, MaxBytes: cfg.MaxCheckpointBytes, ImagePaths: cfg.ImagePaths,
+		Logger: cfg.Logger, Metrics: cfg.Metrics, Packer: d.packer, Budget: d.budget})
+	if err := d.in.Start(ctx, cfg.Lanes); err != nil {
+		d.packer.Stop()
+		_ = d.svc.Stop(ctx)
 		return nil, err
 	}
-	d.saves = newSaveRequests(d.in, nc, cfg.ingestBudget())
-	if err := d.saves.start(); err != nil {
-		d.in.shutdown(ctx)
-		d.packer.stop()
-		_ = d.svc.stop(ctx)
+	d.saves = ingest.NewSaveRequests(d.in, nc, cfg.ingestBudget())
+	if err := d.saves.Start(); err != nil {
+		d.in.Shutdown(ctx)
+		d.packer.Stop()
+		_ = d.svc.Stop(ctx)
 		return nil, err
 	}
-	d.pruner = &pruner{engine: eng, policy: d.policy, interval: cfg.RetentionInterval, log: cfg.Logger, m: cfg.Metrics,
-		pruned: d.svc.dropPrunedReads}
-	d.pruner.start()
-	go d.svc.purgeAcknowledged() // what a crash of the server may have left in the queue
+	d.pruner = &housekeeping.Pruner{Engine: eng, Policy: d.policy, Interval: cfg.RetentionInterval, Log: cfg.Logger, Metrics: cfg.Metrics,
+		Pruned: d.svc.DropPrunedReads}
+	d.pruner.Start()
+	go d.svc.PurgeAcknowledged() // what a crash of the server may have left in the queue
 	d.health = newHealthMonitor(d.in, st, cfg)
 	d.health.start()
 	if err := cfg.Metrics.Register(newStateCollector(d)); err != nil { // state.go
@@ -214,7 +226,7 @@ func retryStartup(ctx context.Context, log *slog.Logger, f func(context.Context)
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := f(actx)
 		cancel()
-		if err == nil || !isTransient(err) && !clusterForming(err) || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || !edge.IsTransient(err) && !clusterForming(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 		log.Warn("JetStream not ready, retrying", "attempt", attempt, "err", err)
@@ -253,16 +265,16 @@ const (
 
 // SetRetention replaces the retention policy, for the next housekeeping round and the prune
 // requests that follow (checkpointd reloads it on SIGHUP). The interval does not change.
-func (d *Daemon) SetRetention(p RetentionPolicy) error {
+func (d *Daemon) SetRetention(p housekeeping.RetentionPolicy) error {
 	if p.Default.KeepLast < 0 || p.Default.MaxAge < 0 {
 		return errors.New("retention: limits must not be negative")
 	}
-	d.policy.set(p)
+	d.policy.Set(p)
 	return nil
 }
 
 // Retention returns the retention policy in force.
-func (d *Daemon) Retention() RetentionPolicy { return d.policy.get() }
+func (d *Daemon) Retention() housekeeping.RetentionPolicy { return d.policy.Get() }
 
 // Replicas is the JetStream replica count the daemon's streams and buckets were created with.
 func (d *Daemon) Replicas() int { return d.cfg.Replicas }
@@ -310,10 +322,10 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.ready.Store(false)
 	d.guard.stop()
 	d.health.stop()
-	err := d.svc.stop(ctx)
-	d.saves.stop(ctx)
-	d.pruner.stop()
-	d.in.shutdown(ctx)
-	d.packer.stop()
+	err := d.svc.Stop(ctx)
+	d.saves.Stop(ctx)
+	d.pruner.Stop()
+	d.in.Shutdown(ctx)
+	d.packer.Stop()
 	return err
 }

@@ -24,6 +24,8 @@ import (
 	"github.com/checkpointd/checkpointd/internal/metrics"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -319,7 +321,7 @@ func TestDaemon_BadInputIsRefusedAndHarmless(t *testing.T) {
 		subject := "cp.log." + wire.EncodeID(k.Namespace) + "." + wire.EncodeID(k.Session) + "." + wire.EncodeID(k.Agent)
 		js, err := jetstream.New(env.NC)
 		require.NoError(t, err)
-		st, err := js.Stream(ctx, transfer.LogStream)
+		st, err := js.Stream(ctx, edge.LogStream)
 		require.NoError(t, err)
 		last, err := st.GetLastMsgForSubject(ctx, subject)
 		require.NoError(t, err)
@@ -455,7 +457,7 @@ func requestJSON(t *testing.T, env *testenv.Env, op string, req, rep any) {
 // A NATS server where checkpointd never ran: a save says so (after a short wait for an election
 // that is not coming), rather than retrying until its deadline.
 func TestDaemon_SaveWithoutAnyCheckpointdSaysSo(t *testing.T) {
-	ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	ns, err := embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
 	require.NoError(t, err)
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 	c, err := checkpoint.Connect(ns.ClientURL(), nil)
@@ -472,7 +474,7 @@ func TestDaemon_SaveWithoutAnyCheckpointdSaysSo(t *testing.T) {
 // A NATS server whose max_payload leaves no room for pieces beside their headers is refused at
 // start, saying which setting to raise (it used to say "store: chunk size must be positive").
 func TestDaemon_TooSmallMaxPayloadSaysWhatToRaise(t *testing.T) {
-	ns, err := transfer.StartServer(transfer.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", MaxPayload: 16 << 10})
+	ns, err := embedded.StartServer(embedded.ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", MaxPayload: 16 << 10})
 	require.NoError(t, err)
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	nc, err := nats.Connect(ns.ClientURL())

@@ -1,36 +1,15 @@
 package transfer
 
 import (
-	"context"
 	"time"
 )
 
 // HoldIngestBudget takes all of d's ingest budget, as a save in progress the longest would, and
 // sets how long other saves wait for it; release gives it back.
-func HoldIngestBudget(d *Daemon, wait time.Duration) (release func()) {
-	b := d.in.budget
-	b.mu.Lock()
-	b.wait = wait
-	b.mu.Unlock()
-	r := b.begin(context.Background())
-	_ = r.Reserve(b.limit) // the oldest: never waits
-	return r.end
-}
+func HoldIngestBudget(d *Daemon, wait time.Duration) (release func()) { return d.budget.Hold(wait) }
 
 // SaveRequestPeakBytes is the most the save requests in progress at d ever held at once (their
 // bodies and headers, as admitted).
 func SaveRequestPeakBytes(d *Daemon) int64 {
-	a := d.saves.adm
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.peak
+	return d.saves.PeakBytes()
 }
-
-// EagerGCPercent is the collector's target while a large checkpoint is saved or read (eagergc.go);
-// EagerGCOff says GOGC is set in the environment, so that the daemon leaves the target alone.
-const EagerGCPercent = eagerGCPercent
-
-var EagerGCOff = eager.disabled
-
-// LargeBytes is the size from which a checkpoint counts as large (eagergc.go).
-const LargeBytes = largeBytes

@@ -13,7 +13,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/logstore"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 )
 
 // appendAnswerLost is the real JetStream log (stream CP_LOG), except that the answer to one Append
@@ -36,7 +36,7 @@ func (l *appendAnswerLost) Append(ctx context.Context, key engine.Key, data []by
 // lossyEngine is an engine of its own over env's CP_LOG whose next Append answer is lost when lose
 // is set.
 func lossyEngine(t *testing.T, env *testenv.Env, cfg engine.Config) (*engine.Engine, *appendAnswerLost) {
-	log, err := logstore.OpenLog(context.Background(), env.NC, logstore.LogConfig{Stream: transfer.LogStream})
+	log, err := logstore.OpenLog(context.Background(), env.NC, logstore.LogConfig{Stream: edge.LogStream})
 	require.NoError(t, err)
 	lossy := &appendAnswerLost{Log: log}
 	return engine.New(lossy, cfg), lossy

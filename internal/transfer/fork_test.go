@@ -15,7 +15,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -62,7 +62,7 @@ func TestFork_SharesWhatItForked(t *testing.T) {
 // session after its save is answered, off its latency).
 func quietLogBytes(t *testing.T, ctx context.Context, js jetstream.JetStream) uint64 {
 	t.Helper()
-	s, err := js.Stream(ctx, transfer.LogStream)
+	s, err := js.Stream(ctx, edge.LogStream)
 	require.NoError(t, err)
 	var last uint64
 	for {
@@ -237,27 +237,4 @@ func TestFork_SavesOnAForkOutliveTheSource(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, string(got), "version %d", n)
 	}
-}
-
-// On a daemon without the fork op (no responders), the SDK's Fork falls back to the save with
-// Cp-Fork-Of: the same record, stored as a copy.
-func TestFork_FallsBackOnADaemonWithoutTheOp(t *testing.T) {
-	transfer.WithoutForkOp(t)
-	env := testenv.Start(t)
-	ctx := ctxT(t)
-	_, err := env.Conn().Request(wire.APISubject("default", wire.OpFork), []byte(`{}`), 5*time.Second)
-	require.ErrorIs(t, err, nats.ErrNoResponders, "the daemon plays one before the fork op")
-	src, dst := checkpoint.Key{Session: "old"}, checkpoint.Key{Session: "old-fork"}
-	conv := `[{"role":"user","content":"one"}]`
-	sv, err := env.Client.Save(ctx, src, []byte(conv))
-	require.NoError(t, err)
-	fv, err := env.Client.Fork(ctx, src, 0, dst)
-	require.NoError(t, err)
-	require.Equal(t, uint64(1), fv.Version)
-	require.Equal(t, sv.Hash, fv.Hash)
-	require.Equal(t, "fork", fv.Reason)
-	require.Equal(t, &wire.ForkRef{Key: sv.Key, Version: 1}, fv.ForkOf)
-	got, _, err := env.Client.Restore(ctx, dst, 0)
-	require.NoError(t, err)
-	require.Equal(t, conv, string(got))
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/transfer/ingest"
 )
 
 // watchConn logs and counts every event of the daemon's NATS connection: disconnects, reconnects,
@@ -67,8 +69,8 @@ func watchConn(nc *nats.Conn, log *slog.Logger, m *metrics.Metrics) {
 // stops delivering (an operator deleted it: saving would otherwise stop until a restart), and
 // notices a queue whose oldest save waits while none is settled.
 type healthMonitor struct {
-	in         *ingester
-	st         *streams
+	in         *ingest.Ingester
+	st         *edge.Streams
 	log        *slog.Logger
 	interval   time.Duration
 	stallAfter time.Duration
@@ -87,7 +89,7 @@ type healthMonitor struct {
 	wg   sync.WaitGroup
 }
 
-func newHealthMonitor(in *ingester, st *streams, cfg Config) *healthMonitor {
+func newHealthMonitor(in *ingest.Ingester, st *edge.Streams, cfg Config) *healthMonitor {
 	interval := cfg.HealthInterval
 	if interval == 0 {
 		interval = 2 * time.Second
@@ -131,7 +133,7 @@ func (h *healthMonitor) run() {
 	defer t.Stop()
 	for {
 		var stopped <-chan struct{}
-		if cc := h.in.consuming(); cc != nil && !h.lost {
+		if cc := h.in.Consuming(); cc != nil && !h.lost {
 			stopped = cc.Closed()
 		}
 		select {
@@ -142,8 +144,8 @@ func (h *healthMonitor) run() {
 			// closed for good, and recreating fails until it is back). Recreating waits for the
 			// next tick, so that something deleting it over and over does not make a busy loop.
 			h.lost = true
-			h.setConsumerErr(fmt.Errorf("ingest consumer %s stopped delivering saves (deleted?); recreating it", ingestConsumer))
-			h.log.Error("ingest: consumer lost, recreating it", "consumer", ingestConsumer)
+			h.setConsumerErr(fmt.Errorf("ingest consumer %s stopped delivering saves (deleted?); recreating it", edge.IngestConsumer))
+			h.log.Error("ingest: consumer lost, recreating it", "consumer", edge.IngestConsumer)
 		case <-t.C:
 			if h.lost {
 				h.lost = !h.recreate()
@@ -158,11 +160,11 @@ func (h *healthMonitor) run() {
 // checkConsumer stops the consume if its consumer is gone (deleted while no pull was waiting, so
 // the consume was not told): the loop then recreates it.
 func (h *healthMonitor) checkConsumer() {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), edge.OpTimeout)
 	defer cancel()
-	_, err := h.st.ingest.Consumer(ctx, ingestConsumer)
+	_, err := h.st.Ingest.Consumer(ctx, edge.IngestConsumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		if cc := h.in.consuming(); cc != nil {
+		if cc := h.in.Consuming(); cc != nil {
 			cc.Stop()
 		}
 	}
@@ -170,9 +172,9 @@ func (h *healthMonitor) checkConsumer() {
 
 // checkQueue reads the ingest queue's state for stalled.
 func (h *healthMonitor) checkQueue() {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), edge.OpTimeout)
 	defer cancel()
-	info, err := h.st.ingest.Info(ctx)
+	info, err := h.st.Ingest.Info(ctx)
 	if err != nil {
 		return // the connection's state says more; a lost reply is no verdict on ingest
 	}
@@ -220,13 +222,13 @@ func (h *healthMonitor) caughtUp(now time.Time, lag time.Duration) error {
 func (h *healthMonitor) recreate() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.in.consume(ctx); err != nil {
-		h.setConsumerErr(fmt.Errorf("ingest consumer %s is gone and recreating it failed (will retry): %w", ingestConsumer, err))
+	if err := h.in.Consume(ctx); err != nil {
+		h.setConsumerErr(fmt.Errorf("ingest consumer %s is gone and recreating it failed (will retry): %w", edge.IngestConsumer, err))
 		h.log.Error("ingest: recreating the consumer failed, will retry", "err", err)
 		return false
 	}
 	h.setConsumerErr(nil)
-	h.log.Info("ingest: consumer recreated", "consumer", ingestConsumer)
+	h.log.Info("ingest: consumer recreated", "consumer", edge.IngestConsumer)
 	return true
 }
 

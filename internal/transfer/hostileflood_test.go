@@ -84,7 +84,7 @@ func TestBounds_HostileFloodStaysWithinTheBudget(t *testing.T) {
 // "Memory"): the budget; plus the save in progress the longest, which may exceed it (its body up
 // to maxBytes, twice while its blocks are joined, and its zstd window); plus one zstd decoder per
 // lane (a window of at most 8 MiB, kept between saves); the whole times 1.25 for garbage not yet
-// collected (the collector runs at GOGC 25 while that much is held, eagergc.go), plus 16 MiB for
+// collected (the collector runs at GOGC 25 while that much is held, housekeeping/eagergc.go), plus 16 MiB for
 // the rest of the process (the embedded server's buffers and caches).
 func floodBound(budget, maxBytes int64, lanes int) int64 {
 	decoder := int64(codec.MaxBodyWindow + 512<<10)

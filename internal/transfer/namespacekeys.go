@@ -2,74 +2,21 @@ package transfer
 
 import (
 	"github.com/checkpointd/checkpointd/internal/sealing"
-	"github.com/checkpointd/checkpointd/internal/snapshot"
 )
 
 // checkpointd-side encryption of stored conversation bytes, for clusters whose operator must not
-// read them (--namespace-keys). It works at the storage edge: every piece the Store writes to
-// cp_segments (message segments, record archives, values) is sealed with AES-256-GCM under its
-// namespace's key, and opened when read; the domain never sees it. The keys and the envelope are
-// internal/sealing's (shared with the log engine); docs/format.md §6 specifies the envelope, whose
-// associated data here is a piece's key in cp_segments; docs/security.md says what it protects and
-// what it does not.
+// read them (--namespace-keys). It works at the storage edge: the log the engine writes to is
+// wrapped by internal/sealing (edge.SealLog), which seals every entry's data and every value with
+// AES-256-GCM under its namespace's key and opens them when read; the engine never sees it.
+// docs/format.md §8.12a specifies it; docs/security.md says what it protects and what it does not.
+// These names keep the daemon's Config and cmd/checkpointd free of internal/sealing's.
 
 // NamespaceKeys holds the keys of --namespace-keys (sealing.Keys): per namespace, the key new
 // pieces are sealed with, plus older keys that still open what they sealed.
 type NamespaceKeys = sealing.Keys
-
-// SealError reports a stored piece that cannot be opened (sealing.SealError).
-type SealError = sealing.SealError
-
-// EnvelopeOverhead is what sealing adds to a piece.
-const EnvelopeOverhead = sealing.EnvelopeOverhead
 
 // ReadNamespaceKeysFile reads --namespace-keys (sealing.ReadKeysFile).
 func ReadNamespaceKeysFile(path string) (*NamespaceKeys, error) { return sealing.ReadKeysFile(path) }
 
 // ParseNamespaceKeys parses the keys file's bytes (sealing.ParseKeys).
 func ParseNamespaceKeys(data []byte) (*NamespaceKeys, error) { return sealing.ParseKeys(data) }
-
-// pieceSealError is a SealError of format 2's Store: also a snapshot.ErrCorrupt, which is what the
-// format-2 edge answers code "corrupt" for (a sealing.SealError alone matches engine.ErrCorrupt).
-type pieceSealError struct{ *SealError }
-
-func (e pieceSealError) Unwrap() []error { return []error{e.SealError, snapshot.ErrCorrupt} }
-
-// sealPiece is what the Store writes for a piece of a segment of namespace ns under kvKey: its
-// envelope, bound to kvKey (a piece moved to another key, segment or namespace fails to open), or
-// the piece itself when ns has no key.
-func (s *Store) sealPiece(ns, kvKey string, piece []byte) []byte {
-	stored, _ := s.keys.Load().Seal(ns, []byte(kvKey), piece)
-	return stored
-}
-
-// openPiece returns piece i of a segment from what is stored under kvKey. Piece 0 decides whether
-// the segment is sealed (*sealed), since only piece 0 starts with a known magic; the pieces after it
-// follow it. A plain segment (written before encryption was turned on) reads as it is.
-func (s *Store) openPiece(ns, kvKey string, i int, stored []byte, sealed *bool) ([]byte, error) {
-	if i == 0 {
-		*sealed = sealing.IsEnvelope(stored)
-	}
-	if !*sealed {
-		return stored, nil
-	}
-	plain, err := s.keys.Load().Open(ns, []byte(kvKey), "stored piece "+kvKey, stored)
-	if se, ok := err.(*SealError); ok {
-		return nil, pieceSealError{se}
-	}
-	return plain, err
-}
-
-// SetKeys replaces the namespace keys (checkpointd re-reads --namespace-keys on SIGHUP): pieces
-// written from then on are sealed with the new file's first keys, and what is stored opens with any
-// key it holds. It returns the ids of the keys the new file no longer holds: whatever they sealed
-// no longer opens. Encryption cannot be turned on or off while running (the pieces' size leaves room
-// for the envelope only when it was on at start): that is an error, and the running keys stay.
-func (s *Store) SetKeys(nk *NamespaceKeys) (dropped []string, err error) {
-	dropped, err = sealing.CheckReload(s.keys.Load(), nk)
-	if err != nil {
-		return nil, err
-	}
-	s.keys.Store(nk)
-	return dropped, nil
-}

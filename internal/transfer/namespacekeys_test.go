@@ -20,6 +20,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -69,7 +70,7 @@ func segmentPieces(t *testing.T, env *testenv.Env, ns string) map[string][]byte 
 	defer cancel()
 	js, err := jetstream.New(env.Conn())
 	require.NoError(t, err)
-	st, err := js.Stream(ctx, transfer.LogStream)
+	st, err := js.Stream(ctx, edge.LogStream)
 	require.NoError(t, err)
 	info, err := st.Info(ctx)
 	require.NoError(t, err)
@@ -152,11 +153,11 @@ func TestNamespaceKeys_StoredBytesAreSealed(t *testing.T) {
 	env.Server.WaitForShutdown()
 	kvFiles := filepath.Join(env.Dir, "jetstream", "$G", "streams")
 	var inKV []string
-	for _, f := range grepDataDirGlob(t, kvFiles, transfer.LogStream, string(saved["alice-marker"][0])) {
+	for _, f := range grepDataDirGlob(t, kvFiles, edge.LogStream, string(saved["alice-marker"][0])) {
 		inKV = append(inKV, f)
 	}
 	require.Empty(t, inKV, "alice's bytes readable in the stream's files")
-	require.NotEmpty(t, grepDataDirGlob(t, kvFiles, transfer.LogStream, string(saved["bob-marker"][0])), "the search must find bob's marker, or it proves nothing")
+	require.NotEmpty(t, grepDataDirGlob(t, kvFiles, edge.LogStream, string(saved["bob-marker"][0])), "the search must find bob's marker, or it proves nothing")
 }
 
 // grepDataDirGlob is grepDataDir over the directories under dir matching pattern.

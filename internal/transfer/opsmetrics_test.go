@@ -13,6 +13,8 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
+	"github.com/checkpointd/checkpointd/internal/transfer/service"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -105,7 +107,7 @@ func TestOpsMetrics_ServiceErrorsAgreeWithRefusals(t *testing.T) {
 	require.NoError(t, json.Unmarshal(msg.Data, &stats))
 	var errs uint64
 	for _, e := range stats.Endpoints {
-		var data transfer.EndpointResults
+		var data service.EndpointResults
 		require.NoError(t, json.Unmarshal(e.Data, &data), "endpoint %s: %s", e.Name, e.Data)
 		errs += data.Refused
 		require.Equal(t, opsSample(t, env.Registry, "checkpointd_requests_total", map[string]string{"op": e.Name, "result": "!ok"}),
@@ -134,7 +136,7 @@ func TestOpsMetrics_RetentionRounds(t *testing.T) {
 	require.Equal(t, 0.0, opsSample(t, env.Registry, "checkpointd_retention_removed_total", map[string]string{"kind": "version"}),
 		"no policy: nothing removed")
 
-	require.NoError(t, env.Daemon.SetRetention(transfer.RetentionPolicy{Default: engine.Retention{KeepLast: 1}}))
+	require.NoError(t, env.Daemon.SetRetention(housekeeping.RetentionPolicy{Default: engine.Retention{KeepLast: 1}}))
 	require.Eventually(t, func() bool {
 		return opsSample(t, env.Registry, "checkpointd_retention_removed_total", map[string]string{"kind": "version"}) == 2
 	}, 10*time.Second, 20*time.Millisecond)
@@ -149,5 +151,5 @@ func TestOpsMetrics_RetentionRounds(t *testing.T) {
 			require.Greater(t, f.GetMetric()[0].GetHistogram().GetSampleCount(), uint64(1))
 		}
 	}
-	require.Error(t, env.Daemon.SetRetention(transfer.RetentionPolicy{Default: engine.Retention{KeepLast: -1}}))
+	require.Error(t, env.Daemon.SetRetention(housekeeping.RetentionPolicy{Default: engine.Retention{KeepLast: -1}}))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 )
 
 func versionsOf(t *testing.T, env *testenv.Env, key checkpoint.Key) []uint64 {
@@ -186,7 +187,7 @@ func TestRetention_PruneDuringRestores(t *testing.T) {
 func TestRetention_DaemonPolicyByNamespace(t *testing.T) {
 	env := testenv.Start(t, func(c *transfer.Config) {
 		c.RetentionInterval = 100 * time.Millisecond
-		c.Retention = transfer.RetentionPolicy{ByNamespace: map[string]engine.Retention{"short": {KeepLast: 2}}}
+		c.Retention = housekeeping.RetentionPolicy{ByNamespace: map[string]engine.Retention{"short": {KeepLast: 2}}}
 	})
 	ctx := ctxT(t)
 	short, long := checkpoint.Key{Namespace: "short", Session: "s"}, checkpoint.Key{Namespace: "long", Session: "s"}
@@ -199,12 +200,12 @@ func TestRetention_DaemonPolicyByNamespace(t *testing.T) {
 	require.Eventually(t, func() bool { return len(versionsOf(t, env, short)) == 2 }, 10*time.Second, 50*time.Millisecond)
 	require.Len(t, versionsOf(t, env, long), 5, "a namespace without a policy keeps everything")
 
-	ns, r, err := transfer.ParseNamespaceRetention("team a:keep=50,age=720h")
+	ns, r, err := housekeeping.ParseNamespaceRetention("team a:keep=50,age=720h")
 	require.NoError(t, err)
 	require.Equal(t, "team a", ns)
 	require.Equal(t, engine.Retention{KeepLast: 50, MaxAge: 720 * time.Hour}, r)
 	for _, bad := range []string{"noseparator", "ns:keep=x", "ns:size=3", "ns:keep=-1"} {
-		_, _, err := transfer.ParseNamespaceRetention(bad)
+		_, _, err := housekeeping.ParseNamespaceRetention(bad)
 		require.Error(t, err, bad)
 	}
 }

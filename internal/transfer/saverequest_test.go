@@ -384,7 +384,7 @@ func TestSDK_SavesGoByRequest(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(big), string(got))
 
-	require.Equal(t, 4.0, saveCount(t, env, "request", "ok")) // a fork is no save: the fork op (fork.go)
+	require.Equal(t, 4.0, saveCount(t, env, "request", "ok")) // a fork is no save: the fork op (service/fork.go)
 	require.Equal(t, 0.0, saveCount(t, env, "ingest", "ok"))
 }
 

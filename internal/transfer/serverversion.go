@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -157,9 +158,9 @@ func checkReplicatedStreams(infos ...*jetstream.StreamInfo) error {
 }
 
 // checkOpenedStreams runs checkReplicatedStreams over every stream the daemon writes.
-func checkOpenedStreams(st *streams, log jetstream.Stream) error {
+func checkOpenedStreams(st *edge.Streams, log jetstream.Stream) error {
 	var infos []*jetstream.StreamInfo
-	for _, s := range []jetstream.Stream{st.ingest, st.chunks, st.results, log} {
+	for _, s := range []jetstream.Stream{st.Ingest, st.Chunks, st.Results, log} {
 		infos = append(infos, s.CachedInfo())
 	}
 	return checkReplicatedStreams(infos...)

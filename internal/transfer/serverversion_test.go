@@ -72,7 +72,7 @@ func TestParseServerVersion_PreReleaseSortsBeforeItsRelease(t *testing.T) {
 }
 
 // Each replicated stream is checked by the version its answering server wrote into the stream's
-// metadata: absent before 2.11.0. Streams of one replica need no check.
+// metadata: absent before 2.11.0. edge.Streams of one replica need no check.
 func TestCheckReplicatedStreams(t *testing.T) {
 	info := func(name string, replicas int, ver string) *jetstream.StreamInfo {
 		i := &jetstream.StreamInfo{Config: jetstream.StreamConfig{Name: name, Replicas: replicas}}

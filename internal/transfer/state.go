@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -94,7 +95,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(failDesc, prometheus.CounterValue, float64(c.failures))
 	c.mu.Unlock()
 
-	hits, misses, bytes := c.d.svc.cache.stats()
+	hits, misses, bytes := c.d.svc.CacheStats()
 	ch <- prometheus.MustNewConstMetric(hitsDesc, prometheus.CounterValue, float64(hits), "hit")
 	ch <- prometheus.MustNewConstMetric(hitsDesc, prometheus.CounterValue, float64(misses), "miss")
 	gauge(cacheDesc, float64(bytes))
@@ -122,8 +123,8 @@ func (c *stateCollector) refresh(done chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), stateDeadline)
 	defer cancel()
 	failed := false
-	st := c.d.in.st
-	streams := []jetstream.Stream{st.ingest, st.chunks, st.results, c.d.logStream}
+	st := c.d.st
+	streams := []jetstream.Stream{st.Ingest, st.Chunks, st.Results, c.d.logStream}
 	fresh := map[string]jetstream.StreamState{}
 	for _, s := range streams {
 		info, err := s.Info(ctx)
@@ -133,7 +134,7 @@ func (c *stateCollector) refresh(done chan struct{}) {
 		}
 		fresh[info.Config.Name] = info.State
 	}
-	ci, err := st.ingest.Consumer(ctx, ingestConsumer)
+	ci, err := st.Ingest.Consumer(ctx, edge.IngestConsumer)
 	var cinfo *jetstream.ConsumerInfo
 	if err == nil {
 		cinfo, err = ci.Info(ctx)
@@ -145,7 +146,7 @@ func (c *stateCollector) refresh(done chan struct{}) {
 	for name, s := range fresh {
 		c.streams[name] = s
 	}
-	if s, ok := fresh[st.ingest.CachedInfo().Config.Name]; ok {
+	if s, ok := fresh[st.Ingest.CachedInfo().Config.Name]; ok {
 		c.ingest = s
 		c.at = time.Now()
 	}

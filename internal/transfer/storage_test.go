@@ -19,6 +19,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -489,20 +490,12 @@ func randomBytes(n int) []byte {
 }
 
 // requireVersions restores each version of key and compares it byte for byte with want's.
-func requireVersions(t *testing.T, env *testenv.Env, key checkpoint.Key, want map[uint64][]byte) {
-	t.Helper()
-	for n, conv := range want {
-		got, _, err := env.Client.Restore(ctxT(t), key, n)
-		require.NoError(t, err, "version %d", n)
-		require.True(t, bytes.Equal(conv, got), "version %d restores byte for byte", n)
-	}
-}
 
 // storedValues counts the values namespace ns has in CP_LOG (cp.val.<ns>.<id>).
 func storedValues(t testing.TB, env *testenv.Env, ns string) int {
 	js, err := jetstream.New(env.NC)
 	require.NoError(t, err)
-	st, err := js.Stream(context.Background(), transfer.LogStream)
+	st, err := js.Stream(context.Background(), edge.LogStream)
 	require.NoError(t, err)
 	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter("cp.val."+wire.EncodeID(ns)+".>"))
 	require.NoError(t, err)

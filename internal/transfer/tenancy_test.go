@@ -24,6 +24,8 @@ import (
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -32,7 +34,7 @@ import (
 // bob's session and every stream of the daemon's account must be exactly as before.
 
 type tenancyFixture struct {
-	tenants   *transfer.Tenants
+	tenants   *embedded.Tenants
 	tenBobKey nkeys.KeyPair
 	admKey    nkeys.KeyPair
 }
@@ -47,12 +49,12 @@ func newTenancyFixture(t *testing.T) tenancyFixture {
 	require.NoError(t, err)
 	admPub, err := adm.PublicKey()
 	require.NoError(t, err)
-	return tenancyFixture{tenBobKey: bob, admKey: adm, tenants: &transfer.Tenants{
-		Admins: []transfer.Login{{User: "ops", Password: "ops-secret-PW1"}, {Nkey: admPub}},
-		Tenants: []transfer.Tenant{
-			{Namespace: "alice", Login: transfer.Login{User: "alice", Password: "alice-secret-PW2"}},
-			{Namespace: "alice", Login: transfer.Login{User: "alice-ci", Password: "alice-ci-secret-PW3"}},
-			{Namespace: "bob", Login: transfer.Login{Nkey: bobPub}},
+	return tenancyFixture{tenBobKey: bob, admKey: adm, tenants: &embedded.Tenants{
+		Admins: []embedded.Login{{User: "ops", Password: "ops-secret-PW1"}, {Nkey: admPub}},
+		Tenants: []embedded.Tenant{
+			{Namespace: "alice", Login: embedded.Login{User: "alice", Password: "alice-secret-PW2"}},
+			{Namespace: "alice", Login: embedded.Login{User: "alice-ci", Password: "alice-ci-secret-PW3"}},
+			{Namespace: "bob", Login: embedded.Login{Nkey: bobPub}},
 		}}}
 }
 
@@ -174,7 +176,7 @@ func TestTenancy_LoginsAreRequired(t *testing.T) {
 		"unknown user":            {nats.UserInfo("mallory", "x")},
 		"wrong password":          {nats.UserInfo("alice", "alice-secret-PW")},
 		"another user's password": {nats.UserInfo("alice", "alice-ci-secret-PW3")},
-		"the daemon's user":       {nats.UserInfo(transfer.DaemonUser, "guess")},
+		"the daemon's user":       {nats.UserInfo(embedded.DaemonUser, "guess")},
 		"unknown nkey":            {nkeyLogin(t, other)},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -394,10 +396,10 @@ func deputyAttacks(t *testing.T, alice *nats.Conn) {
 	for _, a := range []struct{ reply, body string }{
 		{wire.IngestSubject(tenBobKey), string(read)},
 		{"cp.ingest.bob.stolen.main", string(read)},
-		{"$JS.API.STREAM.PURGE." + transfer.LogStream, string(empty)},
+		{"$JS.API.STREAM.PURGE." + edge.LogStream, string(empty)},
 		{"$JS.API.STREAM.PURGE." + wire.StreamIngest, string(empty)},
 		{"$JS.API.CONSUMER.DELETE." + wire.StreamIngest + ".checkpointd", string(empty)},
-		{"$JS.API.STREAM.DELETE." + transfer.LogStream, string(empty)},
+		{"$JS.API.STREAM.DELETE." + edge.LogStream, string(empty)},
 		{"cp.result.bob.forged", string(read)},
 	} {
 		sub, err := alice.SubscribeSync(a.reply)
@@ -451,7 +453,7 @@ func TestTenancy_ConfusedDeputy(t *testing.T) {
 		}
 		require.NoError(t, err, "the daemon wrote into bob's namespace")
 		// An empty reply aimed at the JetStream API purges every head of every namespace.
-		require.NoError(t, nc.PublishRequest(wire.APISubject("alice", wire.OpRead), "$JS.API.STREAM.PURGE."+transfer.LogStream,
+		require.NoError(t, nc.PublishRequest(wire.APISubject("alice", wire.OpRead), "$JS.API.STREAM.PURGE."+edge.LogStream,
 			[]byte(`{"session":"diary","version":1,"offset":`+strconv.Itoa(len(conv))+`}`)))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			_, err := e.Client.Get(ctx, tenBobKey, 0)
@@ -527,15 +529,15 @@ func TestTenancy_NoJetStreamAPI(t *testing.T) {
 		"$JS.API.STREAM.INFO." + wire.StreamResults,
 		"$JS.API.STREAM.INFO." + wire.StreamIngest,
 		"$JS.API.STREAM.PURGE." + wire.StreamIngest,
-		"$JS.API.STREAM.PURGE." + transfer.LogStream,
+		"$JS.API.STREAM.PURGE." + edge.LogStream,
 		"$JS.API.STREAM.DELETE." + wire.StreamResults,
 		"$JS.API.STREAM.MSG.GET." + wire.StreamResults,
-		"$JS.API.STREAM.MSG.DELETE." + transfer.LogStream,
+		"$JS.API.STREAM.MSG.DELETE." + edge.LogStream,
 		"$JS.API.CONSUMER.DELETE." + wire.StreamIngest + ".checkpointd",
 		"$JS.API.CONSUMER.CREATE." + wire.StreamResults,
 		"$JS.API.CONSUMER.LIST." + wire.StreamIngest,
-		"$JS.API.DIRECT.GET." + transfer.LogStream,
-		"$JS.API.DIRECT.GET." + transfer.LogStream + "." + "cp.log." + wire.EncodeID(tenBobKey.Namespace) + "." + wire.EncodeID(tenBobKey.Session) + "." + wire.EncodeID(tenBobKey.Agent),
+		"$JS.API.DIRECT.GET." + edge.LogStream,
+		"$JS.API.DIRECT.GET." + edge.LogStream + "." + "cp.log." + wire.EncodeID(tenBobKey.Namespace) + "." + wire.EncodeID(tenBobKey.Session) + "." + wire.EncodeID(tenBobKey.Agent),
 		"$JS.API.DIRECT.GET." + wire.StreamResults,
 		wire.ResultDirectGetPrefix + wire.ResultSubject("bob", bobSaveID),
 		"cp.log." + wire.EncodeID(tenBobKey.Namespace) + "." + wire.EncodeID(tenBobKey.Session) + "." + wire.EncodeID(tenBobKey.Agent),
@@ -662,8 +664,8 @@ func TestTenancy_Reload(t *testing.T) {
 	ci.SetClosedHandler(func(*nats.Conn) { close(closed) })
 
 	changed := *f.tenants
-	changed.Tenants = []transfer.Tenant{f.tenants.Tenants[0], f.tenants.Tenants[2], // alice-ci removed
-		{Namespace: "carol", Login: transfer.Login{User: "carol", Password: "carol-secret-PW4"}}}
+	changed.Tenants = []embedded.Tenant{f.tenants.Tenants[0], f.tenants.Tenants[2], // alice-ci removed
+		{Namespace: "carol", Login: embedded.Login{User: "carol", Password: "carol-secret-PW4"}}}
 	require.NoError(t, e.Reload(&changed))
 
 	carolNC, err := e.Conn(nats.UserInfo("carol", "carol-secret-PW4"))
@@ -691,7 +693,7 @@ func TestTenancy_Reload(t *testing.T) {
 	_, _, err = e.Client(f.asBob(t)).Restore(ctx, tenBobKey, 0)
 	require.NoError(t, err)
 	after := tenDaemonState(t, e.DaemonConn())
-	for _, s := range []string{wire.StreamIngest, "consumers of " + wire.StreamIngest, transfer.LogStream} {
+	for _, s := range []string{wire.StreamIngest, "consumers of " + wire.StreamIngest, edge.LogStream} {
 		require.NotEmpty(t, after[s])
 	}
 	require.Equal(t, stateBefore["consumers of "+wire.StreamIngest], after["consumers of "+wire.StreamIngest])
@@ -702,9 +704,9 @@ func TestTenancy_Reload(t *testing.T) {
 func TestTenancy_PrintedConfigIsolatesAnExternalServer(t *testing.T) {
 	f := newTenancyFixture(t)
 	listen := testenv.FreeAddr(t)
-	password, err := transfer.NewDaemonPassword()
+	password, err := embedded.NewDaemonPassword()
 	require.NoError(t, err)
-	t.Setenv(transfer.DaemonPasswordVar, password)
+	t.Setenv(embedded.DaemonPasswordVar, password)
 	conf := fmt.Sprintf("listen: %q\nmax_payload: 65536\njetstream {store_dir: %q}\n\n%s", listen, t.TempDir(),
 		f.tenants.NATSConfig(""))
 	path := filepath.Join(t.TempDir(), "nats-server.conf")
@@ -736,50 +738,6 @@ func TestTenancy_PrintedConfigIsolatesAnExternalServer(t *testing.T) {
 	require.GreaterOrEqual(t, len(all), 3)
 }
 
-// The tenants file is checked whole before anything starts; each problem names its entry and never
-// quotes a password.
-func TestTenants_Parse(t *testing.T) {
-	good := `{"admins":[{"user":"ops","password":"p"}],"tenants":[{"namespace":"alice","user":"alice","password":"pw-alice"}]}`
-	tn, err := transfer.ParseTenants([]byte(good), "t.json")
-	require.NoError(t, err)
-	require.Equal(t, []string{"alice"}, tn.Namespaces())
-
-	kp, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	pub, _ := kp.PublicKey()
-	seed, _ := kp.Seed()
-	for _, c := range []struct{ name, file, want string }{
-		{"not JSON", `{"admins": [`, "t.json: not a tenants file"},
-		{"syntax error inside a password", `{"tenants":[{"namespace":"a","user":"a","password":"se"cret"}]}`, "JSON syntax error at byte"},
-		{"unknown field", `{"tenants":[{"namespace":"a","user":"a","pasword":"x"}]}`, `unknown field "pasword"`},
-		{"trailing data", good + `{}`, "unexpected data after the JSON object"},
-		{"empty", `{}`, "no admins and no tenants"},
-		{"no namespace", `{"tenants":[{"user":"a","password":"x"}]}`, "tenants[0]: namespace: invalid id: empty"},
-		{"no credentials", `{"tenants":[{"namespace":"a"}]}`, `tenants[0] (namespace "a"): needs user and password, or nkey`},
-		{"no password", `{"tenants":[{"namespace":"a","user":"a"}]}`, "user a: password missing"},
-		{"no user", `{"admins":[{"password":"hunter2"}]}`, "admins[0]: user: missing"},
-		{"both", `{"tenants":[{"namespace":"a","user":"a","password":"x","nkey":"` + pub + `"}]}`, "not both"},
-		{"seed instead of public key", `{"tenants":[{"namespace":"a","nkey":"` + string(seed) + `"}]}`, "not a user's public nkey"},
-		{"daemon's user", `{"admins":[{"user":"checkpointd","password":"x"}]}`, "reserved for the daemon"},
-		{"user twice", `{"tenants":[{"namespace":"a","user":"u","password":"x"},{"namespace":"b","user":"u","password":"y"}]}`,
-			`tenants[1] (namespace "b"): user u is also used by tenants[0] (namespace "a")`},
-		{"nkey twice", `{"admins":[{"nkey":"` + pub + `"}],"tenants":[{"namespace":"b","nkey":"` + pub + `"}]}`, "nkey is also used by admins[0]"},
-		{"namespace too long", `{"tenants":[{"namespace":"` + strings.Repeat("n", 300) + `","user":"u","password":"x"}]}`, "tenants[0]: namespace: invalid id"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := transfer.ParseTenants([]byte(c.file), "t.json")
-			var fe *transfer.TenantsFileError
-			require.ErrorAs(t, err, &fe)
-			require.Contains(t, err.Error(), c.want)
-			for _, secret := range []string{"hunter2", "cret", string(seed)} {
-				require.NotContains(t, err.Error(), secret)
-			}
-		})
-	}
-	_, err = transfer.LoadTenants(filepath.Join(t.TempDir(), "missing.json"))
-	require.ErrorIs(t, err, os.ErrNotExist)
-}
-
 // Printed or logged by mistake, a tenants file shows no password.
 func TestTenants_PrintShowsNoPassword(t *testing.T) {
 	f := newTenancyFixture(t)
@@ -797,9 +755,9 @@ func TestTenants_PrintShowsNoPassword(t *testing.T) {
 // configuration carries them exactly, and logins with them work.
 func TestTenants_ConfigQuotesAnything(t *testing.T) {
 	weird := []string{`pa"ss`, `back\slash`, "new\nline\ttab", "$VAR", "{braces} [x] #c //c", "ünï €", "'single'", "\x01\x7f"}
-	tn := &transfer.Tenants{}
+	tn := &embedded.Tenants{}
 	for i, pw := range weird {
-		tn.Tenants = append(tn.Tenants, transfer.Tenant{Namespace: "ns " + pw + strconv.Itoa(i), Login: transfer.Login{User: "u" + strconv.Itoa(i) + `"x`, Password: transfer.Secret(pw)}})
+		tn.Tenants = append(tn.Tenants, embedded.Tenant{Namespace: "ns " + pw + strconv.Itoa(i), Login: embedded.Login{User: "u" + strconv.Itoa(i) + `"x`, Password: embedded.Secret(pw)}})
 	}
 	e := testenv.StartTenancy(t, tn, 0)
 	for i, pw := range weird {
@@ -819,15 +777,15 @@ func TestStartServer_RefusesAStoreOfTheOtherAccount(t *testing.T) {
 	require.NoError(t, err)
 	e.Stop()
 	f := newTenancyFixture(t)
-	_, err = transfer.StartServer(transfer.ServerConfig{DataDir: e.Dir, Listen: testenv.FreeAddr(t), Tenants: f.tenants, DaemonPassword: "pw"})
-	var me *transfer.StoreAccountMismatchError
+	_, err = embedded.StartServer(embedded.ServerConfig{DataDir: e.Dir, Listen: testenv.FreeAddr(t), Tenants: f.tenants, DaemonPassword: "pw"})
+	var me *embedded.StoreAccountMismatchError
 	require.ErrorAs(t, err, &me)
 	require.Contains(t, err.Error(), "stored without --tenants")
 
-	cfg := transfer.ServerConfig{DataDir: t.TempDir(), Listen: testenv.FreeAddr(t), Tenants: f.tenants, DaemonPassword: "pw"}
-	s, err := transfer.StartServer(cfg)
+	cfg := embedded.ServerConfig{DataDir: t.TempDir(), Listen: testenv.FreeAddr(t), Tenants: f.tenants, DaemonPassword: "pw"}
+	s, err := embedded.StartServer(cfg)
 	require.NoError(t, err)
-	nc, err := nats.Connect("nats://"+cfg.Listen, nats.UserInfo(transfer.DaemonUser, "pw"))
+	nc, err := nats.Connect("nats://"+cfg.Listen, nats.UserInfo(embedded.DaemonUser, "pw"))
 	require.NoError(t, err)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
@@ -836,7 +794,7 @@ func TestStartServer_RefusesAStoreOfTheOtherAccount(t *testing.T) {
 	nc.Close()
 	s.Shutdown()
 	s.WaitForShutdown()
-	_, err = transfer.StartServer(transfer.ServerConfig{DataDir: cfg.DataDir, Listen: testenv.FreeAddr(t)})
+	_, err = embedded.StartServer(embedded.ServerConfig{DataDir: cfg.DataDir, Listen: testenv.FreeAddr(t)})
 	require.ErrorAs(t, err, &me)
 	require.Contains(t, err.Error(), "stored with --tenants")
 }

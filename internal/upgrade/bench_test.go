@@ -16,12 +16,12 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/procfs"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // What an upgrade costs, on the fixture and on a larger store written by format 2's own code
-// (snapshot.Save over transfer.Store, as the daemon saves: appends): CP_UPGRADE_SESSIONS sessions
+// (snapshot.Save over kvstore.Store, as the daemon saves: appends): CP_UPGRADE_SESSIONS sessions
 // (default 200) × 20 versions of a real transcript (testdata/corpus/openhands_multi_swe_bench.json,
 // 104 messages, 113 KB; version i holds the first i/20 of it). Each iteration upgrades a fresh copy
 // of the store and reports:
@@ -126,7 +126,7 @@ func writeFormat2(b *testing.B, n, versions int) string {
 	require.NoError(b, err)
 	dir := b.TempDir()
 	s := open(b, dir)
-	st, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
+	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	require.NoError(b, err)
 	cut := func(v int) int { return len(c.Messages) * v / versions }
 	now := time.Now()

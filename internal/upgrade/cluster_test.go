@@ -15,8 +15,8 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/logstore"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -33,9 +33,9 @@ func TestRun_Cluster(t *testing.T) {
 	require.NoError(t, err)
 	// A loaded machine may still count a peer offline just after the cluster formed (10005, no
 	// suitable peers for placement): the daemon retries that at start-up, and so does the test.
-	var st *transfer.Store
+	var st *kvstore.Store
 	require.Eventually(t, func() bool {
-		st, err = transfer.OpenStore(ctx, js, transfer.StoreConfig{Replicas: 3, ChunkSize: 64 << 10})
+		st, err = kvstore.OpenStore(ctx, js, kvstore.StoreConfig{Replicas: 3, ChunkSize: 64 << 10})
 		return err == nil
 	}, 30*time.Second, 200*time.Millisecond, "the format-2 buckets never opened on the cluster")
 	var want []wire.Version

@@ -14,18 +14,18 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // openFormat2 opens format 2's store as its own code does, with the replica count its buckets
-// have (transfer.OpenStore would otherwise update them: the upgrade changes nothing of format 2).
-func (u *upgrader) openFormat2(ctx context.Context) (*transfer.Store, error) {
+// have (kvstore.OpenStore would otherwise update them: the upgrade changes nothing of format 2).
+func (u *upgrader) openFormat2(ctx context.Context) (*kvstore.Store, error) {
 	heads, err := u.js.Stream(ctx, "KV_"+wire.BucketHeads)
 	if err != nil {
 		return nil, fmt.Errorf("upgrade: format 2's bucket %s: %w", wire.BucketHeads, err)
 	}
-	st, err := transfer.OpenStore(ctx, u.js, transfer.StoreConfig{Replicas: heads.CachedInfo().Config.Replicas,
+	st, err := kvstore.OpenStore(ctx, u.js, kvstore.StoreConfig{Replicas: heads.CachedInfo().Config.Replicas,
 		ChunkSize: u.opts.ChunkSize, Keys: u.opts.Keys})
 	if err != nil {
 		return nil, fmt.Errorf("upgrade: opening format 2: %w", err)
@@ -138,7 +138,7 @@ func (u *upgrader) copyAll(ctx context.Context) error {
 // copySession makes the engine hold session h as format 2 does: skipped if it already does,
 // purged and copied again if it holds something else (a run killed half-way through it), and
 // checked once copied.
-func (u *upgrader) copySession(ctx context.Context, st *transfer.Store, h snapshot.Head) error {
+func (u *upgrader) copySession(ctx context.Context, st *kvstore.Store, h snapshot.Head) error {
 	key := keyOf(h.Key)
 	got, err := u.eng.HeadState(ctx, key)
 	switch {
@@ -197,7 +197,7 @@ func (u *upgrader) copySession(ctx context.Context, st *transfer.Store, h snapsh
 
 // copyVersions copies every version format 2 keeps of h's session, oldest first, each read
 // through format 2's own code (snapshot.Read checks it against its hash).
-func (u *upgrader) copyVersions(ctx context.Context, st *transfer.Store, h snapshot.Head) error {
+func (u *upgrader) copyVersions(ctx context.Context, st *kvstore.Store, h snapshot.Head) error {
 	versions, err := snapshot.History(ctx, st, h.Key)
 	if err != nil {
 		return fmt.Errorf("reading its history in format 2: %w", err)

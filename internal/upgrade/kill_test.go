@@ -17,7 +17,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/logstore"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 
 	"github.com/nats-io/nats.go"
@@ -68,7 +68,7 @@ func TestRun_SIGKILL(t *testing.T) {
 // what it was, a little slowly so that the parent kills it mid-way.
 func runChild(dir string) int {
 	ctx := context.Background()
-	srv, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	srv, err := embedded.StartServer(embedded.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -14,7 +14,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -30,11 +30,11 @@ const (
 
 // reviewStore is a format-2 store of two sessions (n/a and n/b, one version each), and a format-2
 // Store on it that plays an older checkpointd still running on the same cluster.
-func reviewStore(t *testing.T) (*store, *transfer.Store) {
+func reviewStore(t *testing.T) (*store, *kvstore.Store) {
 	t.Helper()
 	ctx := context.Background()
 	s := open(t, t.TempDir())
-	old, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
+	old, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	require.NoError(t, err)
 	for _, k := range []wire.Key{reviewA, reviewB} {
 		_, err := snapshot.Save(ctx, old, snapshot.SaveRequest{Key: k, SaveID: "1", Payload: []byte(reviewV1), Now: time.Now()})
@@ -55,7 +55,7 @@ func TestRun_Format2WrittenDuringTheUpgrade(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		at   string // the write after which the older daemon acts
-		act  func(ctx context.Context, old *transfer.Store) error
+		act  func(ctx context.Context, old *kvstore.Store) error
 		ok   func(ctx context.Context, t *testing.T, s *store) bool // the engine carried the change over
 	}{
 		{
@@ -110,12 +110,12 @@ func TestRun_Format2WrittenDuringTheUpgrade(t *testing.T) {
 	}
 }
 
-func saveV2(ctx context.Context, old *transfer.Store) error {
+func saveV2(ctx context.Context, old *kvstore.Store) error {
 	_, err := snapshot.Save(ctx, old, snapshot.SaveRequest{Key: reviewA, SaveID: "2", Payload: []byte(reviewV2), Now: time.Now()})
 	return err
 }
 
-func deleteA(ctx context.Context, old *transfer.Store) error {
+func deleteA(ctx context.Context, old *kvstore.Store) error {
 	_, err := snapshotDelete(ctx, old, reviewA)
 	return err
 }

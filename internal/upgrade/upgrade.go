@@ -4,7 +4,7 @@
 // complete or redone by the next run (docs/format.md §8.17).
 //
 // It is the edge between the two formats, so it knows NATS: it reads format 2 through its own code
-// (internal/snapshot over transfer.Store), writes sessions through the engine (engine.CopyVersion
+// (internal/snapshot over kvstore.Store), writes sessions through the engine (engine.CopyVersion
 // and CopyState keep every record field), and keeps its progress in a marker on CP_LOG written
 // with compare-and-swap. The daemon calls it at start-up, before it serves (docs/format.md §8.17):
 //
@@ -28,7 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -57,10 +57,10 @@ type Options struct {
 	// watching the marker, and returns ErrInProgress if it moves. A run writes its marker every
 	// HeartbeatEvery (default 10 s); StaleAfter must be well above it.
 	StaleAfter, HeartbeatEvery time.Duration
-	// ChunkSize is format 2's --chunk-size, for transfer.OpenStore (reads do not depend on it;
+	// ChunkSize is format 2's --chunk-size, for kvstore.OpenStore (reads do not depend on it;
 	// default 64 KiB). Keys are format 2's --namespace-keys: segments were sealed with them.
 	ChunkSize int
-	Keys      *transfer.NamespaceKeys
+	Keys      *sealing.Keys
 	// LogSeals says the Log given to Run seals what it stores with the same namespace keys (the
 	// daemon wraps it with internal/sealing's decorator when --namespace-keys is set). With Keys
 	// and not LogSeals, Run refuses (ErrSealed): the copy would hold the sealed namespaces'

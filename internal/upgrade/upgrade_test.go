@@ -27,8 +27,10 @@ import (
 	"github.com/checkpointd/checkpointd/internal/logstore"
 	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
+	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -57,7 +59,7 @@ func unpack(t testing.TB, archive string) string {
 // Run. The server stops when the test ends (or at close).
 func open(t testing.TB, dir string) *store {
 	t.Helper()
-	srv, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	srv, err := embedded.StartServer(embedded.ServerConfig{DataDir: dir, Listen: "127.0.0.1:0"})
 	require.NoError(t, err)
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)
@@ -267,7 +269,7 @@ func TestRun_Format2ChangedBetweenRuns(t *testing.T) {
 	s := open(t, unpack(t, "store.tar.gz"))
 	runKilledAt(t, s, last) // every session copied, no "done"
 
-	st, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
+	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	require.NoError(t, err)
 	gone := wire.Key{Namespace: "team", Session: "screenshot-b", Agent: "main"}
 	_, err = snapshotDelete(ctx, st, gone)
@@ -298,7 +300,7 @@ func TestRun_ChangedAfterDone(t *testing.T) {
 	s := open(t, unpack(t, "store.tar.gz"))
 	runKilledAt(t, s, done)
 
-	st, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
+	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	require.NoError(t, err)
 	_, err = snapshotAcquire(ctx, st, wire.Key{Namespace: "team", Session: "a.b", Agent: "main"})
 	require.NoError(t, err)
@@ -583,7 +585,7 @@ func TestRun_NamespaceKeys(t *testing.T) {
 	keys, err := transfer.ParseNamespaceKeys(file)
 	require.NoError(t, err)
 	s := open(t, t.TempDir())
-	st, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10, Keys: keys})
+	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10, Keys: keys})
 	require.NoError(t, err)
 	key := wire.Key{Namespace: "secret", Session: "s", Agent: "main"}
 	const secret, writer = "the launch code is 0000", "writer-known-only-to-alice"
@@ -644,7 +646,7 @@ func TestRun_LargeConversation(t *testing.T) {
 	c, err := codec.Parse(raw)
 	require.NoError(t, err)
 	s := open(t, t.TempDir())
-	st, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
+	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	require.NoError(t, err)
 	key := wire.Key{Namespace: "big", Session: "pi", Agent: "main"}
 	n := len(c.Messages)
@@ -735,7 +737,7 @@ func TestRun_HeadsBucketMissing(t *testing.T) {
 func TestRun_RecordTheEngineCannotHold(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, t.TempDir())
-	st, err := transfer.OpenStore(ctx, s.js, transfer.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
+	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	require.NoError(t, err)
 	key := wire.Key{Namespace: "team", Session: "long-writer", Agent: "main"}
 	_, err = snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: "1", Writer: strings.Repeat("w", 5000), Now: time.Now(),

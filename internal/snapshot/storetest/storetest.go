@@ -44,22 +44,6 @@ func Run(t *testing.T, newStore func(t *testing.T) (st snapshot.Store, chunkSize
 		require.NotEqual(t, rev, rev2)
 	})
 
-	t.Run("Heads_ByNamespace", func(t *testing.T) {
-		st, _ := newStore(t)
-		require.NoError(t, st.SwapHead(ctx, head(k1, 1), 0))
-		require.NoError(t, st.SwapHead(ctx, head(k2, 1), 0))
-		hs, err := st.Heads(ctx, "ns a")
-		require.NoError(t, err)
-		require.Len(t, hs, 1)
-		require.Equal(t, k1, hs[0].Key)
-		hs, err = st.Heads(ctx, "")
-		require.NoError(t, err)
-		require.Len(t, hs, 2)
-		hs, err = st.Heads(ctx, "ns")
-		require.NoError(t, err)
-		require.Empty(t, hs, "a namespace is not a prefix match")
-	})
-
 	t.Run("Versions_CreateOnly", func(t *testing.T) {
 		st, _ := newStore(t)
 		for _, n := range []uint64{3, 1, 2} {
@@ -79,12 +63,6 @@ func Run(t *testing.T, newStore func(t *testing.T) (st snapshot.Store, chunkSize
 		vs, err = st.Versions(ctx, k2)
 		require.NoError(t, err)
 		require.Empty(t, vs)
-		require.NoError(t, st.DeleteVersion(ctx, k1, 2))
-		_, err = st.Version(ctx, k1, 2)
-		require.ErrorIs(t, err, snapshot.ErrNotFound)
-		vs, err = st.Versions(ctx, k1)
-		require.NoError(t, err)
-		require.Len(t, vs, 2)
 	})
 
 	t.Run("Layouts", func(t *testing.T) {
@@ -96,9 +74,6 @@ func Run(t *testing.T, newStore func(t *testing.T) (st snapshot.Store, chunkSize
 		got, err := st.Layout(ctx, k1, 1)
 		require.NoError(t, err)
 		require.Equal(t, l, got)
-		require.NoError(t, st.DeleteLayout(ctx, k1, 1))
-		_, err = st.Layout(ctx, k1, 1)
-		require.ErrorIs(t, err, snapshot.ErrNotFound)
 	})
 
 	t.Run("Segments_PiecesAndDelete", func(t *testing.T) {
@@ -172,15 +147,6 @@ func Run(t *testing.T, newStore func(t *testing.T) (st snapshot.Store, chunkSize
 		}
 		_, err := io.ReadAll(st.OpenSegment(ctx, k1, snapshot.SegmentRef{ID: "missing", Chunks: 2}))
 		require.ErrorIs(t, err, snapshot.ErrNotFound)
-		ids, err := st.SegmentIDs(ctx, k1)
-		require.NoError(t, err)
-		require.Len(t, ids, 4, "one entry per segment, however many pieces")
-		for id, created := range ids {
-			require.WithinDuration(t, time.Now(), created, time.Minute, id)
-		}
-		ids, err = st.SegmentIDs(ctx, k2)
-		require.NoError(t, err)
-		require.Empty(t, ids, "only the session's own")
 	})
 
 	t.Run("Segments_ShortReadIsCorrupt", func(t *testing.T) {
@@ -214,22 +180,9 @@ func Run(t *testing.T, newStore func(t *testing.T) (st snapshot.Store, chunkSize
 		other := snapshot.ValueEntry{Namespace: "ns b", ID: "v1", Name: "n2", Used: time.Unix(10, 0).UTC()}
 		_, err = st.SwapValueEntry(ctx, other, 0)
 		require.NoError(t, err, "namespaces do not share entries")
-		es, revs, err := st.ValueEntries(ctx, "ns a")
+		got, rev4, err := st.ValueEntry(ctx, "ns a", "v1")
 		require.NoError(t, err)
-		require.Equal(t, []snapshot.ValueEntry{e}, es)
-		require.Equal(t, []uint64{rev3}, revs)
-		es, _, err = st.ValueEntries(ctx, "")
-		require.NoError(t, err)
-		require.Len(t, es, 2)
-
-		require.ErrorIs(t, st.DeleteValueEntry(ctx, "ns a", "v1", rev), snapshot.ErrRevisionMismatch)
-		require.NoError(t, st.DeleteValueEntry(ctx, "ns a", "v1", rev3))
-		_, _, err = st.ValueEntry(ctx, "ns a", "v1")
-		require.ErrorIs(t, err, snapshot.ErrNotFound)
-		es, _, err = st.ValueEntries(ctx, "ns a")
-		require.NoError(t, err)
-		require.Empty(t, es)
-		_, err = st.SwapValueEntry(ctx, e, 0)
-		require.NoError(t, err, "created again after its deletion")
+		require.Equal(t, e, got, "the other namespace's entry left it as it was")
+		require.Equal(t, rev3, rev4)
 	})
 }

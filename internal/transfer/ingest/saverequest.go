@@ -1,0 +1,199 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/checkpointd/checkpointd/internal/transfer/admission"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// Saves as requests (docs/protocol.md §4.0).
+//
+// A client sends a save as a core NATS request on cp.save.<key token>, with the headers and body
+// of a save on the ingest stream. A daemon of the queue group takes it, settles it with the same
+// code as a save taken off CP_INGEST (ingester.settle), and answers once the save is durable: the
+// reply is the save's result. The ingest stream stays as the fallback for when no daemon answers
+// ("no responders"): a save is still durable while no daemon runs. The request path skips the
+// stream's hops (PubAck, delivery, ack, result), which cost more than the save itself (§8.15a of
+// docs/format.md).
+//
+// Every request that names a reply subject gets exactly one reply: the result, or a refusal
+// (busy, unavailable while shutting down, bad_request for a subject or save id it cannot use). A
+// request without a reply subject is not acted on: nobody could learn its outcome, so it would be
+// a save without an acknowledgement. It is counted as saves_total{path="request",
+// result="bad_request"} and logged at debug level.
+//
+// The subscription's callback never waits (a callback that blocks makes the server cut the
+// daemon's connection as a slow consumer): a request is admitted, or refused busy, at once, and
+// settled on a goroutine of its own. Admission bounds the requests in progress and the bytes of
+// their bodies (the ingest budget's size, --ingest-memory); settling them then reserves every
+// buffer in the ingest budget, as for a save off the stream. Requests the callback has not taken
+// yet wait in nats.go's buffer of the subscription (64 MiB by default); should it overflow, nats.go
+// drops them and reports a slow consumer (nats_events_total{event="slow_consumer"}), and their
+// writers, getting no reply in time, send them again.
+
+// saveRequestsQueue is the queue group of the save subscription: the service's, so several daemons
+// share the requests.
+const saveRequestsQueue = wire.ServiceName
+
+// maxSaveRequests bounds the save requests one daemon settles at once; beyond it a request is
+// refused busy at once.
+const maxSaveRequests = 256
+
+// saveRequestTimeout bounds the settling of one request, as for a save off the stream.
+const saveRequestTimeout = 30 * time.Second
+
+// maxHeaderBytes bounds the headers of a save request, as JetStream bounds those of a message on
+// the ingest stream (its limit, 64 KiB).
+const maxHeaderBytes = 64 << 10
+
+// headerBytes is about what h takes on the wire.
+func headerBytes(h nats.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4 // ": " and CRLF
+		}
+	}
+	return n
+}
+
+// SaveRequests answers the saves sent as requests.
+type SaveRequests struct {
+	in  *Ingester
+	nc  *nats.Conn
+	adm *admission.Controller // requests in progress and the bytes of their bodies; never waits
+	sub *nats.Subscription
+}
+
+// NewSaveRequests answers saves with in's settling; the requests in progress may hold budget bytes
+// of bodies (the ingest budget's size), however many there are.
+func NewSaveRequests(in *Ingester, nc *nats.Conn, budget int64) *SaveRequests {
+	// The gauge is not registered: what the saves hold shows in the ingest budget's figures.
+	adm := admission.NewForSaves(budget, prometheus.NewGauge(prometheus.GaugeOpts{Name: "save_request_bytes"}), maxSaveRequests)
+	return &SaveRequests{in: in, nc: nc, adm: adm}
+}
+
+// PeakBytes is the most the save requests in progress ever held at once (their bodies and
+// headers, as admitted).
+func (sr *SaveRequests) PeakBytes() int64 { return sr.adm.Peak() }
+
+// Start subscribes to every namespace's save subject in the service's queue group.
+func (sr *SaveRequests) Start() error {
+	sub, err := sr.nc.QueueSubscribe(wire.SaveSubjectPrefix+">", saveRequestsQueue, sr.handle)
+	if err != nil {
+		return fmt.Errorf("save requests: %w", err)
+	}
+	sr.sub = sub
+	return nil
+}
+
+// Stop takes no new requests, answers the ones already received (those queued in the
+// subscription too), and waits for them. If ctx ends first, the saves still settling Stop waiting
+// on storage and answer unavailable; the writers retry them, with the same save id.
+func (sr *SaveRequests) Stop(ctx context.Context) {
+	if sr.sub == nil {
+		return
+	}
+	closed := sr.sub.StatusChanged(nats.SubscriptionClosed)
+	if err := sr.sub.Drain(); err == nil {
+		select {
+		case <-closed: // every request received was handed to handle
+		case <-ctx.Done():
+		}
+	}
+	sr.adm.Close() // from now on, refused unavailable
+	if sr.adm.Drained(ctx) != nil {
+		sr.in.stop()
+		_ = sr.adm.Drained(context.Background())
+	}
+}
+
+// handle runs on the subscription's goroutine, so it never waits: it admits the request and settles
+// it on a goroutine of its own, or answers it at once.
+func (sr *SaveRequests) handle(msg *nats.Msg) {
+	start := sr.in.now()
+	if msg.Reply == "" {
+		sr.in.m.Saves.WithLabelValues(pathRequest, wire.CodeBadRequest).Inc()
+		sr.in.log.Debug("save request without a reply subject: not acted on (send it as a request)", "subject", msg.Subject)
+		return
+	}
+	sr.in.m.ReceivedBytes.Add(float64(len(msg.Data)))
+	t, err := sr.adm.Admit(admission.ClassSave, int64(len(msg.Data)+headerBytes(msg.Header)))
+	if err != nil {
+		key, saveID, _ := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
+		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: edge.ToWireError(err)}, start)
+		return
+	}
+	go func() {
+		defer func() { t.Done(sr.in.now().Sub(start)) }()
+		sr.serve(msg, start)
+	}()
+}
+
+// serve settles one admitted request, answers it, then announces its result on the live subject
+// cp.saved.<ns>.<saveid> (for watchers; not stored: a writer whose reply was lost sends the request
+// again and gets the outcome as a duplicate) and removes its chunks, as for a save off the stream; but a save refused busy or unavailable keeps its chunks and publishes nothing: the writer
+// retries the same request.
+func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
+	key, saveID, err := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
+	if n := headerBytes(msg.Header); err == nil && n > maxHeaderBytes {
+		err = fmt.Errorf("%w: headers of %d bytes, at most %d (as on the ingest stream)", edge.ErrBadRequest, n, maxHeaderBytes)
+	}
+	if err != nil {
+		// Refused before settling: the reply alone carries the refusal (without a save id there
+		// is no result subject).
+		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: edge.ToWireError(err)}, start)
+		return
+	}
+	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)
+	defer cancel()
+	res, chunks, err := sr.in.settle(ctx, key, saveID, msg.Header, msg.Data)
+	if err != nil {
+		// Storage trouble: nothing was decided, so nothing is published. The writer tries again
+		// with the same save id.
+		res = wire.SaveResult{Error: &wire.Error{Code: wire.CodeUnavailable,
+			Message: fmt.Sprintf("storage: %v; try again with the same save id", storageCause(err))}}
+	}
+	res.SaveID, res.Key = saveID, key
+	sr.answer(msg, res, start)
+	if err != nil || res.Error != nil && res.Error.Code == wire.CodeBusy {
+		// Not an outcome: the writer sends the same request again (its chunks are kept for it),
+		// and a refusal stored on CP_RESULTS would only mislead a lookup there (§4.5).
+		return
+	}
+	if err := sr.in.announceResult(res); err != nil {
+		sr.in.log.Warn("save request: announcing the result failed (the writer has its reply)", "session", key, "save", saveID, "err", err)
+	}
+	sr.in.removeChunks(ctx, key, saveID, msg.Header)
+	collectLargeSave(chunks)
+}
+
+// storageCause is what a transient error says, shutdown named as such.
+func storageCause(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return errors.New("checkpointd is shutting down")
+	}
+	return err
+}
+
+// answer counts the result and replies with it (counted first, so that the metrics agree with
+// what a writer was told as soon as it is told).
+func (sr *SaveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Time) {
+	sr.in.observe(pathRequest, res, start)
+	data, err := json.Marshal(res)
+	if err == nil {
+		err = msg.Respond(data)
+	}
+	if err != nil {
+		sr.in.log.Warn("save request: reply failed", "subject", msg.Subject, "save", res.SaveID, "err", err)
+	}
+}

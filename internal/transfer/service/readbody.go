@@ -1,0 +1,90 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/transfer/admission"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// readKey names one read by everything that decides its bytes (the namespace, from the subject,
+// and every member of the request but its offset, with its encoding spelled out), so that the
+// pieces of one read share it and nothing else does. It is a digest: a request's size does not
+// become the size of a key the cache keeps. It starts with readSession's prefix, so that the
+// reads held for a session can be let go of when the session is deleted.
+func readKey(ns string, req wire.ReadRequest, enc string) string {
+	req.Offset, req.Encoding = 0, enc
+	j, _ := json.Marshal(req) // a map's keys (merge) are sorted: one request, one key
+	sum := sha256.Sum256(append([]byte(ns+"\x00"), j...))
+	return readSession(ns, req.Session) + hex.EncodeToString(sum[:])
+}
+
+// readSession is the prefix of the keys of every read of session in namespace ns (any agent, any
+// version, any view, merges): namespace and session are names a key of the store holds, so
+// bounded, and EncodeID writes no '/'.
+func readSession(ns, session string) string {
+	return "read/" + wire.EncodeID(ns) + "/" + wire.EncodeID(session) + "/"
+}
+
+// fullZstd returns the whole conversation of v as a zstd stream, stored frames passed through
+// (engine.ReadZstd), cached under the version's hash as the identity bytes are, and only when
+// they would be (the conversation fits the cache): a conversation too large to cache is held for
+// its read only, as before, rather than kept compressed afterwards beside everything else.
+func (s *Service) fullZstd(ctx context.Context, v wire.Version) (readBody, error) {
+	load := func() (readBody, error) {
+		if err := takeLoad(ctx, 1, v); err != nil {
+			return readBody{}, err
+		}
+		data, rec, err := s.engine.ReadZstd(ctx, edge.KeyOf(v.Key), v.Version)
+		if err == nil && rec.Hash != v.Hash {
+			err = fmt.Errorf("%w: version %d of %s changed while it was read (the session was deleted and saved again); read it again", edge.ErrUnavailable, v.Version, v.Key)
+		}
+		return readBody{data: data, hash: v.Hash, raw: v.RawBytes, enc: wire.EncodingZstd}, err
+	}
+	if v.RawBytes > s.cache.max {
+		return load()
+	}
+	return s.cache.GetOrLoadBody("zstd/conv/"+wire.EncodeID(v.Key.Namespace)+"/"+v.Hash, load)
+}
+
+// encode returns b, whose bytes are cached under key, in encoding enc: as it is for identity,
+// else compressed at the fastest level (a view or a merge is built here, so it has no stored
+// frames to pass through), and cached beside it.
+func (s *Service) encode(ctx context.Context, b readBody, key, enc string) (readBody, error) {
+	if enc == wire.EncodingIdentity {
+		return b, nil
+	}
+	return s.cache.GetOrLoadBody("zstd/"+key, func() (readBody, error) {
+		if err := admission.TicketOf(ctx).Take(int64(len(b.data))); err != nil { // at most about as large as b
+			return readBody{}, err
+		}
+		return readBody{data: codec.AppendZstdFast(nil, b.data), hash: b.hash, raw: b.raw, enc: wire.EncodingZstd}, nil
+	})
+}
+
+// exactVersion finds version n (not 0) for a read. Versions are immutable, so one that is found is
+// what it will always be, and the saves queued for its session cannot change it: only when it is not
+// found does it wait for them to be settled (read-your-writes) and look again. A read of a version
+// that exists costs no look at the ingest queue.
+func (s *Service) exactVersion(ctx context.Context, ns string, r wire.SessionRequest, n uint64) (wire.Version, error) {
+	key, err := sessionKey(ns, r)
+	if err != nil {
+		return wire.Version{}, err
+	}
+	rec, err := s.engine.Version(ctx, edge.KeyOf(key), n)
+	if errors.Is(err, engine.ErrNotFound) {
+		return s.version(ctx, ns, r, n)
+	}
+	if err != nil {
+		return wire.Version{}, err
+	}
+	return edge.VersionOf(rec), nil
+}
