@@ -21,6 +21,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/pieces"
 	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
@@ -151,9 +152,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if cfg.Replicas == 0 {
 		cfg.Replicas = autoReplicas(nc)
 	}
-	if mp := nc.MaxPayload(); mp < minMaxPayload {
+	if mp := nc.MaxPayload(); mp < pieces.MinMaxPayload {
 		return nil, fmt.Errorf("the NATS server's max_payload is %d bytes; checkpointd needs at least %d (%d KiB of headers and room for pieces): raise max_payload in the server's configuration",
-			mp, minMaxPayload, headerRoom/1024)
+			mp, pieces.MinMaxPayload, pieces.ChunkRoom/1024)
 	}
 	var st *edge.Streams
 	var log engine.Log
@@ -254,14 +255,6 @@ func autoReplicas(nc *nats.Conn) int {
 	}
 	return min(3, max(len(nc.Servers()), 1))
 }
-
-// headerRoom is what a message's headers may take beside a piece of a chunk or a log entry; the
-// rest of max_payload is for the piece. minMaxPayload leaves pieces of at least 16 KiB (and room for
-// an encryption envelope).
-const (
-	headerRoom    = 16 * 1024
-	minMaxPayload = 2 * headerRoom
-)
 
 // SetRetention replaces the retention policy, for the next housekeeping round and the prune
 // requests that follow (checkpointd reloads it on SIGHUP). The interval does not change.

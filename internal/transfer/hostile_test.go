@@ -179,6 +179,10 @@ func hostileRows(h *hostile) []hostileRow {
 		{name: "chunks/one of two published", save: &rawSave{headers: hdr(wire.HdrChunks, "2"), chunks: []rawChunk{{"0", good}}}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/out of order", save: &rawSave{headers: hdr(wire.HdrChunks, "2"), chunks: []rawChunk{{"1", good[10:]}, {"0", good[:10]}}}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/forged count of a trillion", save: &rawSave{headers: hdr(wire.HdrChunks, "1000000000000"), chunks: []rawChunk{{"0", []byte("[")}}}, want: refused(wire.CodeBadRequest)},
+		// The pieces of docs/protocol.md §12: each holds a byte at least and carries a plain number.
+		{name: "chunks/an empty chunk", save: &rawSave{headers: hdr(wire.HdrChunks, "3"), chunks: []rawChunk{{"0", good[:10]}, {"1", nil}, {"2", good[10:]}}}, want: refused(wire.CodeBadRequest)},
+		{name: "chunks/an index written 01", save: &rawSave{headers: hdr(wire.HdrChunks, "2"), chunks: []rawChunk{{"0", good[:10]}, {"01", good[10:]}}}, want: refused(wire.CodeBadRequest)},
+		{name: "chunks/a gap", save: &rawSave{headers: hdr(wire.HdrChunks, "2"), chunks: []rawChunk{{"0", good[:10]}, {"2", good[10:]}}}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/zstd pieces that are a bomb", save: &rawSave{headers: hdr(wire.HdrChunks, "1", wire.HdrEncoding, wire.EncodingZstd), chunks: []rawChunk{{"0", zeros}}}, want: refused(wire.CodeTooLarge)},
 
 		// Imports that do not copy what they say.

@@ -25,6 +25,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/pieces"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -537,15 +538,8 @@ func (in *Ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, m
 		return body, err
 	}
 	subj := wire.ChunkSubject(hs.req.Key.Namespace, hs.req.SaveID)
-	cr := newChunkReader(hs.chunks, in.maxBytes, in.chunkPieces(ctx, subj, hs.chunks), mem)
-	// The first chunk's frame header says the decoder's window and the body's size (decodeBody).
-	if err := cr.fetch(); err != nil {
-		return nil, err
-	}
-	body, err := decodeBody(cr, hs.encoding, cr.cur, in.maxBytes, mem)
-	if cr.err != nil {
-		err = cr.err // what went wrong is the chunks (or the budget), not the decoding
-	}
+	body, received, err := readChunks(subj, hs.chunks, in.chunkPieces(ctx, subj), hs.encoding, in.maxBytes, mem)
+	in.m.ReceivedBytes.Add(float64(received))
 	collectBlocks(body)
 	return body, err
 }
@@ -569,93 +563,64 @@ func decodeBody(r io.Reader, enc string, head []byte, maxBytes int64, mem codec.
 	return codec.ReadBody(r, maxBytes, mem)
 }
 
-// chunkPieces returns a function that reads piece i of the chunks of a save from CP_CHUNKS, the
-// pieces in stream order. A piece missing or out of order refuses the save (bad_request); storage
+// chunkPieces returns the chunks of a save on CP_CHUNKS (subject subj), in stream order, one per
+// call: each one's number (Cp-Chunk) and bytes, then io.EOF when there is none left. Storage
 // trouble is returned as it is, to be retried.
-func (in *Ingester) chunkPieces(ctx context.Context, subj string, n int) func(i int) ([]byte, error) {
+func (in *Ingester) chunkPieces(ctx context.Context, subj string) func() (int64, []byte, error) {
 	seq := uint64(1)
-	return func(i int) ([]byte, error) {
-		for {
-			m, err := in.st.Read.Next(ctx, in.st.Chunks, seq, subj)
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				return nil, fmt.Errorf("%w: chunk %d of %d missing on %s (publish every chunk, and wait for its ack, before the save)", edge.ErrBadRequest, i, n, subj)
-			}
-			if err != nil {
-				return nil, err
-			}
-			seq = m.Sequence + 1
-			got := m.Header.Get(wire.HdrChunk)
-			if got == strconv.Itoa(i) {
-				in.m.ReceivedBytes.Add(float64(len(m.Data)))
-				return m.Data, nil
-			}
-			// A piece sent again (a retry that resent the pieces from the first) repeats one
-			// already read: skip it. Anything else is out of order.
-			if k, err := strconv.Atoi(got); err != nil || k < 0 || k >= i {
-				return nil, fmt.Errorf("%w: chunk %d of %d on %s carries %s %q", edge.ErrBadRequest, i, n, subj, wire.HdrChunk, got)
-			}
+	return func() (int64, []byte, error) {
+		m, err := in.st.Read.Next(ctx, in.st.Chunks, seq, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, nil, io.EOF
 		}
+		if err != nil {
+			return 0, nil, err
+		}
+		seq = m.Sequence + 1
+		at, err := pieces.ParseNumber(wire.HdrChunk, m.Header.Get(wire.HdrChunk))
+		return at, m.Data, err
 	}
 }
 
-// chunkReader reads the n pieces of a large save in order, one at a time: only the current piece is
-// held (and reserved), and a missing piece is found when its turn comes, so a chunk count costs
-// nothing until its chunks are there. Together the pieces may hold at most maxIn bytes.
-type chunkReader struct {
-	n     int
-	piece func(i int) ([]byte, error)
-	mem   codec.Growth
-	maxIn int64
-	i     int    // pieces fetched
-	in    int64  // their bytes
-	cur   []byte // the unread rest of the current piece
-	held  int64  // the current piece's bytes, reserved
-	err   error  // the first failure, kept so the caller can tell it from a decoding error
+// readChunks reads the body of a save from its n chunks, which next returns in stream order (subj
+// names them in errors), and decodes it as decodeBody does. The chunks are the pieces of
+// docs/protocol.md §12, numbered by index, joined one at a time as they are decoded: only the
+// current one is held (reserved with mem), a repeat of one already read is skipped, and a missing
+// one is found when its turn comes, so a chunk count costs nothing until its chunks are there.
+// They decode to at most maxBytes: compressed, that is at most maxBytes plus zstd's framing (under
+// 0.01% for incompressible data), so chunks holding more than maxBytes plus 1/64 and 64 KiB are
+// refused too_large, however they would decode. It returns the bytes of the chunks taken too. It
+// knows nothing of NATS (FuzzChunkAssembly runs it on pieces in memory).
+func readChunks(subj string, n int, next func() (int64, []byte, error), enc string, maxBytes int64, mem codec.Growth) ([]byte, int64, error) {
+	j := pieces.NewJoiner(pieces.Config{By: pieces.ByIndex, Limit: maxBytes + maxBytes/64 + 64<<10, SkipRepeats: true, Budget: mem})
+	if err := j.Expect(int64(n), ""); err != nil {
+		return nil, 0, chunkError(subj, err)
+	}
+	r := pieces.NewReader(j, next)
+	// The first chunk's frame header says the decoder's window and the body's size (decodeBody).
+	if err := r.Fetch(); err != nil {
+		return nil, j.Received(), chunkError(subj, err)
+	}
+	body, err := decodeBody(r, enc, r.Current(), maxBytes, mem)
+	if r.Err() != nil {
+		err = chunkError(subj, r.Err()) // what went wrong is the chunks (or the budget), not the decoding
+	}
+	return body, j.Received(), err
 }
 
-// newChunkReader reads n pieces from piece, whose bytes decode to at most maxBytes: compressed, that
-// is at most maxBytes plus zstd's framing (under 0.01% for incompressible data), so pieces holding
-// more than maxBytes plus 1/64 and 64 KiB are refused too_large, however they would decode.
-func newChunkReader(n int, maxBytes int64, piece func(i int) ([]byte, error), mem codec.Growth) *chunkReader {
-	return &chunkReader{n: n, piece: piece, mem: mem, maxIn: maxBytes + maxBytes/64 + 64<<10}
-}
-
-// fetch reads the next piece into cur.
-func (c *chunkReader) fetch() error {
-	data, err := c.piece(c.i)
-	if err == nil && c.in+int64(len(data)) > c.maxIn {
-		err = &codec.ValidationError{Err: codec.ErrTooLarge, Index: -1, Offset: -1,
-			Detail: fmt.Sprintf("the chunks of the body hold more than %d bytes", c.maxIn)}
-	}
-	if err == nil {
-		err = c.mem.Reserve(int64(len(data)))
-	}
-	if err != nil {
-		c.err = err
+// chunkError is the refusal of a save whose chunks are not what it says: too_large past the
+// limit, bad_request naming the piece otherwise. Any other error (storage, the memory budget) is
+// returned as it is.
+func chunkError(subj string, err error) error {
+	var pe *pieces.Error
+	switch {
+	case !errors.As(err, &pe):
 		return err
+	case errors.Is(err, pieces.ErrTooLarge):
+		return &codec.ValidationError{Err: codec.ErrTooLarge, Index: -1, Offset: -1, Detail: fmt.Sprintf("the chunks on %s: %v", subj, pe)}
+	default:
+		return fmt.Errorf("%w: the chunks on %s: %v (publish every chunk, in order, and wait for its ack, before the save)", edge.ErrBadRequest, subj, pe)
 	}
-	c.mem.Release(c.held)
-	c.cur, c.held = data, int64(len(data))
-	c.in += int64(len(data))
-	c.i++
-	return nil
-}
-
-func (c *chunkReader) Read(p []byte) (int, error) {
-	for len(c.cur) == 0 {
-		if c.err != nil {
-			return 0, c.err
-		}
-		if c.i == c.n {
-			return 0, io.EOF
-		}
-		if err := c.fetch(); err != nil {
-			return 0, err
-		}
-	}
-	n := copy(p, c.cur)
-	c.cur = c.cur[n:]
-	return n, nil
 }
 
 // resultAttempt bounds one publish of a result, and resultRetryWait is the pause between attempts.

@@ -3,7 +3,7 @@ package ingest
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -82,7 +82,7 @@ const (
 )
 
 // FuzzChunkAssembly: a body cut into pieces (cuts gives their lengths), announced as a count of
-// chunks that may be wrong, decoded as the daemon does (chunkReader, decodeBody), with a budget
+// chunks that may be wrong, decoded as the daemon does (readChunks), with a budget
 // accounting every buffer. It never panics; it refuses with bad_request, too_large or invalid;
 // what it returns is exactly what was sent; the budget is given back whole.
 func FuzzChunkAssembly(f *testing.F) {
@@ -112,23 +112,17 @@ func FuzzChunkAssembly(f *testing.F) {
 		if n < 1 {
 			return // a count below 1 is refused by parseSaveHeaders
 		}
-		piece := func(i int) ([]byte, error) {
+		i := 0
+		next := func() (int64, []byte, error) { // the chunks in stream order, then none
 			if i >= len(pieces) {
-				return nil, fmt.Errorf("%w: chunk %d of %d missing", edge.ErrBadRequest, i, n)
+				return 0, nil, io.EOF
 			}
-			return pieces[i], nil
+			i++
+			return int64(i - 1), pieces[i-1], nil
 		}
 		b := NewBudget(1 << 40)
 		mem := b.begin(context.Background())
-		cr := newChunkReader(n, fuzzMaxBytes, piece, mem)
-		err := cr.fetch()
-		var got []byte
-		if err == nil {
-			got, err = decodeBody(cr, enc, cr.cur, fuzzMaxBytes, mem)
-			if cr.err != nil {
-				err = cr.err
-			}
-		}
+		got, _, err := readChunks("cp.chunk.ns.fuzz", n, next, enc, fuzzMaxBytes, mem)
 		mem.end()
 		require.Zero(t, b.inUse(), "the budget is given back whole")
 		if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/metrics"
+	"github.com/checkpointd/checkpointd/internal/pieces"
 	"github.com/checkpointd/checkpointd/internal/transfer/admission"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
@@ -519,32 +520,32 @@ func (s *Service) readBody(ctx context.Context, ns string, req wire.ReadRequest,
 	return b, v, err
 }
 
-// piece is the reply to a read: the bytes of b from offset on, as many as fit in one message. While
-// the read has pieces to come, b is held under the read's key (until its last piece, or until it
-// has been idle for readIdle). The reply's bytes count against the read budget until it is sent.
-// record, when not "", is the Cp-Version header of a first piece, whose bytes it leaves room for.
+// piece is the reply to a read: the bytes of b from offset on, as many as fit in one message (a
+// piece of docs/protocol.md §12, numbered by offset). While the read has pieces to come, b is held
+// under the read's key (until its last piece, or until it has been idle for readIdle). The reply's
+// bytes count against the read budget until it is sent. record, when not "", is the Cp-Version
+// header of a first piece, whose bytes it leaves room for.
 func (s *Service) piece(ctx context.Context, b readBody, key string, offset int64, record string) (reply, error) {
-	total := int64(len(b.data))
-	if offset < 0 || offset > total {
-		return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", edge.ErrBadRequest, offset, total)
-	}
 	room := s.maxReply() - int64(len(record)) // versionHeader keeps record under half of maxReply
-	end := min(offset+room, total)
-	if end < total {
+	data, err := pieces.Cut(b.data, offset, room)
+	if err != nil {
+		return reply{}, fmt.Errorf("%w: %v", edge.ErrBadRequest, err)
+	}
+	if offset+int64(len(data)) < int64(len(b.data)) {
 		housekeeping.LargeRead(b.raw) // a large read comes in pieces, one request each
 		// The next pieces cost no lookup and no assembly. A first piece is served from the body held
 		// for the key, if that is the same content, so that its later pieces continue its bytes.
 		b = s.cache.HoldBody(key, b, offset == 0)
-		if total = int64(len(b.data)); offset > total {
-			return reply{}, fmt.Errorf("%w: offset %d is outside 0..%d", edge.ErrBadRequest, offset, total)
+		if data, err = pieces.Cut(b.data, offset, room); err != nil {
+			return reply{}, fmt.Errorf("%w: %v", edge.ErrBadRequest, err)
 		}
-		end = min(offset+room, total)
 	} else if offset > 0 {
 		s.cache.Release(key)
 	}
-	if err := admission.TicketOf(ctx).Take(end - offset); err != nil {
+	if err := admission.TicketOf(ctx).Take(int64(len(data))); err != nil {
 		return reply{}, err
 	}
+	total := int64(len(b.data))
 	hdr := micro.Headers{
 		wire.HdrTotal:    {strconv.FormatInt(total, 10)},
 		wire.HdrOffset:   {strconv.FormatInt(offset, 10)},
@@ -557,7 +558,7 @@ func (s *Service) piece(ctx context.Context, b readBody, key string, offset int6
 	if record != "" {
 		hdr[wire.HdrVersion] = []string{record}
 	}
-	return reply{data: b.data[offset:end], hdr: hdr}, nil
+	return reply{data: data, hdr: hdr}, nil
 }
 
 // merged returns the merged view of the agents and versions a read names, its hash and its cache
@@ -728,7 +729,9 @@ func takeLoad(ctx context.Context, copies int64, versions ...wire.Version) error
 }
 
 // maxReply leaves room for headers under the server's max_payload.
-func (s *Service) maxReply() int64 { return max(s.nc.MaxPayload()-8*1024, 1024) }
+func (s *Service) maxReply() int64 {
+	return max(pieces.Size(s.nc.MaxPayload(), pieces.ReplyRoom), 1024)
+}
 
 func jsonReply(v any) (reply, error) {
 	data, err := json.Marshal(v)
