@@ -130,20 +130,15 @@ func (e *Engine) rangeDecoded(ctx context.Context, key Key, from, upTo uint64, s
 // pieces numbered by their place (docs/format.md §8, internal/pieces). Parts are written full and
 // never empty, so an empty one is a corrupt log (ErrCorrupt), as a piece refused is.
 func joinParts(parts []ent, tail []byte) ([]byte, error) {
-	j := pieces.NewJoiner(pieces.Config{By: pieces.ByIndex})
-	if err := j.Expect(int64(len(parts))+1, ""); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	ps := make([][]byte, 0, len(parts)+1)
+	for _, p := range parts {
+		ps = append(ps, p.data)
 	}
-	for i := range len(parts) + 1 {
-		data := tail
-		if i < len(parts) {
-			data = parts[i].data
-		}
-		if _, err := j.Add(int64(i), data); err != nil {
-			return nil, fmt.Errorf("%w: part %d: %w", ErrCorrupt, i, err)
-		}
+	data, err := pieces.Join(append(ps, tail), 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: parts: %w", ErrCorrupt, err)
 	}
-	return j.Finish()
+	return data, nil
 }
 
 func lastSeqOf(es []ent) uint64 {

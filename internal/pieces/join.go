@@ -140,6 +140,22 @@ func (j *Joiner) Add(at int64, data []byte) (bool, error) {
 	return true, nil
 }
 
+// Join joins pieces held in memory, numbered by their place (piece i is ps[i]), with every check
+// of a Joiner by index: what a store that keeps a body's pieces in order (the engine's part
+// entries) reads back. limit bounds their bytes (0: none).
+func Join(ps [][]byte, limit int64) ([]byte, error) {
+	j := NewJoiner(Config{By: ByIndex, Limit: limit})
+	if err := j.Expect(int64(len(ps)), ""); err != nil {
+		return nil, err
+	}
+	for i, p := range ps {
+		if _, err := j.Add(int64(i), p); err != nil {
+			return nil, err
+		}
+	}
+	return j.Finish()
+}
+
 // Next is the number the next piece must carry: its index, or its offset.
 func (j *Joiner) Next() int64 {
 	if j.cfg.By == ByOffset {

@@ -341,3 +341,13 @@ func BenchmarkJoiner_ByOffset(b *testing.B) {
 		}
 	})
 }
+
+func TestJoin(t *testing.T) {
+	got, err := pieces.Join([][]byte{[]byte("ab"), []byte("cd"), []byte("e")}, 0)
+	require.NoError(t, err)
+	require.Equal(t, "abcde", string(got))
+	_, err = pieces.Join([][]byte{[]byte("ab"), {}, []byte("e")}, 0)
+	require.ErrorIs(t, err, pieces.ErrEmpty)
+	_, err = pieces.Join([][]byte{[]byte("ab"), []byte("cd")}, 3)
+	require.ErrorIs(t, err, pieces.ErrTooLarge)
+}
