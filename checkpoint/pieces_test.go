@@ -14,7 +14,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -23,7 +23,7 @@ import (
 // cutting pieces of a negative size (a panic) or of none (an endless loop).
 func TestSave_NoRoomForPieces(t *testing.T) {
 	dir := t.TempDir()
-	s, err := transfer.StartServer(transfer.ServerConfig{DataDir: dir, Listen: "127.0.0.1:-1", MaxPayload: 8 << 10})
+	s, err := embedded.StartServer(embedded.ServerConfig{DataDir: dir, Listen: "127.0.0.1:-1", MaxPayload: 8 << 10})
 	require.NoError(t, err)
 	t.Cleanup(s.Shutdown)
 	nc, err := nats.Connect(s.ClientURL())
