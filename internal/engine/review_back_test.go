@@ -60,7 +60,9 @@ func (p *packBefore) fix(en engine.Entry, err error) (engine.Entry, error) {
 	return engine.Entry{Seq: en.Seq, Data: data}, err
 }
 
-func (p *packBefore) Last(cx ctxT, k engine.Key) (engine.Entry, error) { return p.fix(p.Log.Last(cx, k)) }
+func (p *packBefore) Last(cx ctxT, k engine.Key) (engine.Entry, error) {
+	return p.fix(p.Log.Last(cx, k))
+}
 
 func (p *packBefore) Get(cx ctxT, k engine.Key, seq uint64) (engine.Entry, error) {
 	return p.fix(p.Log.Get(cx, k, seq))
