@@ -56,3 +56,19 @@ func AlwaysBack(t interface{ Cleanup(func()) }) {
 	backRangeFactor = 0
 	t.Cleanup(func() { backRangeFactor = old })
 }
+
+// PackOf says whether entry b is a pack, and names the pack before it (its Head.Pack).
+func PackOf(b []byte) (isPack bool, prev uint64, err error) {
+	m, _, err := decodeEntry(b)
+	return m.Kind == kindPack, m.Head.Pack, err
+}
+
+// WithPackBefore returns entry b naming prev as the pack before it (its Head.Pack).
+func WithPackBefore(b []byte, prev uint64) ([]byte, error) {
+	m, data, err := decodeEntry(b)
+	if err != nil {
+		return nil, err
+	}
+	m.Head.Pack = prev
+	return encodeEntry(m, data)
+}
