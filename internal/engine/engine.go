@@ -29,15 +29,15 @@ type Config struct {
 	// PackOpen keeps the packed saves' stored bytes as they are instead of compressing them
 	// again as one frame (§8.7): fewer bytes written, reads ~10% slower.
 	PackOpen bool
-	// FastSaves compresses saves at zstd's fastest level instead of SpeedBetterCompression (§8.19
-	// item 3: ~0.1–0.2× of a raw publish less per save, a stream 8% larger than the default level's
-	// until packed); packs always compress at SpeedBetterCompression (stream.go). Off by default:
-	// through the daemon, the corpus saved turn by turn left 718 KB on disk (du -sb) at the default
-	// level, 747 KB with FastSaves, and 668 KB at SpeedBetterCompression (issue 12's target: 732 KB
-	// counting whole blocks, du -s; docs/format.md §8.15c).
+	// FastSaves compresses saves at zstd's fastest level instead of the default one (§8.19 item 3:
+	// ~0.1–0.2× of a raw publish less per save, a stream 8% larger until packed); packs always
+	// compress at SpeedBetterCompression (stream.go). Off by default: through the daemon, the
+	// corpus saved turn by turn leaves 718 KB on disk at the default level, within issue 12's 732
+	// KB, and 747 KB with FastSaves; the saves' latency differed by less than the noise
+	// (checkpointbench, BENCHMARKS.md).
 	FastSaves bool
 	// Sessions is how many sessions the engine caches, each with its last entry and its zstd
-	// encoder (~5.3 MiB with a 1 MiB window, 2.7 MiB with FastSaves); default 64. The least recently used goes first; its
+	// encoder (~2–4 MiB with a 1 MiB window); default 64. The least recently used goes first; its
 	// next save reads the head again and starts a new frame (a few hundred bytes worse).
 	Sessions int
 	// ValueGrace bounds the time between a save's check that its values are stored and its

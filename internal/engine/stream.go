@@ -32,22 +32,20 @@ type encoder struct {
 	z   *zstd.Encoder
 }
 
-// newEncoder makes a session's encoder: at SpeedBetterCompression, or at zstd.SpeedFastest with
-// fast (Config.FastSaves).
+// newEncoder makes a session's encoder; fast picks zstd.SpeedFastest (Config.FastSaves).
 //
-// Why SpeedBetterCompression: on a one-session store what the saves write stays on disk
-// (docs/format.md §8.8), and on the corpus saved turn by turn it stores the saves' stream 10%
-// smaller than the default level (308,379 B against 342,569 B, a new frame after the pack at 256
-// saves), for ~12 µs more CPU per save of ~4.7 kB (~35 against ~23 µs) and ~1.7 MiB more per
-// cached encoder (5.3 against 3.7 MiB, with WithLowerEncoderMem) (docs/format.md §8.15c).
+// Not SpeedBetterCompression, although it stores the corpus's saves 10% smaller (308,379 B
+// against 342,569 B): through the daemon (checkpointbench --only latency) it made the first save
+// of 19.5 kB 9.2–10.0× the raw operation instead of 5.7–6.1× (a larger encoder to make) and an
+// append of 2 messages 3.2–3.4× instead of 3.0× (docs/format.md §8.15c).
 func newEncoder(window int, fast bool) (*encoder, error) {
 	e := &encoder{}
-	level, lowMem := zstd.SpeedBetterCompression, true
+	level := zstd.SpeedDefault
 	if fast {
-		level, lowMem = zstd.SpeedFastest, false
+		level = zstd.SpeedFastest
 	}
 	z, err := zstd.NewWriter(&e.buf, zstd.WithEncoderConcurrency(1), zstd.WithAllLitEntropyCompression(true),
-		zstd.WithWindowSize(window), zstd.WithEncoderCRC(false), zstd.WithEncoderLevel(level), zstd.WithLowerEncoderMem(lowMem))
+		zstd.WithWindowSize(window), zstd.WithEncoderCRC(false), zstd.WithEncoderLevel(level))
 	if err != nil {
 		return nil, err
 	}
