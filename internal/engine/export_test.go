@@ -7,7 +7,7 @@ func CrashBeforeDeletes(e *Engine, crash bool) { e.crashBeforeDeletes = crash }
 func CutFrame(f []byte, raw int64) (out, plain []byte, ok bool, err error) { return cutFrame(f, raw) }
 
 // CompressFrame is a pack's compression (stream.go).
-func CompressFrame(b []byte) []byte { return compressFrame(b) }
+func CompressFrame(b []byte) []byte { return compressPack(b) }
 
 // SetMaxRun lowers how much a run of saves sharing a frame decodes to (save.go maxRun).
 func SetMaxRun(e *Engine, n int64) { e.maxRun = n }
