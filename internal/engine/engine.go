@@ -33,9 +33,11 @@ type Config struct {
 	PackOpen bool
 	// FastSaves compresses saves at zstd's fastest level instead of the default one (§8.19 item 3:
 	// ~0.1–0.2× of a raw publish less per save, a stream 8% larger until packed); packs always
-	// compress at the default level. Off by default: through the daemon, the corpus saved turn by
-	// turn leaves 718 KB on disk at the default level, within issue 12's 732 KB, and 747 KB with
-	// FastSaves; the saves' latency differed by less than the noise (checkpointbench, BENCHMARKS.md).
+	// compress at SpeedBetterCompression (stream.go). Off by default: through the daemon, the
+	// corpus saved turn by turn left 718 KB on disk (du -sb) at the default level and 747 KB with
+	// FastSaves, the saves' latency differing by less than the noise (checkpointbench,
+	// BENCHMARKS.md); since s18-disk 682 KB, and 745.5 KB counting whole blocks (du -s), over
+	// issue 12's 732 KB (docs/format.md §8.15d).
 	FastSaves bool
 	// Sessions is how many sessions the engine caches, each with its last entry and its zstd
 	// encoder (~2–4 MiB with a 1 MiB window); default 64. The least recently used goes first; its

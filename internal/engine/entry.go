@@ -19,13 +19,17 @@ import (
 // varint (binary.Varint) then its nanoseconds (< 1e9) as a varint.
 //
 //	magic    4    "CPL2" (a reader refuses other formats: ErrUnknownFormat)
-//	kind     1    kindSave (1), kindState (2), kindFork (3), kindPack (4), kindPart (5)
+//	kind     1    kindSave (1), kindState (2), kindFork (3), kindPack (4), kindPart (5); bit 7
+//	              (kindExt): flags2 follows flags
 //	flags    1    bit 0: the data starts a zstd frame (save, pack); bit 1: keep present (save);
 //	              bit 2: lease present; bit 3: open pack; bit 4: moved present; bit 5: a
 //	              deletion (state); bit 6: values listed (save); bit 7: back present (not on
 //	              packs); others 0
+//	flags2   1    if kind bit 7: bit 0: the state is compact; others 0
 //	head          version, messages, rawBytes (of the messages joined by ",", no brackets),
-//	              state (108 bytes, crypto/sha256 MarshalBinary after "[" and those bytes),
+//	              state (108 bytes, crypto/sha256 MarshalBinary after "[" and those bytes; compact,
+//	              flags2 bit 0: its 32 bytes of chaining value, then its nx = (rawBytes + 1) mod
+//	              64 bytes of pending input: compactState),
 //	              counts (user, assistant, toolResult, extension, toolCalls, system),
 //	              firstVersion, pack, tailEntries, tailBytes, deleted, pins (count, then
 //	              per pin: the fork's namespace, session, agent, the version it reads, and
@@ -177,6 +181,15 @@ const (
 	secondsMax = 1 << 40 // far beyond year 9999 both ways
 )
 
+// The second flags byte (since s18-disk; additive: entries without it read as before).
+const (
+	// kindExt, on the kind byte, says a second flags byte (flags2) follows flags.
+	kindExt = 1 << 7
+	// flag2Compact: the state is stored compact (compactState).
+	flag2Compact = 1 << 0
+	flags2Known  = flag2Compact
+)
+
 // encodeEntry builds an entry's bytes.
 func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 	h := &m.Head
@@ -215,11 +228,20 @@ func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 		flags |= flagBack
 	}
 	out := make([]byte, 0, 256+len(data))
-	out = append(append(out, entryMagic[:]...), byte(m.Kind), flags)
-	out = binary.AppendUvarint(out, h.Version)
-	out = binary.AppendUvarint(out, uint64(h.Counts.Messages))
-	out = binary.AppendUvarint(out, uint64(h.RawBytes))
-	out = append(out, h.State...)
+	out = append(out, entryMagic[:]...)
+	if compact, ok := compactState(h.State, h.RawBytes); ok {
+		out = append(out, byte(m.Kind)|kindExt, flags, flag2Compact)
+		out = binary.AppendUvarint(out, h.Version)
+		out = binary.AppendUvarint(out, uint64(h.Counts.Messages))
+		out = binary.AppendUvarint(out, uint64(h.RawBytes))
+		out = append(out, compact...)
+	} else {
+		out = append(out, byte(m.Kind), flags)
+		out = binary.AppendUvarint(out, h.Version)
+		out = binary.AppendUvarint(out, uint64(h.Counts.Messages))
+		out = binary.AppendUvarint(out, uint64(h.RawBytes))
+		out = append(out, h.State...)
+	}
 	out = appendCounts(out, h.Counts)
 	out = binary.AppendUvarint(out, h.FirstVersion)
 	out = binary.AppendUvarint(out, h.Pack)
@@ -589,8 +611,17 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 		}
 		return m, nil, fmt.Errorf("%w: not a log entry (bad magic)", ErrCorrupt)
 	}
-	m.Kind = entryKind(b[4])
-	flags := b[5]
+	m.Kind = entryKind(b[4] &^ kindExt)
+	flags, flags2, rest := b[5], byte(0), b[6:]
+	if b[4]&kindExt != 0 {
+		if len(rest) == 0 {
+			return m, nil, fmt.Errorf("%w: an entry cut short before its second flags byte", ErrCorrupt)
+		}
+		flags2, rest = rest[0], rest[1:]
+		if flags2&^flags2Known != 0 {
+			return m, nil, fmt.Errorf("%w: second flags %#x in an entry of kind %d", ErrCorrupt, flags2, m.Kind)
+		}
+	}
 	if m.Kind != kindSave && m.Kind != kindState && m.Kind != kindPack && m.Kind != kindPart && m.Kind != kindFork {
 		return m, nil, fmt.Errorf("%w: unknown entry kind %d", ErrCorrupt, m.Kind)
 	}
@@ -600,12 +631,16 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 		m.Kind == kindPack && flags&flagBack != 0 {
 		return m, nil, fmt.Errorf("%w: flags %#x in an entry of kind %d", ErrCorrupt, flags, m.Kind)
 	}
-	r := &reader{b: b[6:]}
+	r := &reader{b: rest}
 	h := &m.Head
 	h.Version = r.uint("version", MaxVersion)
 	messages := int(r.uint("messages", maxCount))
 	h.RawBytes = r.int("raw bytes", maxSize)
-	h.State = r.bytes("state", stateSize)
+	if flags2&flag2Compact != 0 {
+		h.State = fullState(r.bytes("compact state", compactStateSize(h.RawBytes)), h.RawBytes)
+	} else {
+		h.State = r.bytes("state", stateSize)
+	}
 	h.Counts = r.counts(messages)
 	h.FirstVersion = r.uint("first version", MaxVersion)
 	h.Pack = r.uint("pack", maxSize)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -46,6 +47,15 @@ func testEntries(t testing.TB) map[string]struct {
 			return h
 		}()}, ""},
 		"part": {entryMeta{Kind: kindPart, Head: rec}, "part bytes"},
+		// States that are those of their rawBytes are stored compact (state.go), the others
+		// (above: the state of "[x" in a head of 1,234 bytes) whole.
+		"save, compact state": {entryMeta{Kind: kindSave, Head: compactHead(t, rec, 1234), Piece: &pieceInfo{Messages: 2, RawBytes: 300, CRC: 7},
+			HasBack: true, Back: 20}, "zstd bytes"},
+		"empty state, compact":  {entryMeta{Kind: kindState, Head: compactHead(t, headState{Lease: &Lease{Epoch: 1}}, 0)}, ""},
+		"leased state, compact": {entryMeta{Kind: kindState, Head: compactHead(t, leased, 62)}, ""},
+		"pack, compact state": {entryMeta{Kind: kindPack, Head: compactHead(t, rec, 127), Packed: []packedVersion{
+			{Record: Record{Version: 3, SaveID: "a", Created: created, Counts: Counts{Messages: 9}, RawBytes: 129, Hash: hash},
+				Piece: pieceInfo{RawBytes: 127, Frame: true, CRC: 5}}}}, "frame"},
 		"open pack": {entryMeta{Kind: kindPack, Head: rec, Open: true, Parts: 1, Packed: []packedVersion{
 			{Record: Record{Version: 8, SaveID: "a", Created: created, Counts: Counts{Messages: 18}, RawBytes: 900, Hash: hash, Reason: "turn"},
 				Piece: pieceInfo{RawBytes: 50, Frame: true, CRC: 5}},
@@ -53,6 +63,58 @@ func testEntries(t testing.TB) map[string]struct {
 				ForkOf: forked.ForkOf, Origin: forked.Origin}, Piece: pieceInfo{RawBytes: 99, Keep: &keep,
 				Values: []valueRef{{At: 9, Size: 40000, ID: strings.Repeat("0f", 32)}}}}}}, "frames"},
 	}
+}
+
+// compactHead is h with the state of a head of n raw bytes.
+func compactHead(t testing.TB, h headState, n int64) headState {
+	state, err := extendHash(nil, []byte(strings.Repeat("m", int(n))))
+	require.NoError(t, err)
+	h.RawBytes, h.State = n, state
+	return h
+}
+
+// A head's state is stored compact when it is that of "[" and the head's rawBytes (state.go):
+// 32 + (rawBytes + 1) mod 64 bytes instead of 108, behind the second flags byte; it reads back
+// byte for byte, for every length of pending input. A state that is not its head's is stored
+// whole, without the second flags byte, as entries were before.
+func TestEntry_CompactState(t *testing.T) {
+	for n := int64(0); n < 200; n++ {
+		h := compactHead(t, headState{Version: 1, SaveID: "s"}, n)
+		m := entryMeta{Kind: kindSave, Head: h, Piece: &pieceInfo{Messages: 1, RawBytes: n}}
+		b, err := encodeEntry(m, nil)
+		require.NoError(t, err)
+		require.Equal(t, byte(kindSave)|kindExt, b[4], "raw %d", n)
+		require.Equal(t, byte(flag2Compact), b[6], "raw %d", n)
+		whole := m
+		whole.Head.State = append([]byte(nil), h.State...)
+		whole.Head.RawBytes = n + 64 // the same pending input, another length: stored whole
+		wb, err := encodeEntry(whole, nil)
+		require.NoError(t, err)
+		require.Equal(t, byte(kindSave), wb[4])
+		require.Equal(t, stateSize-shaChain-int((n+1)%64)-1, len(wb)-len(b)-varintGrowth(n, n+64), "raw %d", n)
+		got, _, err := decodeEntry(b)
+		require.NoError(t, err, "raw %d", n)
+		require.Equal(t, h.State, got.Head.State, "raw %d", n)
+		got, _, err = decodeEntry(wb)
+		require.NoError(t, err)
+		require.Equal(t, h.State, got.Head.State)
+	}
+	save, err := encodeEntry(testEntries(t)["save, compact state"].meta, nil)
+	require.NoError(t, err)
+	for name, b := range map[string][]byte{
+		"unknown second flag": append(append([]byte(nil), save[:6]...), append([]byte{0x02}, save[7:]...)...),
+		"cut before flags2":   save[:6],
+		"compact state cut":   save[:len(save)-60],
+	} {
+		_, _, err := decodeEntry(b)
+		require.ErrorIs(t, err, ErrCorrupt, name)
+	}
+}
+
+// varintGrowth is how many bytes longer b's varint is than a's.
+func varintGrowth(a, b int64) int {
+	size := func(v int64) int { return len(binary.AppendUvarint(nil, uint64(v))) }
+	return size(b) - size(a)
 }
 
 // Every entry reads back as written; bad stored bytes are refused with ErrCorrupt (or

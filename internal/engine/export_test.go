@@ -7,7 +7,7 @@ func CrashBeforeDeletes(e *Engine, crash bool) { e.crashBeforeDeletes = crash }
 func CutFrame(f []byte, raw int64) (out, plain []byte, ok bool, err error) { return cutFrame(f, raw) }
 
 // CompressFrame is a pack's compression (stream.go).
-func CompressFrame(b []byte) []byte { return compressFrame(b) }
+func CompressFrame(b []byte) []byte { return compressPack(b) }
 
 // SetMaxRun lowers how much a run of saves sharing a frame decodes to (save.go maxRun).
 func SetMaxRun(e *Engine, n int64) { e.maxRun = n }
@@ -55,4 +55,20 @@ func AlwaysBack(t interface{ Cleanup(func()) }) {
 	old := backRangeFactor
 	backRangeFactor = 0
 	t.Cleanup(func() { backRangeFactor = old })
+}
+
+// PackOf says whether entry b is a pack, and names the pack before it (its Head.Pack).
+func PackOf(b []byte) (isPack bool, prev uint64, err error) {
+	m, _, err := decodeEntry(b)
+	return m.Kind == kindPack, m.Head.Pack, err
+}
+
+// WithPackBefore returns entry b naming prev as the pack before it (its Head.Pack).
+func WithPackBefore(b []byte, prev uint64) ([]byte, error) {
+	m, data, err := decodeEntry(b)
+	if err != nil {
+		return nil, err
+	}
+	m.Head.Pack = prev
+	return encodeEntry(m, data)
 }

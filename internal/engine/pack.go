@@ -298,5 +298,5 @@ func (e *Engine) packData(packed []packedVersion, pieces []*pieceInfo, datas [][
 	for i := range packed {
 		packed[i].Piece.Frame = i == 0
 	}
-	return compressFrame(plain), nil
+	return compressPack(plain), nil
 }

@@ -651,6 +651,11 @@ func (e *Engine) walkBackFrom(ctx context.Context, key Key, last ent, pack uint6
 				return err
 			}
 		}
+		if x.meta.Head.Pack >= pack {
+			// Each pack names one before it: a walk that passes over the versions it gave already
+			// would otherwise go round these packs forever.
+			return fmt.Errorf("session %s entry %d: %w: a pack naming pack %d as the one before it", key, pack, ErrCorrupt, x.meta.Head.Pack)
+		}
 		pack = x.meta.Head.Pack
 	}
 	return nil

@@ -1,12 +1,15 @@
 package logstore_test
 
 import (
+	"fmt"
+
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
+	"github.com/checkpointd/checkpointd/internal/logstore"
 )
 
 // A save creating a session (Expected 0) that an engine has not cached appends without reading
@@ -42,4 +45,39 @@ func TestEngine_FirstSaveOfASessionThatExists(t *testing.T) {
 	heads, _, err := a.Sessions(ctx, "n", 0, 10)
 	require.NoError(t, err)
 	require.Len(t, heads, 1, "listed once: %+v", heads)
+}
+
+// On a server older than 2.11 the index keeps every index entry written (a failed creation's is
+// never taken back, docs/format.md §8.15b). A save creating a session that exists, from an engine
+// that has not cached it (a client's retry of a first save whose answer was lost, a restart),
+// must then not write one: once the log's first entry is packed away nothing tells the extra
+// entries from the real one, and a listing paged through shows the session again and again.
+func TestEngine_FirstSaveOfASessionThatExistsOldNATS(t *testing.T) {
+	bin := logstore.OldNATS(t)
+	nc := logstore.Connect(t, logstore.StartProcess(t, bin))
+	cfg := engine.Config{PackEntries: 4}
+	a, l := openEngine(t, nc, logstore.LogConfig{}, cfg)
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	enginetest.SaveTurns(t, a, k, 0, 2*10, 0) // packs: the log's first entry is deleted
+	for i := range 3 {
+		cold := engine.New(l, cfg)
+		_, err := cold.Save(ctx, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("retry-", i), Expected: enginetest.U64(0),
+			Payload: enginetest.Conversation(2), Now: now})
+		var conflict *engine.ConflictError
+		require.ErrorAs(t, err, &conflict)
+	}
+	var listed []engine.Key
+	for cursor, pages := uint64(0), 0; ; pages++ {
+		require.Less(t, pages, 10)
+		heads, next, err := a.Sessions(ctx, "n", cursor, 1)
+		require.NoError(t, err)
+		for _, h := range heads {
+			listed = append(listed, h.Key)
+		}
+		if next == 0 {
+			break
+		}
+		cursor = next
+	}
+	require.Equal(t, []engine.Key{k}, listed, "the session is listed once")
 }

@@ -24,6 +24,18 @@ import (
 // its index entry back (unlist), unless its entry may still land.
 func (l *Log) create(ctx context.Context, key engine.Key, subject string, data []byte) (uint64, error) {
 	idx, _ := indexSubject(key.Namespace) // the key is valid
+	if l.legacyIndex {
+		// A legacy server keeps the index entry of a creation that fails, and the engine tries a
+		// creation without reading the head first (a first save it has not cached): look before
+		// listing, or every such save of a session that exists lists it once more.
+		last, err := l.Last(ctx, key)
+		switch {
+		case err == nil:
+			return 0, fmt.Errorf("logstore: creating %s: %w: its log has entry %d", subject, engine.ErrConflict, last.Seq)
+		case !errors.Is(err, engine.ErrNotFound):
+			return 0, fmt.Errorf("logstore: creating %s: %w", subject, err)
+		}
+	}
 	idxSeq, err := l.publish(ctx, idx, []byte(indexToken(key)), anyLastSeq, nil)
 	if err != nil {
 		return 0, fmt.Errorf("logstore: listing %s: %w", subject, err)
