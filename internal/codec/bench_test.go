@@ -1,0 +1,53 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+)
+
+// benchFiles are the corpus files the save benchmarks of issue 12 use: 19 KB, 599 KB and 2.3 MB.
+var benchFiles = []string{"openhands_gui_todo_app.json", "claude_code_spotter_258c7280.json", "pi_before_compaction.json"}
+
+// compactFixture returns the compact form of a corpus file: what an SDK (json.Marshal,
+// JSON.stringify) sends on a first save.
+func compactFixture(b *testing.B, name string) []byte {
+	b.Helper()
+	in, err := os.ReadFile(filepath.Join("../../testdata/corpus", name))
+	require.NoError(b, err)
+	var out bytes.Buffer
+	require.NoError(b, json.Compact(&out, in))
+	return out.Bytes()
+}
+
+// BenchmarkParseCorpus measures ParseLimited on the compact corpus files, each beside the floors
+// under it on the same bytes: json.Valid (what encoding/json can do at best), utf8.Valid, and
+// validCompact (the syntax scan alone, without the dialect's checks).
+func BenchmarkParseCorpus(b *testing.B) {
+	for _, name := range benchFiles {
+		in := compactFixture(b, name)
+		run := func(sub string, fn func() bool) {
+			b.Run(name+"/"+sub, func(b *testing.B) {
+				b.SetBytes(int64(len(in)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if !fn() {
+						b.Fatal("refused")
+					}
+				}
+			})
+		}
+		run("ParseLimited", func() bool {
+			_, err := ParseLimited(in, Limits{MaxBytes: 64 << 20})
+			return err == nil
+		})
+		run("scan", func() bool { return validCompact(in) })
+		run("json.Valid", func() bool { return json.Valid(in) })
+		run("utf8.Valid", func() bool { return utf8.Valid(in) })
+	}
+}
