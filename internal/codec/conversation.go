@@ -55,8 +55,9 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 		return nil, err
 	}
 	c := &Conversation{canon: canon}
+	ck := checker{scratch: new(object)}
 	err = elements(canon, func(i int, msg []byte) error {
-		if err := c.stats.add(d, i, i == 0 && !lim.Continues, msg); err != nil {
+		if err := c.stats.add(d, ck.next(i), i == 0 && !lim.Continues, msg); err != nil {
 			return err
 		}
 		c.starts = append(c.starts, cap(canon)-cap(msg))
