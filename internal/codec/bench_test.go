@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/checkpointd/checkpointd/internal/codec/internal/oldcodec"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,7 +28,8 @@ func compactFixture(b *testing.B, name string) []byte {
 
 // BenchmarkParseCorpus measures ParseLimited on the compact corpus files, each beside the floors
 // under it on the same bytes: json.Valid (what encoding/json can do at best), utf8.Valid, and
-// validCompact (the syntax scan alone, without the dialect's checks).
+// validCompact (the syntax scan alone, without the dialect's checks); and the validator as it was
+// before its rewrite (oldcodec), for a before/after taken in one run.
 func BenchmarkParseCorpus(b *testing.B) {
 	for _, name := range benchFiles {
 		in := compactFixture(b, name)
@@ -44,6 +46,10 @@ func BenchmarkParseCorpus(b *testing.B) {
 		}
 		run("ParseLimited", func() bool {
 			_, err := ParseLimited(in, Limits{MaxBytes: 64 << 20})
+			return err == nil
+		})
+		run("ParseLimited-old", func() bool { // the validator before session 18's rewrite
+			_, err := oldcodec.ParseLimited(in, oldcodec.Limits{MaxBytes: 64 << 20})
 			return err == nil
 		})
 		run("scan", func() bool { return validCompact(in) })

@@ -3,6 +3,7 @@ package codec
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // Roles and content types of format 1. Anything else is refused, never guessed at.
@@ -24,8 +25,11 @@ type checker struct {
 	scratch *object
 }
 
+// fail returns the error. It keeps a copy of field, not field itself: so that the paths callers
+// build for every member they check ("content[3]."), only ever read here, need not outlive the call
+// and cost no allocation.
 func (c checker) fail(err error, field, format string, args ...any) *ValidationError {
-	return &ValidationError{Err: err, Index: c.index, Field: field, Offset: -1, Detail: fmt.Sprintf(format, args...)}
+	return &ValidationError{Err: err, Index: c.index, Field: strings.Clone(field), Offset: -1, Detail: fmt.Sprintf(format, args...)}
 }
 
 func (c checker) object(raw json.RawMessage, field string) (object, error) {

@@ -170,6 +170,9 @@ func appendMembers(dst object, b []byte) object {
 func stringValue(raw []byte) string {
 	inner := raw[1 : len(raw)-1]
 	if bytes.IndexByte(inner, '\\') < 0 {
+		if name, ok := names[string(inner)]; ok {
+			return name // no copy of the roles and types every message has
+		}
 		return string(inner)
 	}
 	var s string
@@ -209,3 +212,28 @@ func LargeStrings(raw []byte, min int) [][2]int {
 	}
 	return out
 }
+
+// names are the strings validation reads to compare them (roles, types): stringValue returns these
+// very strings instead of a copy. Missing one costs an allocation, nothing else.
+var names = func() map[string]string {
+	m := make(map[string]string)
+	add := func(ss ...string) {
+		for _, s := range ss {
+			m[s] = s
+		}
+	}
+	add(RoleUser, RoleAssistant, RoleToolResult, RoleExtension, "system", "developer", "tool", "USER",
+		"text", "thinking", "image", "toolCall", "function", "message", "compaction", "Compaction")
+	add(agentSquadBlocks...)
+	add(antigravityTypes...)
+	for _, table := range []map[string][]string{anthropicBlocks, swiftItems, responsesMessageParts} {
+		for k, v := range table {
+			add(k)
+			add(v...)
+		}
+	}
+	for k := range responsesItems {
+		add(k)
+	}
+	return m
+}()
