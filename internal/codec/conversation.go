@@ -43,7 +43,9 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if lim.MaxBytes > 0 && int64(len(payload)) > lim.MaxBytes {
 		return nil, payloadError(ErrTooLarge, -1, "%d bytes, the limit is %d", len(payload), lim.MaxBytes)
 	}
-	canon, err := canonical(payload)
+	t := getTape(payload)
+	defer putTape(t)
+	canon, err := canonicalTaped(payload, t)
 	if err != nil {
 		return nil, err
 	}
@@ -55,8 +57,8 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 		return nil, err
 	}
 	c := &Conversation{canon: canon}
-	ck := checker{scratch: new(object)}
-	err = elements(canon, func(i int, msg []byte) error {
+	ck := checker{scratch: new(object), tape: t}
+	err = ck.elements(canon, func(i int, msg []byte) error {
 		if err := c.stats.add(d, ck.next(i), i == 0 && !lim.Continues, msg); err != nil {
 			return err
 		}
@@ -75,9 +77,16 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 // JSON.stringify and json.Marshal produce) is its own canonical form: validated in one pass
 // (validCompact), not copied. Anything else (white space to remove, or an error to name) takes the
 // slower path, whose checks, in this order, decide which error a bad payload gets.
-func canonical(payload []byte) ([]byte, error) {
-	if validCompact(payload) {
+func canonical(payload []byte) ([]byte, error) { return canonicalTaped(payload, nil) }
+
+// canonicalTaped is canonical, recording on t where the values of a payload already compact end;
+// t is left empty otherwise (the canonical form is then a copy, which t would not describe).
+func canonicalTaped(payload []byte, t *tape) ([]byte, error) {
+	if validCompactTaped(payload, t) {
 		return payload, nil
+	}
+	if t != nil {
+		t.spans, t.hint = t.spans[:0], 0
 	}
 	if !utf8.Valid(payload) {
 		return nil, payloadError(ErrMalformed, int64(invalidUTF8At(payload)), "invalid UTF-8")

@@ -89,7 +89,7 @@ func (c checker) parts(m object, prefix, name string, stringOK, optional bool, s
 			return nil
 		}
 	case '[':
-		return elements(raw, func(i int, b []byte) error {
+		return c.elements(raw, func(i int, b []byte) error {
 			field := prefix + name + "[" + itoa(i) + "]"
 			p, err := c.object(b, field)
 			if err != nil {

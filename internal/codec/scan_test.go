@@ -61,6 +61,7 @@ func checkValidCompact(t *testing.T, in []byte) {
 	if want && !got && nesting(in) <= maxFastDepth {
 		t.Fatalf("validCompact refuses %q, which utf8.Valid, isCompact and json.Valid accept", in)
 	}
+	checkTape(t, in)
 	// And so canonical gives what it gave before: the same bytes, or the same typed error.
 	canon, err := canonical(in)
 	oldCanon, oldErr := oldCanonical(in)
@@ -96,6 +97,7 @@ func TestValidCompact_SameAsTheThreePasses(t *testing.T) {
 		c, err := Parse(in)
 		require.NoError(t, err)
 		require.True(t, validCompact(c.Encode()), "%s, compact", f)
+		checkTape(t, c.Encode())
 		checkValidCompact(t, in)
 	}
 }
@@ -144,4 +146,35 @@ func FuzzSkipString(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(checkSkipString)
+}
+
+// checkTape: the tape of a payload the scan accepts holds every container and every string value
+// (not key) of tapedString bytes or more, in order of start, each ending where skipValue says.
+func checkTape(t *testing.T, in []byte) {
+	t.Helper()
+	tp := &tape{base: cap(in)}
+	if !validCompactTaped(in, tp) {
+		return
+	}
+	var want []span
+	var open []byte // the brackets of the containers we are in
+	for i := 0; i < len(in); i++ {
+		switch in[i] {
+		case '{', '[':
+			want = append(want, span{i, skipValue(in, i)})
+			open = append(open, in[i])
+		case '}', ']':
+			open = open[:len(open)-1]
+		case '"':
+			end := skipString(in, i)
+			isKey := len(open) > 0 && open[len(open)-1] == '{' && (in[i-1] == '{' || in[i-1] == ',')
+			if end-i >= tapedString && !isKey {
+				want = append(want, span{i, end})
+			}
+			i = end - 1
+		}
+	}
+	if len(tp.spans) != len(want) || len(want) > 0 && !reflect.DeepEqual(tp.spans, want) {
+		t.Fatalf("tape of %.200q:\n got %.500v\nwant %.500v", in, tp.spans, want)
+	}
 }

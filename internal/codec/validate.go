@@ -23,6 +23,8 @@ type checker struct {
 	// scratch holds the members of the objects of the message being checked (object): reused
 	// from one message to the next, so that checking allocates nothing. nil: allocate.
 	scratch *object
+	// tape, if not nil, is where the values of the payload end, as its scan found them.
+	tape *tape
 }
 
 // fail returns the error. It keeps a copy of field, not field itself: so that the paths callers
@@ -47,8 +49,13 @@ func (c checker) members(raw []byte) object {
 		return members(raw)
 	}
 	start := len(*c.scratch)
-	*c.scratch = appendMembers(*c.scratch, raw)
+	*c.scratch = appendMembers(*c.scratch, raw, c.tape)
 	return (*c.scratch)[start:len(*c.scratch):len(*c.scratch)]
+}
+
+// elements calls fn for each element of the array raw.
+func (c checker) elements(raw []byte, fn func(i int, v []byte) error) error {
+	return tapedElements(raw, c.tape, fn)
 }
 
 // next returns the checker of message index, reusing c's scratch buffer.
@@ -56,7 +63,7 @@ func (c checker) next(index int) checker {
 	if c.scratch != nil {
 		*c.scratch = (*c.scratch)[:0]
 	}
-	return checker{index: index, scratch: c.scratch}
+	return checker{index: index, scratch: c.scratch, tape: c.tape}
 }
 
 // add validates one canonical message in dialect d and counts it.
@@ -138,7 +145,7 @@ func (c checker) content(m object, stringOK bool, s *Stats) error {
 			return nil
 		}
 	case '[':
-		return elements(raw, func(i int, p []byte) error {
+		return c.elements(raw, func(i int, p []byte) error {
 			return c.part(p, "content["+itoa(i)+"]", s)
 		})
 	}

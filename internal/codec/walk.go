@@ -64,10 +64,13 @@ func skipString(b []byte, i int) int {
 }
 
 // elements calls fn for each element of the array b.
-func elements(b []byte, fn func(i int, v []byte) error) error {
+func elements(b []byte, fn func(i int, v []byte) error) error { return tapedElements(b, nil, fn) }
+
+// tapedElements is elements jumping over the values t knows the end of.
+func tapedElements(b []byte, t *tape, fn func(i int, v []byte) error) error {
 	n := 0
 	for i := 1; i < len(b)-1; {
-		end := skipValue(b, i)
+		end := t.skip(b, i)
 		if err := fn(n, b[i:end]); err != nil {
 			return err
 		}
@@ -146,11 +149,12 @@ func (o object) overridden(i int) bool {
 }
 
 // members returns the members of the object b.
-func members(b []byte) object { return appendMembers(make(object, 0, 8), b) }
+func members(b []byte) object { return appendMembers(make(object, 0, 8), b, nil) }
 
-// appendMembers appends the members of the object b to dst. Keys written with escapes are
+// appendMembers appends the members of the object b to dst, jumping over the values t (if not
+// nil) knows the end of. Keys written with escapes are
 // unescaped, so "\u0072ole" is "role", as JSON says; other keys and all values are slices of b.
-func appendMembers(dst object, b []byte) object {
+func appendMembers(dst object, b []byte, t *tape) object {
 	for i := 1; i < len(b)-1; {
 		kend := skipString(b, i)
 		key := b[i+1 : kend-1]
@@ -159,7 +163,7 @@ func appendMembers(dst object, b []byte) object {
 			_ = json.Unmarshal(b[i:kend], &k)
 			key = []byte(k)
 		}
-		vend := skipValue(b, kend+1)
+		vend := t.skip(b, kend+1)
 		dst = append(dst, member{key: key, value: b[kend+1 : vend]})
 		i = vend + 1
 	}

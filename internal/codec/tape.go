@@ -1,0 +1,77 @@
+package codec
+
+import (
+	"slices"
+	"sync"
+)
+
+// A tape records, as the scan of a compact payload goes (validCompactTaped), where each of its
+// containers and long strings ends, so that the walk after it (the dialect's checks: members,
+// elements) jumps over them instead of reading them again. Without it, each byte of a message's long
+// strings is read again once per level the walk goes down (the message's members, its content's
+// elements, the part's members), in conversations that have a quote or backslash every dozen bytes.
+type tape struct {
+	base  int    // cap of the payload: a slice b of it starts at offset base-cap(b)
+	spans []span // in order of start, which is the order the scan meets values in
+	// hint is where the next look-up starts: the span after the last one found, which is what the
+	// walk most often asks for next (the first member of a container just found, the next element).
+	hint int
+}
+
+// span is where one value is in the payload: [start, end).
+type span struct{ start, end int }
+
+// tapedString is the length from which a string is put on the tape: shorter ones are skipped
+// faster than looked up.
+const tapedString = 64
+
+// maxPooledSpans bounds the tapes kept for reuse (16 bytes a span): the tape of a rare huge
+// payload goes to the garbage collector instead of staying in memory.
+const maxPooledSpans = 1 << 16
+
+var tapes = sync.Pool{New: func() any { return new(tape) }}
+
+func getTape(payload []byte) *tape {
+	t := tapes.Get().(*tape)
+	t.base = cap(payload)
+	return t
+}
+
+func putTape(t *tape) {
+	if cap(t.spans) > maxPooledSpans {
+		return
+	}
+	t.spans, t.hint = t.spans[:0], 0
+	tapes.Put(t)
+}
+
+// skip returns the index just past the value starting at b[i], where b is a slice of the payload
+// the tape was taken of (sliced from it without a capacity limit); a nil or empty tape reads the
+// value.
+func (t *tape) skip(b []byte, i int) int {
+	if t != nil && len(t.spans) > 0 {
+		off := t.base - cap(b)
+		if k, ok := t.find(off + i); ok {
+			if end := t.spans[k].end - off; end > i && end <= len(b) {
+				return end
+			}
+		}
+	}
+	return skipValue(b, i)
+}
+
+// find returns the index of the span that starts at start, if there is one: a few steps on from the
+// hint, else by binary search.
+func (t *tape) find(start int) (int, bool) {
+	for k := t.hint; k < len(t.spans) && k < t.hint+4 && t.spans[k].start <= start; k++ {
+		if t.spans[k].start == start {
+			t.hint = k + 1
+			return k, true
+		}
+	}
+	k, ok := slices.BinarySearchFunc(t.spans, start, func(s span, start int) int { return s.start - start })
+	if ok {
+		t.hint = k + 1
+	}
+	return k, ok
+}
