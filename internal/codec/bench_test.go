@@ -33,9 +33,11 @@ func compactFixture(b *testing.B, name string) []byte {
 func BenchmarkParseCorpus(b *testing.B) {
 	for _, name := range benchFiles {
 		in := compactFixture(b, name)
+		spaced, err := os.ReadFile(filepath.Join("../../testdata/corpus", name))
+		require.NoError(b, err)
 		run := func(sub string, fn func() bool) {
 			b.Run(name+"/"+sub, func(b *testing.B) {
-				b.SetBytes(int64(len(in)))
+				b.SetBytes(int64(len(in))) // the compact size, also for the spaced file: MB/s compare
 				b.ReportAllocs()
 				for b.Loop() {
 					if !fn() {
@@ -50,6 +52,14 @@ func BenchmarkParseCorpus(b *testing.B) {
 		})
 		run("ParseLimited-old", func() bool { // the validator before session 18's rewrite
 			_, err := oldcodec.ParseLimited(in, oldcodec.Limits{MaxBytes: 64 << 20})
+			return err == nil
+		})
+		run("ParseLimited-spaced", func() bool { // the file as it is, with white space to remove
+			_, err := ParseLimited(spaced, Limits{MaxBytes: 64 << 20})
+			return err == nil
+		})
+		run("ParseLimited-spaced-old", func() bool {
+			_, err := oldcodec.ParseLimited(spaced, oldcodec.Limits{MaxBytes: 64 << 20})
 			return err == nil
 		})
 		run("scan", func() bool { return validCompact(in) })

@@ -43,7 +43,7 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if lim.MaxBytes > 0 && int64(len(payload)) > lim.MaxBytes {
 		return nil, payloadError(ErrTooLarge, -1, "%d bytes, the limit is %d", len(payload), lim.MaxBytes)
 	}
-	t := getTape(payload)
+	t := getTape()
 	defer putTape(t)
 	canon, err := canonicalTaped(payload, t)
 	if err != nil {
@@ -75,15 +75,28 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 // canonical validates the whole payload and returns its canonical form; the walk that follows
 // reads the canonical bytes without validating them again. A payload already compact (what
 // JSON.stringify and json.Marshal produce) is its own canonical form: validated in one pass
-// (validCompact), not copied. Anything else (white space to remove, or an error to name) takes the
+// (validCompact), not copied; one with white space is validated and compacted in one pass too
+// (compactValid). Anything else (an error to name, or nesting deeper than maxFastDepth) takes the
 // slower path, whose checks, in this order, decide which error a bad payload gets.
 func canonical(payload []byte) ([]byte, error) { return canonicalTaped(payload, nil) }
 
-// canonicalTaped is canonical, recording on t where the values of a payload already compact end;
-// t is left empty otherwise (the canonical form is then a copy, which t would not describe).
+// canonicalTaped is canonical, recording on t where the values of the canonical form end (t is
+// left empty when the slower path decides).
 func canonicalTaped(payload []byte, t *tape) ([]byte, error) {
+	if t != nil {
+		t.base = cap(payload)
+	}
 	if validCompactTaped(payload, t) {
 		return payload, nil
+	}
+	if t != nil {
+		t.spans, t.hint = t.spans[:0], 0
+	}
+	if canon, ok := compactValid(payload, t); ok {
+		if t != nil {
+			t.base = cap(canon)
+		}
+		return canon, nil
 	}
 	if t != nil {
 		t.spans, t.hint = t.spans[:0], 0

@@ -62,6 +62,7 @@ func checkValidCompact(t *testing.T, in []byte) {
 		t.Fatalf("validCompact refuses %q, which utf8.Valid, isCompact and json.Valid accept", in)
 	}
 	checkTape(t, in)
+	checkCompactValid(t, in)
 	// And so canonical gives what it gave before: the same bytes, or the same typed error.
 	canon, err := canonical(in)
 	oldCanon, oldErr := oldCanonical(in)
@@ -156,6 +157,35 @@ func checkTape(t *testing.T, in []byte) {
 	if !validCompactTaped(in, tp) {
 		return
 	}
+	if want := wantTape(in); len(tp.spans) != len(want) || len(want) > 0 && !reflect.DeepEqual(tp.spans, want) {
+		t.Fatalf("tape of %.200q:\n got %.500v\nwant %.500v", in, tp.spans, want)
+	}
+}
+
+// checkCompactValid: compactValid accepts what json.Compact accepts (unless nested deeper than
+// maxFastDepth, or not UTF-8, which json.Compact does not check and canonical does before it) and
+// nothing else, returns what json.Compact returns, and tapes it right.
+func checkCompactValid(t *testing.T, in []byte) {
+	t.Helper()
+	tp := &tape{}
+	out, ok := compactValid(in, tp)
+	var want bytes.Buffer
+	wantOK := json.Compact(&want, in) == nil
+	if ok && (!wantOK || !bytes.Equal(out, want.Bytes())) {
+		t.Fatalf("compactValid(%.200q) = %.200q; json.Compact: %.200q, %v", in, out, want.Bytes(), wantOK)
+	}
+	if !ok && wantOK && utf8.Valid(in) && nesting(want.Bytes()) <= maxFastDepth {
+		t.Fatalf("compactValid refuses %.200q, which json.Compact accepts", in)
+	}
+	if ok {
+		if w := wantTape(out); len(tp.spans) != len(w) || len(w) > 0 && !reflect.DeepEqual(tp.spans, w) {
+			t.Fatalf("tape of the compact form of %.200q:\n got %.500v\nwant %.500v", in, tp.spans, w)
+		}
+	}
+}
+
+// wantTape returns the spans the tape of valid compact JSON in must hold.
+func wantTape(in []byte) []span {
 	var want []span
 	var open []byte // the brackets of the containers we are in
 	for i := 0; i < len(in); i++ {
@@ -174,7 +204,5 @@ func checkTape(t *testing.T, in []byte) {
 			i = end - 1
 		}
 	}
-	if len(tp.spans) != len(want) || len(want) > 0 && !reflect.DeepEqual(tp.spans, want) {
-		t.Fatalf("tape of %.200q:\n got %.500v\nwant %.500v", in, tp.spans, want)
-	}
+	return want
 }

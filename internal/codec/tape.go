@@ -11,7 +11,7 @@ import (
 // strings is read again once per level the walk goes down (the message's members, its content's
 // elements, the part's members), in conversations that have a quote or backslash every dozen bytes.
 type tape struct {
-	base  int    // cap of the payload: a slice b of it starts at offset base-cap(b)
+	base  int    // cap of the canonical form: a slice b of it starts at offset base-cap(b)
 	spans []span // in order of start, which is the order the scan meets values in
 	// hint is where the next look-up starts: the span after the last one found, which is what the
 	// walk most often asks for next (the first member of a container just found, the next element).
@@ -31,11 +31,7 @@ const maxPooledSpans = 1 << 16
 
 var tapes = sync.Pool{New: func() any { return new(tape) }}
 
-func getTape(payload []byte) *tape {
-	t := tapes.Get().(*tape)
-	t.base = cap(payload)
-	return t
-}
+func getTape() *tape { return tapes.Get().(*tape) }
 
 func putTape(t *tape) {
 	if cap(t.spans) > maxPooledSpans {
