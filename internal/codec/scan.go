@@ -110,14 +110,19 @@ var stringSafe = func() (t [256]bool) {
 // control characters, and valid UTF-8 (what utf8.Valid checks; outside strings, only ASCII is JSON).
 func scanString(b []byte, i int) int {
 	for i++; i < len(b); {
-		c := b[i]
-		switch {
-		case stringSafe[c]:
+		for i < len(b) && stringSafe[b[i]] { // the plain text between two bytes to look at
 			i++
+		}
+		if i >= len(b) {
+			break
+		}
+		switch c := b[i]; {
 		case c == '"':
 			return i + 1
 		case c == '\\':
-			if i = scanEscape(b, i); i < 0 {
+			if i+1 < len(b) && shortEscape[b[i+1]] { // \n, \", \\ ...: most escapes, one step
+				i += 2
+			} else if i = scanEscape(b, i); i < 0 {
 				return -1
 			}
 		case c < 0x20:
@@ -132,6 +137,14 @@ func scanString(b []byte, i int) int {
 	}
 	return -1
 }
+
+// shortEscape marks the bytes that make a two-byte escape after a backslash.
+var shortEscape = func() (t [256]bool) {
+	for _, c := range []byte(`"\/bfnrt`) {
+		t[c] = true
+	}
+	return t
+}()
 
 // scanEscape returns the index just past the escape sequence starting with the backslash b[i].
 // Like encoding/json, it accepts any four hex digits after \u (a lone surrogate too: decoding makes
