@@ -3,9 +3,11 @@ package codec
 import (
 	"bytes"
 	"encoding/json"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -205,4 +207,50 @@ func wantTape(in []byte) []span {
 		}
 	}
 	return want
+}
+
+// TestTape_SkipSameAsSkipValue: from every value of the compact corpus, asked in order and in a
+// shuffled order (the hint is then of no help), the tape's skip ends where skipValue does.
+func TestTape_SkipSameAsSkipValue(t *testing.T) {
+	files, err := filepath.Glob("../../testdata/corpus/*.json")
+	require.NoError(t, err)
+	for _, f := range files {
+		in, err := os.ReadFile(f)
+		require.NoError(t, err)
+		c, err := Parse(in)
+		require.NoError(t, err)
+		b := c.Encode()
+		tp := &tape{base: cap(b)}
+		require.True(t, validCompactTaped(b, tp))
+		starts := valueStarts(b)
+		t.Logf("%s: %d values, %d on the tape", filepath.Base(f), len(starts), len(tp.spans))
+		shuffled := slices.Clone(starts)
+		mrand.New(mrand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		for _, i := range append(starts, shuffled...) {
+			if got, want := tp.skip(b, i), skipValue(b, i); got != want {
+				t.Fatalf("%s: the value at %d ends at %d, the tape says %d", f, i, want, got)
+			}
+		}
+	}
+}
+
+// valueStarts returns where every value of valid compact JSON b starts (keys are not values).
+func valueStarts(b []byte) []int {
+	var out []int
+	var open []byte
+	for i := 0; i < len(b); i++ {
+		isValue := i == 0 || b[i-1] == ':' || b[i-1] == '[' || b[i-1] == ',' && open[len(open)-1] == '['
+		if isValue {
+			out = append(out, i)
+		}
+		switch b[i] {
+		case '{', '[':
+			open = append(open, b[i])
+		case '}', ']':
+			open = open[:len(open)-1]
+		case '"':
+			i = skipString(b, i) - 1
+		}
+	}
+	return out
 }

@@ -45,7 +45,7 @@ func putTape(t *tape) {
 // the tape was taken of (sliced from it without a capacity limit); a nil or empty tape reads the
 // value.
 func (t *tape) skip(b []byte, i int) int {
-	if t != nil && len(t.spans) > 0 {
+	if t != nil && len(t.spans) > 0 && (b[i] == '{' || b[i] == '[' || b[i] == '"') {
 		off := t.base - cap(b)
 		if k, ok := t.find(off + i); ok {
 			if end := t.spans[k].end - off; end > i && end <= len(b) {
@@ -56,18 +56,26 @@ func (t *tape) skip(b []byte, i int) int {
 	return skipValue(b, i)
 }
 
-// find returns the index of the span that starts at start, if there is one: a few steps on from the
-// hint, else by binary search.
+// find returns the index of the span that starts at start, if there is one. The walk asks mostly
+// for what comes a little after the last span found (the members of a container just found, the next
+// element, short values the tape leaves out), so it looks there first, then by binary search.
 func (t *tape) find(start int) (int, bool) {
-	for k := t.hint; k < len(t.spans) && k < t.hint+4 && t.spans[k].start <= start; k++ {
-		if t.spans[k].start == start {
+	for k := t.hint; k < len(t.spans) && k < t.hint+4; k++ {
+		switch s := t.spans[k].start; {
+		case s == start:
 			t.hint = k + 1
 			return k, true
+		case s > start:
+			if k > 0 && t.spans[k-1].start < start {
+				return 0, false // between two spans: a value the tape leaves out
+			}
+			k = len(t.spans) // before the hint: search
 		}
 	}
 	k, ok := slices.BinarySearchFunc(t.spans, start, func(s span, start int) int { return s.start - start })
+	t.hint = k
 	if ok {
-		t.hint = k + 1
+		t.hint++
 	}
 	return k, ok
 }
