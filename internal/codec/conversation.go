@@ -56,8 +56,9 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conversation{canon: canon}
-	ck := checker{scratch: new(object), tape: t}
+	c := &Conversation{canon: canon, Messages: make([]json.RawMessage, 0, 8), starts: make([]int, 0, 8)}
+	scratch := make(object, 0, 32) // the members of one message's objects: enough for most
+	ck := checker{scratch: &scratch, tape: t}
 	err = ck.elements(canon, func(i int, msg []byte) error {
 		if err := c.stats.add(d, ck.next(i), i == 0 && !lim.Continues, msg); err != nil {
 			return err
