@@ -8,7 +8,6 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/checkpointd/checkpointd/internal/codec/internal/oldcodec"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,8 +27,8 @@ func compactFixture(b *testing.B, name string) []byte {
 
 // BenchmarkParseCorpus measures ParseLimited on the compact corpus files, each beside the floors
 // under it on the same bytes: json.Valid (what encoding/json can do at best), utf8.Valid, and
-// validCompact (the syntax scan alone, without the dialect's checks); and the validator as it was
-// before its rewrite (oldcodec), for a before/after taken in one run.
+// validCompact (the syntax scan alone, without the dialect's checks). The validator as it was
+// before session 18 runs beside the new one in internal/oldcodec's BenchmarkParseCorpus_OldAndNew.
 func BenchmarkParseCorpus(b *testing.B) {
 	for _, name := range benchFiles {
 		in := compactFixture(b, name)
@@ -50,16 +49,8 @@ func BenchmarkParseCorpus(b *testing.B) {
 			_, err := ParseLimited(in, Limits{MaxBytes: 64 << 20})
 			return err == nil
 		})
-		run("ParseLimited-old", func() bool { // the validator before session 18's rewrite
-			_, err := oldcodec.ParseLimited(in, oldcodec.Limits{MaxBytes: 64 << 20})
-			return err == nil
-		})
 		run("ParseLimited-spaced", func() bool { // the file as it is, with white space to remove
 			_, err := ParseLimited(spaced, Limits{MaxBytes: 64 << 20})
-			return err == nil
-		})
-		run("ParseLimited-spaced-old", func() bool {
-			_, err := oldcodec.ParseLimited(spaced, oldcodec.Limits{MaxBytes: 64 << 20})
 			return err == nil
 		})
 		run("scan", func() bool { return validCompact(in) })

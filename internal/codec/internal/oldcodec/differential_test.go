@@ -1,7 +1,8 @@
-package codec
+package oldcodec
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/checkpointd/checkpointd/internal/codec/internal/oldcodec"
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,19 +20,19 @@ import (
 
 // sentinels pairs each sentinel with the old one it replaces.
 var sentinels = []struct{ new, old error }{
-	{ErrLocalPath, oldcodec.ErrLocalPath}, // before ErrMalformed: it wraps it
-	{ErrMalformed, oldcodec.ErrMalformed},
-	{ErrUnknownRole, oldcodec.ErrUnknownRole},
-	{ErrUnknownContentType, oldcodec.ErrUnknownContentType},
-	{ErrUnknownFormatVersion, oldcodec.ErrUnknownFormatVersion},
-	{ErrTooLarge, oldcodec.ErrTooLarge},
-	{ErrUnknownDialect, oldcodec.ErrUnknownDialect},
+	{codec.ErrLocalPath, ErrLocalPath}, // before ErrMalformed: it wraps it
+	{codec.ErrMalformed, ErrMalformed},
+	{codec.ErrUnknownRole, ErrUnknownRole},
+	{codec.ErrUnknownContentType, ErrUnknownContentType},
+	{codec.ErrUnknownFormatVersion, ErrUnknownFormatVersion},
+	{codec.ErrTooLarge, ErrTooLarge},
+	{codec.ErrUnknownDialect, ErrUnknownDialect},
 }
 
 // describeOutcome renders one Parse outcome so that two can be compared as strings.
-func describeOutcome(c *Conversation, err error) string {
+func describeOutcome(c *codec.Conversation, err error) string {
 	if err != nil {
-		var ve *ValidationError
+		var ve *codec.ValidationError
 		if !errors.As(err, &ve) {
 			return fmt.Sprintf("untyped error %T: %v", err, err)
 		}
@@ -45,9 +46,9 @@ func describeOutcome(c *Conversation, err error) string {
 	return fmt.Sprintf("accepted: %+v, %d messages, %q", c.Stats(), len(c.Messages), c.Encode())
 }
 
-func describeOldOutcome(c *oldcodec.Conversation, err error) string {
+func describeOldOutcome(c *Conversation, err error) string {
 	if err != nil {
-		var ve *oldcodec.ValidationError
+		var ve *ValidationError
 		if !errors.As(err, &ve) {
 			return fmt.Sprintf("untyped error %T: %v", err, err)
 		}
@@ -59,7 +60,7 @@ func describeOldOutcome(c *oldcodec.Conversation, err error) string {
 		return "refused with no sentinel: " + err.Error()
 	}
 	st := c.Stats()
-	return fmt.Sprintf("accepted: %+v, %d messages, %q", Stats(st), len(c.Messages), c.Encode())
+	return fmt.Sprintf("accepted: %+v, %d messages, %q", codec.Stats(st), len(c.Messages), c.Encode())
 }
 
 // oldTries bounds how often the oracle is asked again when it disagrees: where a payload has two
@@ -68,27 +69,27 @@ func describeOldOutcome(c *oldcodec.Conversation, err error) string {
 // names the first in the message; the old one must be able to say the same.
 const oldTries = 64
 
-// checkSameAsOld fails when ParseLimited and the old validator disagree on in with lim, and
-// likewise Classify on each message of in.
-func checkSameAsOld(t *testing.T, in []byte, lim Limits) {
+// checkSameAsOld fails when codec.ParseLimited and the old validator disagree on in with lim, and
+// likewise codec.Classify and the old Classify on each message of in.
+func checkSameAsOld(t *testing.T, in []byte, lim codec.Limits) {
 	t.Helper()
-	c, err := ParseLimited(in, lim)
+	c, err := codec.ParseLimited(in, lim)
 	got := describeOutcome(c, err)
-	oldLim := oldcodec.Limits{MaxBytes: lim.MaxBytes, ImagePaths: oldcodec.ImagePaths(lim.ImagePaths), Dialect: lim.Dialect, Continues: lim.Continues}
+	oldLim := Limits{MaxBytes: lim.MaxBytes, ImagePaths: ImagePaths(lim.ImagePaths), Dialect: lim.Dialect, Continues: lim.Continues}
 	var want string
 	for range oldTries {
-		if want = describeOldOutcome(oldcodec.ParseLimited(in, oldLim)); want == got {
+		if want = describeOldOutcome(ParseLimited(in, oldLim)); want == got {
 			break
 		}
 	}
 	if got != want {
 		t.Fatalf("ParseLimited(%.300q, %+v):\n new: %.2000s\n old: %.2000s", in, lim, got, want)
 	}
-	if err != nil || lim.ImagePaths != ImagePathsAllow || lim.Continues {
+	if err != nil || lim.ImagePaths != codec.ImagePathsAllow || lim.Continues {
 		return // Classify depends on the dialect only: once per dialect is enough
 	}
 	for i, m := range c.Messages {
-		if got, want := Classify(lim.Dialect, m), Class(oldcodec.Classify(lim.Dialect, m)); got != want {
+		if got, want := codec.Classify(lim.Dialect, m), codec.Class(Classify(lim.Dialect, m)); got != want {
 			t.Fatalf("Classify(%q, message %d %.300q) = %d, before %d", lim.Dialect, i, m, got, want)
 		}
 	}
@@ -96,12 +97,12 @@ func checkSameAsOld(t *testing.T, in []byte, lim Limits) {
 
 // differentialLimits are the limits each payload is checked under: every dialect, as a first save
 // and as an append, with each image path policy.
-func differentialLimits() []Limits {
-	var out []Limits
-	for _, d := range append(Dialects(), "", "no-such-dialect") {
-		for _, policy := range []ImagePaths{ImagePathsAllow, ImagePathsRefuse, ImagePathsRedact} {
+func differentialLimits() []codec.Limits {
+	var out []codec.Limits
+	for _, d := range append(codec.Dialects(), "", "no-such-dialect") {
+		for _, policy := range []codec.ImagePaths{codec.ImagePathsAllow, codec.ImagePathsRefuse, codec.ImagePathsRedact} {
 			for _, cont := range []bool{false, true} {
-				out = append(out, Limits{Dialect: d, ImagePaths: policy, Continues: cont})
+				out = append(out, codec.Limits{Dialect: d, ImagePaths: policy, Continues: cont})
 			}
 		}
 	}
@@ -111,7 +112,7 @@ func differentialLimits() []Limits {
 // differentialSeeds are the corpus, the dialect fixtures, and the payloads of the codec's tests.
 func differentialSeeds(t testing.TB) [][]byte {
 	var out [][]byte
-	for _, glob := range []string{"../../testdata/corpus/*.json", "../../testdata/dialects/*.json"} {
+	for _, glob := range []string{"../../../../testdata/corpus/*.json", "../../../../testdata/dialects/*.json"} {
 		files, err := filepath.Glob(glob)
 		require.NoError(t, err)
 		for _, f := range files {
@@ -174,7 +175,7 @@ func TestParse_SameAsOldValidator(t *testing.T) {
 		large := len(in) > 64<<10
 		for _, lim := range lims {
 			// The large files are native: in other dialects, once each is enough (refused at once).
-			if !large || lim.Dialect == "" || lim.ImagePaths == ImagePathsAllow && !lim.Continues {
+			if !large || lim.Dialect == "" || lim.ImagePaths == codec.ImagePathsAllow && !lim.Continues {
 				checkSameAsOld(t, in, lim)
 			}
 		}
@@ -187,7 +188,7 @@ func TestParse_SameAsOldValidator(t *testing.T) {
 		}
 	}
 	// The limit on size names the same figures.
-	checkSameAsOld(t, []byte(`[{"role":"user","content":"a"}]`), Limits{MaxBytes: 10})
+	checkSameAsOld(t, []byte(`[{"role":"user","content":"a"}]`), codec.Limits{MaxBytes: 10})
 }
 
 // FuzzParse_SameAsOldValidator: the same on fuzzed payloads, under limits chosen by the fuzzer.
@@ -211,10 +212,4 @@ func FuzzParse_SameAsOldValidator(f *testing.F) {
 	})
 }
 
-func compactInto(buf *bytes.Buffer, in []byte) error {
-	out, err := compact(in)
-	if err == nil {
-		buf.Write(out)
-	}
-	return err
-}
+func compactInto(buf *bytes.Buffer, in []byte) error { return json.Compact(buf, in) }

@@ -1,8 +1,4 @@
-// Package oldcodec is a frozen copy of internal/codec's validator (ParseLimited, the dialects,
-// Classify) as it was before its checks were rewritten to walk each message without maps
-// (session 18). It is no part of the daemon: codec's differential tests use it as their oracle, so
-// that every payload is accepted or refused as before, with the same error text, index, field and
-// offset. Do not change it; delete it with those tests once they are no longer wanted.
+// The old validator's errors (see doc.go).
 package oldcodec
 
 import (
