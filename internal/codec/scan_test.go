@@ -82,6 +82,7 @@ func TestValidCompact_SameAsTheThreePasses(t *testing.T) {
 		"[\"\xed\xa0\x80\"]", "[\"\xef\xbf\xbd\"]", "[\"é日本🎉\"]", "[\"\xe6\x97\"]", "\xef\xbb\xbf[]",
 		`["a"`, `["a`, `[`, `{`, `{"a"`, `{"a":`, `{"a":1`, `[{"a":[{"b":null}]},true,-1.5e3]`,
 		`"\u`, `"\u12`, `"\`, `["a b", "c"]`, "[\"a\",\n\"b\"]", "[\"x\"]\n",
+		" [ 1 , {\"a\" :\t2\r\n} ] ", "[1,\v2]", "\v[]", "[\f1]", "[1\u00a0]", "[1,\n]", "{\"a\"\n}", " ",
 		strings.Repeat("[", maxFastDepth) + strings.Repeat("]", maxFastDepth),
 	}
 	for _, c := range cases {
