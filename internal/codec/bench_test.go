@@ -3,8 +3,10 @@ package codec
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -56,5 +58,48 @@ func BenchmarkParseCorpus(b *testing.B) {
 		run("scan", func() bool { return validCompact(in) })
 		run("json.Valid", func() bool { return json.Valid(in) })
 		run("utf8.Valid", func() bool { return utf8.Valid(in) })
+	}
+}
+
+// TestParseLimited_ConcurrentParsesShareNothing: parses running at once (the daemon's request
+// goroutines) each get their own tape and member buffer from the pool: every result is the one a
+// parse alone gives. Run with -race to see the pool keep them apart.
+func TestParseLimited_ConcurrentParsesShareNothing(t *testing.T) {
+	var payloads [][]byte
+	for _, name := range []string{"openhands_gui_todo_app.json", "swe_agent_marshmallow_fc.json", "gemini_cli_codemie_session.json"} {
+		in, err := os.ReadFile(filepath.Join("../../testdata/corpus", name))
+		require.NoError(t, err)
+		var c bytes.Buffer
+		require.NoError(t, json.Compact(&c, in))
+		payloads = append(payloads, in, c.Bytes())
+	}
+	want := make([]string, len(payloads))
+	for i, p := range payloads {
+		c, err := Parse(p)
+		require.NoError(t, err)
+		want[i] = fmt.Sprintf("%+v %q", c.Stats(), c.Encode())
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := range 4 {
+		wg.Go(func() {
+			for k := range 20 {
+				i := (g + k) % len(payloads)
+				c, err := Parse(payloads[i])
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				if got := fmt.Sprintf("%+v %q", c.Stats(), c.Encode()); got != want[i] {
+					errs <- fmt.Sprintf("payload %d parsed differently beside other parses", i)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
