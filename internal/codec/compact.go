@@ -51,7 +51,7 @@ func (c *compactor) value(i, depth int) int {
 		if depth >= maxFastDepth {
 			return -1
 		}
-		if c.t == nil {
+		if c.t == nil || c.t.full() {
 			return c.container(i, depth+1)
 		}
 		k := len(c.t.spans)
@@ -63,7 +63,7 @@ func (c *compactor) value(i, depth int) int {
 		return end
 	}
 	end := scanValue(c.b, i, depth, nil) // a string, number or literal has no white space in it
-	if c.t != nil && end-i >= tapedString && c.b[i] == '"' {
+	if c.t != nil && end-i >= tapedString && c.b[i] == '"' && !c.t.full() {
 		c.t.spans = append(c.t.spans, span{c.at(i), c.at(end)})
 	}
 	return end

@@ -85,13 +85,13 @@ func canonical(payload []byte) ([]byte, error) { return canonicalTaped(payload, 
 // left empty when the slower path decides).
 func canonicalTaped(payload []byte, t *tape) ([]byte, error) {
 	if t != nil {
-		t.base = cap(payload)
+		t.reset(cap(payload), len(payload))
 	}
 	if validCompactTaped(payload, t) {
 		return payload, nil
 	}
 	if t != nil {
-		t.spans, t.hint = t.spans[:0], 0
+		t.reset(0, len(payload)) // the base is known once the copy is made
 	}
 	if canon, ok := compactValid(payload, t); ok {
 		if t != nil {
@@ -100,7 +100,7 @@ func canonicalTaped(payload []byte, t *tape) ([]byte, error) {
 		return canon, nil
 	}
 	if t != nil {
-		t.spans, t.hint = t.spans[:0], 0
+		t.reset(0, 0)
 	}
 	if !utf8.Valid(payload) {
 		return nil, payloadError(ErrMalformed, int64(invalidUTF8At(payload)), "invalid UTF-8")

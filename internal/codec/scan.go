@@ -33,7 +33,7 @@ func scanValue(b []byte, i, depth int, t *tape) int {
 	switch c := b[i]; {
 	case c == '"':
 		end := scanString(b, i)
-		if t != nil && end-i >= tapedString {
+		if t != nil && end-i >= tapedString && !t.full() {
 			t.spans = append(t.spans, span{i, end})
 		}
 		return end
@@ -41,7 +41,7 @@ func scanValue(b []byte, i, depth int, t *tape) int {
 		if depth >= maxFastDepth {
 			return -1
 		}
-		if t == nil {
+		if t == nil || t.full() {
 			return scanContainer(b, i, depth+1, t)
 		}
 		k := len(t.spans)

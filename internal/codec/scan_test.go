@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -156,11 +157,12 @@ func FuzzSkipString(f *testing.F) {
 // (not key) of tapedString bytes or more, in order of start, each ending where skipValue says.
 func checkTape(t *testing.T, in []byte) {
 	t.Helper()
-	tp := &tape{base: cap(in)}
+	tp := &tape{}
+	tp.reset(cap(in), len(in))
 	if !validCompactTaped(in, tp) {
 		return
 	}
-	if want := wantTape(in); len(tp.spans) != len(want) || len(want) > 0 && !reflect.DeepEqual(tp.spans, want) {
+	if want := wantTape(in, tp.limit); len(tp.spans) != len(want) || len(want) > 0 && !reflect.DeepEqual(tp.spans, want) {
 		t.Fatalf("tape of %.200q:\n got %.500v\nwant %.500v", in, tp.spans, want)
 	}
 }
@@ -171,6 +173,7 @@ func checkTape(t *testing.T, in []byte) {
 func checkCompactValid(t *testing.T, in []byte) {
 	t.Helper()
 	tp := &tape{}
+	tp.reset(0, len(in))
 	out, ok := compactValid(in, tp)
 	var want bytes.Buffer
 	wantOK := json.Compact(&want, in) == nil
@@ -181,14 +184,14 @@ func checkCompactValid(t *testing.T, in []byte) {
 		t.Fatalf("compactValid refuses %.200q, which json.Compact accepts", in)
 	}
 	if ok {
-		if w := wantTape(out); len(tp.spans) != len(w) || len(w) > 0 && !reflect.DeepEqual(tp.spans, w) {
+		if w := wantTape(out, tp.limit); len(tp.spans) != len(w) || len(w) > 0 && !reflect.DeepEqual(tp.spans, w) {
 			t.Fatalf("tape of the compact form of %.200q:\n got %.500v\nwant %.500v", in, tp.spans, w)
 		}
 	}
 }
 
-// wantTape returns the spans the tape of valid compact JSON in must hold.
-func wantTape(in []byte) []span {
+// wantTape returns the spans the tape of valid compact JSON in must hold: the first limit of them.
+func wantTape(in []byte, limit int) []span {
 	var want []span
 	var open []byte // the brackets of the containers we are in
 	for i := 0; i < len(in); i++ {
@@ -207,7 +210,7 @@ func wantTape(in []byte) []span {
 			i = end - 1
 		}
 	}
-	return want
+	return want[:min(len(want), limit)]
 }
 
 // TestTape_SkipSameAsSkipValue: from every value of the compact corpus, asked in order and in a
@@ -221,10 +224,10 @@ func TestTape_SkipSameAsSkipValue(t *testing.T) {
 		c, err := Parse(in)
 		require.NoError(t, err)
 		b := c.Encode()
-		tp := &tape{base: cap(b)}
+		tp := &tape{}
+		tp.reset(cap(b), len(b))
 		require.True(t, validCompactTaped(b, tp))
 		starts := valueStarts(b)
-		t.Logf("%s: %d values, %d on the tape", filepath.Base(f), len(starts), len(tp.spans))
 		shuffled := slices.Clone(starts)
 		mrand.New(mrand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 		for _, i := range append(starts, shuffled...) {
@@ -254,4 +257,22 @@ func valueStarts(b []byte) []int {
 		}
 	}
 	return out
+}
+
+// TestTape_BoundedByThePayload: a payload of nothing but small containers (16 bytes of tape each
+// for 3 bytes of payload, unbounded) gets a tape of at most half its size, and parses as without it.
+func TestTape_BoundedByThePayload(t *testing.T) {
+	in := []byte("[" + strings.Repeat(`{"role":"extension","kind":"k","data":[[],[],[],[],[],[]]},`, 20000))
+	in[len(in)-1] = ']'
+	tp := &tape{}
+	tp.reset(cap(in), len(in))
+	require.True(t, validCompactTaped(in, tp))
+	require.LessOrEqual(t, len(tp.spans)*int(unsafe.Sizeof(span{})), len(in)/2)
+	require.Equal(t, wantTape(in, tp.limit), tp.spans, "the first spans, then none")
+	c, err := Parse(in)
+	require.NoError(t, err)
+	require.Equal(t, 20000, c.Stats().Extension)
+	for i := 0; i < 20000; i += 997 {
+		require.Equal(t, `{"role":"extension","kind":"k","data":[[],[],[],[],[],[]]}`, string(c.Messages[i]))
+	}
 }

@@ -13,6 +13,10 @@ import (
 type tape struct {
 	base  int    // cap of the canonical form: a slice b of it starts at offset base-cap(b)
 	spans []span // in order of start, which is the order the scan meets values in
+	// limit bounds len(spans), so that a tape costs at most half the payload's size in memory
+	// however many small containers a hostile payload packs in (spansPerByte). A full tape records
+	// nothing more: the walk reads what it does not find on it, as without one.
+	limit int
 	// hint is where the next look-up starts: the span after the last one found, which is what the
 	// walk most often asks for next (the first member of a container just found, the next element).
 	hint int
@@ -24,6 +28,18 @@ type span struct{ start, end int }
 // tapedString is the length from which a string is put on the tape: shorter ones are skipped
 // faster than looked up.
 const tapedString = 64
+
+// bytesPerSpan is how many bytes of payload each span may take at most: 32 bytes for a 16-byte
+// span, half the payload at worst. The corpus needs one per 360 bytes or more.
+const bytesPerSpan = 32
+
+// reset empties t for a payload of n bytes whose offsets start at the array of capacity base.
+func (t *tape) reset(base, n int) {
+	t.base, t.spans, t.hint, t.limit = base, t.spans[:0], 0, n/bytesPerSpan
+}
+
+// full reports whether t records no more spans.
+func (t *tape) full() bool { return len(t.spans) >= t.limit }
 
 // maxPooledSpans bounds the tapes kept for reuse (16 bytes a span): the tape of a rare huge
 // payload goes to the garbage collector instead of staying in memory.
