@@ -45,8 +45,8 @@ func prefixFirstText(msg []byte, p string) []byte {
 			m := members(part)
 			// A text part: typed (native, most dialects), or a block named by its one "text"
 			// key (agentsquad's Bedrock blocks have no type).
-			t, typed := m["type"]
-			if typed && kind(t) == '"' && stringValue(t) == "text" || !typed && len(m) == 1 && m["text"] != nil {
+			t, typed := m.get("type")
+			if typed && kind(t) == '"' && stringValue(t) == "text" || !typed && m.len() == 1 && m.has("text") {
 				if span, ok := memberSpan(part, "text"); ok && part[span[0]] == '"' {
 					base := content[0] + offsetIn(arr, part)
 					text = [2]int{base + span[0], base + span[1]}

@@ -34,7 +34,7 @@ var compactionMarkers = map[string]struct {
 
 // memberString returns member name of m if it is a string, else "".
 func memberString(m object, name string) string {
-	if raw := m[name]; kind(raw) == '"' {
+	if raw := m.value(name); kind(raw) == '"' {
 		return stringValue(raw)
 	}
 	return ""

@@ -43,7 +43,9 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if lim.MaxBytes > 0 && int64(len(payload)) > lim.MaxBytes {
 		return nil, payloadError(ErrTooLarge, -1, "%d bytes, the limit is %d", len(payload), lim.MaxBytes)
 	}
-	canon, err := canonical(payload)
+	t := getTape()
+	defer putTape(t)
+	canon, err := canonicalTaped(payload, t)
 	if err != nil {
 		return nil, err
 	}
@@ -54,9 +56,11 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conversation{canon: canon}
-	err = elements(canon, func(i int, msg []byte) error {
-		if err := c.stats.add(d, i, i == 0 && !lim.Continues, msg); err != nil {
+	c := &Conversation{canon: canon, Messages: make([]json.RawMessage, 0, 8), starts: make([]int, 0, 8)}
+	scratch := make(object, 0, 32) // the members of one message's objects: enough for most
+	ck := checker{scratch: &scratch, tape: t}
+	err = ck.elements(canon, func(i int, msg []byte) error {
+		if err := c.stats.add(d, ck.next(i), i == 0 && !lim.Continues, msg); err != nil {
 			return err
 		}
 		c.starts = append(c.starts, cap(canon)-cap(msg))
@@ -72,11 +76,31 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 // canonical validates the whole payload and returns its canonical form; the walk that follows
 // reads the canonical bytes without validating them again. A payload already compact (what
 // JSON.stringify and json.Marshal produce) is its own canonical form: validated in one pass
-// (validCompact), not copied. Anything else (white space to remove, or an error to name) takes the
+// (validCompact), not copied; one with white space is validated and compacted in one pass too
+// (compactValid). Anything else (an error to name, or nesting deeper than maxFastDepth) takes the
 // slower path, whose checks, in this order, decide which error a bad payload gets.
-func canonical(payload []byte) ([]byte, error) {
-	if validCompact(payload) {
+func canonical(payload []byte) ([]byte, error) { return canonicalTaped(payload, nil) }
+
+// canonicalTaped is canonical, recording on t where the values of the canonical form end (t is
+// left empty when the slower path decides).
+func canonicalTaped(payload []byte, t *tape) ([]byte, error) {
+	if t != nil {
+		t.reset(cap(payload), len(payload))
+	}
+	if validCompactTaped(payload, t) {
 		return payload, nil
+	}
+	if t != nil {
+		t.reset(0, len(payload)) // the base is known once the copy is made
+	}
+	if canon, ok := compactValid(payload, t); ok {
+		if t != nil {
+			t.base = cap(canon)
+		}
+		return canon, nil
+	}
+	if t != nil {
+		t.reset(0, 0)
 	}
 	if !utf8.Valid(payload) {
 		return nil, payloadError(ErrMalformed, int64(invalidUTF8At(payload)), "invalid UTF-8")

@@ -74,7 +74,7 @@ type partFunc func(c checker, p object, field string, s *Stats) error
 // parts checks member name of m, a content array whose elements are objects checked by fn.
 // stringOK also accepts a plain string; optional also accepts the member missing or null.
 func (c checker) parts(m object, prefix, name string, stringOK, optional bool, s *Stats, fn partFunc) error {
-	raw, ok := m[name]
+	raw, ok := m.get(name)
 	if !ok || kind(raw) == 'n' {
 		if optional {
 			return nil
@@ -89,7 +89,7 @@ func (c checker) parts(m object, prefix, name string, stringOK, optional bool, s
 			return nil
 		}
 	case '[':
-		return elements(raw, func(i int, b []byte) error {
+		return c.elements(raw, func(i int, b []byte) error {
 			field := prefix + name + "[" + itoa(i) + "]"
 			p, err := c.object(b, field)
 			if err != nil {
@@ -107,7 +107,7 @@ func (c checker) parts(m object, prefix, name string, stringOK, optional bool, s
 
 // member returns member name of o as an object (required, never null).
 func (c checker) member(o object, prefix, name string) (object, error) {
-	raw, ok := o[name]
+	raw, ok := o.get(name)
 	if !ok {
 		return nil, c.fail(ErrMalformed, prefix+name, "missing")
 	}

@@ -58,7 +58,7 @@ func swiftItem(c checker, p object, typ, field string, s *Stats) error {
 		if err := c.strings(p, at, true, "id", "name"); err != nil {
 			return err
 		}
-		if a, ok := p["arguments"]; !ok || kind(a) != '{' && kind(a) != '"' {
+		if a, ok := p.get("arguments"); !ok || kind(a) != '{' && kind(a) != '"' {
 			return c.fail(ErrMalformed, at+"arguments", "want an object (or its JSON text), found %s", describe(a))
 		}
 	case "toolResult":
@@ -85,12 +85,12 @@ func swiftImages(msg []byte) []imagePathSpan {
 		eachPart(raw, func(i int, p object) {
 			field := prefix + "[" + itoa(i) + "]"
 			if typeIs(p, "toolResult") {
-				walk(p["content"], field+".content")
+				walk(p.value("content"), field+".content")
 			}
 			if !typeIs(p, "image") {
 				return
 			}
-			for name, v := range p {
+			for name, v := range p.all() {
 				if name == "type" || name == "data" || name == "mimeType" {
 					continue
 				}
@@ -100,7 +100,7 @@ func swiftImages(msg []byte) []imagePathSpan {
 			}
 		})
 	}
-	walk(members(msg)["content"], "content")
+	walk(members(msg).value("content"), "content")
 	return out
 }
 
@@ -157,7 +157,7 @@ func checkAgentSquad(c checker, m object, _ bool, s *Stats) error {
 func agentSquadKind(c checker, p object, field string) (string, error) {
 	var found []string
 	for _, k := range agentSquadBlocks {
-		if _, ok := p[k]; ok {
+		if p.has(k) {
 			found = append(found, k)
 		}
 	}
@@ -191,7 +191,7 @@ func agentSquadBlock(c checker, p object, key, field string, s *Stats) error {
 		if err := c.strings(b, at, true, "toolUseId", "name"); err != nil {
 			return err
 		}
-		if in, ok := b["input"]; !ok || kind(in) != '{' {
+		if in, ok := b.get("input"); !ok || kind(in) != '{' {
 			return c.fail(ErrMalformed, at+"input", "want an object, found %s", describe(in))
 		}
 	case "toolResult":

@@ -43,7 +43,7 @@ func checkAnthropic(c checker, m object, first bool, s *Stats) error {
 		s.System++
 	case role == "assistant":
 		s.Assistant++
-	case results > 0 && kind(m["content"]) == '[' && results == len(splitElements(m["content"])):
+	case results > 0 && kind(m.value("content")) == '[' && results == len(splitElements(m.value("content"))):
 		s.ToolResult++ // a pure tool-result message
 	default:
 		s.User++
@@ -71,7 +71,7 @@ func anthropicBlock(c checker, p object, typ, field string, s *Stats) error {
 		if err := c.strings(p, at, true, "id", "name"); err != nil {
 			return err
 		}
-		if in, ok := p["input"]; !ok || kind(in) != '{' {
+		if in, ok := p.get("input"); !ok || kind(in) != '{' {
 			return c.fail(ErrMalformed, at+"input", "want an object, found %s", describe(in))
 		}
 	case "web_search_tool_result":
@@ -121,17 +121,17 @@ func anthropicImages(msg []byte) []imagePathSpan {
 	walk = func(raw []byte, prefix string) {
 		eachPart(raw, func(i int, p object) {
 			field := prefix + "[" + itoa(i) + "]"
-			if src, ok := p["source"]; ok && kind(src) == '{' {
-				if sp, ok := localSpan(msg, members(src)["url"], field+".source.url"); ok {
+			if src, ok := p.get("source"); ok && kind(src) == '{' {
+				if sp, ok := localSpan(msg, members(src).value("url"), field+".source.url"); ok {
 					out = append(out, sp)
 				}
 			}
 			if typeIs(p, "tool_result") {
-				walk(p["content"], field+".content")
+				walk(p.value("content"), field+".content")
 			}
 		})
 	}
-	walk(members(msg)["content"], "content")
+	walk(members(msg).value("content"), "content")
 	return out
 }
 

@@ -14,7 +14,7 @@ func checkAntigravity(c checker, m object, _ bool, s *Stats) error {
 	if err := c.strings(m, "", true, "id"); err != nil {
 		return err
 	}
-	if raw, ok := m["step_index"]; !ok || kind(raw) != '0' || !isNonNegativeInteger(raw) {
+	if raw, ok := m.get("step_index"); !ok || kind(raw) != '0' || !isNonNegativeInteger(raw) {
 		return c.fail(ErrMalformed, "step_index", "want a non-negative integer, found %s", describe(raw))
 	}
 	typ, err := c.partType(m, "", "", antigravityTypes...)
@@ -32,7 +32,7 @@ func checkAntigravity(c checker, m object, _ bool, s *Stats) error {
 	}
 	switch typ {
 	case "TextResponse":
-		if raw, ok := m["source"]; ok && kind(raw) == '"' && strings.EqualFold(stringValue(raw), "USER") {
+		if raw, ok := m.get("source"); ok && kind(raw) == '"' && strings.EqualFold(stringValue(raw), "USER") {
 			s.User++
 		} else {
 			s.Assistant++
@@ -56,7 +56,7 @@ func antigravityToolCall(c checker, p object, field string, s *Stats) error {
 // antigravityUsage checks usage_metadata: an object whose token counts (members named *_count, as
 // Gemini's prompt_token_count) are non-negative numbers.
 func antigravityUsage(c checker, m object) error {
-	raw, ok := m["usage_metadata"]
+	raw, ok := m.get("usage_metadata")
 	if !ok || kind(raw) == 'n' {
 		return nil
 	}
@@ -64,7 +64,7 @@ func antigravityUsage(c checker, m object) error {
 	if err != nil {
 		return err
 	}
-	for name, v := range u {
+	for name, v := range u.all() {
 		if strings.HasSuffix(name, "_count") && kind(v) != 'n' && (kind(v) != '0' || v[0] == '-') {
 			return c.fail(ErrMalformed, "usage_metadata."+name, "want a non-negative number, found %s", describe(v))
 		}

@@ -49,9 +49,9 @@ func openAIAssistant(c checker, m object, s *Stats) error {
 			return err
 		}
 	}
-	if fc, ok := m["function_call"]; ok && kind(fc) == '{' {
+	if fc, ok := m.get("function_call"); ok && kind(fc) == '{' {
 		s.ToolCalls++
-		if err := c.strings(members(fc), "function_call.", false, "name", "arguments"); err != nil {
+		if err := c.strings(c.members(fc), "function_call.", false, "name", "arguments"); err != nil {
 			return err
 		}
 	}
@@ -120,9 +120,9 @@ func openAIPart(role string, known ...string) partFunc {
 // openAIChatImages finds content[i].image_url.url naming a local file.
 func openAIChatImages(msg []byte) []imagePathSpan {
 	var out []imagePathSpan
-	eachPart(members(msg)["content"], func(i int, p object) {
-		if img, ok := p["image_url"]; ok && kind(img) == '{' && typeIs(p, "image_url") {
-			if sp, ok := localSpan(msg, members(img)["url"], "content["+itoa(i)+"].image_url.url"); ok {
+	eachPart(members(msg).value("content"), func(i int, p object) {
+		if img, ok := p.get("image_url"); ok && kind(img) == '{' && typeIs(p, "image_url") {
+			if sp, ok := localSpan(msg, members(img).value("url"), "content["+itoa(i)+"].image_url.url"); ok {
 				out = append(out, sp)
 			}
 		}

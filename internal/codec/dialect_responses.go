@@ -24,7 +24,7 @@ func checkOpenAIResponses(c checker, m object, _ bool, s *Stats) error {
 	typ := "message"
 	if !present(m, "type") && !present(m, "role") && present(m, "id") {
 		typ = "item_reference" // its type is optional (null or absent) in the API
-	} else if raw, ok := m["type"]; ok || !present(m, "role") {
+	} else if raw, ok := m.get("type"); ok || !present(m, "role") {
 		if kind(raw) != '"' {
 			err := c.checkString(m, "", "type", true)
 			return err
@@ -81,7 +81,7 @@ type responsesMember struct {
 
 func (it responsesItem) check(c checker, m object, s *Stats) error {
 	for _, r := range it.required {
-		raw, ok := m[r.name]
+		raw, ok := m.get(r.name)
 		if !ok {
 			return c.fail(ErrMalformed, r.name, "missing")
 		}
@@ -203,10 +203,10 @@ func responsesImages(msg []byte) []imagePathSpan {
 	var out []imagePathSpan
 	m := members(msg)
 	for _, name := range []string{"content", "output"} {
-		eachPart(m[name], func(i int, p object) {
+		eachPart(m.value(name), func(i int, p object) {
 			for typ, member := range map[string]string{"input_image": "image_url", "input_file": "file_url"} {
 				if typeIs(p, typ) {
-					if sp, ok := localSpan(msg, p[member], name+"["+itoa(i)+"]."+member); ok {
+					if sp, ok := localSpan(msg, p.value(member), name+"["+itoa(i)+"]."+member); ok {
 						out = append(out, sp)
 					}
 				}

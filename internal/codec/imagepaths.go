@@ -59,7 +59,7 @@ type imagePathSpan struct {
 // nativeImages returns the string members of msg's image parts (those of "content", whatever the
 // role) that name local files. Inline data and the MIME type are not names of files.
 func nativeImages(msg []byte) []imagePathSpan {
-	content, ok := members(msg)["content"]
+	content, ok := members(msg).get("content")
 	if !ok || kind(content) != '[' {
 		return nil
 	}
@@ -70,10 +70,10 @@ func nativeImages(msg []byte) []imagePathSpan {
 			return nil
 		}
 		p := members(part)
-		if t, ok := p["type"]; !ok || kind(t) != '"' || stringValue(t) != "image" {
+		if t, ok := p.get("type"); !ok || kind(t) != '"' || stringValue(t) != "image" {
 			return nil
 		}
-		for name, v := range p {
+		for name, v := range p.all() {
 			if name == "type" || name == "data" || name == "mimeType" || kind(v) != '"' {
 				continue
 			}

@@ -11,8 +11,12 @@ import (
 // It may say no to a payload those three accept (one nested deeper than maxFastDepth), never yes
 // to one they refuse: a "no" only sends the payload down the slower path (compact), which decides
 // and names the error. So the set of accepted payloads and every error stay those of that path.
-func validCompact(payload []byte) bool {
-	end := scanValue(payload, 0, 0)
+func validCompact(payload []byte) bool { return validCompactTaped(payload, nil) }
+
+// validCompactTaped is validCompact recording on t (when not nil) where the payload's containers
+// and long strings end. On a "no", what t holds is to be thrown away.
+func validCompactTaped(payload []byte, t *tape) bool {
+	end := scanValue(payload, 0, 0, t)
 	return end == len(payload)
 }
 
@@ -22,18 +26,29 @@ const maxFastDepth = 1000
 
 // scanValue returns the index just past the JSON value starting at b[i], or -1 if there is none
 // there (or there is white space, or it nests deeper than maxFastDepth).
-func scanValue(b []byte, i, depth int) int {
+func scanValue(b []byte, i, depth int, t *tape) int {
 	if i >= len(b) {
 		return -1
 	}
 	switch c := b[i]; {
 	case c == '"':
-		return scanString(b, i)
+		end := scanString(b, i)
+		if t != nil && end-i >= tapedString && !t.full() {
+			t.spans = append(t.spans, span{i, end})
+		}
+		return end
 	case c == '{' || c == '[':
 		if depth >= maxFastDepth {
 			return -1
 		}
-		return scanContainer(b, i, depth+1)
+		if t == nil || t.full() {
+			return scanContainer(b, i, depth+1, t)
+		}
+		k := len(t.spans)
+		t.spans = append(t.spans, span{i, -1}) // its end once known: spans stay in order of start
+		end := scanContainer(b, i, depth+1, t)
+		t.spans[k].end = end
+		return end
 	case c == 't':
 		return scanLiteral(b, i, "true")
 	case c == 'f':
@@ -48,7 +63,7 @@ func scanValue(b []byte, i, depth int) int {
 
 // scanContainer scans the object or array whose opening bracket is b[i]: members "key":value (or
 // elements) separated by commas, up to the matching bracket.
-func scanContainer(b []byte, i, depth int) int {
+func scanContainer(b []byte, i, depth int, t *tape) int {
 	isObject := b[i] == '{'
 	closing := byte(']')
 	if isObject {
@@ -68,7 +83,7 @@ func scanContainer(b []byte, i, depth int) int {
 			}
 			i++
 		}
-		if i = scanValue(b, i, depth); i < 0 || i >= len(b) {
+		if i = scanValue(b, i, depth, t); i < 0 || i >= len(b) {
 			return -1
 		}
 		switch b[i] {
@@ -95,14 +110,19 @@ var stringSafe = func() (t [256]bool) {
 // control characters, and valid UTF-8 (what utf8.Valid checks; outside strings, only ASCII is JSON).
 func scanString(b []byte, i int) int {
 	for i++; i < len(b); {
-		c := b[i]
-		switch {
-		case stringSafe[c]:
+		for i < len(b) && stringSafe[b[i]] { // the plain text between two bytes to look at
 			i++
+		}
+		if i >= len(b) {
+			break
+		}
+		switch c := b[i]; {
 		case c == '"':
 			return i + 1
 		case c == '\\':
-			if i = scanEscape(b, i); i < 0 {
+			if i+1 < len(b) && shortEscape[b[i+1]] { // \n, \", \\ ...: most escapes, one step
+				i += 2
+			} else if i = scanEscape(b, i); i < 0 {
 				return -1
 			}
 		case c < 0x20:
@@ -117,6 +137,14 @@ func scanString(b []byte, i int) int {
 	}
 	return -1
 }
+
+// shortEscape marks the bytes that make a two-byte escape after a backslash.
+var shortEscape = func() (t [256]bool) {
+	for _, c := range []byte(`"\/bfnrt`) {
+		t[c] = true
+	}
+	return t
+}()
 
 // scanEscape returns the index just past the escape sequence starting with the backslash b[i].
 // Like encoding/json, it accepts any four hex digits after \u (a lone surrogate too: decoding makes

@@ -3,12 +3,15 @@ package codec
 import (
 	"bytes"
 	"encoding/json"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -61,6 +64,8 @@ func checkValidCompact(t *testing.T, in []byte) {
 	if want && !got && nesting(in) <= maxFastDepth {
 		t.Fatalf("validCompact refuses %q, which utf8.Valid, isCompact and json.Valid accept", in)
 	}
+	checkTape(t, in)
+	checkCompactValid(t, in)
 	// And so canonical gives what it gave before: the same bytes, or the same typed error.
 	canon, err := canonical(in)
 	oldCanon, oldErr := oldCanonical(in)
@@ -78,6 +83,7 @@ func TestValidCompact_SameAsTheThreePasses(t *testing.T) {
 		"[\"\xed\xa0\x80\"]", "[\"\xef\xbf\xbd\"]", "[\"é日本🎉\"]", "[\"\xe6\x97\"]", "\xef\xbb\xbf[]",
 		`["a"`, `["a`, `[`, `{`, `{"a"`, `{"a":`, `{"a":1`, `[{"a":[{"b":null}]},true,-1.5e3]`,
 		`"\u`, `"\u12`, `"\`, `["a b", "c"]`, "[\"a\",\n\"b\"]", "[\"x\"]\n",
+		" [ 1 , {\"a\" :\t2\r\n} ] ", "[1,\v2]", "\v[]", "[\f1]", "[1\u00a0]", "[1,\n]", "{\"a\"\n}", " ",
 		strings.Repeat("[", maxFastDepth) + strings.Repeat("]", maxFastDepth),
 	}
 	for _, c := range cases {
@@ -96,6 +102,7 @@ func TestValidCompact_SameAsTheThreePasses(t *testing.T) {
 		c, err := Parse(in)
 		require.NoError(t, err)
 		require.True(t, validCompact(c.Encode()), "%s, compact", f)
+		checkTape(t, c.Encode())
 		checkValidCompact(t, in)
 	}
 }
@@ -144,4 +151,128 @@ func FuzzSkipString(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(checkSkipString)
+}
+
+// checkTape: the tape of a payload the scan accepts holds every container and every string value
+// (not key) of tapedString bytes or more, in order of start, each ending where skipValue says.
+func checkTape(t *testing.T, in []byte) {
+	t.Helper()
+	tp := &tape{}
+	tp.reset(cap(in), len(in))
+	if !validCompactTaped(in, tp) {
+		return
+	}
+	if want := wantTape(in, tp.limit); len(tp.spans) != len(want) || len(want) > 0 && !reflect.DeepEqual(tp.spans, want) {
+		t.Fatalf("tape of %.200q:\n got %.500v\nwant %.500v", in, tp.spans, want)
+	}
+}
+
+// checkCompactValid: compactValid accepts what json.Compact accepts (unless nested deeper than
+// maxFastDepth, or not UTF-8, which json.Compact does not check and canonical does before it) and
+// nothing else, returns what json.Compact returns, and tapes it right.
+func checkCompactValid(t *testing.T, in []byte) {
+	t.Helper()
+	tp := &tape{}
+	tp.reset(0, len(in))
+	out, ok := compactValid(in, tp)
+	var want bytes.Buffer
+	wantOK := json.Compact(&want, in) == nil
+	if ok && (!wantOK || !bytes.Equal(out, want.Bytes())) {
+		t.Fatalf("compactValid(%.200q) = %.200q; json.Compact: %.200q, %v", in, out, want.Bytes(), wantOK)
+	}
+	if !ok && wantOK && utf8.Valid(in) && nesting(want.Bytes()) <= maxFastDepth {
+		t.Fatalf("compactValid refuses %.200q, which json.Compact accepts", in)
+	}
+	if ok {
+		if w := wantTape(out, tp.limit); len(tp.spans) != len(w) || len(w) > 0 && !reflect.DeepEqual(tp.spans, w) {
+			t.Fatalf("tape of the compact form of %.200q:\n got %.500v\nwant %.500v", in, tp.spans, w)
+		}
+	}
+}
+
+// wantTape returns the spans the tape of valid compact JSON in must hold: the first limit of them.
+func wantTape(in []byte, limit int) []span {
+	var want []span
+	var open []byte // the brackets of the containers we are in
+	for i := 0; i < len(in); i++ {
+		switch in[i] {
+		case '{', '[':
+			want = append(want, span{i, skipValue(in, i)})
+			open = append(open, in[i])
+		case '}', ']':
+			open = open[:len(open)-1]
+		case '"':
+			end := skipString(in, i)
+			isKey := len(open) > 0 && open[len(open)-1] == '{' && (in[i-1] == '{' || in[i-1] == ',')
+			if end-i >= tapedString && !isKey {
+				want = append(want, span{i, end})
+			}
+			i = end - 1
+		}
+	}
+	return want[:min(len(want), limit)]
+}
+
+// TestTape_SkipSameAsSkipValue: from every value of the compact corpus, asked in order and in a
+// shuffled order (the hint is then of no help), the tape's skip ends where skipValue does.
+func TestTape_SkipSameAsSkipValue(t *testing.T) {
+	files, err := filepath.Glob("../../testdata/corpus/*.json")
+	require.NoError(t, err)
+	for _, f := range files {
+		in, err := os.ReadFile(f)
+		require.NoError(t, err)
+		c, err := Parse(in)
+		require.NoError(t, err)
+		b := c.Encode()
+		tp := &tape{}
+		tp.reset(cap(b), len(b))
+		require.True(t, validCompactTaped(b, tp))
+		starts := valueStarts(b)
+		shuffled := slices.Clone(starts)
+		mrand.New(mrand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		for _, i := range append(starts, shuffled...) {
+			if got, want := tp.skip(b, i), skipValue(b, i); got != want {
+				t.Fatalf("%s: the value at %d ends at %d, the tape says %d", f, i, want, got)
+			}
+		}
+	}
+}
+
+// valueStarts returns where every value of valid compact JSON b starts (keys are not values).
+func valueStarts(b []byte) []int {
+	var out []int
+	var open []byte
+	for i := 0; i < len(b); i++ {
+		isValue := i == 0 || b[i-1] == ':' || b[i-1] == '[' || b[i-1] == ',' && open[len(open)-1] == '['
+		if isValue {
+			out = append(out, i)
+		}
+		switch b[i] {
+		case '{', '[':
+			open = append(open, b[i])
+		case '}', ']':
+			open = open[:len(open)-1]
+		case '"':
+			i = skipString(b, i) - 1
+		}
+	}
+	return out
+}
+
+// TestTape_BoundedByThePayload: a payload of nothing but small containers (16 bytes of tape each
+// for 3 bytes of payload, unbounded) gets a tape of at most half its size, and parses as without it.
+func TestTape_BoundedByThePayload(t *testing.T) {
+	in := []byte("[" + strings.Repeat(`{"role":"extension","kind":"k","data":[[],[],[],[],[],[]]},`, 20000))
+	in[len(in)-1] = ']'
+	tp := &tape{}
+	tp.reset(cap(in), len(in))
+	require.True(t, validCompactTaped(in, tp))
+	require.LessOrEqual(t, len(tp.spans)*int(unsafe.Sizeof(span{})), len(in)/2)
+	require.Equal(t, wantTape(in, tp.limit), tp.spans, "the first spans, then none")
+	c, err := Parse(in)
+	require.NoError(t, err)
+	require.Equal(t, 20000, c.Stats().Extension)
+	for i := 0; i < 20000; i += 997 {
+		require.Equal(t, `{"role":"extension","kind":"k","data":[[],[],[],[],[],[]]}`, string(c.Messages[i]))
+	}
 }

@@ -3,6 +3,7 @@ package codec
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // Roles and content types of format 1. Anything else is refused, never guessed at.
@@ -16,27 +17,57 @@ const (
 // usageTokenFields are checked in either spelling; other usage fields (cost, ...) are kept unchecked.
 var usageTokenFields = []string{"input", "output", "cacheRead", "cacheWrite", "totalTokens", "cache_read", "cache_write", "total_tokens"}
 
-// object is one JSON object's members, by exact key (encoding/json would match struct fields
-// case-insensitively, and "Role" is not "role").
-type object map[string]json.RawMessage
-
 // checker validates one message and names the message index in every error.
-type checker struct{ index int }
+type checker struct {
+	index int
+	// scratch holds the members of the objects of the message being checked (object): reused
+	// from one message to the next, so that checking allocates nothing. nil: allocate.
+	scratch *object
+	// tape, if not nil, is where the values of the payload end, as its scan found them.
+	tape *tape
+}
 
+// fail returns the error. It keeps a copy of field, not field itself: so that the paths callers
+// build for every member they check ("content[3]."), only ever read here, need not outlive the call
+// and cost no allocation.
 func (c checker) fail(err error, field, format string, args ...any) *ValidationError {
-	return &ValidationError{Err: err, Index: c.index, Field: field, Offset: -1, Detail: fmt.Sprintf(format, args...)}
+	return &ValidationError{Err: err, Index: c.index, Field: strings.Clone(field), Offset: -1, Detail: fmt.Sprintf(format, args...)}
 }
 
 func (c checker) object(raw json.RawMessage, field string) (object, error) {
 	if kind(raw) != '{' {
 		return nil, c.fail(ErrMalformed, field, "want an object, found %s", describe(raw))
 	}
-	return members(raw), nil
+	return c.members(raw), nil
+}
+
+// members returns the members of the object raw, in c's scratch buffer when it has one. The
+// objects of one message stay valid until the next message: each takes a part of the buffer no
+// other uses (a full buffer grows into a new array, leaving the old one to the objects in it).
+func (c checker) members(raw []byte) object {
+	if c.scratch == nil {
+		return members(raw)
+	}
+	start := len(*c.scratch)
+	*c.scratch = appendMembers(*c.scratch, raw, c.tape)
+	return (*c.scratch)[start:len(*c.scratch):len(*c.scratch)]
+}
+
+// elements calls fn for each element of the array raw.
+func (c checker) elements(raw []byte, fn func(i int, v []byte) error) error {
+	return tapedElements(raw, c.tape, fn)
+}
+
+// next returns the checker of message index, reusing c's scratch buffer.
+func (c checker) next(index int) checker {
+	if c.scratch != nil {
+		*c.scratch = (*c.scratch)[:0]
+	}
+	return checker{index: index, scratch: c.scratch, tape: c.tape}
 }
 
 // add validates one canonical message in dialect d and counts it.
-func (s *Stats) add(d dialect, index int, first bool, msg json.RawMessage) error {
-	c := checker{index}
+func (s *Stats) add(d dialect, c checker, first bool, msg json.RawMessage) error {
 	m, err := c.object(msg, "")
 	if err != nil {
 		return err
@@ -85,18 +116,18 @@ func (c checker) assistant(m object, s *Stats) error {
 			return err
 		}
 	}
-	if raw, ok := m["usage"]; ok && kind(raw) != 'n' {
+	if raw, ok := m.get("usage"); ok && kind(raw) != 'n' {
 		u, err := c.object(raw, "usage")
 		if err != nil {
 			return err
 		}
 		for _, f := range usageTokenFields {
-			if v, ok := u[f]; ok && kind(v) != 'n' && (kind(v) != '0' || v[0] == '-') {
+			if v, ok := u.get(f); ok && kind(v) != 'n' && (kind(v) != '0' || v[0] == '-') {
 				return c.fail(ErrMalformed, "usage."+f, "want a non-negative number, found %s", describe(v))
 			}
 		}
 	}
-	if _, ok := m["content"]; !ok {
+	if !m.has("content") {
 		return c.fail(ErrMalformed, "content", "missing (an assistant message needs an array of content parts)")
 	}
 	return c.content(m, false, s)
@@ -104,7 +135,7 @@ func (c checker) assistant(m object, s *Stats) error {
 
 // content checks "content": an array of parts, or (when stringOK) a plain string.
 func (c checker) content(m object, stringOK bool, s *Stats) error {
-	raw, ok := m["content"]
+	raw, ok := m.get("content")
 	if !ok {
 		return c.fail(ErrMalformed, "content", "missing")
 	}
@@ -114,7 +145,7 @@ func (c checker) content(m object, stringOK bool, s *Stats) error {
 			return nil
 		}
 	case '[':
-		return elements(raw, func(i int, p []byte) error {
+		return c.elements(raw, func(i int, p []byte) error {
 			return c.part(p, "content["+itoa(i)+"]", s)
 		})
 	}
@@ -148,7 +179,7 @@ func (c checker) part(raw json.RawMessage, field string, s *Stats) error {
 		s.ToolCalls++
 		if err = c.checkString(p, field+".", "id", true); err == nil {
 			if err = c.checkString(p, field+".", "name", true); err == nil {
-				if a, ok := p["arguments"]; !ok || kind(a) != '{' {
+				if a, ok := p.get("arguments"); !ok || kind(a) != '{' {
 					return c.fail(ErrMalformed, field+".arguments", "want an object, found %s", describe(a))
 				}
 			}
@@ -164,13 +195,13 @@ func (c checker) requireString(o object, prefix, name string, nonEmpty bool) (st
 	if err := c.checkString(o, prefix, name, nonEmpty); err != nil {
 		return "", err
 	}
-	return stringValue(o[name]), nil
+	return stringValue(o.value(name)), nil
 }
 
 // checkString checks that member name of o is a string (nonEmpty: not ""), without decoding it:
 // most strings checked (a message's text, a tool call's arguments) are long, and never read here.
 func (c checker) checkString(o object, prefix, name string, nonEmpty bool) error {
-	raw, ok := o[name]
+	raw, ok := o.get(name)
 	if !ok {
 		return c.fail(ErrMalformed, prefix+name, "missing")
 	}
@@ -186,13 +217,13 @@ func (c checker) checkString(o object, prefix, name string, nonEmpty bool) error
 
 // present reports whether member name is there and not null.
 func present(o object, name string) bool {
-	raw, ok := o[name]
+	raw, ok := o.get(name)
 	return ok && kind(raw) != 'n'
 }
 
 // optional checks the JSON kind of member name when it is present and not null.
 func (c checker) optional(o object, prefix, name string, want byte) error {
-	raw, ok := o[name]
+	raw, ok := o.get(name)
 	if !ok || kind(raw) == want || kind(raw) == 'n' {
 		return nil
 	}

@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"encoding/json"
+	"iter"
 )
 
 // The walkers below read JSON already validated and compact (validCompact said so, or json.Compact
@@ -63,10 +64,13 @@ func skipString(b []byte, i int) int {
 }
 
 // elements calls fn for each element of the array b.
-func elements(b []byte, fn func(i int, v []byte) error) error {
+func elements(b []byte, fn func(i int, v []byte) error) error { return tapedElements(b, nil, fn) }
+
+// tapedElements is elements jumping over the values t knows the end of.
+func tapedElements(b []byte, t *tape, fn func(i int, v []byte) error) error {
 	n := 0
 	for i := 1; i < len(b)-1; {
-		end := skipValue(b, i)
+		end := t.skip(b, i)
 		if err := fn(n, b[i:end]); err != nil {
 			return err
 		}
@@ -76,30 +80,103 @@ func elements(b []byte, fn func(i int, v []byte) error) error {
 	return nil
 }
 
-// members returns the members of the object b by key. Keys written with escapes are unescaped, so
-// "\u0072ole" is "role", as JSON says.
-func members(b []byte) object {
-	o := make(object, 8)
+// member is one member of a JSON object: its key, unescaped, and its value as written.
+type member struct {
+	key, value []byte
+}
+
+// object is one JSON object's members, in the order written, looked up by exact key (encoding/json
+// would match struct fields case-insensitively, and "Role" is not "role"). A key written twice
+// means its last value, as encoding/json (and a map filled in order) decides.
+//
+// It is a slice, not a map: a message has a handful of members, a linear search over them is faster
+// than hashing, and the slices of every object of a message share one reused buffer (checker.object),
+// so validating a message allocates nothing.
+type object []member
+
+// get returns the value of member name, and whether there is one.
+func (o object) get(name string) ([]byte, bool) {
+	for i := len(o) - 1; i >= 0; i-- { // from the end: the last of duplicate keys wins
+		if string(o[i].key) == name {
+			return o[i].value, true
+		}
+	}
+	return nil, false
+}
+
+// value returns the value of member name, nil if there is none.
+func (o object) value(name string) []byte {
+	v, _ := o.get(name)
+	return v
+}
+
+// has reports whether there is a member name.
+func (o object) has(name string) bool {
+	_, ok := o.get(name)
+	return ok
+}
+
+// len returns the number of distinct keys.
+func (o object) len() int {
+	n := 0
+	for i := range o {
+		if !o.overridden(i) {
+			n++
+		}
+	}
+	return n
+}
+
+// all yields each distinct key once, with its value (the last written).
+func (o object) all() iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		for i, m := range o {
+			if !o.overridden(i) && !yield(string(m.key), m.value) {
+				return
+			}
+		}
+	}
+}
+
+// overridden reports whether the key of member i is written again after it.
+func (o object) overridden(i int) bool {
+	for _, later := range o[i+1:] {
+		if bytes.Equal(later.key, o[i].key) {
+			return true
+		}
+	}
+	return false
+}
+
+// members returns the members of the object b.
+func members(b []byte) object { return appendMembers(make(object, 0, 8), b, nil) }
+
+// appendMembers appends the members of the object b to dst, jumping over the values t (if not
+// nil) knows the end of. Keys written with escapes are
+// unescaped, so "\u0072ole" is "role", as JSON says; other keys and all values are slices of b.
+func appendMembers(dst object, b []byte, t *tape) object {
 	for i := 1; i < len(b)-1; {
 		kend := skipString(b, i)
 		key := b[i+1 : kend-1]
-		var k string
 		if bytes.IndexByte(key, '\\') >= 0 {
+			var k string
 			_ = json.Unmarshal(b[i:kend], &k)
-		} else {
-			k = string(key)
+			key = []byte(k)
 		}
-		vend := skipValue(b, kend+1)
-		o[k] = b[kend+1 : vend]
+		vend := t.skip(b, kend+1)
+		dst = append(dst, member{key: key, value: b[kend+1 : vend]})
 		i = vend + 1
 	}
-	return o
+	return dst
 }
 
 // stringValue returns the unescaped content of the JSON string raw.
 func stringValue(raw []byte) string {
 	inner := raw[1 : len(raw)-1]
 	if bytes.IndexByte(inner, '\\') < 0 {
+		if name, ok := names[string(inner)]; ok {
+			return name // no copy of the roles and types every message has
+		}
 		return string(inner)
 	}
 	var s string
@@ -139,3 +216,28 @@ func LargeStrings(raw []byte, min int) [][2]int {
 	}
 	return out
 }
+
+// names are the strings validation reads to compare them (roles, types): stringValue returns these
+// very strings instead of a copy. Missing one costs an allocation, nothing else.
+var names = func() map[string]string {
+	m := make(map[string]string)
+	add := func(ss ...string) {
+		for _, s := range ss {
+			m[s] = s
+		}
+	}
+	add(RoleUser, RoleAssistant, RoleToolResult, RoleExtension, "system", "developer", "tool", "USER",
+		"text", "thinking", "image", "toolCall", "function", "message", "compaction", "Compaction")
+	add(agentSquadBlocks...)
+	add(antigravityTypes...)
+	for _, table := range []map[string][]string{anthropicBlocks, swiftItems, responsesMessageParts} {
+		for k, v := range table {
+			add(k)
+			add(v...)
+		}
+	}
+	for k := range responsesItems {
+		add(k)
+	}
+	return m
+}()

@@ -1,0 +1,105 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+)
+
+// benchFiles are the corpus files the save benchmarks of issue 12 use: 19 KB, 599 KB and 2.3 MB.
+var benchFiles = []string{"openhands_gui_todo_app.json", "claude_code_spotter_258c7280.json", "pi_before_compaction.json"}
+
+// compactFixture returns the compact form of a corpus file: what an SDK (json.Marshal,
+// JSON.stringify) sends on a first save.
+func compactFixture(b *testing.B, name string) []byte {
+	b.Helper()
+	in, err := os.ReadFile(filepath.Join("../../testdata/corpus", name))
+	require.NoError(b, err)
+	var out bytes.Buffer
+	require.NoError(b, json.Compact(&out, in))
+	return out.Bytes()
+}
+
+// BenchmarkParseCorpus measures ParseLimited on the compact corpus files, each beside the floors
+// under it on the same bytes: json.Valid (what encoding/json can do at best), utf8.Valid, and
+// validCompact (the syntax scan alone, without the dialect's checks). The validator as it was
+// before session 18 runs beside the new one in internal/oldcodec's BenchmarkParseCorpus_OldAndNew.
+func BenchmarkParseCorpus(b *testing.B) {
+	for _, name := range benchFiles {
+		in := compactFixture(b, name)
+		spaced, err := os.ReadFile(filepath.Join("../../testdata/corpus", name))
+		require.NoError(b, err)
+		run := func(sub string, fn func() bool) {
+			b.Run(name+"/"+sub, func(b *testing.B) {
+				b.SetBytes(int64(len(in))) // the compact size, also for the spaced file: MB/s compare
+				b.ReportAllocs()
+				for b.Loop() {
+					if !fn() {
+						b.Fatal("refused")
+					}
+				}
+			})
+		}
+		run("ParseLimited", func() bool {
+			_, err := ParseLimited(in, Limits{MaxBytes: 64 << 20})
+			return err == nil
+		})
+		run("ParseLimited-spaced", func() bool { // the file as it is, with white space to remove
+			_, err := ParseLimited(spaced, Limits{MaxBytes: 64 << 20})
+			return err == nil
+		})
+		run("scan", func() bool { return validCompact(in) })
+		run("json.Valid", func() bool { return json.Valid(in) })
+		run("utf8.Valid", func() bool { return utf8.Valid(in) })
+	}
+}
+
+// TestParseLimited_ConcurrentParsesShareNothing: parses running at once (the daemon's request
+// goroutines) each get their own tape and member buffer from the pool: every result is the one a
+// parse alone gives. Run with -race to see the pool keep them apart.
+func TestParseLimited_ConcurrentParsesShareNothing(t *testing.T) {
+	var payloads [][]byte
+	for _, name := range []string{"openhands_gui_todo_app.json", "swe_agent_marshmallow_fc.json", "gemini_cli_codemie_session.json"} {
+		in, err := os.ReadFile(filepath.Join("../../testdata/corpus", name))
+		require.NoError(t, err)
+		var c bytes.Buffer
+		require.NoError(t, json.Compact(&c, in))
+		payloads = append(payloads, in, c.Bytes())
+	}
+	want := make([]string, len(payloads))
+	for i, p := range payloads {
+		c, err := Parse(p)
+		require.NoError(t, err)
+		want[i] = fmt.Sprintf("%+v %q", c.Stats(), c.Encode())
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := range 4 {
+		wg.Go(func() {
+			for k := range 20 {
+				i := (g + k) % len(payloads)
+				c, err := Parse(payloads[i])
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				if got := fmt.Sprintf("%+v %q", c.Stats(), c.Encode()); got != want[i] {
+					errs <- fmt.Sprintf("payload %d parsed differently beside other parses", i)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}

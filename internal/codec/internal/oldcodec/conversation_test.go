@@ -1,0 +1,187 @@
+package oldcodec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Conversation is a validated message array. Each message is kept as its canonical bytes: the input
+// bytes with insignificant whitespace removed (json.Compact), so key order, number digits (never a
+// float64 round trip), string escapes and unknown fields are all preserved byte for byte.
+type Conversation struct {
+	Messages []json.RawMessage
+	stats    Stats
+	canon    []byte // the canonical array as parsed; Messages are slices of it
+	starts   []int  // where each message starts in canon
+}
+
+// Stats counts a conversation's messages by role, and its tool calls. Each dialect maps its roles
+// onto these (docs/format.md, "Dialects"): System counts system and developer messages.
+type Stats struct {
+	Messages, User, Assistant, ToolResult, Extension, ToolCalls, System int
+}
+
+// Limits bound what Parse accepts.
+type Limits struct {
+	MaxBytes   int64      // largest payload accepted; 0 means no limit
+	ImagePaths ImagePaths // what to do with images that name local files (default: keep them)
+	Dialect    string     // the conversation's shape (Dialects); "" is native
+	// Continues says the payload continues a conversation that has messages already (an append):
+	// its first message is not the conversation's first.
+	Continues bool
+}
+
+// Parse validates payload, a JSON array of messages, and returns it in canonical form. The result
+// may share payload's memory: the caller must not change payload afterwards.
+func Parse(payload []byte) (*Conversation, error) { return ParseLimited(payload, Limits{}) }
+
+// ParseLimited is Parse with limits.
+func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
+	if lim.MaxBytes > 0 && int64(len(payload)) > lim.MaxBytes {
+		return nil, payloadError(ErrTooLarge, -1, "%d bytes, the limit is %d", len(payload), lim.MaxBytes)
+	}
+	canon, err := canonical(payload)
+	if err != nil {
+		return nil, err
+	}
+	if canon[0] != '[' {
+		return nil, payloadError(ErrMalformed, -1, "the conversation must be a JSON array of messages, found %s", kindNames[kind(canon)])
+	}
+	d, err := lookupDialect(lim.Dialect)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conversation{canon: canon}
+	err = elements(canon, func(i int, msg []byte) error {
+		if err := c.stats.add(d, i, i == 0 && !lim.Continues, msg); err != nil {
+			return err
+		}
+		c.starts = append(c.starts, cap(canon)-cap(msg))
+		c.Messages = append(c.Messages, msg[:len(msg):len(msg)])
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applyImagePaths(c, d, lim)
+}
+
+// canonical validates the whole payload and returns its canonical form; the walk that follows
+// reads the canonical bytes without validating them again. A payload already compact (what
+// JSON.stringify and json.Marshal produce) is its own canonical form: validated in one pass
+// (validCompact), not copied. Anything else (white space to remove, or an error to name) takes the
+// slower path, whose checks, in this order, decide which error a bad payload gets.
+func canonical(payload []byte) ([]byte, error) {
+	if validCompact(payload) {
+		return payload, nil
+	}
+	if !utf8.Valid(payload) {
+		return nil, payloadError(ErrMalformed, int64(invalidUTF8At(payload)), "invalid UTF-8")
+	}
+	if len(bytes.TrimSpace(payload)) == 0 {
+		return nil, payloadError(ErrMalformed, 0, "empty payload: the conversation must be a JSON array of messages")
+	}
+	if isCompact(payload) && json.Valid(payload) {
+		return payload, nil // only when nested deeper than validCompact goes
+	}
+	return compact(payload)
+}
+
+// compact returns the canonical form of payload, or where it is not valid JSON.
+func compact(payload []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(len(payload))
+	if err := json.Compact(&buf, payload); err != nil {
+		// Compact does not say where; Unmarshal does. Only the error path pays for a second pass.
+		var v json.RawMessage
+		if uerr := json.Unmarshal(payload, &v); uerr != nil {
+			err = uerr
+		}
+		return nil, syntaxError(payload, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// isCompact reports whether payload has no white space outside strings.
+func isCompact(payload []byte) bool {
+	for i := 0; i < len(payload); i++ {
+		switch payload[i] {
+		case ' ', '\t', '\n', '\r':
+			return false
+		case '"':
+			i = skipString(payload, i) - 1
+		}
+	}
+	return true
+}
+
+// Span returns the canonical bytes of messages from to to-1, as stored: joined by commas. It is a
+// slice of the parsed buffer, not a copy.
+func (c *Conversation) Span(from, to int) []byte {
+	if from >= to {
+		return nil
+	}
+	last := c.Messages[to-1]
+	return c.canon[c.starts[from] : c.starts[to-1]+len(last)]
+}
+
+// Encode returns the canonical array: "[" + the canonical messages joined by "," + "]".
+func (c *Conversation) Encode() []byte {
+	if c.canon != nil {
+		return c.canon
+	}
+	out := make([]byte, 0, c.Size())
+	out = append(out, '[')
+	for i, m := range c.Messages {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, m...)
+	}
+	return append(out, ']')
+}
+
+// Size is len(c.Encode()), without building it.
+func (c *Conversation) Size() int {
+	n := 2 + max(len(c.Messages)-1, 0)
+	for _, m := range c.Messages {
+		n += len(m)
+	}
+	return n
+}
+
+// Stats returns the message counts.
+func (c *Conversation) Stats() Stats { return c.stats }
+
+// MessageRole returns the role of one canonical message, or "" if it has none.
+func MessageRole(msg json.RawMessage) string {
+	var m struct {
+		Role string `json:"role"`
+	}
+	_ = json.Unmarshal(msg, &m)
+	return m.Role
+}
+
+func syntaxError(payload []byte, err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return payloadError(ErrMalformed, se.Offset, "%v", se)
+	}
+	return payloadError(ErrMalformed, int64(len(payload)), "%v", err)
+}
+
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
