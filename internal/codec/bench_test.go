@@ -29,8 +29,9 @@ func compactFixture(b *testing.B, name string) []byte {
 
 // BenchmarkParseCorpus measures ParseLimited on the compact corpus files, each beside the floors
 // under it on the same bytes: json.Valid (what encoding/json can do at best), utf8.Valid, and
-// validCompact (the syntax scan alone, without the dialect's checks). The validator as it was
-// before session 18 runs beside the new one in internal/oldcodec's BenchmarkParseCorpus_OldAndNew.
+// validCompact (the syntax scan alone, without the dialect's checks). The validator before its
+// rewrite (a frozen copy with a differential test and fuzzer against the new one, both clean) is
+// in the history at commit b12c8a9, internal/codec/internal/oldcodec.
 func BenchmarkParseCorpus(b *testing.B) {
 	for _, name := range benchFiles {
 		in := compactFixture(b, name)
