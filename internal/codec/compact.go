@@ -63,8 +63,8 @@ func (c *compactor) value(i, depth int) int {
 		return end
 	}
 	end := scanValue(c.b, i, depth, nil) // a string, number or literal has no white space in it
-	if c.t != nil && end-i >= tapedString && c.b[i] == '"' && !c.t.full() {
-		c.t.spans = append(c.t.spans, span{c.at(i), c.at(end)})
+	if c.t != nil && end-i >= tapedString && c.b[i] == '"' {
+		c.t.addString(c.at(i), c.at(end))
 	}
 	return end
 }
@@ -85,8 +85,12 @@ func (c *compactor) container(i, depth int) int {
 			if i >= len(b) || b[i] != '"' {
 				return -1
 			}
+			name := i
 			if i = scanString(b, i); i < 0 {
 				return -1
+			}
+			if c.t != nil && i-name >= tapedString {
+				c.t.addName(c.at(name), c.at(i)) // before space copies: at(name) is where it goes
 			}
 			if i = c.space(i); i >= len(b) || b[i] != ':' {
 				return -1

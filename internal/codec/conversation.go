@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -16,6 +17,8 @@ type Conversation struct {
 	stats    Stats
 	canon    []byte // the canonical array as parsed; Messages are slices of it
 	starts   []int  // where each message starts in canon
+	large    []span // where the strings of canon of largeMin bytes or more are (Limits.LargeStrings)
+	largeMin int
 }
 
 // Stats counts a conversation's messages by role, and its tool calls. Each dialect maps its roles
@@ -32,6 +35,10 @@ type Limits struct {
 	// Continues says the payload continues a conversation that has messages already (an append):
 	// its first message is not the conversation's first.
 	Continues bool
+	// LargeStrings, when > 0, has the parse note where the strings of at least this many bytes
+	// (quotes included) are, for Conversation.LargeStrings: the scan that validates the payload
+	// finds them on its way, instead of a second pass over it.
+	LargeStrings int
 }
 
 // Parse validates payload, a JSON array of messages, and returns it in canonical form. The result
@@ -45,6 +52,9 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	}
 	t := getTape()
 	defer putTape(t)
+	if lim.LargeStrings >= tapedString { // shorter ones are not noted by the scan
+		t.largeMin = lim.LargeStrings
+	}
 	canon, err := canonicalTaped(payload, t)
 	if err != nil {
 		return nil, err
@@ -56,7 +66,8 @@ func ParseLimited(payload []byte, lim Limits) (*Conversation, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conversation{canon: canon, Messages: make([]json.RawMessage, 0, 8), starts: make([]int, 0, 8)}
+	c := &Conversation{canon: canon, Messages: make([]json.RawMessage, 0, 8), starts: make([]int, 0, 8),
+		large: largeStrings(canon, lim.LargeStrings, t), largeMin: lim.LargeStrings}
 	scratch := make(object, 0, 32) // the members of one message's objects: enough for most
 	ck := checker{scratch: &scratch, tape: t}
 	err = ck.elements(canon, func(i int, msg []byte) error {
@@ -101,6 +112,7 @@ func canonicalTaped(payload []byte, t *tape) ([]byte, error) {
 	}
 	if t != nil {
 		t.reset(0, 0)
+		t.largeMin = 0 // nothing noted: ParseLimited finds the large strings itself
 	}
 	if !utf8.Valid(payload) {
 		return nil, payloadError(ErrMalformed, int64(invalidUTF8At(payload)), "invalid UTF-8")
@@ -112,6 +124,23 @@ func canonicalTaped(payload []byte, t *tape) ([]byte, error) {
 		return payload, nil // only when nested deeper than validCompact goes
 	}
 	return compact(payload)
+}
+
+// largeStrings returns where the strings of canon of at least min bytes are (none if min <= 0): as
+// the scan that made canon noted them on t, or, when the slower path made it (it notes nothing) or
+// min is below what the scan notes, by reading canon again.
+func largeStrings(canon []byte, min int, t *tape) []span {
+	if min <= 0 {
+		return nil
+	}
+	if t.largeMin == min {
+		return slices.Clone(t.large) // t goes back to its pool
+	}
+	var out []span
+	for _, sp := range LargeStrings(canon, min) {
+		out = append(out, span{sp[0], sp[1]})
+	}
+	return out
 }
 
 // compact returns the canonical form of payload, or where it is not valid JSON.
@@ -150,6 +179,25 @@ func (c *Conversation) Span(from, to int) []byte {
 	}
 	last := c.Messages[to-1]
 	return c.canon[c.starts[from] : c.starts[to-1]+len(last)]
+}
+
+// LargeStrings returns what LargeStrings(c.Span(from, to), min) returns: where the strings of those
+// messages (member names too) of at least min bytes are, as [start, end) offsets in the span, in
+// order. When min is the Limits.LargeStrings c was parsed with, they are the ones the parse noted,
+// and the span is not read again.
+func (c *Conversation) LargeStrings(from, to, min int) [][2]int {
+	msgs := c.Span(from, to)
+	if min <= 0 || min != c.largeMin || len(msgs) == 0 {
+		return LargeStrings(msgs, min)
+	}
+	off := c.starts[from]
+	end := off + len(msgs)
+	k, _ := slices.BinarySearchFunc(c.large, off, func(s span, start int) int { return s.start - start })
+	var out [][2]int
+	for ; k < len(c.large) && c.large[k].start < end; k++ {
+		out = append(out, [2]int{c.large[k].start - off, c.large[k].end - off})
+	}
+	return out
 }
 
 // Encode returns the canonical array: "[" + the canonical messages joined by "," + "]".

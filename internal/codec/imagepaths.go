@@ -137,7 +137,8 @@ func applyImagePaths(c *Conversation, d dialect, lim Limits) (*Conversation, err
 		}
 		out = append(out, msg[at:]...)
 	}
-	return ParseLimited(append(out, ']'), Limits{MaxBytes: lim.MaxBytes, Dialect: lim.Dialect, Continues: lim.Continues})
+	return ParseLimited(append(out, ']'), Limits{MaxBytes: lim.MaxBytes, Dialect: lim.Dialect, Continues: lim.Continues,
+		LargeStrings: lim.LargeStrings})
 }
 
 // localSpan returns v, a string member of msg named field, as a span when it names a local file.

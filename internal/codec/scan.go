@@ -33,8 +33,8 @@ func scanValue(b []byte, i, depth int, t *tape) int {
 	switch c := b[i]; {
 	case c == '"':
 		end := scanString(b, i)
-		if t != nil && end-i >= tapedString && !t.full() {
-			t.spans = append(t.spans, span{i, end})
+		if t != nil && end-i >= tapedString {
+			t.addString(i, end)
 		}
 		return end
 	case c == '{' || c == '[':
@@ -78,8 +78,12 @@ func scanContainer(b []byte, i, depth int, t *tape) int {
 			if i >= len(b) || b[i] != '"' {
 				return -1
 			}
+			name := i
 			if i = scanString(b, i); i < 0 || i >= len(b) || b[i] != ':' {
 				return -1
+			}
+			if t != nil && i-name >= tapedString {
+				t.addName(name, i)
 			}
 			i++
 		}

@@ -20,6 +20,12 @@ type tape struct {
 	// hint is where the next look-up starts: the span after the last one found, which is what the
 	// walk most often asks for next (the first member of a container just found, the next element).
 	hint int
+	// large lists, when largeMin > 0, every string of at least largeMin bytes (quotes included;
+	// member names too) in order of start, for Conversation.LargeStrings: the scan finds them, so
+	// the engine need not read the payload again for the strings it stores as values. A full tape
+	// still records them: largeMin is at least tapedString, so there are at most len/64 of them.
+	large    []span
+	largeMin int
 }
 
 // span is where one value is in the payload: [start, end).
@@ -36,6 +42,23 @@ const bytesPerSpan = 32
 // reset empties t for a payload of n bytes whose offsets start at the array of capacity base.
 func (t *tape) reset(base, n int) {
 	t.base, t.spans, t.hint, t.limit = base, t.spans[:0], 0, n/bytesPerSpan
+	t.large = t.large[:0]
+}
+
+// addString records the string [start, end) of tapedString bytes or more.
+func (t *tape) addString(start, end int) {
+	if !t.full() {
+		t.spans = append(t.spans, span{start, end})
+	}
+	t.addName(start, end)
+}
+
+// addName records the member name [start, end) of tapedString bytes or more: only on large, the
+// walk never asks where a name ends.
+func (t *tape) addName(start, end int) {
+	if t.largeMin > 0 && end-start >= t.largeMin {
+		t.large = append(t.large, span{start, end})
+	}
 }
 
 // full reports whether t records no more spans.
@@ -50,10 +73,10 @@ var tapes = sync.Pool{New: func() any { return new(tape) }}
 func getTape() *tape { return tapes.Get().(*tape) }
 
 func putTape(t *tape) {
-	if cap(t.spans) > maxPooledSpans {
+	if cap(t.spans) > maxPooledSpans || cap(t.large) > maxPooledSpans {
 		return
 	}
-	t.spans, t.hint = t.spans[:0], 0
+	t.spans, t.hint, t.large, t.largeMin = t.spans[:0], 0, t.large[:0], 0
 	tapes.Put(t)
 }
 
