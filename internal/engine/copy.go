@@ -79,10 +79,7 @@ func (e *Engine) copyOnce(ctx context.Context, s *session, rec Record, conv []by
 func (e *Engine) commitCopy(ctx context.Context, s *session, rec Record, p savePlan) (Record, error) {
 	h := s.last.Head
 	next := h
-	raw := p.tail
-	if p.keep > 0 && p.messages > 0 {
-		raw = append([]byte{','}, p.tail...)
-	}
+	raw := p.newBytes()
 	state := h.State
 	if p.rewrite {
 		state = p.keepState

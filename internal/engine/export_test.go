@@ -1,5 +1,10 @@
 package engine
 
+import (
+	"context"
+	"slices"
+)
+
 // CrashBeforeDeletes makes e's packs stop after their commit, as a crash would (tests).
 func CrashBeforeDeletes(e *Engine, crash bool) { e.crashBeforeDeletes = crash }
 
@@ -71,4 +76,23 @@ func WithPackBefore(b []byte, prev uint64) ([]byte, error) {
 	}
 	m.Head.Pack = prev
 	return encodeEntry(m, data)
+}
+
+// PlanLargeStrings plans save req as Save does (the session loaded first) without committing it,
+// and returns the new bytes the save would store (values included), where the plan says their
+// strings of ValueMinBytes or more are, and where storeValues would cut values out of them.
+func PlanLargeStrings(ctx context.Context, e *Engine, req SaveRequest) (raw []byte, large, values [][2]int, err error) {
+	s := e.session(req.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := e.load(ctx, s); err != nil {
+		return nil, nil, nil, err
+	}
+	p, err := e.plan(ctx, s, req)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	raw = p.newBytes()
+	large = p.largeStrings(raw)
+	return raw, large, valueSpans(raw, slices.Clone(large)), nil
 }

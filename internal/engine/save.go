@@ -300,6 +300,35 @@ type savePlan struct {
 	tail      []byte
 	messages  int
 	counts    Counts // of the whole new conversation
+	// large is where tail's strings of ValueMinBytes or more are, as the parse noted them
+	// (codec.Conversation.LargeStrings): storeValues need not read the tail again to find them.
+	large [][2]int
+}
+
+// newBytes returns the plan's new bytes as its piece stores them: tail, after a comma when it follows
+// kept messages.
+func (p savePlan) newBytes() []byte {
+	if p.keep > 0 && p.messages > 0 {
+		return append([]byte{','}, p.tail...)
+	}
+	return p.tail
+}
+
+// largeStrings returns where the strings of raw, the plan's new bytes (p.newBytes()), of
+// ValueMinBytes or more are.
+func (p savePlan) largeStrings(raw []byte) [][2]int {
+	comma := len(raw) - len(p.tail)
+	if comma != 0 && comma != 1 {
+		return codec.LargeStrings(raw, ValueMinBytes) // not the plan's bytes: read them
+	}
+	if len(p.large) == 0 {
+		return nil
+	}
+	out := make([][2]int, len(p.large)) // a copy: valueSpans filters it in place
+	for i, sp := range p.large {
+		out[i] = [2]int{sp[0] + comma, sp[1] + comma}
+	}
+	return out
 }
 
 // plan works out what a save adds to the head. The common cases cost only the new messages: a
@@ -309,11 +338,12 @@ type savePlan struct {
 func (e *Engine) plan(ctx context.Context, s *session, req SaveRequest) (savePlan, error) {
 	h := s.last.Head
 	headMsgs := h.Counts.Messages
+	req.Limits.LargeStrings = ValueMinBytes // for storeValues, found by the parse
 	tailLimits := req.Limits
 	tailLimits.Continues = headMsgs > 0 // an append's first message is not the conversation's
 	appendOf := func(c *codec.Conversation) (savePlan, error) {
 		p := savePlan{keep: headMsgs, keepBytes: h.RawBytes, tail: c.Span(0, len(c.Messages)), messages: len(c.Messages),
-			counts: addCounts(h.Counts, c.Stats())}
+			counts: addCounts(h.Counts, c.Stats()), large: c.LargeStrings(0, len(c.Messages), ValueMinBytes)}
 		return p, checkGrowth(h, p, req.Limits)
 	}
 	if req.Base != nil {
@@ -337,7 +367,8 @@ func (e *Engine) plan(ctx context.Context, s *session, req SaveRequest) (savePla
 		return savePlan{}, err
 	}
 	if headMsgs == 0 {
-		return savePlan{tail: c.Span(0, len(c.Messages)), messages: len(c.Messages), counts: toCounts(c.Stats())}, nil
+		return savePlan{tail: c.Span(0, len(c.Messages)), messages: len(c.Messages), counts: toCounts(c.Stats()),
+			large: c.LargeStrings(0, len(c.Messages), ValueMinBytes)}, nil
 	}
 	log, _, err := e.logAt(ctx, s.key, s.lastDeleted(), s.lastSeq, h.Version)
 	if err != nil {
@@ -353,7 +384,7 @@ func (e *Engine) plan(ctx context.Context, s *session, req SaveRequest) (savePla
 		keepBytes += int64(keep - 1) // the commas between them
 	}
 	p := savePlan{keep: keep, keepBytes: keepBytes, tail: c.Span(keep, len(c.Messages)), messages: len(c.Messages) - keep,
-		counts: toCounts(c.Stats())}
+		counts: toCounts(c.Stats()), large: c.LargeStrings(keep, len(c.Messages), ValueMinBytes)}
 	if p.rewrite = keep < headMsgs; p.rewrite {
 		if p.keepState, err = extendHash(nil, log[1:1+keepBytes]); err != nil {
 			return savePlan{}, err
@@ -425,10 +456,7 @@ func addCounts(c Counts, s codec.Stats) Counts {
 
 // commit compresses the plan's new messages, builds the entry and appends it.
 func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p savePlan) (Saved, error) {
-	raw := p.tail
-	if p.keep > 0 && p.messages > 0 {
-		raw = append([]byte{','}, p.tail...)
-	}
+	raw := p.newBytes()
 	next, err := nextHead(s, req, p, raw)
 	if err != nil {
 		return Saved{}, err
@@ -440,7 +468,7 @@ func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p save
 // stores raw's large values, compresses the rest and appends the entry with a compare-and-swap.
 // Save and CopyVersion differ only in how they make next.
 func (e *Engine) commitHead(ctx context.Context, s *session, next headState, p savePlan, raw []byte) (Saved, error) {
-	stripped, vals, added, deadline, err := e.storeValues(ctx, s.key.Namespace, raw)
+	stripped, vals, added, deadline, err := e.storeValues(ctx, s.key.Namespace, raw, p.largeStrings(raw))
 	if err != nil {
 		return Saved{}, err
 	}

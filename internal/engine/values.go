@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/checkpointd/checkpointd/internal/codec"
 )
 
 // Large values are stored once per namespace (docs/format.md §8.12).
@@ -40,9 +38,10 @@ type valueRef struct {
 	ID   string // hex SHA-256 of the value's bytes, quotes included
 }
 
-// valueSpans returns where the strings of raw that are stored as values are.
-func valueSpans(raw []byte) [][2]int {
-	spans := codec.LargeStrings(raw, ValueMinBytes)
+// valueSpans returns where the strings of raw that are stored as values are, of its strings of
+// ValueMinBytes or more (large: what codec.LargeStrings(raw, ValueMinBytes) returns).
+func valueSpans(raw []byte, large [][2]int) [][2]int {
+	spans := large
 	out := spans[:0]
 	for _, sp := range spans {
 		if sp[1]-sp[0] >= TextValueMinBytes || opaque(raw[sp[0]+1:sp[1]-1]) {
@@ -104,9 +103,10 @@ func (k *knownValues) add(ns, id string, at time.Time) {
 
 // storeValues stores the large values of raw (a piece's bytes) in namespace ns, and returns raw
 // without them, where they were, the bytes of the blobs it wrote, and the time by which the save
-// must commit (zero: no values): ValueGrace after it last made sure of the oldest of them.
-func (e *Engine) storeValues(ctx context.Context, ns string, raw []byte) ([]byte, []valueRef, int64, time.Time, error) {
-	spans := valueSpans(raw)
+// must commit (zero: no values): ValueGrace after it last made sure of the oldest of them. large
+// is where raw's strings of ValueMinBytes or more are, as the parse of raw found them.
+func (e *Engine) storeValues(ctx context.Context, ns string, raw []byte, large [][2]int) ([]byte, []valueRef, int64, time.Time, error) {
+	spans := valueSpans(raw, large)
 	if len(spans) == 0 {
 		return raw, nil, 0, time.Time{}, nil
 	}
