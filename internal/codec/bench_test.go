@@ -56,6 +56,18 @@ func BenchmarkParseCorpus(b *testing.B) {
 			_, err := ParseLimited(spaced, Limits{MaxBytes: 64 << 20})
 			return err == nil
 		})
+		// What a save's engine asks for: the parse and the strings it stores as values (32 KiB or
+		// more), read again after the parse as it was, or noted by the parse's scan as it is.
+		run("ParseLimited+LargeStrings-2-passes", func() bool {
+			c, err := ParseLimited(in, Limits{MaxBytes: 64 << 20})
+			_ = LargeStrings(c.Span(0, len(c.Messages)), 32<<10)
+			return err == nil
+		})
+		run("ParseLimited+LargeStrings-noted", func() bool {
+			c, err := ParseLimited(in, Limits{MaxBytes: 64 << 20, LargeStrings: 32 << 10})
+			_ = c.LargeStrings(0, len(c.Messages), 32<<10)
+			return err == nil
+		})
 		run("scan", func() bool { return validCompact(in) })
 		run("json.Valid", func() bool { return json.Valid(in) })
 		run("utf8.Valid", func() bool { return utf8.Valid(in) })
