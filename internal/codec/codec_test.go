@@ -192,6 +192,9 @@ func FuzzParse(f *testing.F) {
 		`[{"role":"assistant","content":[{"type":"toolCall","id":"i","name":"n","arguments":{}}],"usage":{"input":1}}]`,
 		`[{"role":"toolResult","toolCallId":"t","content":[{"type":"image","url":"u"}]}]`,
 		`[{"role":"extension","kind":"k","data":[1e999]}]`, `[{"role":"user","content":"\ud800"}]`,
+		// Strings and a member name of 64 bytes or more, the least the scan notes (LargeStrings).
+		`[{"role":"user","content":"` + strings.Repeat(`ab\"`, 16) + `"},{"role":"extension","kind":"k","data":{"` +
+			strings.Repeat("k", 70) + `":"` + strings.Repeat("v", 62) + `"}}]`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -220,6 +223,18 @@ func FuzzParse(f *testing.F) {
 			got := members(m)
 			if len(got) != len(msgs[i]) {
 				t.Fatalf("message %d: walker found %d members, encoding/json %d", i, len(got), len(msgs[i]))
+			}
+		}
+		// The large strings the scan notes are those a second pass finds, in every span.
+		noted, err := ParseLimited(in, Limits{LargeStrings: tapedString})
+		if err != nil {
+			t.Fatalf("parsed without LargeStrings, refused with it: %v", err)
+		}
+		n := len(noted.Messages)
+		for _, r := range [][2]int{{0, n}, {n / 2, n}, {0, n / 2}} {
+			want, got := LargeStrings(noted.Span(r[0], r[1]), tapedString), noted.LargeStrings(r[0], r[1], tapedString)
+			if fmt.Sprint(want) != fmt.Sprint(got) {
+				t.Fatalf("messages %d..%d: large strings noted %v, found again %v", r[0], r[1], got, want)
 			}
 		}
 	})
