@@ -24,7 +24,7 @@ func requireLargeAsScanned(t *testing.T, payload []byte, lim Limits, min int) {
 	c, err := ParseLimited(payload, lim)
 	require.NoError(t, err)
 	n := len(c.Messages)
-	ranges := [][2]int{{0, n}, {n / 2, n}, {n - 1, n}, {0, n / 2}, {n / 3, n / 3 + 1}, {n, n}}
+	ranges := [][2]int{{0, n}, {n / 2, n}, {n - 1, n}, {0, n / 2}, {n / 3, n/3 + 1}, {n, n}}
 	for _, r := range ranges {
 		span := c.Span(r[0], r[1])
 		want := LargeStrings(span, min)
