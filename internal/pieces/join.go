@@ -3,6 +3,7 @@ package pieces
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"math"
 )
@@ -42,7 +43,11 @@ type Config struct {
 	Limit int64
 	// SkipRepeats lets a piece (ByIndex) repeating one already taken be skipped rather than
 	// refused: a sender that resends its pieces from the first after a lost acknowledgement
-	// leaves such repeats behind (a save's chunks, docs/protocol.md §12).
+	// leaves such repeats behind (a save's chunks, docs/protocol.md §12). A repeat must hold the
+	// bytes of the piece taken at its index (ErrChanged otherwise): pieces of another body under
+	// the same numbers (an earlier attempt of one save id that sent other bytes) are never
+	// joined with, or taken for, this one's. The Joiner keeps a keyed 8-byte hash of each piece
+	// taken for that, no copy of its bytes.
 	SkipRepeats bool
 	// Budget, when not nil, counts the bytes of every piece taken.
 	Budget Budget
@@ -59,6 +64,9 @@ type Joiner struct {
 	received int64  // their bytes
 	reserved int64  // bytes reserved with the budget and not released
 	body     []byte // the pieces Add took, joined
+	// sums are the hashes of the pieces taken (SkipRepeats), under seed, to check repeats.
+	sums []uint64
+	seed maphash.Seed
 }
 
 // NewJoiner returns a Joiner for one body.
@@ -66,7 +74,11 @@ func NewJoiner(cfg Config) *Joiner {
 	if cfg.Limit <= 0 {
 		cfg.Limit = math.MaxInt64
 	}
-	return &Joiner{cfg: cfg, end: -1}
+	j := &Joiner{cfg: cfg, end: -1}
+	if cfg.SkipRepeats {
+		j.seed = maphash.MakeSeed() // random: a sender cannot make other bytes hash alike
+	}
+	return j
 }
 
 // Expect records what the sender announces with a piece: the end (how many pieces ByIndex, how
@@ -92,6 +104,9 @@ func (j *Joiner) Take(at int64, data []byte) (bool, error) {
 	next := j.Next()
 	switch {
 	case at < next && j.cfg.By == ByIndex && j.cfg.SkipRepeats && at >= 0:
+		if maphash.Bytes(j.seed, data) != j.sums[at] {
+			return false, j.refuse(at, ErrChanged, fmt.Sprintf("index %d repeated with other bytes than the piece taken", at))
+		}
 		return false, nil
 	case at < next:
 		return false, j.refuse(at, ErrRepeat, fmt.Sprintf("%s %d was expected", j.cfg.By, next))
@@ -113,6 +128,9 @@ func (j *Joiner) Take(at int64, data []byte) (bool, error) {
 			return false, err
 		}
 		j.reserved += int64(len(data))
+	}
+	if j.cfg.SkipRepeats {
+		j.sums = append(j.sums, maphash.Bytes(j.seed, data))
 	}
 	j.taken++
 	j.received += int64(len(data))
@@ -220,6 +238,8 @@ type Reader struct {
 	cur  []byte // the unread rest of the current piece
 	held int64  // the current piece's bytes, reserved
 	err  error  // the first failure of the pieces, kept so a caller can tell it from its own
+	// drained: the pieces after the end were read (SkipRepeats: each must repeat one taken).
+	drained bool
 }
 
 // NewReader returns a Reader of the pieces next returns; j must have the end announced.
@@ -234,6 +254,10 @@ func (r *Reader) Fetch() error {
 		return r.err
 	}
 	if r.j.Done() {
+		if err := r.drain(); err != nil {
+			r.err = err
+			return err
+		}
 		return io.EOF
 	}
 	for {
@@ -255,6 +279,29 @@ func (r *Reader) Fetch() error {
 			r.j.Release(r.held)
 			r.cur, r.held = data, int64(len(data))
 			return nil
+		}
+	}
+}
+
+// drain reads, once, the pieces left after the end, when repeats are skipped: each must be a
+// repeat of a piece taken (a resend), never the pieces of another body under the same numbers
+// that the end was reached before (an earlier attempt with other bytes, then this one's), nor a
+// piece past the end (ErrOverrun).
+func (r *Reader) drain() error {
+	if r.drained || !r.j.cfg.SkipRepeats {
+		return nil
+	}
+	r.drained = true
+	for {
+		at, data, err := r.next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err == nil {
+			_, err = r.j.Take(at, data) // never taken: at the end, a piece is a repeat or past it
+		}
+		if err != nil {
+			return err
 		}
 	}
 }

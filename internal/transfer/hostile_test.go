@@ -190,7 +190,7 @@ func hostileRows(h *hostile) []hostileRow {
 		{name: "chunks/an earlier attempt's chunks with other bytes", save: &rawSave{headers: hdr(wire.HdrChunks, "2"),
 			chunks: []rawChunk{{"0", other[:10]}, {"1", other[10:]}, {"0", good[:10]}, {"1", good[10:]}}}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/a repeat with other bytes", save: &rawSave{headers: hdr(wire.HdrChunks, "2"),
-			chunks: []rawChunk{{"0", good[:10]}, {"0", other[:10]}, {"1", good[10:]}}}, want: refused(wire.CodeBadRequest)},
+			chunks: []rawChunk{{"0", good[:10]}, {"0", []byte("not these!")}, {"1", good[10:]}}}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/zstd pieces that are a bomb", save: &rawSave{headers: hdr(wire.HdrChunks, "1", wire.HdrEncoding, wire.EncodingZstd), chunks: []rawChunk{{"0", zeros}}}, want: refused(wire.CodeTooLarge)},
 
 		// Imports that do not copy what they say.
