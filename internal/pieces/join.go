@@ -69,6 +69,9 @@ type Joiner struct {
 	seed maphash.Seed
 }
 
+// sumSize is the memory of one hash in Joiner.sums.
+const sumSize = 8
+
 // NewJoiner returns a Joiner for one body.
 func NewJoiner(cfg Config) *Joiner {
 	if cfg.Limit <= 0 {
@@ -99,7 +102,8 @@ func (j *Joiner) Expect(end int64, tag string) error {
 
 // Take checks that the piece numbered at, holding data, comes next, and reserves its bytes. It
 // returns false, and nothing is reserved, for a repeat that Config.SkipRepeats skips. It does
-// not keep data (Add does).
+// not keep data (Add does). With SkipRepeats it also reserves the room of the pieces' hashes as
+// it grows (Release(-1) gives it back).
 func (j *Joiner) Take(at int64, data []byte) (bool, error) {
 	next := j.Next()
 	switch {
@@ -123,11 +127,21 @@ func (j *Joiner) Take(at int64, data []byte) (bool, error) {
 	case int64(len(data)) > j.cfg.Limit-j.received:
 		return false, j.refuse(at, ErrTooLarge, fmt.Sprintf("the pieces hold more than %d bytes", j.cfg.Limit))
 	}
+	// The hashes of the pieces taken (SkipRepeats) are memory too: 8 bytes a piece, more than the
+	// piece for pieces of a byte, so their room is reserved as it grows.
+	var grow int
+	if j.cfg.SkipRepeats && len(j.sums) == cap(j.sums) {
+		grow = max(cap(j.sums), 16)
+	}
 	if j.cfg.Budget != nil {
-		if err := j.cfg.Budget.Reserve(int64(len(data))); err != nil {
+		n := int64(len(data)) + sumSize*int64(grow)
+		if err := j.cfg.Budget.Reserve(n); err != nil {
 			return false, err
 		}
-		j.reserved += int64(len(data))
+		j.reserved += n
+	}
+	if grow > 0 {
+		j.sums = append(make([]uint64, 0, cap(j.sums)+grow), j.sums...)
 	}
 	if j.cfg.SkipRepeats {
 		j.sums = append(j.sums, maphash.Bytes(j.seed, data))
