@@ -311,6 +311,9 @@ func (r *Reader) drain() error {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
+		if pe := (*Error)(nil); errors.As(err, &pe) && pe.Piece < 0 {
+			pe.Piece, pe.By = r.j.taken, r.j.cfg.By // a number the source could not read
+		}
 		if err == nil {
 			_, err = r.j.Take(at, data) // never taken: at the end, a piece is a repeat or past it
 		}
