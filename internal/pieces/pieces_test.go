@@ -385,3 +385,23 @@ func TestReader_RepeatsMustMatch(t *testing.T) {
 	_, err = read(piece{0, "ab"}, piece{1, "cd"}, piece{2, "ef"})
 	require.ErrorIs(t, err, pieces.ErrOverrun, "a piece past the end")
 }
+
+// A chunk after the end whose number cannot be read is refused naming its place, as before it.
+func TestReader_BadNumberAfterTheEnd(t *testing.T) {
+	j := pieces.NewJoiner(pieces.Config{By: pieces.ByIndex, Limit: 100, SkipRepeats: true})
+	require.NoError(t, j.Expect(1, ""))
+	calls := 0
+	r := pieces.NewReader(j, func() (int64, []byte, error) {
+		calls++
+		if calls == 1 {
+			return 0, []byte("ab"), nil
+		}
+		_, err := pieces.ParseNumber("Cp-Chunk", "01")
+		return 0, nil, err
+	})
+	_, err := io.ReadAll(r)
+	require.ErrorIs(t, err, pieces.ErrNumber)
+	var pe *pieces.Error
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, int64(1), pe.Piece, "%v", err)
+}
