@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/pieces"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -151,4 +153,56 @@ func TestRestore_HostilePieces(t *testing.T) {
 			require.Contains(t, err.Error(), c.why)
 		})
 	}
+}
+
+// The chunks of an earlier call with the same save id that never sent its save (its process died
+// after the chunks), then a retry of that save id with another conversation: the daemon joined the
+// earlier call's chunks (the retry's skipped as repeats), stored them as this save, and the SDK
+// confirmed the version by its save id, so Save returned success and Restore gave back bytes that
+// were never this save's. The save is refused instead; sent again, it stores what was sent.
+func TestSave_EarlierChunksOfTheSaveIDWithOtherBytes(t *testing.T) {
+	env := testenv.StartWithMaxPayload(t, 64<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := checkpoint.Key{Session: "earlier"}.WithDefaults()
+	const saveID = "turn-8"
+	earlier := incompressible(100 << 10)
+	conv := append([]byte(nil), earlier...)
+	conv[len(conv)-10] ^= 1 // the same size, so as many chunks: other bytes
+
+	// The earlier call's chunks, cut and numbered as the SDK cuts them, acknowledged.
+	nc, err := nats.Connect(env.Server.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	cut, err := pieces.Split(codec.CompressZstd(earlier), pieces.Size(nc.MaxPayload(), pieces.ChunkRoom))
+	require.NoError(t, err)
+	require.Greater(t, len(cut), 1)
+	for i, p := range cut {
+		m := nats.NewMsg(wire.ChunkSubject(key.Namespace, saveID))
+		m.Header.Set(wire.HdrChunk, strconv.Itoa(i))
+		m.Data = p
+		_, err := js.PublishMsg(m)
+		require.NoError(t, err)
+	}
+
+	v, err := env.Client.Save(ctx, key, conv, checkpoint.WithSaveID(saveID))
+	if err == nil {
+		got, _, err := env.Client.Restore(ctx, key, v.Version)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(conv, got), "Save succeeded: the version holds what was sent (%d bytes, the earlier call's: %v)", len(got), bytes.Equal(earlier, got))
+		return
+	}
+	var e *checkpoint.Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, wire.CodeBadRequest, e.Code, "%v", err)
+	_, err = env.Client.Get(ctx, key, 1)
+	require.ErrorIs(t, err, checkpoint.ErrNotFound, "nothing stored")
+
+	v, err = env.Client.Save(ctx, key, conv, checkpoint.WithSaveID(saveID))
+	require.NoError(t, err, "sent again once the refused save's chunks are removed")
+	got, _, err := env.Client.Restore(ctx, key, v.Version)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(conv, got))
 }

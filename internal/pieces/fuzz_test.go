@@ -76,7 +76,7 @@ func FuzzJoiner(f *testing.F) {
 					require.Equal(t, before+int64(len(p.data)), j.Received())
 					model = append(model, p.data...)
 				}
-				require.Equal(t, int64(len(model)), b.inUse, "the budget holds every byte taken")
+				require.Equal(t, int64(len(model))+pieces.HashRoom(j), b.inUse, "the budget holds every byte taken, and the room of their hashes")
 			}
 		}
 		require.LessOrEqual(t, j.Received(), max, "never more than the limit")
@@ -107,7 +107,7 @@ func readAll(t *testing.T, j *pieces.Joiner, seq []piece, b *budget) ([]byte, er
 	for {
 		n, err := r.Read(buf)
 		out = append(out, buf[:n]...)
-		require.LessOrEqual(t, b.inUse, int64(len(r.Current()))+j.Received(), "")
+		require.LessOrEqual(t, b.inUse, int64(len(r.Current()))+j.Received()+pieces.HashRoom(j), "")
 		if err == io.EOF {
 			return out, nil
 		}

@@ -3,6 +3,7 @@ package pieces
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"math"
 )
@@ -42,7 +43,11 @@ type Config struct {
 	Limit int64
 	// SkipRepeats lets a piece (ByIndex) repeating one already taken be skipped rather than
 	// refused: a sender that resends its pieces from the first after a lost acknowledgement
-	// leaves such repeats behind (a save's chunks, docs/protocol.md §12).
+	// leaves such repeats behind (a save's chunks, docs/protocol.md §12). A repeat must hold the
+	// bytes of the piece taken at its index (ErrChanged otherwise): pieces of another body under
+	// the same numbers (an earlier attempt of one save id that sent other bytes) are never
+	// joined with, or taken for, this one's. The Joiner keeps a keyed 8-byte hash of each piece
+	// taken for that, no copy of its bytes.
 	SkipRepeats bool
 	// Budget, when not nil, counts the bytes of every piece taken.
 	Budget Budget
@@ -59,14 +64,24 @@ type Joiner struct {
 	received int64  // their bytes
 	reserved int64  // bytes reserved with the budget and not released
 	body     []byte // the pieces Add took, joined
+	// sums are the hashes of the pieces taken (SkipRepeats), under seed, to check repeats.
+	sums []uint64
+	seed maphash.Seed
 }
+
+// sumSize is the memory of one hash in Joiner.sums.
+const sumSize = 8
 
 // NewJoiner returns a Joiner for one body.
 func NewJoiner(cfg Config) *Joiner {
 	if cfg.Limit <= 0 {
 		cfg.Limit = math.MaxInt64
 	}
-	return &Joiner{cfg: cfg, end: -1}
+	j := &Joiner{cfg: cfg, end: -1}
+	if cfg.SkipRepeats {
+		j.seed = maphash.MakeSeed() // random: a sender cannot make other bytes hash alike
+	}
+	return j
 }
 
 // Expect records what the sender announces with a piece: the end (how many pieces ByIndex, how
@@ -87,11 +102,15 @@ func (j *Joiner) Expect(end int64, tag string) error {
 
 // Take checks that the piece numbered at, holding data, comes next, and reserves its bytes. It
 // returns false, and nothing is reserved, for a repeat that Config.SkipRepeats skips. It does
-// not keep data (Add does).
+// not keep data (Add does). With SkipRepeats it also reserves the room of the pieces' hashes as
+// it grows (Release(-1) gives it back).
 func (j *Joiner) Take(at int64, data []byte) (bool, error) {
 	next := j.Next()
 	switch {
 	case at < next && j.cfg.By == ByIndex && j.cfg.SkipRepeats && at >= 0:
+		if maphash.Bytes(j.seed, data) != j.sums[at] {
+			return false, j.refuse(at, ErrChanged, fmt.Sprintf("index %d repeated with other bytes than the piece taken", at))
+		}
 		return false, nil
 	case at < next:
 		return false, j.refuse(at, ErrRepeat, fmt.Sprintf("%s %d was expected", j.cfg.By, next))
@@ -108,11 +127,24 @@ func (j *Joiner) Take(at int64, data []byte) (bool, error) {
 	case int64(len(data)) > j.cfg.Limit-j.received:
 		return false, j.refuse(at, ErrTooLarge, fmt.Sprintf("the pieces hold more than %d bytes", j.cfg.Limit))
 	}
+	// The hashes of the pieces taken (SkipRepeats) are memory too: 8 bytes a piece, more than the
+	// piece for pieces of a byte, so their room is reserved as it grows.
+	var grow int
+	if j.cfg.SkipRepeats && len(j.sums) == cap(j.sums) {
+		grow = max(cap(j.sums), 16)
+	}
 	if j.cfg.Budget != nil {
-		if err := j.cfg.Budget.Reserve(int64(len(data))); err != nil {
+		n := int64(len(data)) + sumSize*int64(grow)
+		if err := j.cfg.Budget.Reserve(n); err != nil {
 			return false, err
 		}
-		j.reserved += int64(len(data))
+		j.reserved += n
+	}
+	if grow > 0 {
+		j.sums = append(make([]uint64, 0, cap(j.sums)+grow), j.sums...)
+	}
+	if j.cfg.SkipRepeats {
+		j.sums = append(j.sums, maphash.Bytes(j.seed, data))
 	}
 	j.taken++
 	j.received += int64(len(data))
@@ -220,6 +252,8 @@ type Reader struct {
 	cur  []byte // the unread rest of the current piece
 	held int64  // the current piece's bytes, reserved
 	err  error  // the first failure of the pieces, kept so a caller can tell it from its own
+	// drained: the pieces after the end were read (SkipRepeats: each must repeat one taken).
+	drained bool
 }
 
 // NewReader returns a Reader of the pieces next returns; j must have the end announced.
@@ -234,6 +268,10 @@ func (r *Reader) Fetch() error {
 		return r.err
 	}
 	if r.j.Done() {
+		if err := r.drain(); err != nil {
+			r.err = err
+			return err
+		}
 		return io.EOF
 	}
 	for {
@@ -255,6 +293,32 @@ func (r *Reader) Fetch() error {
 			r.j.Release(r.held)
 			r.cur, r.held = data, int64(len(data))
 			return nil
+		}
+	}
+}
+
+// drain reads, once, the pieces left after the end, when repeats are skipped: each must be a
+// repeat of a piece taken (a resend), never the pieces of another body under the same numbers
+// that the end was reached before (an earlier attempt with other bytes, then this one's), nor a
+// piece past the end (ErrOverrun).
+func (r *Reader) drain() error {
+	if r.drained || !r.j.cfg.SkipRepeats {
+		return nil
+	}
+	r.drained = true
+	for {
+		at, data, err := r.next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if pe := (*Error)(nil); errors.As(err, &pe) && pe.Piece < 0 {
+			pe.Piece, pe.By = r.j.taken, r.j.cfg.By // a number the source could not read
+		}
+		if err == nil {
+			_, err = r.j.Take(at, data) // never taken: at the end, a piece is a repeat or past it
+		}
+		if err != nil {
+			return err
 		}
 	}
 }

@@ -237,11 +237,11 @@ func TestReader(t *testing.T) {
 	r := pieces.NewReader(j, source(seq))
 	require.NoError(t, r.Fetch())
 	require.Equal(t, "abc", string(r.Current()))
-	require.Equal(t, int64(3), b.inUse)
+	require.Equal(t, int64(3)+pieces.HashRoom(j), b.inUse, "the piece and its hash's room")
 	got, err := io.ReadAll(r)
 	require.NoError(t, err)
 	require.Equal(t, "abcdefghi", string(got))
-	require.Equal(t, int64(4), b.inUse, "only the last piece is held")
+	require.Equal(t, int64(4)+pieces.HashRoom(j), b.inUse, "only the last piece is held")
 	j.Release(-1)
 	require.Zero(t, b.inUse)
 }
@@ -350,4 +350,58 @@ func TestJoin(t *testing.T) {
 	require.ErrorIs(t, err, pieces.ErrEmpty)
 	_, err = pieces.Join([][]byte{[]byte("ab"), []byte("cd")}, 3)
 	require.ErrorIs(t, err, pieces.ErrTooLarge)
+}
+
+// TestReader_RepeatsMustMatch: a repeat skipped is a resend of the piece taken at its index, byte
+// for byte; a "repeat" with other bytes, also one after the announced end is reached (the pieces
+// of an earlier attempt followed by those of another body), is ErrChanged, and a piece past the
+// end after it ErrOverrun: the body is never joined from the pieces of two bodies.
+func TestReader_RepeatsMustMatch(t *testing.T) {
+	type piece struct {
+		at   int64
+		data string
+	}
+	read := func(ps ...piece) ([]byte, error) {
+		i := 0
+		j := pieces.NewJoiner(pieces.Config{By: pieces.ByIndex, Limit: 100, SkipRepeats: true})
+		require.NoError(t, j.Expect(2, ""))
+		r := pieces.NewReader(j, func() (int64, []byte, error) {
+			if i == len(ps) {
+				return 0, nil, io.EOF
+			}
+			i++
+			return ps[i-1].at, []byte(ps[i-1].data), nil
+		})
+		return io.ReadAll(r)
+	}
+	got, err := read(piece{0, "ab"}, piece{0, "ab"}, piece{1, "cd"}, piece{0, "ab"}, piece{1, "cd"})
+	require.NoError(t, err, "resends of the same pieces are skipped")
+	require.Equal(t, "abcd", string(got))
+
+	_, err = read(piece{0, "ab"}, piece{0, "xy"}, piece{1, "cd"})
+	require.ErrorIs(t, err, pieces.ErrChanged, "a repeat with other bytes")
+	_, err = read(piece{0, "ab"}, piece{1, "cd"}, piece{0, "xy"}, piece{1, "zz"})
+	require.ErrorIs(t, err, pieces.ErrChanged, "another body's pieces after the end")
+	_, err = read(piece{0, "ab"}, piece{1, "cd"}, piece{2, "ef"})
+	require.ErrorIs(t, err, pieces.ErrOverrun, "a piece past the end")
+}
+
+// A chunk after the end whose number cannot be read is refused naming its place, as before it.
+func TestReader_BadNumberAfterTheEnd(t *testing.T) {
+	j := pieces.NewJoiner(pieces.Config{By: pieces.ByIndex, Limit: 100, SkipRepeats: true})
+	require.NoError(t, j.Expect(1, ""))
+	calls := 0
+	r := pieces.NewReader(j, func() (int64, []byte, error) {
+		calls++
+		if calls == 1 {
+			return 0, []byte("ab"), nil
+		}
+		_, err := pieces.ParseNumber("Cp-Chunk", "01")
+		return 0, nil, err
+	})
+	_, err := io.ReadAll(r)
+	require.ErrorIs(t, err, pieces.ErrNumber)
+	var pe *pieces.Error
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, int64(1), pe.Piece, "%v", err)
 }

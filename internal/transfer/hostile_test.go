@@ -117,6 +117,7 @@ func hostileRows(h *hostile) []hostileRow {
 	ingest := func(k wire.Key) string { return wire.IngestSubject(k) }
 	api := func(op string) string { return wire.APISubject(wire.DefaultNamespace, op) }
 	good := []byte(`[{"role":"user","content":"hostile"}]`)
+	other := []byte(`[{"role":"user","content":"earlier"}]`)
 	hdr := func(kv ...string) map[string]string {
 		m := map[string]string{}
 		for i := 0; i < len(kv); i += 2 {
@@ -183,6 +184,13 @@ func hostileRows(h *hostile) []hostileRow {
 		{name: "chunks/an empty chunk", save: &rawSave{headers: hdr(wire.HdrChunks, "3"), chunks: []rawChunk{{"0", good[:10]}, {"1", nil}, {"2", good[10:]}}}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/an index written 01", save: &rawSave{headers: hdr(wire.HdrChunks, "2"), chunks: []rawChunk{{"0", good[:10]}, {"01", good[10:]}}}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/a gap", save: &rawSave{headers: hdr(wire.HdrChunks, "2"), chunks: []rawChunk{{"0", good[:10]}, {"2", good[10:]}}}, want: refused(wire.CodeBadRequest)},
+		// Two attempts of one save id whose chunks differ (an earlier call that never sent its
+		// save, then a retry with other bytes): the daemon must not store the earlier bytes, nor
+		// a mix of both, as this save's.
+		{name: "chunks/an earlier attempt's chunks with other bytes", save: &rawSave{headers: hdr(wire.HdrChunks, "2"),
+			chunks: []rawChunk{{"0", other[:10]}, {"1", other[10:]}, {"0", good[:10]}, {"1", good[10:]}}}, want: refused(wire.CodeBadRequest)},
+		{name: "chunks/a repeat with other bytes", save: &rawSave{headers: hdr(wire.HdrChunks, "2"),
+			chunks: []rawChunk{{"0", good[:10]}, {"0", []byte("not these!")}, {"1", good[10:]}}}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/zstd pieces that are a bomb", save: &rawSave{headers: hdr(wire.HdrChunks, "1", wire.HdrEncoding, wire.EncodingZstd), chunks: []rawChunk{{"0", zeros}}}, want: refused(wire.CodeTooLarge)},
 
 		// Imports that do not copy what they say.
