@@ -63,7 +63,9 @@ func (l *Log) SetKeys(keys *Keys) (dropped []string, err error) {
 
 // MaxEntry leaves room for the envelope, whether or not the namespace has a key: the engine sizes
 // its entries before it knows, and a key may be added for a namespace by a reload.
-func (l *Log) MaxEntry() int { return int(pieces.Size(int64(l.inner.MaxEntry()), int64(EnvelopeOverhead))) }
+func (l *Log) MaxEntry() int {
+	return int(pieces.Size(int64(l.inner.MaxEntry()), int64(EnvelopeOverhead)))
+}
 
 // The associated data that binds sealed bytes to their place (after the envelope's header): a
 // label, then each id as a varint length and its bytes. An entry is bound to its log (namespace,
