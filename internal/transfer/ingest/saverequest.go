@@ -156,7 +156,7 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 	}
 	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)
 	defer cancel()
-	res, chunks, err := sr.in.settle(ctx, key, saveID, msg.Header, msg.Data)
+	res, chunks, err := sr.in.settle(ctx, key, saveID, msg.Header, msg.Data, pathRequest)
 	if err != nil {
 		// Storage trouble: nothing was decided, so nothing is published. The writer tries again
 		// with the same save id.
