@@ -50,6 +50,8 @@ type Service struct {
 
 	adm *admission.Controller // bounds the requests in progress, never by waiting (internal/transfer/admission)
 
+	peeks *peeks // the ingest queue asked beside a read (queuepeek.go)
+
 	results resultCounts // requests by operation and result, for the service's stats ($SRV.STATS)
 }
 
@@ -117,7 +119,7 @@ type Config struct {
 func New(cfg Config) *Service {
 	return &Service{nc: cfg.NC, st: cfg.Streams, engine: cfg.Engine, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
 		m: cfg.Metrics, timeout: cfg.Timeout, semver: cfg.Version, policy: cfg.Policy,
-		adm: admission.New(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse)}
+		adm: admission.New(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse), peeks: &peeks{nc: cfg.NC}}
 }
 
 // CacheStats are the read cache's figures: hits and misses so far, and the bytes it holds.
@@ -177,6 +179,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	if derr := s.adm.Drained(ctx); derr != nil && err == nil {
 		err = derr
 	}
+	s.peeks.stop()
 	return err
 }
 
@@ -271,6 +274,11 @@ func (s *Service) awaitIngest(ctx context.Context, subject string) error {
 	if err != nil {
 		return fmt.Errorf("%w: checking the ingest queue: %v", edge.ErrUnavailable, err)
 	}
+	return s.awaitQueued(ctx, subject, upTo)
+}
+
+// awaitQueued waits until the saves queued on subject up to stream sequence upTo are settled.
+func (s *Service) awaitQueued(ctx context.Context, subject string, upTo uint64) error {
 	wait := time.Millisecond
 	from := uint64(1)
 	for upTo > 0 {
@@ -401,7 +409,7 @@ func (s *Service) history(ctx context.Context, ns string, body []byte) (reply, e
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
-	key, err := s.settledKey(ctx, ns, req.SessionRequest)
+	key, err := sessionKey(ns, req.SessionRequest)
 	if err != nil {
 		return reply{}, err
 	}
@@ -411,7 +419,11 @@ func (s *Service) history(ctx context.Context, ns string, body []byte) (reply, e
 	if req.Cursor != "" || req.Limit != 0 {
 		return reply{}, fmt.Errorf("%w: cursor and limit page a history newest first (newestFirst: true); oldest first pages with after", edge.ErrBadRequest)
 	}
-	recs, err := s.engine.History(ctx, edge.KeyOf(key))
+	var recs []engine.Record
+	err = s.afterQueued(ctx, wire.IngestSubject(key), func() (err error) {
+		recs, err = s.engine.History(ctx, edge.KeyOf(key))
+		return err
+	})
 	if err != nil {
 		return reply{}, err
 	}
@@ -435,14 +447,19 @@ func (s *Service) get(ctx context.Context, ns string, body []byte) (reply, error
 	return jsonReply(v)
 }
 
-// version finds one version after any queued saves of its session are settled, and refuses a
-// record in a format this daemon does not know.
+// version finds one version after any queued saves of its session are settled (the queue asked
+// beside the engine's read when it can be: queuepeek.go), and refuses a record in a format this
+// daemon does not know.
 func (s *Service) version(ctx context.Context, ns string, r wire.SessionRequest, n uint64) (wire.Version, error) {
-	key, err := s.settledKey(ctx, ns, r)
+	key, err := sessionKey(ns, r)
 	if err != nil {
 		return wire.Version{}, err
 	}
-	rec, err := s.engine.Version(ctx, edge.KeyOf(key), n)
+	var rec engine.Record
+	err = s.afterQueued(ctx, wire.IngestSubject(key), func() (err error) {
+		rec, err = s.engine.Version(ctx, edge.KeyOf(key), n)
+		return err
+	})
 	if err != nil {
 		return wire.Version{}, err
 	}
