@@ -68,10 +68,11 @@ func headerBytes(h nats.Header) int {
 
 // SaveRequests answers the saves sent as requests.
 type SaveRequests struct {
-	in  *Ingester
-	nc  *nats.Conn
-	adm *admission.Controller // requests in progress and the bytes of their bodies; never waits
-	sub *nats.Subscription
+	in      *Ingester
+	nc      *nats.Conn
+	adm     *admission.Controller // requests in progress and the bytes of their bodies; never waits
+	sub     *nats.Subscription
+	workers *workers // the goroutines that settle them
 }
 
 // NewSaveRequests answers saves with in's settling; the requests in progress may hold budget bytes
@@ -79,7 +80,7 @@ type SaveRequests struct {
 func NewSaveRequests(in *Ingester, nc *nats.Conn, budget int64) *SaveRequests {
 	// The gauge is not registered: what the saves hold shows in the ingest budget's figures.
 	adm := admission.NewForSaves(budget, prometheus.NewGauge(prometheus.GaugeOpts{Name: "save_request_bytes"}), maxSaveRequests)
-	return &SaveRequests{in: in, nc: nc, adm: adm}
+	return &SaveRequests{in: in, nc: nc, adm: adm, workers: newWorkers()}
 }
 
 // PeakBytes is the most the save requests in progress ever held at once (their bodies and
@@ -115,10 +116,11 @@ func (sr *SaveRequests) Stop(ctx context.Context) {
 		sr.in.stop()
 		_ = sr.adm.Drained(context.Background())
 	}
+	sr.workers.stop()
 }
 
 // handle runs on the subscription's goroutine, so it never waits: it admits the request and settles
-// it on a goroutine of its own, or answers it at once.
+// it on a worker goroutine (workers.go), or answers it at once.
 func (sr *SaveRequests) handle(msg *nats.Msg) {
 	start := sr.in.now()
 	if msg.Reply == "" {
@@ -133,10 +135,10 @@ func (sr *SaveRequests) handle(msg *nats.Msg) {
 		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: edge.ToWireError(err)}, start)
 		return
 	}
-	go func() {
+	sr.workers.run(func() {
 		defer func() { t.Done(sr.in.now().Sub(start)) }()
 		sr.serve(msg, start)
-	}()
+	})
 }
 
 // serve settles one admitted request, answers it, then announces its result on the live subject
