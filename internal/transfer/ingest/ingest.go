@@ -707,15 +707,12 @@ func (in *Ingester) publishResult(ctx context.Context, res wire.SaveResult) erro
 	return in.publishResultOn(ctx, wire.ResultSubject(res.Key.Namespace, res.SaveID), res)
 }
 
-// announceResult publishes res, the outcome of a save sent as a request, on its live subject
-// cp.saved.<ns>.<saveid>, which no stream captures: watchers see it, nothing is stored. Its writer
-// has it in the reply, and a retry of the request is de-duplicated by save id, so storing it on
-// CP_RESULTS (about 1 KB per save, kept for the result TTL) would only cost disk writes.
-func (in *Ingester) announceResult(res wire.SaveResult) error {
-	data, err := json.Marshal(res)
-	if err != nil {
-		return err
-	}
+// announceResult publishes res, the outcome of a save sent as a request, as data (its JSON, the
+// bytes of the reply: encoded once) on its live subject cp.saved.<ns>.<saveid>, which no stream
+// captures: watchers see it, nothing is stored. Its writer has it in the reply, and a retry of the
+// request is de-duplicated by save id, so storing it on CP_RESULTS (about 1 KB per save, kept for
+// the result TTL) would only cost disk writes.
+func (in *Ingester) announceResult(res wire.SaveResult, data []byte) error {
 	return in.js.Conn().Publish(wire.SavedSubject(res.Key.Namespace, res.SaveID), data)
 }
 

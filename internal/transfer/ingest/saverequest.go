@@ -166,13 +166,13 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 			Message: fmt.Sprintf("storage: %v; try again with the same save id", storageCause(err))}}
 	}
 	res.SaveID, res.Key = saveID, key
-	sr.answer(msg, res, start)
-	if err != nil || res.Error != nil && res.Error.Code == wire.CodeBusy {
+	data := sr.answer(msg, res, start)
+	if err != nil || res.Error != nil && res.Error.Code == wire.CodeBusy || data == nil {
 		// Not an outcome: the writer sends the same request again (its chunks are kept for it),
 		// and a refusal stored on CP_RESULTS would only mislead a lookup there (§4.5).
 		return
 	}
-	if err := sr.in.announceResult(res); err != nil {
+	if err := sr.in.announceResult(res, data); err != nil {
 		sr.in.log.Warn("save request: announcing the result failed (the writer has its reply)", "session", key, "save", saveID, "err", err)
 	}
 	sr.in.removeChunks(ctx, key, saveID, msg.Header)
@@ -188,8 +188,9 @@ func storageCause(err error) error {
 }
 
 // answer counts the result and replies with it (counted first, so that the metrics agree with
-// what a writer was told as soon as it is told).
-func (sr *SaveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Time) {
+// what a writer was told as soon as it is told). It returns the result as sent (nil if it could
+// not be encoded), which is also what is announced.
+func (sr *SaveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Time) []byte {
 	sr.in.observe(pathRequest, res, start)
 	data, err := json.Marshal(res)
 	if err == nil {
@@ -198,4 +199,5 @@ func (sr *SaveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Ti
 	if err != nil {
 		sr.in.log.Warn("save request: reply failed", "subject", msg.Subject, "save", res.SaveID, "err", err)
 	}
+	return data
 }
