@@ -72,7 +72,7 @@ type SaveRequests struct {
 	nc      *nats.Conn
 	adm     *admission.Controller // requests in progress and the bytes of their bodies; never waits
 	sub     *nats.Subscription
-	workers *workers // the goroutines that settle them
+	workers *admission.Workers // the goroutines that settle them
 }
 
 // NewSaveRequests answers saves with in's settling; the requests in progress may hold budget bytes
@@ -80,7 +80,7 @@ type SaveRequests struct {
 func NewSaveRequests(in *Ingester, nc *nats.Conn, budget int64) *SaveRequests {
 	// The gauge is not registered: what the saves hold shows in the ingest budget's figures.
 	adm := admission.NewForSaves(budget, prometheus.NewGauge(prometheus.GaugeOpts{Name: "save_request_bytes"}), maxSaveRequests)
-	return &SaveRequests{in: in, nc: nc, adm: adm, workers: newWorkers()}
+	return &SaveRequests{in: in, nc: nc, adm: adm, workers: admission.NewWorkers()}
 }
 
 // PeakBytes is the most the save requests in progress ever held at once (their bodies and
@@ -116,11 +116,11 @@ func (sr *SaveRequests) Stop(ctx context.Context) {
 		sr.in.stop()
 		_ = sr.adm.Drained(context.Background())
 	}
-	sr.workers.stop()
+	sr.workers.Stop()
 }
 
 // handle runs on the subscription's goroutine, so it never waits: it admits the request and settles
-// it on a worker goroutine (workers.go), or answers it at once.
+// it on a worker goroutine (admission.Workers), or answers it at once.
 func (sr *SaveRequests) handle(msg *nats.Msg) {
 	start := sr.in.now()
 	if msg.Reply == "" {
@@ -135,7 +135,7 @@ func (sr *SaveRequests) handle(msg *nats.Msg) {
 		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: edge.ToWireError(err)}, start)
 		return
 	}
-	sr.workers.run(func() {
+	sr.workers.Run(func() {
 		defer func() { t.Done(sr.in.now().Sub(start)) }()
 		sr.serve(msg, start)
 	})

@@ -50,7 +50,8 @@ type Service struct {
 
 	adm *admission.Controller // bounds the requests in progress, never by waiting (internal/transfer/admission)
 
-	peeks *peeks // the ingest queue asked beside a read (queuepeek.go)
+	peeks   *peeks             // the ingest queue asked beside a read (queuepeek.go)
+	workers *admission.Workers // the goroutines that run the admitted requests
 
 	results resultCounts // requests by operation and result, for the service's stats ($SRV.STATS)
 }
@@ -119,7 +120,7 @@ type Config struct {
 func New(cfg Config) *Service {
 	return &Service{nc: cfg.NC, st: cfg.Streams, engine: cfg.Engine, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
 		m: cfg.Metrics, timeout: cfg.Timeout, semver: cfg.Version, policy: cfg.Policy,
-		adm: admission.New(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse), peeks: &peeks{nc: cfg.NC}}
+		adm: admission.New(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse), peeks: &peeks{nc: cfg.NC}, workers: admission.NewWorkers()}
 }
 
 // CacheStats are the read cache's figures: hits and misses so far, and the bytes it holds.
@@ -180,11 +181,12 @@ func (s *Service) Stop(ctx context.Context) error {
 		err = derr
 	}
 	s.peeks.stop()
+	s.workers.Stop()
 	return err
 }
 
 // wrap admits a request (or refuses it busy at once: this runs on the endpoint's delivery goroutine,
-// which must never wait) and runs its handler on a goroutine of its own, decoding the namespace from
+// which must never wait) and runs its handler on a worker goroutine (admission.Workers), decoding the namespace from
 // the subject and turning errors into typed error replies. A scan reserves the bytes of the largest
 // reply it can build.
 func (s *Service) wrap(op string, class admission.Class, h opHandler) micro.Handler {
@@ -199,7 +201,7 @@ func (s *Service) wrap(op string, class admission.Class, h opHandler) micro.Hand
 			s.respond(op, req, reply{}, err, start)
 			return
 		}
-		go func() {
+		s.workers.Run(func() {
 			defer func() { t.Done(time.Since(start)) }()
 			ctx, cancel := context.WithTimeout(admission.WithTicket(context.Background(), t), s.timeout)
 			defer cancel()
@@ -215,7 +217,7 @@ func (s *Service) wrap(op string, class admission.Class, h opHandler) micro.Hand
 				r, err = h(ctx, ns, req.Data())
 			}
 			s.respond(op, req, r, err, start)
-		}()
+		})
 	})
 }
 

@@ -1,4 +1,4 @@
-package ingest
+package admission
 
 import (
 	"testing"
@@ -8,9 +8,9 @@ import (
 // A worker that settled a request waits for the next one (keeping its grown stack) instead of
 // ending; stop ends it.
 func TestWorkers_IdleWorkerTakesTheNextRequest(t *testing.T) {
-	w := newWorkers()
+	w := NewWorkers()
 	done := make(chan struct{})
-	w.run(func() { close(done) })
+	w.Run(func() { close(done) })
 	<-done
 	second := make(chan struct{})
 	select {
@@ -19,7 +19,7 @@ func TestWorkers_IdleWorkerTakesTheNextRequest(t *testing.T) {
 		t.Fatal("no worker waits for the next request: each request would start a goroutine of its own")
 	}
 	<-second
-	w.stop()
+	w.Stop()
 	time.Sleep(50 * time.Millisecond) // the worker sees quit
 	select {
 	case w.work <- func() {}:
