@@ -94,6 +94,24 @@ func TestSaveRequest_RetryIsTheDuplicateOfItsVersion(t *testing.T) {
 			s.save("later-1", "w1", asAppend)
 			s.requireDuplicate(hdr, body, made)
 		})
+		if asAppend {
+			// Rule 3 of the window: a retry naming its base version is recognised past the last
+			// pack, as long as the session is at most 256 versions past that base.
+			t.Run(shape+"/after two packs", func(t *testing.T) {
+				s := session(t, "retry-two-packs")
+				key := engine.Key{Namespace: s.key.Namespace, Session: s.key.Session, Agent: s.key.Agent}
+				s.save("first", "w1", asAppend)
+				hdr, body, made := s.save("lost", "w1", asAppend)
+				for i := range 2 {
+					s.save(fmt.Sprintf("later-%d", i), "w2", asAppend)
+					res, err := env.Daemon.Engine.Pack(ctx, key, true)
+					require.NoError(t, err)
+					require.NotZero(t, res.Entries, "the session was packed")
+				}
+				s.save("later-2", "w1", asAppend)
+				s.requireDuplicate(hdr, body, made)
+			})
+		}
 		t.Run(shape+"/first sent on the ingest stream", func(t *testing.T) {
 			s := session(t, "retry-ingest-"+shape)
 			s.save("first", "w1", asAppend)
