@@ -1,6 +1,7 @@
 // Package admission bounds the requests the daemon works on at once, and the bytes they hold,
 // without ever waiting: a request beyond a limit is refused busy with a hint of when to retry.
-// The service admits its reads and scans through one Controller, the save requests through another.
+// The service admits its reads and scans through one Controller, the save requests through another;
+// both run what they admitted on reused goroutines (Workers, workers.go).
 package admission
 
 import (

@@ -214,7 +214,7 @@ func (in *Ingester) handle(msg jetstream.Msg) {
 	defer cancel()
 	go heartbeat(ctx, msg)
 
-	res, chunks, err := in.settle(ctx, key, saveID, msg.Headers(), msg.Data())
+	res, chunks, err := in.settle(ctx, key, saveID, msg.Headers(), msg.Data(), pathIngest)
 	if err != nil {
 		if meta.NumDelivered < maxAttempts {
 			in.log.Warn("ingest: storage error, will retry", "session", key, "save", saveID, "attempt", meta.NumDelivered, "err", err)
@@ -351,10 +351,16 @@ func (in *Ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wi
 	return &v, nil
 }
 
-// settle decides the outcome of one save, whichever way it came (a message off CP_INGEST, or a
-// request on cp.save.>): its headers h and its body data as received. A returned error is
+// settle decides the outcome of one save, whichever way it came (path: a message off CP_INGEST,
+// or a request on cp.save.>): its headers h and its body data as received. A returned error is
 // transient (storage); refusals are part of the result. The int is the save's chunk count.
-func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h nats.Header, data []byte) (wire.SaveResult, int, error) {
+//
+// A save off the stream first looks for the outcome an earlier delivery stored on CP_RESULTS
+// (prior): a redelivery must be its duplicate for as long as results are kept, beyond what the
+// engine recognises by itself. A request skips that round trip: its results are never stored
+// there, and the engine recognises a save id among the session's newest versions (savedBefore,
+// savedAfter; docs/protocol.md §4.3 says how far back).
+func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h nats.Header, data []byte, path string) (wire.SaveResult, int, error) {
 	refuse := func(err error) (wire.SaveResult, int, error) {
 		return wire.SaveResult{Error: edge.ToWireError(err)}, 0, nil
 	}
@@ -368,7 +374,8 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	if err != nil {
 		if isRefusal(err) {
 			// A retry of a chunked save already settled finds its chunks removed: it is the
-			// duplicate of what it made.
+			// duplicate of what it made (found by its stored result: off the stream, or a save
+			// first sent there and retried as a request; a rare refusal path, so both look).
 			if hs.chunks > 0 {
 				if v, perr := in.prior(ctx, key, saveID); perr != nil || v != nil {
 					return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v}, 0, perr
@@ -379,10 +386,13 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 		return wire.SaveResult{}, 0, err
 	}
 	// What the daemon read, hashed, goes back in the result: the writer compares it with what it
-	// sent (end-to-end integrity of the transfer; a forged result cannot know it).
-	received := wire.Hash(payload)
-	if v, err := in.prior(ctx, key, saveID); err != nil || v != nil {
-		return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Received: received}, hs.chunks, err
+	// sent (end-to-end integrity of the transfer; a forged result cannot know it). The hash is a
+	// pass over the whole body, so a large one is hashed beside the engine's work, not before it.
+	received := hashBeside(payload)
+	if path == pathIngest {
+		if v, err := in.prior(ctx, key, saveID); err != nil || v != nil {
+			return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Received: received()}, hs.chunks, err
+		}
 	}
 	req := hs.req
 	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
@@ -390,16 +400,39 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	switch {
 	case edge.IsStorageRefusal(err):
 		res, _, _ := refuse(err)
-		res.Received = received
+		res.Received = received()
 		return res, 0, nil
 	case err != nil:
+		received() // the hashing goroutine is done before the payload's buffers go back
 		return wire.SaveResult{}, 0, err
 	}
 	if saved.PackDue {
 		in.packer.Due(req.Key) // packed after the save is answered, off its latency
 	}
 	v := edge.VersionOf(saved.Record)
-	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received}, hs.chunks, nil
+	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received()}, hs.chunks, nil
+}
+
+// hashBesideBytes is the body size from which the received hash is computed on a goroutine of its
+// own while the save goes on: below it, the hash (SHA-256 at 1-2 GB/s: 32 µs or less) costs less
+// than handing it over.
+const hashBesideBytes = 64 << 10
+
+// hashBeside starts hashing payload (wire.Hash) and returns a function that waits for the hash.
+// The payload is only read, by the engine too, so both may read it at once.
+func hashBeside(payload []byte) func() string {
+	if len(payload) < hashBesideBytes {
+		h := wire.Hash(payload)
+		return func() string { return h }
+	}
+	done := make(chan string, 1)
+	go func() { done <- wire.Hash(payload) }()
+	var h string
+	var once sync.Once
+	return func() string {
+		once.Do(func() { h = <-done })
+		return h
+	}
 }
 
 // isRefusal tells a body that cannot be read as sent (a refusal, part of the result) from storage
@@ -639,15 +672,12 @@ func (in *Ingester) publishResult(ctx context.Context, res wire.SaveResult) erro
 	return in.publishResultOn(ctx, wire.ResultSubject(res.Key.Namespace, res.SaveID), res)
 }
 
-// announceResult publishes res, the outcome of a save sent as a request, on its live subject
-// cp.saved.<ns>.<saveid>, which no stream captures: watchers see it, nothing is stored. Its writer
-// has it in the reply, and a retry of the request is de-duplicated by save id, so storing it on
-// CP_RESULTS (about 1 KB per save, kept for the result TTL) would only cost disk writes.
-func (in *Ingester) announceResult(res wire.SaveResult) error {
-	data, err := json.Marshal(res)
-	if err != nil {
-		return err
-	}
+// announceResult publishes res, the outcome of a save sent as a request, as data (its JSON, the
+// bytes of the reply: encoded once) on its live subject cp.saved.<ns>.<saveid>, which no stream
+// captures: watchers see it, nothing is stored. Its writer has it in the reply, and a retry of the
+// request is de-duplicated by save id, so storing it on CP_RESULTS (about 1 KB per save, kept for
+// the result TTL) would only cost disk writes.
+func (in *Ingester) announceResult(res wire.SaveResult, data []byte) error {
 	return in.js.Conn().Publish(wire.SavedSubject(res.Key.Namespace, res.SaveID), data)
 }
 

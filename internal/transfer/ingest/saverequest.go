@@ -68,10 +68,11 @@ func headerBytes(h nats.Header) int {
 
 // SaveRequests answers the saves sent as requests.
 type SaveRequests struct {
-	in  *Ingester
-	nc  *nats.Conn
-	adm *admission.Controller // requests in progress and the bytes of their bodies; never waits
-	sub *nats.Subscription
+	in      *Ingester
+	nc      *nats.Conn
+	adm     *admission.Controller // requests in progress and the bytes of their bodies; never waits
+	sub     *nats.Subscription
+	workers *admission.Workers // the goroutines that settle them
 }
 
 // NewSaveRequests answers saves with in's settling; the requests in progress may hold budget bytes
@@ -79,7 +80,7 @@ type SaveRequests struct {
 func NewSaveRequests(in *Ingester, nc *nats.Conn, budget int64) *SaveRequests {
 	// The gauge is not registered: what the saves hold shows in the ingest budget's figures.
 	adm := admission.NewForSaves(budget, prometheus.NewGauge(prometheus.GaugeOpts{Name: "save_request_bytes"}), maxSaveRequests)
-	return &SaveRequests{in: in, nc: nc, adm: adm}
+	return &SaveRequests{in: in, nc: nc, adm: adm, workers: admission.NewWorkers()}
 }
 
 // PeakBytes is the most the save requests in progress ever held at once (their bodies and
@@ -115,10 +116,11 @@ func (sr *SaveRequests) Stop(ctx context.Context) {
 		sr.in.stop()
 		_ = sr.adm.Drained(context.Background())
 	}
+	sr.workers.Stop()
 }
 
 // handle runs on the subscription's goroutine, so it never waits: it admits the request and settles
-// it on a goroutine of its own, or answers it at once.
+// it on a worker goroutine (admission.Workers), or answers it at once.
 func (sr *SaveRequests) handle(msg *nats.Msg) {
 	start := sr.in.now()
 	if msg.Reply == "" {
@@ -133,10 +135,10 @@ func (sr *SaveRequests) handle(msg *nats.Msg) {
 		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: edge.ToWireError(err)}, start)
 		return
 	}
-	go func() {
+	sr.workers.Run(func() {
 		defer func() { t.Done(sr.in.now().Sub(start)) }()
 		sr.serve(msg, start)
-	}()
+	})
 }
 
 // serve settles one admitted request, answers it, then announces its result on the live subject
@@ -156,7 +158,7 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 	}
 	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)
 	defer cancel()
-	res, chunks, err := sr.in.settle(ctx, key, saveID, msg.Header, msg.Data)
+	res, chunks, err := sr.in.settle(ctx, key, saveID, msg.Header, msg.Data, pathRequest)
 	if err != nil {
 		// Storage trouble: nothing was decided, so nothing is published. The writer tries again
 		// with the same save id.
@@ -164,13 +166,13 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 			Message: fmt.Sprintf("storage: %v; try again with the same save id", storageCause(err))}}
 	}
 	res.SaveID, res.Key = saveID, key
-	sr.answer(msg, res, start)
-	if err != nil || res.Error != nil && res.Error.Code == wire.CodeBusy {
+	data := sr.answer(msg, res, start)
+	if err != nil || res.Error != nil && res.Error.Code == wire.CodeBusy || data == nil {
 		// Not an outcome: the writer sends the same request again (its chunks are kept for it),
 		// and a refusal stored on CP_RESULTS would only mislead a lookup there (§4.5).
 		return
 	}
-	if err := sr.in.announceResult(res); err != nil {
+	if err := sr.in.announceResult(res, data); err != nil {
 		sr.in.log.Warn("save request: announcing the result failed (the writer has its reply)", "session", key, "save", saveID, "err", err)
 	}
 	sr.in.removeChunks(ctx, key, saveID, msg.Header)
@@ -186,8 +188,9 @@ func storageCause(err error) error {
 }
 
 // answer counts the result and replies with it (counted first, so that the metrics agree with
-// what a writer was told as soon as it is told).
-func (sr *SaveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Time) {
+// what a writer was told as soon as it is told). It returns the result as sent (nil if it could
+// not be encoded), which is also what is announced.
+func (sr *SaveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Time) []byte {
 	sr.in.observe(pathRequest, res, start)
 	data, err := json.Marshal(res)
 	if err == nil {
@@ -196,4 +199,5 @@ func (sr *SaveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Ti
 	if err != nil {
 		sr.in.log.Warn("save request: reply failed", "subject", msg.Subject, "save", res.SaveID, "err", err)
 	}
+	return data
 }

@@ -187,7 +187,12 @@ func (s *Service) historyNewestFirst(ctx context.Context, key wire.Key, req wire
 	if req.Limit > 0 {
 		limit = min(req.Limit, maxHistoryPage)
 	}
-	recs, next, err := s.engine.HistoryPage(ctx, edge.KeyOf(key), cur, limit)
+	var recs []engine.Record
+	var next engine.HistoryCursor
+	err := s.afterQueued(ctx, wire.IngestSubject(key), func() (err error) {
+		recs, next, err = s.engine.HistoryPage(ctx, edge.KeyOf(key), cur, limit)
+		return err
+	})
 	if err != nil {
 		return reply{}, err
 	}

@@ -51,6 +51,9 @@ type Service struct {
 
 	adm *admission.Controller // bounds the requests in progress, never by waiting (internal/transfer/admission)
 
+	peeks   *peeks             // the ingest queue asked beside a read (queuepeek.go)
+	workers *admission.Workers // the goroutines that run the admitted requests
+
 	results resultCounts // requests by operation and result, for the service's stats ($SRV.STATS)
 }
 
@@ -118,7 +121,7 @@ type Config struct {
 func New(cfg Config) *Service {
 	return &Service{nc: cfg.NC, st: cfg.Streams, engine: cfg.Engine, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
 		m: cfg.Metrics, timeout: cfg.Timeout, semver: cfg.Version, policy: cfg.Policy,
-		adm: admission.New(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse)}
+		adm: admission.New(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse), peeks: &peeks{nc: cfg.NC}, workers: admission.NewWorkers()}
 }
 
 // CacheStats are the read cache's figures: hits and misses so far, and the bytes it holds.
@@ -178,11 +181,13 @@ func (s *Service) Stop(ctx context.Context) error {
 	if derr := s.adm.Drained(ctx); derr != nil && err == nil {
 		err = derr
 	}
+	s.peeks.stop()
+	s.workers.Stop()
 	return err
 }
 
 // wrap admits a request (or refuses it busy at once: this runs on the endpoint's delivery goroutine,
-// which must never wait) and runs its handler on a goroutine of its own, decoding the namespace from
+// which must never wait) and runs its handler on a worker goroutine (admission.Workers), decoding the namespace from
 // the subject and turning errors into typed error replies. A scan reserves the bytes of the largest
 // reply it can build.
 func (s *Service) wrap(op string, class admission.Class, h opHandler) micro.Handler {
@@ -197,7 +202,7 @@ func (s *Service) wrap(op string, class admission.Class, h opHandler) micro.Hand
 			s.respond(op, req, reply{}, err, start)
 			return
 		}
-		go func() {
+		s.workers.Run(func() {
 			defer func() { t.Done(time.Since(start)) }()
 			ctx, cancel := context.WithTimeout(admission.WithTicket(context.Background(), t), s.timeout)
 			defer cancel()
@@ -213,7 +218,7 @@ func (s *Service) wrap(op string, class admission.Class, h opHandler) micro.Hand
 				r, err = h(ctx, ns, req.Data())
 			}
 			s.respond(op, req, r, err, start)
-		}()
+		})
 	})
 }
 
@@ -272,6 +277,11 @@ func (s *Service) awaitIngest(ctx context.Context, subject string) error {
 	if err != nil {
 		return fmt.Errorf("%w: checking the ingest queue: %v", edge.ErrUnavailable, err)
 	}
+	return s.awaitQueued(ctx, subject, upTo)
+}
+
+// awaitQueued waits until the saves queued on subject up to stream sequence upTo are settled.
+func (s *Service) awaitQueued(ctx context.Context, subject string, upTo uint64) error {
 	wait := time.Millisecond
 	from := uint64(1)
 	for upTo > 0 {
@@ -402,7 +412,7 @@ func (s *Service) history(ctx context.Context, ns string, body []byte) (reply, e
 	if err := decodeRequest(body, &req); err != nil {
 		return reply{}, err
 	}
-	key, err := s.settledKey(ctx, ns, req.SessionRequest)
+	key, err := sessionKey(ns, req.SessionRequest)
 	if err != nil {
 		return reply{}, err
 	}
@@ -412,7 +422,11 @@ func (s *Service) history(ctx context.Context, ns string, body []byte) (reply, e
 	if req.Cursor != "" || req.Limit != 0 {
 		return reply{}, fmt.Errorf("%w: cursor and limit page a history newest first (newestFirst: true); oldest first pages with after", edge.ErrBadRequest)
 	}
-	recs, err := s.engine.History(ctx, edge.KeyOf(key))
+	var recs []engine.Record
+	err = s.afterQueued(ctx, wire.IngestSubject(key), func() (err error) {
+		recs, err = s.engine.History(ctx, edge.KeyOf(key))
+		return err
+	})
 	if err != nil {
 		return reply{}, err
 	}
@@ -436,14 +450,19 @@ func (s *Service) get(ctx context.Context, ns string, body []byte) (reply, error
 	return jsonReply(v)
 }
 
-// version finds one version after any queued saves of its session are settled, and refuses a
-// record in a format this daemon does not know.
+// version finds one version after any queued saves of its session are settled (the queue asked
+// beside the engine's read when it can be: queuepeek.go), and refuses a record in a format this
+// daemon does not know.
 func (s *Service) version(ctx context.Context, ns string, r wire.SessionRequest, n uint64) (wire.Version, error) {
-	key, err := s.settledKey(ctx, ns, r)
+	key, err := sessionKey(ns, r)
 	if err != nil {
 		return wire.Version{}, err
 	}
-	rec, err := s.engine.Version(ctx, edge.KeyOf(key), n)
+	var rec engine.Record
+	err = s.afterQueued(ctx, wire.IngestSubject(key), func() (err error) {
+		rec, err = s.engine.Version(ctx, edge.KeyOf(key), n)
+		return err
+	})
 	if err != nil {
 		return wire.Version{}, err
 	}

@@ -1,0 +1,159 @@
+package transfer_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/testenv"
+)
+
+// BenchmarkIngest_FiftyAgents is issue 12's ingest figure in process: 50 agents, each on its own
+// connection, append 2 small messages per save (checkpoint.Client.Append, one save after another)
+// for a phase, then publish the same bytes asynchronously to a plain stream (at most 256 in flight
+// each, every publish acknowledged) for as long. It prints saves/s, publishes/s and their ratio
+// (never asserted: the machine is shared). Run it with -benchtime 1x; CP_BENCH_SECONDS sets the
+// phase (default 3), CP_BENCH_CPUPROFILE=<file> profiles the saves' phase and
+// CP_BENCH_GOROUTINES=<file> dumps the goroutines in the middle of it.
+func BenchmarkIngest_FiftyAgents(b *testing.B) {
+	const agents = 50
+	phase := 3 * time.Second
+	if s, err := strconv.Atoi(os.Getenv("CP_BENCH_SECONDS")); err == nil && s > 0 {
+		phase = time.Duration(s) * time.Second
+	}
+	env := testenv.Start(b)
+	ctx := context.Background()
+	clients := make([]*checkpoint.Client, agents)
+	streams := make([]jetstream.JetStream, agents)
+	for i := range clients {
+		nc := env.Conn()
+		c, err := checkpoint.New(nc, checkpoint.WithTimeout(time.Minute))
+		require.NoError(b, err)
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(256))
+		require.NoError(b, err)
+		clients[i], streams[i] = c, js
+	}
+	_, err := streams[0].CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH_INGEST", Subjects: []string{"bench.ingest.>"}, Storage: jetstream.FileStorage})
+	require.NoError(b, err)
+	pair := func(agent, n int) []byte {
+		return fmt.Appendf(nil, `[{"role":"user","content":"agent %d question %d","timestamp":%d},`+
+			`{"role":"assistant","content":[{"type":"text","text":"answer %d"}],"stopReason":"stop","model":"m","provider":"p","usage":{"input":1,"output":1,"totalTokens":2},"timestamp":%d}]`,
+			agent, n, 1700000000000+n, n, 1700000000001+n)
+	}
+	for b.Loop() {
+		cpu0 := processCPU()
+		saves, n := saveFlood50(b, ctx, clients, pair, phase)
+		cpu1 := processCPU()
+		pubs, m := publishFlood50(b, ctx, streams, pair, phase)
+		cpu2 := processCPU()
+		perSave, perPub := (cpu1-cpu0)/time.Duration(max(n, 1)), (cpu2-cpu1)/time.Duration(max(m, 1))
+		b.Logf("%d agents appending 2 messages per save: %.0f saves/s (%v of CPU each, all in: agents, server, daemon); "+
+			"async publishes of the same bytes: %.0f/s (%v each); ratio %.1f %%", agents, saves, perSave, pubs, perPub, 100*saves/pubs)
+		b.ReportMetric(saves, "saves/s")
+		b.ReportMetric(pubs, "publishes/s")
+		b.ReportMetric(100*saves/pubs, "%_of_raw")
+		b.ReportMetric(float64(perSave.Microseconds()), "cpu-µs/save")
+		b.ReportMetric(float64(perPub.Microseconds()), "cpu-µs/publish")
+	}
+}
+
+// processCPU is the CPU time the process has used so far (user and system): on a shared machine
+// the CPU a save costs is steadier than how many saves fit in a second.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// saveFlood50 has every client append pairs one save after another for the phase, and returns the
+// saves per second and their number.
+func saveFlood50(b *testing.B, ctx context.Context, clients []*checkpoint.Client, pair func(agent, n int) []byte, phase time.Duration) (float64, int64) {
+	if path := os.Getenv("CP_BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		require.NoError(b, err)
+		require.NoError(b, pprof.StartCPUProfile(f))
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	if path := os.Getenv("CP_BENCH_GOROUTINES"); path != "" {
+		time.AfterFunc(phase/2, func() {
+			if f, err := os.Create(path); err == nil {
+				_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+				_ = f.Close()
+			}
+		})
+	}
+	var done atomic.Int64
+	deadline := time.Now().Add(phase)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := checkpoint.Key{Session: fmt.Sprintf("agent-%02d-%d", i, start.UnixNano())}
+			v, err := c.Save(ctx, key, pair(i, 0))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for n := 1; time.Now().Before(deadline); n++ {
+				if v, err = c.Append(ctx, key, v.Version, pair(i, n)); err != nil {
+					b.Error(err)
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(done.Load()) / time.Since(start).Seconds(), done.Load()
+}
+
+// publishFlood50 has every agent publish pairs asynchronously for the phase, then waits for every
+// acknowledgement; it returns the acknowledged publishes per second and their number.
+func publishFlood50(b *testing.B, ctx context.Context, streams []jetstream.JetStream, pair func(agent, n int) []byte, phase time.Duration) (float64, int64) {
+	var acked atomic.Int64
+	deadline := time.Now().Add(phase)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, js := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			subject := fmt.Sprintf("bench.ingest.agent%02d", i)
+			var futures []jetstream.PubAckFuture
+			for n := 0; time.Now().Before(deadline); n++ {
+				f, err := js.PublishAsync(subject, pair(i, n), jetstream.WithStallWait(time.Minute))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				futures = append(futures, f)
+			}
+			for _, f := range futures {
+				select {
+				case <-f.Ok():
+					acked.Add(1)
+				case <-f.Err():
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(acked.Load()) / time.Since(start).Seconds(), acked.Load()
+}

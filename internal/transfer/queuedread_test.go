@@ -1,0 +1,79 @@
+package transfer_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// A read of a session's head waits for the saves queued for it on CP_INGEST before the read: get,
+// restore (read) and history, oldest and newest first, each see a save that is still queued when
+// they ask (the ingester is held back by a full ingest budget, then let go). The daemon asks the
+// queue beside the engine's read (service/queuepeek.go); finding a save queued, it reads again once
+// the save is settled.
+func TestRead_WaitsForTheSaveQueuedBeforeIt(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "queued before the read"}
+	conv := turn(nil, "w", 1)
+	_, err := env.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	nc := env.Conn()
+
+	reads := []struct {
+		name string
+		head func() uint64
+	}{
+		{"get", func() uint64 {
+			v, err := env.Client.Get(ctx, key, 0)
+			require.NoError(t, err)
+			return v.Version
+		}},
+		{"read", func() uint64 {
+			got, v, err := env.Client.Restore(ctx, key, 0)
+			require.NoError(t, err)
+			require.Equal(t, string(conv), string(got), "the conversation of the version named")
+			return v.Version
+		}},
+		{"history", func() uint64 {
+			h, err := env.Client.History(ctx, key)
+			require.NoError(t, err)
+			return h[len(h)-1].Version
+		}},
+		{"history newest first", func() uint64 {
+			body, _ := json.Marshal(wire.HistoryRequest{SessionRequest: wire.SessionRequest{Session: key.Session}, NewestFirst: true, Limit: 1})
+			m, err := nc.Request(wire.APISubject(wire.DefaultNamespace, wire.OpHistory), body, 10*time.Second)
+			require.NoError(t, err)
+			var r wire.HistoryReply
+			require.NoError(t, json.Unmarshal(m.Data, &r), "%s", m.Data)
+			require.NotEmpty(t, r.Versions)
+			return r.Versions[0].Version
+		}},
+	}
+	for i, read := range reads {
+		t.Run(read.name, func(t *testing.T) {
+			release := transfer.HoldIngestBudget(env.Daemon, 10*time.Second) // the queued save waits for memory
+			id := fmt.Sprintf("queued-%d", i)
+			conv = turn(conv, "w", i+2)
+			m := nats.NewMsg(wire.IngestSubject(key.WithDefaults()))
+			m.Header.Set(wire.HdrSaveID, id)
+			m.Data = conv
+			_, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+			require.NoError(t, err)
+			go func() { time.Sleep(300 * time.Millisecond); release() }()
+			require.Equal(t, uint64(i+2), read.head(), "the save queued before the read is seen")
+		})
+	}
+}
