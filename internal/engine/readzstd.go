@@ -20,8 +20,20 @@ import (
 // Otherwise the version is built from the entries read, as Read builds it, and compressed at
 // zstd's fastest level.
 func (e *Engine) ReadZstd(ctx context.Context, key Key, v uint64) ([]byte, Record, error) {
+	return e.ReadZstdIf(ctx, key, v, nil)
+}
+
+// ReadZstdIf is ReadZstd that asks found, once it knows the record of the version it reads,
+// whether to read its body: false returns that record and no bytes (the caller has them cached,
+// by the record's hash), an error is returned as it is (the caller cannot take the load). For the
+// head (v 0, or the head's number) found is asked with the log's last entry read and nothing
+// else, so that a read of the head costs the caller one storage read for its record and its body
+// together: that entry alone when it holds the head (alone), else that entry and the ones before
+// it, never the last entry twice. For another version found is asked once the entries holding it
+// are read. found may be asked again (a read the log moved under starts again); nil reads always.
+func (e *Engine) ReadZstdIf(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) ([]byte, Record, error) {
 	for attempt := 0; ; attempt++ {
-		out, rec, err := e.readZstd(ctx, key, v)
+		out, rec, err := e.readZstd(ctx, key, v, found)
 		if errors.Is(err, errShort) && attempt+1 < maxReadAttempts {
 			continue
 		}
@@ -29,13 +41,24 @@ func (e *Engine) ReadZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 	}
 }
 
-func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Record, error) {
+func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) ([]byte, Record, error) {
 	last, err := e.last(ctx, key)
 	if err != nil {
 		return nil, Record{}, err
 	}
 	if v, err = checkVersion(key, last.meta.Head, v); err != nil {
 		return nil, Record{}, err
+	}
+	if found != nil && v == last.meta.Head.Version {
+		// The head's record is the last entry's (as Head and Version give it): ask before reading more.
+		rec, err := recordOf(key, last.meta.Head)
+		if err != nil {
+			return nil, Record{}, err
+		}
+		if read, err := found(rec); err != nil || !read {
+			return nil, recordUnless(rec, err), err
+		}
+		found = nil
 	}
 	entries, err := e.holding(ctx, key, last, v)
 	if err != nil {
@@ -45,6 +68,11 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 	rec, n, err := recordIn(key, target, v)
 	if err != nil {
 		return nil, Record{}, err
+	}
+	if found != nil {
+		if read, err := found(rec); err != nil || !read {
+			return nil, recordUnless(rec, err), err
+		}
 	}
 	switch {
 	case storedAsIs(entries, target, n):
@@ -63,6 +91,14 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 		return nil, Record{}, err
 	}
 	return fastEncoder.EncodeAll(append(conv, ']'), make([]byte, 0, len(conv)/4)), rec, nil
+}
+
+// recordUnless is rec, or no record with an error.
+func recordUnless(rec Record, err error) Record {
+	if err != nil {
+		return Record{}
+	}
+	return rec
 }
 
 // passThrough appends the stored data of entries to out, ending each frame before an entry that

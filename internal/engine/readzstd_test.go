@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -318,4 +319,71 @@ func TestRead_TailWithoutSequences(t *testing.T) {
 	require.Equal(t, string(want), string(conv))
 	require.Equal(t, 1, log.datas)
 	require.Positive(t, log.ranges, "what ReadData read was not the tail: Range read it")
+}
+
+// ReadZstdIf asks for the head's record once the log's last entry is read and before anything
+// else is: a session saved once is read, record and body, with that one read; a caller that has
+// the body (cached by the record's hash) gets the record and no bytes for it, and one that refuses
+// (its error) gets its error. The record is the one Head and Version give, also when the last
+// entry is a lease's; another version's is asked for once its entries are read.
+func TestReadZstdIf(t *testing.T) {
+	dec, err := zstd.NewReader(nil)
+	require.NoError(t, err)
+	defer dec.Close()
+	log := &countingLog{Log: memlog.New(1 << 20)}
+	e := engine.New(log, engine.Config{NoPack: true})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: "1", Payload: conversation(6)})
+	require.NoError(t, err)
+	head, err := e.Head(ctx, k)
+	require.NoError(t, err)
+
+	var asked []engine.Record
+	read := func(v uint64, answer bool, refuse error) ([]byte, engine.Record, error) {
+		asked = nil
+		return e.ReadZstdIf(ctx, k, v, func(r engine.Record) (bool, error) {
+			asked = append(asked, r)
+			return answer, refuse
+		})
+	}
+	log.reads = 0
+	z, rec, err := read(0, true, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, log.reads, "a session saved once: its last entry, read once")
+	require.Equal(t, []engine.Record{head}, asked)
+	require.Equal(t, head, rec)
+	plain, err := dec.DecodeAll(z, nil)
+	require.NoError(t, err)
+	require.Equal(t, string(conversation(6)), string(plain))
+
+	log.reads = 0
+	z, rec, err = read(0, false, nil)
+	require.NoError(t, err)
+	require.Nil(t, z, "the caller has the body")
+	require.Equal(t, head, rec)
+	require.Equal(t, 1, log.reads)
+
+	busy := errors.New("busy")
+	z, rec, err = read(0, true, busy)
+	require.ErrorIs(t, err, busy)
+	require.Nil(t, z)
+	require.Equal(t, engine.Record{}, rec)
+
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: "2", Payload: conversation(8)})
+	require.NoError(t, err)
+	l, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "o", TTL: time.Minute, Now: now})
+	require.NoError(t, err)
+	_, err = e.Release(ctx, engine.LeaseRequest{Key: k, Epoch: l.Lease.Epoch, Now: now})
+	require.NoError(t, err)
+	for v, payload := range map[uint64][]byte{0: conversation(8), 2: conversation(8), 1: conversation(6)} {
+		want, err := e.Version(ctx, k, v)
+		require.NoError(t, err)
+		z, rec, err := read(v, true, nil)
+		require.NoError(t, err)
+		require.Equal(t, []engine.Record{want}, asked, "version %d", v)
+		require.Equal(t, want, rec, "version %d", v)
+		plain, err := dec.DecodeAll(z, nil)
+		require.NoError(t, err)
+		require.Equal(t, string(payload), string(plain), "version %d", v)
+	}
 }

@@ -539,3 +539,45 @@ func p50(d []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkRestore_FirstRead is BenchmarkRestore_VsDirectGet for the restore an agent resuming a
+// session makes: of a head no read has asked for before (each iteration saves a session of its
+// own, the conversation with one message of its own at the end, untimed), so nothing of it is in the
+// daemon's read cache, against the same floor. A session saved once is held by its last entry
+// alone: the daemon reads that entry once, for the head's record and its body (docs/format.md
+// §8.15d).
+func BenchmarkRestore_FirstRead(b *testing.B) {
+	for _, name := range benchConversations {
+		b.Run(name, func(b *testing.B) {
+			msgs := corpusMessages(b, name)
+			env := testenv.Start(b)
+			ctx := context.Background()
+			floor := directGetFloor(b, env, arrayOf(msgs))
+			restore := make([]time.Duration, 0, b.N)
+			raw := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				key := checkpoint.Key{Session: fmt.Sprintf("first-%d", i)}
+				own := json.RawMessage(fmt.Sprintf(`{"role":"user","content":%q}`, key.Session))
+				if _, err := env.Client.Save(ctx, key, arrayOf(append(slices.Clone(msgs), own))); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				if _, _, err := env.Client.Restore(ctx, key, 0); err != nil {
+					b.Fatal(err)
+				}
+				restore = append(restore, time.Since(start))
+				start = time.Now()
+				floor()
+				raw = append(raw, time.Since(start))
+			}
+			b.StopTimer()
+			r, f := p50(restore), p50(raw)
+			b.ReportMetric(float64(r.Microseconds())/1000, "restore-p50-ms")
+			b.ReportMetric(float64(f.Microseconds())/1000, "floor-p50-ms")
+			b.ReportMetric(float64(r)/float64(f), "ratio")
+		})
+	}
+}

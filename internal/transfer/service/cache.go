@@ -123,8 +123,32 @@ func (c *byteCache) GetOrLoadBody(key string, load func() (readBody, error)) (re
 	c.mu.Unlock()
 	c.misses.Add(1)
 	b, err := load()
-	if err != nil || int64(len(b.data)) > c.max {
+	if err != nil {
 		return b, err
+	}
+	c.Put(key, b)
+	return b, nil
+}
+
+// Get returns the cached body of key, if it is cached (or held), counted as a lookup of GetOrLoad
+// is: for a caller that learns what to look up while it loads (service.headZstd), and Puts what it
+// loaded.
+func (c *byteCache) Get(key string) (readBody, bool) {
+	c.mu.Lock()
+	e := c.lookup(key)
+	c.mu.Unlock()
+	if e == nil {
+		c.misses.Add(1)
+		return readBody{}, false
+	}
+	c.hits.Add(1)
+	return e.body(), true
+}
+
+// Put caches b under key, if it fits.
+func (c *byteCache) Put(key string, b readBody) {
+	if int64(len(b.data)) > c.max {
+		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -139,7 +163,6 @@ func (c *byteCache) GetOrLoadBody(key string, load func() (readBody, error)) (re
 		delete(c.items, ent.key)
 		c.size -= int64(len(ent.data))
 	}
-	return b, nil
 }
 
 // lookup finds key among the cached entries and the reads held; c.mu is held.

@@ -12,6 +12,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/transfer/admission"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -52,7 +53,64 @@ func (s *Service) fullZstd(ctx context.Context, v wire.Version) (readBody, error
 	if v.RawBytes > s.cache.max {
 		return load()
 	}
-	return s.cache.GetOrLoadBody("zstd/conv/"+wire.EncodeID(v.Key.Namespace)+"/"+v.Hash, load)
+	return s.cache.GetOrLoadBody(zstdConvKey(v), load)
+}
+
+// zstdConvKey is the cache key of v's whole conversation as a zstd stream (fullZstd, headZstd):
+// by its hash, so that a read of the head and one of its number share it.
+func zstdConvKey(v wire.Version) string {
+	return "zstd/conv/" + wire.EncodeID(v.Key.Namespace) + "/" + v.Hash
+}
+
+// headZstd is fullZstd of the head of r's session, found as version finds it (once the saves
+// queued for it are settled, the queue asked beside the engine's read: afterQueued) and read
+// together with its record, in one storage read where the engine can (engine.ReadZstdIf): the
+// log's last entry is read once, for the record and the body both, and for a session whose head
+// that entry holds alone (saved once) nothing else is. Once the record is known and before
+// anything more is read, the conversation is looked up in the cache by its hash, as fullZstd does
+// (a repeated read costs the last entry only), and its load admitted; what is read is cached after.
+func (s *Service) headZstd(ctx context.Context, ns string, r wire.SessionRequest) (readBody, wire.Version, error) {
+	key, err := sessionKey(ns, r)
+	if err != nil {
+		return readBody{}, wire.Version{}, err
+	}
+	var b readBody
+	var v wire.Version
+	taken := int64(0) // admitted for this request: a second read (saves were queued) takes only what it needs more
+	err = s.afterQueued(ctx, wire.IngestSubject(key), func() error {
+		cached := false
+		data, rec, err := s.engine.ReadZstdIf(ctx, edge.KeyOf(key), 0, func(rec engine.Record) (bool, error) {
+			v = edge.VersionOf(rec)
+			housekeeping.LargeRead(v.RawBytes) // as readBody does before a load (housekeeping/eagergc.go)
+			if v.RawBytes <= s.cache.max {
+				if b, cached = s.cache.Get(zstdConvKey(v)); cached {
+					return false, nil
+				}
+			}
+			if more := v.RawBytes - taken; more > 0 {
+				if err := admission.TicketOf(ctx).Take(more); err != nil {
+					return false, err
+				}
+				taken = v.RawBytes
+			}
+			return true, nil
+		})
+		if err != nil || cached {
+			return err
+		}
+		if rec.Hash != v.Hash { // v is the head's record as get gives it (Cp-Version): the body must be its
+			return fmt.Errorf("%w: the head of %s read as version %d (%s), its record says %s", engine.ErrCorrupt, key, rec.Version, rec.Hash, v.Hash)
+		}
+		b = readBody{data: data, hash: v.Hash, raw: v.RawBytes, enc: wire.EncodingZstd}
+		if v.RawBytes <= s.cache.max {
+			s.cache.Put(zstdConvKey(v), b)
+		}
+		return nil
+	})
+	if err != nil {
+		return readBody{}, wire.Version{}, err
+	}
+	return b, v, nil
 }
 
 // encode returns b, whose bytes are cached under key, in encoding enc: as it is for identity,

@@ -518,6 +518,9 @@ func (s *Service) readBody(ctx context.Context, ns string, req wire.ReadRequest,
 		b, err := s.encode(ctx, identityBody(data, hash), key, enc)
 		return b, wire.Version{}, err
 	}
+	if full := (engine.View{Kind: req.View, MaxMessages: req.MaxMessages}); req.Version == 0 && enc == wire.EncodingZstd && full.IsFull() {
+		return s.headZstd(ctx, ns, req.SessionRequest) // the restore of the head: its record and body in one read
+	}
 	v, err := s.readVersion(ctx, ns, req)
 	if err != nil {
 		return readBody{}, v, err
