@@ -16,19 +16,7 @@ import (
 // JetStream's default max_payload): every version restores byte for byte, with its hash, before
 // and after a restart.
 func TestEngine_Corpus(t *testing.T) {
-	raw, err := os.ReadFile("../../testdata/corpus/pi_before_compaction.json")
-	require.NoError(t, err)
-	c, err := codec.Parse(raw)
-	require.NoError(t, err)
-	var cuts []int
-	for i, m := range c.Messages {
-		if codec.MessageRole(m) == "assistant" {
-			cuts = append(cuts, i+1)
-		}
-	}
-	if cuts[len(cuts)-1] != len(c.Messages) {
-		cuts = append(cuts, len(c.Messages))
-	}
+	c, cuts := corpusTurns(t)
 	version := func(i int) []byte { return append(append([]byte{'['}, c.Span(0, cuts[i])...), ']') }
 
 	e, log := newEngine(t, 1<<20, engine.Config{})
@@ -69,4 +57,25 @@ func TestEngine_Corpus(t *testing.T) {
 	h, err := e.History(ctx, k)
 	require.NoError(t, err)
 	require.Len(t, h, len(cuts))
+}
+
+// corpusTurns parses the corpus's pi_before_compaction.json and returns where each checkpoint of
+// it ends: after every assistant turn, and after the messages that follow the last turn (what
+// checkpointbench saves too).
+func corpusTurns(t *testing.T) (*codec.Conversation, []int) {
+	t.Helper()
+	raw, err := os.ReadFile("../../testdata/corpus/pi_before_compaction.json")
+	require.NoError(t, err)
+	c, err := codec.Parse(raw)
+	require.NoError(t, err)
+	var cuts []int
+	for i, m := range c.Messages {
+		if codec.MessageRole(m) == "assistant" {
+			cuts = append(cuts, i+1)
+		}
+	}
+	if cuts[len(cuts)-1] != len(c.Messages) {
+		cuts = append(cuts, len(c.Messages))
+	}
+	return c, cuts
 }

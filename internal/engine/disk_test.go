@@ -3,12 +3,10 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/engine/memlog"
 )
@@ -38,19 +36,7 @@ func (l *appendCounter) Append(ctx context.Context, key engine.Key, data []byte,
 // packs at zstd's default level, hash states of 108 bytes), with 1% of room. The log line
 // estimates du -s against issue 12's target (docs/format.md §8.15d).
 func TestEngine_CorpusBytesAppended(t *testing.T) {
-	raw, err := os.ReadFile("../../testdata/corpus/pi_before_compaction.json")
-	require.NoError(t, err)
-	c, err := codec.Parse(raw)
-	require.NoError(t, err)
-	var cuts []int
-	for i, m := range c.Messages {
-		if codec.MessageRole(m) == "assistant" {
-			cuts = append(cuts, i+1)
-		}
-	}
-	if cuts[len(cuts)-1] != len(c.Messages) {
-		cuts = append(cuts, len(c.Messages)) // the messages after the last turn: checkpointbench saves them too
-	}
+	c, cuts := corpusTurns(t)
 	log := &appendCounter{Log: memlog.New(1 << 20)}
 	e := engine.New(log, engine.Config{})
 	k := engine.Key{Namespace: "corpus", Session: "pi", Agent: "main"}
