@@ -180,9 +180,10 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	// repeat of the save id in another call is recognised by the daemon instead.
 	msgID := o.saveID + "/" + nuid.Next()
 	// The hash the result is checked against is computed while the body is compressed and
-	// travels: on a conversation of megabytes it is a millisecond off the save's latency.
-	sent := make(chan string, 1)
-	go func() { sent <- wire.Hash(conversation) }()
+	// travels: on a conversation of megabytes it is a millisecond off the save's latency. Every
+	// return waits for it: the caller's bytes are not read after Save returns.
+	sent := wire.HashBeside(conversation)
+	defer sent()
 	body := codec.CompressZstd(conversation)
 	if size := pieces.Size(c.nc.MaxPayload(), pieces.ChunkRoom); int64(len(body)) > size {
 		n, err := c.publishChunks(ctx, key.Namespace, o.saveID, msgID, body, size)
@@ -196,7 +197,7 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	if err != nil {
 		return Version{}, err
 	}
-	return c.checkResult(ctx, data, key, o.saveID, <-sent)
+	return c.checkResult(ctx, data, key, o.saveID, sent())
 }
 
 // send delivers a save and returns its result: as a request to a daemon, answered once the save is

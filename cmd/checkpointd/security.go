@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
@@ -79,7 +79,7 @@ func (s *securityConfig) load(c *config) error {
 		s.encryption = embedded.StoreEncryption{Key: key, Cipher: cipher}
 	}
 	if s.NamespaceKeysFile != "" {
-		keys, err := transfer.ReadNamespaceKeysFile(s.NamespaceKeysFile)
+		keys, err := sealing.ReadKeysFile(s.NamespaceKeysFile)
 		if err != nil {
 			return err
 		}

@@ -109,10 +109,11 @@ func TestEngine_HistoryBadBack(t *testing.T) {
 		"before the log":    seqs[0] - 1,
 	} {
 		t.Run(name, func(t *testing.T) {
-			bad := &badBack{Log: mem, head: seqs[99], back: back}
+			at := seqs[99]
 			if name == "repeats a version" {
-				bad.head, bad.back = seqs[98], seqs[98]
+				at = seqs[98]
 			}
+			bad := &rewriteAt{Log: mem, at: at, rewrite: func(d []byte) ([]byte, error) { return engine.WithBack(d, back) }}
 			e := engine.New(bad, engine.Config{})
 			_, _, err := e.HistoryPage(ctx, k, engine.HistoryCursor{}, 10)
 			require.ErrorIs(t, err, engine.ErrCorrupt)
@@ -147,30 +148,33 @@ func (o *oldWriter) Append(cx ctxT, k engine.Key, data []byte, after uint64) (ui
 	return o.Log.Append(cx, k, old, after)
 }
 
-// badBack reads the entry at sequence head with the back pointer back.
-type badBack struct {
+// rewriteAt reads the entry at sequence at rewritten by rewrite (stored bytes turned hostile).
+type rewriteAt struct {
 	engine.Log
-	head, back uint64
+	at      uint64
+	rewrite func(data []byte) ([]byte, error)
 }
 
-func (b *badBack) fix(en engine.Entry, err error) (engine.Entry, error) {
-	if err != nil || en.Seq != b.head {
+func (r *rewriteAt) fix(en engine.Entry, err error) (engine.Entry, error) {
+	if err != nil || en.Seq != r.at {
 		return en, err
 	}
-	data, err := engine.WithBack(en.Data, b.back)
+	data, err := r.rewrite(en.Data)
 	return engine.Entry{Seq: en.Seq, Data: data}, err
 }
 
-func (b *badBack) Last(cx ctxT, k engine.Key) (engine.Entry, error) { return b.fix(b.Log.Last(cx, k)) }
-
-func (b *badBack) Get(cx ctxT, k engine.Key, seq uint64) (engine.Entry, error) {
-	return b.fix(b.Log.Get(cx, k, seq))
+func (r *rewriteAt) Last(cx ctxT, k engine.Key) (engine.Entry, error) {
+	return r.fix(r.Log.Last(cx, k))
 }
 
-func (b *badBack) Range(cx ctxT, k engine.Key, from, upTo uint64, fn func(engine.Entry) bool) error {
+func (r *rewriteAt) Get(cx ctxT, k engine.Key, seq uint64) (engine.Entry, error) {
+	return r.fix(r.Log.Get(cx, k, seq))
+}
+
+func (r *rewriteAt) Range(cx ctxT, k engine.Key, from, upTo uint64, fn func(engine.Entry) bool) error {
 	var ferr error
-	err := b.Log.Range(cx, k, from, upTo, func(en engine.Entry) bool {
-		en, ferr = b.fix(en, nil)
+	err := r.Log.Range(cx, k, from, upTo, func(en engine.Entry) bool {
+		en, ferr = r.fix(en, nil)
 		return ferr == nil && fn(en)
 	})
 	if err == nil {

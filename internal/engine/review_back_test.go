@@ -33,7 +33,7 @@ func TestEngine_HistoryPackLoop(t *testing.T) {
 		"names a later pack": {prev, last},
 	} {
 		t.Run(name, func(t *testing.T) {
-			e := engine.New(&packBefore{Log: mem, at: loop.at, names: loop.names}, engine.Config{PackEntries: 5})
+			e := engine.New(&rewriteAt{Log: mem, at: loop.at, rewrite: func(d []byte) ([]byte, error) { return engine.WithPackBefore(d, loop.names) }}, engine.Config{PackEntries: 5})
 			cx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			_, _, err := e.HistoryPage(cx, k, engine.HistoryCursor{}, 1000)
@@ -44,38 +44,4 @@ func TestEngine_HistoryPackLoop(t *testing.T) {
 			require.NoError(t, cx.Err(), "the walk went round until its deadline")
 		})
 	}
-}
-
-// packBefore reads the entry at sequence at naming names as the pack before it.
-type packBefore struct {
-	engine.Log
-	at, names uint64
-}
-
-func (p *packBefore) fix(en engine.Entry, err error) (engine.Entry, error) {
-	if err != nil || en.Seq != p.at {
-		return en, err
-	}
-	data, err := engine.WithPackBefore(en.Data, p.names)
-	return engine.Entry{Seq: en.Seq, Data: data}, err
-}
-
-func (p *packBefore) Last(cx ctxT, k engine.Key) (engine.Entry, error) {
-	return p.fix(p.Log.Last(cx, k))
-}
-
-func (p *packBefore) Get(cx ctxT, k engine.Key, seq uint64) (engine.Entry, error) {
-	return p.fix(p.Log.Get(cx, k, seq))
-}
-
-func (p *packBefore) Range(cx ctxT, k engine.Key, from, upTo uint64, fn func(engine.Entry) bool) error {
-	var ferr error
-	err := p.Log.Range(cx, k, from, upTo, func(en engine.Entry) bool {
-		en, ferr = p.fix(en, nil)
-		return ferr == nil && fn(en)
-	})
-	if err == nil {
-		err = ferr
-	}
-	return err
 }

@@ -35,7 +35,7 @@ type Config struct {
 	MaxCheckpointBytes int64            // largest conversation accepted (canonical JSON bytes)
 	IngestBudgetBytes  int64            // bytes the saves being settled may hold at once (ingest/ingestbudget.go); 0: MaxCheckpointBytes
 	ImagePaths         codec.ImagePaths // what a save does with images naming local files (refuse, redact, allow)
-	NamespaceKeys      *NamespaceKeys   // encrypts stored conversation bytes per namespace (nil: off); see sealLog
+	NamespaceKeys      *sealing.Keys    // encrypts stored conversation bytes per namespace (nil: off); see sealLog
 	ResultTTL          time.Duration    // how long save outcomes stay readable on CP_RESULTS
 	RequestTimeout     time.Duration    // upper bound on one service request, including waiting for ingest
 	Lanes              int              // sessions settled in parallel by this instance

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 )
@@ -20,7 +21,7 @@ func BenchmarkNamespaceKeys(b *testing.B) {
 		conv := readCorpus(b, name)
 		for _, mode := range []struct {
 			name string
-			keys *transfer.NamespaceKeys
+			keys *sealing.Keys
 		}{{"plain", nil}, {"sealed", keys}} {
 			start := func(b *testing.B) *testenv.Env {
 				// No read cache: every restore reads, opens and decodes its segments.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
@@ -31,35 +32,13 @@ func newNamespaceKey(t testing.TB) string {
 }
 
 // namespaceKeys parses a --namespace-keys file made of members.
-func namespaceKeys(t testing.TB, members map[string]any) *transfer.NamespaceKeys {
+func namespaceKeys(t testing.TB, members map[string]any) *sealing.Keys {
 	t.Helper()
 	data, err := json.Marshal(members)
 	require.NoError(t, err)
-	nk, err := transfer.ParseNamespaceKeys(data)
+	nk, err := sealing.ParseKeys(data)
 	require.NoError(t, err)
 	return nk
-}
-
-func TestParseNamespaceKeys_RefusesBadFilesNamingTheMember(t *testing.T) {
-	good := newNamespaceKey(t)
-	short := base64.StdEncoding.EncodeToString([]byte("sixteen byte key"))
-	for _, tc := range []struct{ file, want string }{
-		{`not json`, "not a JSON object"},
-		{`["a"]`, "not a JSON object"},
-		{`{}`, "no keys"},
-		{`{"alice": 3}`, `namespace "alice": want a base64 key`},
-		{`{"alice": []}`, `namespace "alice": want a base64 key`},
-		{`{"alice": "` + short + `"}`, `namespace "alice": key 0: 16 bytes, AES-256 needs 32`},
-		{`{"alice": ["` + good + `", "%%%"]}`, `namespace "alice": key 1: not standard base64`},
-		{`{"": "` + good + `"}`, `namespace "": invalid id`},
-	} {
-		_, err := transfer.ParseNamespaceKeys([]byte(tc.file))
-		require.ErrorContains(t, err, tc.want, tc.file)
-		require.NotContains(t, err.Error(), good, "an error shows a key")
-	}
-	nk, err := transfer.ParseNamespaceKeys([]byte(`{"alice": ["` + good + `", "` + newNamespaceKey(t) + `"], "*": "` + good + `"}`))
-	require.NoError(t, err)
-	require.Equal(t, 2, nk.Count(), "a key named twice is one key")
 }
 
 // segmentPieces returns every stored entry and value of namespace ns in CP_LOG (what the daemon
@@ -174,7 +153,7 @@ func grepDataDirGlob(t *testing.T, dir, pattern, marker string) []string {
 }
 
 // restoreWith restarts the daemon with keys and restores version v of key.
-func restoreWith(t *testing.T, env *testenv.Env, keys *transfer.NamespaceKeys, key checkpoint.Key, v uint64) ([]byte, error) {
+func restoreWith(t *testing.T, env *testenv.Env, keys *sealing.Keys, key checkpoint.Key, v uint64) ([]byte, error) {
 	t.Helper()
 	env.StopDaemon()
 	env.Config.NamespaceKeys = keys
@@ -212,7 +191,7 @@ func TestNamespaceKeys_RotationAndWrongKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(v2), string(got))
 
-	for name, keys := range map[string]*transfer.NamespaceKeys{
+	for name, keys := range map[string]*sealing.Keys{
 		"k1 dropped": namespaceKeys(t, map[string]any{"team": k2}),
 		"wrong key":  namespaceKeys(t, map[string]any{"*": newNamespaceKey(t)}),
 		"no keys":    nil,

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 )
 
@@ -36,6 +37,6 @@ func OpenEngine(ctx context.Context, nc *nats.Conn, cfg Config) (*engine.Engine,
 // SetNamespaceKeys puts new namespace keys in force (SIGHUP) and returns the ids of the keys that
 // were in force and are no longer: what they sealed no longer opens. Encryption cannot be turned
 // on or off while running (an error; the running keys stay).
-func (d *Daemon) SetNamespaceKeys(nk *NamespaceKeys) (dropped []string, err error) {
+func (d *Daemon) SetNamespaceKeys(nk *sealing.Keys) (dropped []string, err error) {
 	return d.sealed.SetKeys(nk)
 }

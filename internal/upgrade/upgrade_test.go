@@ -29,7 +29,6 @@ import (
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
@@ -582,7 +581,7 @@ func TestMain(m *testing.M) {
 func TestRun_NamespaceKeys(t *testing.T) {
 	ctx := context.Background()
 	file := []byte(`{"*":"` + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)) + `"}`)
-	keys, err := transfer.ParseNamespaceKeys(file)
+	keys, err := sealing.ParseKeys(file)
 	require.NoError(t, err)
 	s := open(t, t.TempDir())
 	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10, Keys: keys})

@@ -388,7 +388,7 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	// What the daemon read, hashed, goes back in the result: the writer compares it with what it
 	// sent (end-to-end integrity of the transfer; a forged result cannot know it). The hash is a
 	// pass over the whole body, so a large one is hashed beside the engine's work, not before it.
-	received := hashBeside(payload)
+	received := wire.HashBeside(payload)
 	if path == pathIngest {
 		if v, err := in.prior(ctx, key, saveID); err != nil || v != nil {
 			return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Received: received()}, hs.chunks, err
@@ -411,28 +411,6 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	}
 	v := edge.VersionOf(saved.Record)
 	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received()}, hs.chunks, nil
-}
-
-// hashBesideBytes is the body size from which the received hash is computed on a goroutine of its
-// own while the save goes on: below it, the hash (SHA-256 at 1-2 GB/s: 32 µs or less) costs less
-// than handing it over.
-const hashBesideBytes = 64 << 10
-
-// hashBeside starts hashing payload (wire.Hash) and returns a function that waits for the hash.
-// The payload is only read, by the engine too, so both may read it at once.
-func hashBeside(payload []byte) func() string {
-	if len(payload) < hashBesideBytes {
-		h := wire.Hash(payload)
-		return func() string { return h }
-	}
-	done := make(chan string, 1)
-	go func() { done <- wire.Hash(payload) }()
-	var h string
-	var once sync.Once
-	return func() string {
-		once.Do(func() { h = <-done })
-		return h
-	}
 }
 
 // isRefusal tells a body that cannot be read as sent (a refusal, part of the result) from storage
