@@ -225,18 +225,32 @@ func (in *Ingester) handle(msg jetstream.Msg) {
 			Message: fmt.Sprintf("gave up after %d attempts: %v", meta.NumDelivered, err)}}
 	}
 	res.SaveID, res.Key = saveID, key
+	if refused(res) {
+		// Before the writer learns of the refusal: the save it sends again finds none of these.
+		in.removeChunks(ctx, key, saveID, msg.Headers())
+	}
 	if err := in.publishResult(ctx, res); err != nil {
 		in.log.Warn("ingest: publishing result failed, will retry", "session", key, "save", saveID, "err", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	in.removeChunks(ctx, key, saveID, msg.Headers())
+	if !refused(res) {
+		in.removeChunks(ctx, key, saveID, msg.Headers())
+	}
 	if err := in.ack(ctx, msg); err != nil {
 		// The outcome is stored; a redelivery finds the save id at the head and changes nothing.
 		in.log.Warn("ingest: ack failed", "session", key, "save", saveID, "err", err)
 	}
 	in.observe(pathIngest, res, start)
 	collectLargeSave(chunks)
+}
+
+// refused reports whether res is a refusal that settles the save (not busy or unavailable, after
+// which the writer sends the same save again and its chunks are kept for it). Its chunks are
+// removed before the writer is told, so that a save sent again under the same save id, with its
+// chunks published anew, is not joined with the refused one's.
+func refused(res wire.SaveResult) bool {
+	return res.Error != nil && res.Error.Code != wire.CodeBusy && res.Error.Code != wire.CodeUnavailable
 }
 
 // removeChunks removes the chunks of a settled save (accepted or refused), if it had any.

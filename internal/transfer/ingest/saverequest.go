@@ -166,6 +166,11 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 			Message: fmt.Sprintf("storage: %v; try again with the same save id", storageCause(err))}}
 	}
 	res.SaveID, res.Key = saveID, key
+	if err == nil && refused(res) {
+		// Removed before the writer hears of the refusal, so that the save it sends again (the
+		// same save id, its chunks published anew) finds none of these left.
+		sr.in.removeChunks(ctx, key, saveID, msg.Header)
+	}
 	data := sr.answer(msg, res, start)
 	if err != nil || res.Error != nil && res.Error.Code == wire.CodeBusy || data == nil {
 		// Not an outcome: the writer sends the same request again (its chunks are kept for it),
@@ -175,7 +180,9 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 	if err := sr.in.announceResult(res, data); err != nil {
 		sr.in.log.Warn("save request: announcing the result failed (the writer has its reply)", "session", key, "save", saveID, "err", err)
 	}
-	sr.in.removeChunks(ctx, key, saveID, msg.Header)
+	if !refused(res) {
+		sr.in.removeChunks(ctx, key, saveID, msg.Header) // after the reply: off the save's latency
+	}
 	collectLargeSave(chunks)
 }
 
