@@ -176,6 +176,9 @@ func hostileRows(h *hostile) []hostileRow {
 		// Chunked saves whose chunks are not what the save says.
 		{name: "chunks/count zero", save: &rawSave{headers: hdr(wire.HdrChunks, "0")}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/count not a number", save: &rawSave{headers: hdr(wire.HdrChunks, "many")}, want: refused(wire.CodeBadRequest)},
+		// A count is a plain decimal like every piece number (docs/protocol.md §12): "01" is not 1.
+		{name: "chunks/count written 01", save: &rawSave{headers: hdr(wire.HdrChunks, "01"), chunks: []rawChunk{{"0", good}}}, want: refused(wire.CodeBadRequest)},
+		{name: "chunks/count written +1", save: &rawSave{headers: hdr(wire.HdrChunks, "+1"), chunks: []rawChunk{{"0", good}}}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/none published", save: &rawSave{headers: hdr(wire.HdrChunks, "2")}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/one of two published", save: &rawSave{headers: hdr(wire.HdrChunks, "2"), chunks: []rawChunk{{"0", good}}}, want: refused(wire.CodeBadRequest)},
 		{name: "chunks/out of order", save: &rawSave{headers: hdr(wire.HdrChunks, "2"), chunks: []rawChunk{{"1", good[10:]}, {"0", good[:10]}}}, want: refused(wire.CodeBadRequest)},

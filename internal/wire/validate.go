@@ -38,6 +38,17 @@ func ParseHeaderUint(name, s string, lo, hi uint64) (uint64, error) {
 	return n, nil
 }
 
+// ParseHeaderCount is ParseHeaderUint for a count that must be spelled as every sender writes
+// it: a plain decimal, no sign and no leading zero (docs/protocol.md §12). "007" would be read as
+// 7 by ParseHeaderUint; a count is refused unless it is written exactly as strconv writes it.
+func ParseHeaderCount(name, s string, lo, hi uint64) (uint64, error) {
+	n, err := ParseHeaderUint(name, s, lo, hi)
+	if err == nil && strconv.FormatUint(n, 10) != s {
+		return 0, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("header %s: %q is not a plain decimal integer in %d..%d (no sign, no leading zero)", name, s, lo, hi)}
+	}
+	return n, err
+}
+
 // checkUint refuses a field above hi (its type keeps it from being negative).
 func checkUint(field string, n, hi uint64) error {
 	if n > hi {

@@ -516,7 +516,7 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 	}
 	if s := h.Get(wire.HdrChunks); s != "" {
 		// More chunks than the size limit has bytes cannot be a real save, whatever their size.
-		n, err := wire.ParseHeaderUint(wire.HdrChunks, s, 1, uint64(maxBytes))
+		n, err := wire.ParseHeaderCount(wire.HdrChunks, s, 1, uint64(maxBytes))
 		if err != nil {
 			return hs, err
 		}
