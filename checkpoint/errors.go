@@ -32,6 +32,10 @@ var (
 	// ErrBusy: the daemon is at one of its limits (reads in flight, bytes of saves in progress).
 	// Nothing was done; Error.RetryAfter says when to try again.
 	ErrBusy = errors.New("checkpointd busy")
+	// ErrSaveIDReused: the save id already made a version (Error.Version) of another conversation,
+	// so this save stored nothing. It also matches ErrConflict. Sending it again with the same save
+	// id never succeeds: save under a new save id (or none: every Save gets a fresh one).
+	ErrSaveIDReused = errors.New("save id already used for another conversation")
 )
 
 var codeSentinels = map[string]error{
@@ -48,6 +52,7 @@ var codeSentinels = map[string]error{
 	wire.CodeFenced:        ErrFenced,
 	wire.CodeMoved:         ErrMoved,
 	wire.CodeBusy:          ErrBusy,
+	wire.CodeSaveIDReused:  ErrSaveIDReused,
 }
 
 // Error is a refusal from checkpointd: a stable Code and what was wrong, and where.
@@ -61,6 +66,7 @@ type Error struct {
 	Owner   string // for leased and fenced: the lease's current owner ("" if released)
 	Epoch   uint64 // for leased and fenced: the lease's current epoch
 	MovedTo string // for moved: where the session went
+	Version uint64 // for save_id_reused: the version the save id made
 	// RetryAfter is, for busy, how long the daemon asked the client to wait before trying again.
 	RetryAfter time.Duration
 	// Cause is the underlying error where there is one (Connect: the NATS client's, such as
@@ -73,8 +79,11 @@ func (e *Error) Error() string { return e.Message }
 // Unwrap returns the underlying cause, if any.
 func (e *Error) Unwrap() error { return e.Cause }
 
-// Is matches the sentinel of e's code.
+// Is matches the sentinel of e's code (save_id_reused: ErrConflict too).
 func (e *Error) Is(target error) bool {
+	if e.Code == wire.CodeSaveIDReused && target == ErrConflict {
+		return true
+	}
 	s, ok := codeSentinels[e.Code]
 	if !ok {
 		s = ErrInternal
@@ -95,6 +104,9 @@ func fromWire(we *wire.Error) *Error {
 	}
 	if we.Epoch != nil {
 		e.Epoch = *we.Epoch
+	}
+	if we.Version != nil {
+		e.Version = *we.Version
 	}
 	if we.RetryAfterMillis != nil {
 		e.RetryAfter = time.Duration(*we.RetryAfterMillis) * time.Millisecond

@@ -56,7 +56,7 @@ func TestCheckResult(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			data, err := json.Marshal(tc.res)
 			require.NoError(t, err)
-			v, err := checkpoint.CheckResult(env.Client, ctx, data, key, tc.saveID, sent)
+			v, _, err := checkpoint.CheckResult(env.Client, ctx, data, key, tc.saveID, sent)
 			if tc.wantErr != nil {
 				require.ErrorIs(t, err, tc.wantErr)
 				return

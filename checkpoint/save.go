@@ -31,7 +31,13 @@ type saveOptions struct {
 	via      string   // import: migrate or import
 	source   string   // import: where from
 	dialect  string   // the conversation's shape; "" is native
+	// whole is the whole conversation the save stores (Save knows it, also when it sends only
+	// what it appended; Append does not): a duplicate's version must hash as it does.
+	whole []byte
 }
+
+// wholeConversation tells save the whole conversation it stores (Save's own option).
+func wholeConversation(b []byte) SaveOption { return func(o *saveOptions) { o.whole = b } }
 
 // WithEpoch makes the save carry a lease epoch: it is refused with ErrFenced unless that is the
 // session's current lease. Lease.Save sets it for you.
@@ -69,14 +75,14 @@ func (c *Client) Save(ctx context.Context, key Key, conversation []byte, opts ..
 	conversation = bytes.TrimRight(conversation, " \t\r\n")
 	k := key.WithDefaults()
 	o := parseSaveOptions(opts)
-	opts = append(opts, WithSaveID(o.saveID)) // the same id for every attempt below
+	opts = append(opts, WithSaveID(o.saveID), wholeConversation(conversation)) // the same id for every attempt below
 	if last, tail, ok := c.delta(k, conversation, o); ok {
 		v, err := c.save(ctx, key, tail, &last.version, opts)
 		if err == nil {
 			c.rememberAppended(k, v, last, conversation)
 			return v, nil
 		}
-		if !errors.Is(err, ErrConflict) || o.expected != nil {
+		if !errors.Is(err, ErrConflict) || errors.Is(err, ErrSaveIDReused) || o.expected != nil {
 			c.remember(k, v, conversation, err)
 			return v, err
 		}
@@ -197,7 +203,34 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	if err != nil {
 		return Version{}, err
 	}
-	return c.checkResult(ctx, data, key, o.saveID, sent())
+	v, duplicate, err := c.checkResult(ctx, data, key, o.saveID, sent())
+	if err == nil && duplicate && o.whole != nil {
+		err = checkRepeat(v, o)
+	}
+	return v, err
+}
+
+// checkRepeat checks a duplicate's version against the whole conversation this save stores: a
+// save id used before for another conversation must not pass for this save. The daemon refuses
+// that itself (save_id_reused) whenever it reads the body; this covers what it cannot tell (a
+// chunked save whose chunks it already removed) and daemons before that check. The SDK can tell
+// only when it knows the conversation as the daemon would store it: not when the daemon would
+// refuse it, nor when it names local image files (the daemon may redact them).
+func checkRepeat(v Version, o saveOptions) error {
+	if wire.Hash(o.whole) == v.Hash {
+		return nil
+	}
+	c, err := codec.ParseLimited(o.whole, codec.Limits{Dialect: o.dialect, ImagePaths: codec.ImagePathsRefuse})
+	if err != nil {
+		return nil // cannot tell
+	}
+	canonical := append(append([]byte{'['}, c.Span(0, len(c.Messages))...), ']')
+	if sent := wire.Hash(canonical); sent != v.Hash {
+		return &Error{Code: wire.CodeSaveIDReused, Version: v.Version, Index: -1, Offset: -1,
+			Message: fmt.Sprintf("save id %q was already used for another conversation: version %d (%s) of %s; this conversation hashes to %s. Save it under a new save id",
+				o.saveID, v.Version, v.Hash, v.Key, sent)}
+	}
+	return nil
 }
 
 // send delivers a save and returns its result: as a request to a daemon, answered once the save is
@@ -517,41 +550,42 @@ func (c *Client) lookupResult(ctx context.Context, subject string) (data []byte,
 // result is believed. Otherwise (a result without it, or one for other bytes: an earlier attempt
 // of the same save id that sent the conversation another way, or a result the daemon did not
 // write) a version it names is confirmed with the daemon, whose record must carry this save id,
-// and a refusal is not believed. Anything unconfirmed is ErrCorrupt, never a success.
-func (c *Client) checkResult(ctx context.Context, data []byte, key Key, saveID, sent string) (Version, error) {
+// and a refusal is not believed. Anything unconfirmed is ErrCorrupt, never a success. The bool
+// says the version is a duplicate (the save id made it before).
+func (c *Client) checkResult(ctx context.Context, data []byte, key Key, saveID, sent string) (Version, bool, error) {
 	var res wire.SaveResult
 	if err := json.Unmarshal(data, &res); err != nil {
-		return Version{}, &Error{Code: wire.CodeInternal, Message: "save result: " + err.Error(), Index: -1, Offset: -1}
+		return Version{}, false, &Error{Code: wire.CodeInternal, Message: "save result: " + err.Error(), Index: -1, Offset: -1}
 	}
 	corrupt := func(format string, args ...any) error {
 		return &Error{Code: wire.CodeCorrupt, Message: fmt.Sprintf("save %s of %s: ", saveID, key) + fmt.Sprintf(format, args...), Index: -1, Offset: -1}
 	}
 	if res.SaveID != saveID || res.Key != key {
-		return Version{}, corrupt("the result names save %q of %s", res.SaveID, res.Key)
+		return Version{}, false, corrupt("the result names save %q of %s", res.SaveID, res.Key)
 	}
 	if res.Error != nil {
 		if res.Received != "" && res.Received != sent {
-			return Version{}, corrupt("the refusal is of a body with hash %s, but %s was sent", res.Received, sent)
+			return Version{}, false, corrupt("the refusal is of a body with hash %s, but %s was sent", res.Received, sent)
 		}
-		return Version{}, fromWire(res.Error)
+		return Version{}, false, fromWire(res.Error)
 	}
 	if !res.OK || res.Version == nil {
-		return Version{}, &Error{Code: wire.CodeInternal, Message: "save result has neither a version nor an error", Index: -1, Offset: -1}
+		return Version{}, false, &Error{Code: wire.CodeInternal, Message: "save result has neither a version nor an error", Index: -1, Offset: -1}
 	}
 	if res.Received == sent {
-		return *res.Version, nil
+		return *res.Version, res.Duplicate, nil
 	}
 	v, err := c.Get(ctx, key, res.Version.Version)
 	if errors.Is(err, ErrNotFound) {
-		return Version{}, corrupt("the result names version %d, which does not exist", res.Version.Version)
+		return Version{}, false, corrupt("the result names version %d, which does not exist", res.Version.Version)
 	}
 	if err != nil {
-		return Version{}, err
+		return Version{}, false, err
 	}
 	if v.SaveID != saveID {
-		return Version{}, corrupt("the result names version %d, which save %q made", v.Version, v.SaveID)
+		return Version{}, false, corrupt("the result names version %d, which save %q made", v.Version, v.SaveID)
 	}
-	return v, nil
+	return v, res.Duplicate, nil
 }
 
 func publishError(err error) error {

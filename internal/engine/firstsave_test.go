@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -229,6 +230,13 @@ func TestFirstSaveRace(t *testing.T) {
 				case sameID && o.err == nil:
 					others++
 					require.Equal(t, uint64(1), o.saved.Record.Version)
+				case sameID && errors.Is(o.err, engine.ErrSaveIDReused):
+					// The save id with the other conversation than the winner's: refused, naming
+					// the winner's version, never answered as if it were stored.
+					others++
+					var reused *engine.SaveIDReusedError
+					require.ErrorAs(t, o.err, &reused)
+					require.Equal(t, uint64(1), reused.Version)
 				default:
 					others++
 					var conflict *engine.ConflictError

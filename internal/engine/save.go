@@ -108,7 +108,8 @@ func checkRequest(req *SaveRequest) error {
 func isRefusal(err error) bool {
 	var ve *codec.ValidationError
 	return errors.As(err, &ve) || errors.Is(err, ErrVersionConflict) || errors.Is(err, ErrBadRequest) ||
-		errors.Is(err, ErrLeased) || errors.Is(err, ErrFenced) || errors.Is(err, ErrMoved) || errors.Is(err, ErrHashMismatch)
+		errors.Is(err, ErrLeased) || errors.Is(err, ErrFenced) || errors.Is(err, ErrMoved) || errors.Is(err, ErrHashMismatch) ||
+		errors.Is(err, ErrSaveIDReused)
 }
 
 // saveOnce is one attempt of Save. optimistic allows it to take a session it has not loaded for
@@ -148,6 +149,11 @@ func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest, opti
 		// An import is the same as a version stored only if it has its number and hash too
 		// (a source may reuse a save id); otherwise the import rules below answer.
 		if ok && (req.Import == nil || rec.Version == req.Import.Version && rec.Hash == req.Import.Hash) {
+			// The same save id with another conversation is not this save again: refused, or
+			// the writer would believe its conversation stored (docs/protocol.md §4.3).
+			if err := e.checkRepeat(ctx, s, req, rec); err != nil {
+				return Saved{}, err
+			}
 			return Saved{Record: rec, Duplicate: true}, nil
 		}
 	}
@@ -169,6 +175,9 @@ func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest, opti
 		// A save retried after its outcome was lost finds the head moved on by its own version
 		// and later ones: that is a duplicate, not a conflict.
 		if rec, ok := e.savedAfter(ctx, s, *req.Expected, req.SaveID); ok {
+			if err := e.checkRepeat(ctx, s, req, rec); err != nil {
+				return Saved{}, err
+			}
 			return Saved{Record: rec, Duplicate: true}, nil
 		}
 		return Saved{}, &ConflictError{Key: req.Key, Expected: *req.Expected, Head: h.Version}

@@ -64,7 +64,8 @@ func TestSave_Idempotent(t *testing.T) {
 			if cold {
 				e.Forget()
 			}
-			s, err := save(e, engine.SaveRequest{Key: k, SaveID: fmt.Sprintf("save-%d", 2*(v-1)), Payload: conversation(99)})
+			// The whole array of version v (which an append made): the same conversation.
+			s, err := save(e, engine.SaveRequest{Key: k, SaveID: fmt.Sprintf("save-%d", 2*(v-1)), Payload: conversation(2 * v)})
 			require.NoError(t, err, "version %d", v)
 			require.True(t, s.Duplicate, "version %d", v)
 			require.Equal(t, uint64(v), s.Record.Version)

@@ -440,6 +440,7 @@ const (
 	CodeMoved         = "moved"          // the session was migrated away (MovedTo says where) and refuses writes
 	CodeCorrupt       = "corrupt"        // stored bytes do not match their hash, or a stored piece is missing
 	CodeBusy          = "busy"           // the daemon is at one of its limits (reads in flight, bytes of saves in progress); retry after RetryAfterMillis
+	CodeSaveIDReused  = "save_id_reused" // the save id already made a version (Version) of another conversation: nothing was stored
 	CodeInternal      = "internal"
 )
 
@@ -454,6 +455,8 @@ type Error struct {
 	Owner   string  `json:"owner,omitempty"`  // the lease's owner, for leased and fenced
 	Epoch   *uint64 `json:"epoch,omitempty"`  // the lease's current epoch, for leased and fenced
 	MovedTo string  `json:"movedTo,omitempty"`
+	// Version, for save_id_reused: the version the save id made (with another conversation).
+	Version *uint64 `json:"version,omitempty"`
 	// RetryAfterMillis, for busy (and sometimes unavailable): how long to wait before trying again.
 	RetryAfterMillis *int64 `json:"retryAfterMs,omitempty"`
 }
@@ -463,7 +466,7 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 // StatusCode is the numeric code put in the Nats-Service-Error-Code header (HTTP-like).
 func StatusCode(code string) string {
 	n := map[string]int{
-		CodeBadRequest: 400, CodeNotFound: 404, CodeConflict: 409, CodeFenced: 409, CodeMoved: 410,
+		CodeBadRequest: 400, CodeNotFound: 404, CodeConflict: 409, CodeFenced: 409, CodeSaveIDReused: 409, CodeMoved: 410,
 		CodeTooLarge: 413, CodeUnknownFormat: 415, CodeInvalid: 422, CodeLeased: 423, CodeBusy: 429, CodeUnavailable: 503,
 	}[code]
 	if n == 0 {

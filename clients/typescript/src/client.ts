@@ -34,7 +34,11 @@ export interface ClientOptions {
 }
 
 export interface SaveOptions {
-  /** Idempotency key (§1): saving twice with the same id creates one version. Default: random. */
+  /**
+   * Idempotency key (§1): saving the same conversation twice with the same id creates one version;
+   * another conversation under an id already used is refused with `save_id_reused` (§4.3). Default:
+   * random.
+   */
   saveId?: string;
   /** The head the save must extend; 0: the session must not exist yet (§4.1 Cp-Expected-Version). */
   expectedVersion?: number;

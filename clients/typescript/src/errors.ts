@@ -12,6 +12,7 @@ export type ErrorCode =
   | "moved"
   | "leased"
   | "busy"
+  | "save_id_reused"
   | "unavailable"
   | "corrupt"
   | "internal";
@@ -28,6 +29,7 @@ export const errorNumbers: Record<ErrorCode, number> = {
   moved: 410,
   leased: 423,
   busy: 429,
+  save_id_reused: 409,
   unavailable: 503,
   corrupt: 500,
   internal: 500,
@@ -45,6 +47,7 @@ export interface WireError {
   epoch?: number;
   movedTo?: string;
   retryAfterMs?: number;
+  version?: number;
   [extra: string]: unknown;
 }
 
@@ -70,6 +73,11 @@ export class CheckpointError extends Error {
   readonly epoch?: number;
   /** moved: where the session went. */
   readonly movedTo?: string;
+  /**
+   * save_id_reused: the version the save id already made, of another conversation (§4.3). Nothing
+   * was stored; the same save id never succeeds with this conversation: save under a new one.
+   */
+  readonly version?: number;
   /** The whole error object as received (unknown members included). */
   readonly wire?: WireError;
 
@@ -85,6 +93,7 @@ export class CheckpointError extends Error {
     if (typeof extra.owner === "string") this.owner = extra.owner;
     if (typeof extra.epoch === "number") this.epoch = extra.epoch;
     if (typeof extra.movedTo === "string") this.movedTo = extra.movedTo;
+    if (typeof extra.version === "number") this.version = extra.version;
   }
 
   /** fromWire makes the error a reply or a result carried. */

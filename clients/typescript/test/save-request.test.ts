@@ -5,7 +5,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { connect, headers as natsHeaders } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { Client, joinRaw, sha256 } from "../src/index.js";
+import { Client, isCheckpointError, joinRaw, sha256 } from "../src/index.js";
 import { Daemon, NatsServer } from "./support/daemon.js";
 
 let nats: NatsServer;
@@ -43,6 +43,23 @@ test("saves, appends and chunked saves go to the daemon as requests, none throug
   assert.equal(Buffer.from((await c.restore({ session: "big" })).bytes).toString(), big);
   assert.equal(await saves(d!, "request", "ok"), 3);
   assert.equal(await saves(d!, "ingest", "ok"), 0);
+});
+
+test("a save id sent again with another conversation is refused save_id_reused, naming its version; the same conversation is its duplicate", async () => {
+  const key = { session: "save-id-reused" };
+  const first = await c.save(key, joinRaw([msg(1)]), { saveId: "turn-1" });
+  await assert.rejects(c.save(key, joinRaw([msg(2)]), { saveId: "turn-1" }), (e: unknown) => {
+    assert.ok(isCheckpointError(e, "save_id_reused"), String(e));
+    assert.equal(e.version, first.version);
+    assert.match(e.message, /turn-1/);
+    return true;
+  });
+  const again = await c.save(key, joinRaw([msg(1)]), { saveId: "turn-1" });
+  assert.equal(again.version, first.version);
+  const second = await c.append(key, first.version, joinRaw([msg(2)]), { saveId: "turn-2" });
+  await assert.rejects(c.append(key, first.version, joinRaw([msg(3)]), { saveId: "turn-2" }), (e: unknown) =>
+    isCheckpointError(e, "save_id_reused") && e.version === second.version);
+  assert.equal((await c.get(key)).version, second.version, "nothing stored");
 });
 
 test("with no daemon answering, a save goes to the ingest stream and is settled when a daemon starts", async () => {

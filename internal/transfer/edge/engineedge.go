@@ -93,6 +93,7 @@ func ToWireError(err error) *wire.Error {
 	var ce *engine.ConflictError
 	var le *engine.LeaseError
 	var me *engine.MovedError
+	var re *engine.SaveIDReusedError
 	switch {
 	case errors.As(err, &ve):
 		e.Code = wire.CodeInvalid
@@ -120,6 +121,8 @@ func ToWireError(err error) *wire.Error {
 		e.Epoch = &le.Lease.Epoch
 	case errors.As(err, &me):
 		e.Code, e.MovedTo = wire.CodeMoved, me.Moved.To
+	case errors.As(err, &re):
+		e.Code, e.Version = wire.CodeSaveIDReused, &re.Version
 	case errors.Is(err, engine.ErrHashMismatch):
 		e.Code = wire.CodeInvalid
 	case errors.Is(err, engine.ErrCorrupt):
@@ -147,5 +150,5 @@ func IsStorageRefusal(err error) bool {
 	return errors.As(err, &ve) || errors.Is(err, engine.ErrVersionConflict) || errors.Is(err, engine.ErrBadRequest) ||
 		errors.Is(err, engine.ErrCorrupt) || errors.Is(err, engine.ErrLeased) || errors.Is(err, engine.ErrFenced) ||
 		errors.Is(err, engine.ErrMoved) || errors.Is(err, engine.ErrHashMismatch) || errors.Is(err, engine.ErrUnknownFormat) ||
-		errors.Is(err, engine.ErrTooLarge)
+		errors.Is(err, engine.ErrTooLarge) || errors.Is(err, engine.ErrSaveIDReused)
 }

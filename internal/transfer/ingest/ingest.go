@@ -337,32 +337,43 @@ func (in *Ingester) refuseUnattributed(msg jetstream.Msg, seq uint64, ns string,
 // new version for as long as results are kept. A result on CP_RESULTS is only a hint of which
 // version to look at: anyone able to publish on a result subject could have written it, so the
 // duplicate is decided by the version record in storage, which only daemons write.
-func (in *Ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wire.Version, error) {
+func (in *Ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wire.Version, engine.Record, error) {
 	m, err := in.st.Read.Last(ctx, in.st.Results, wire.ResultSubject(key.Namespace, saveID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
+		return nil, engine.Record{}, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, engine.Record{}, err
 	}
 	var res wire.SaveResult
-	if json.Unmarshal(m.Data, &res) != nil || !res.OK || res.Version == nil || res.Key != key {
-		return nil, nil
+	if json.Unmarshal(m.Data, &res) != nil || res.Key != key {
+		return nil, engine.Record{}, nil
 	}
-	rec, err := in.engine.Version(ctx, edge.KeyOf(key), res.Version.Version)
+	var made uint64
+	switch {
+	case res.OK && res.Version != nil:
+		made = res.Version.Version
+	case res.Error != nil && res.Error.Code == wire.CodeSaveIDReused && res.Error.Version != nil:
+		// A later save refused for reusing the save id replaced the result kept on the subject;
+		// it names the version the save id made, so the save itself is still recognised.
+		made = *res.Error.Version
+	default:
+		return nil, engine.Record{}, nil
+	}
+	rec, err := in.engine.Version(ctx, edge.KeyOf(key), made)
 	if errors.Is(err, engine.ErrNotFound) {
-		return nil, nil // pruned since, or never there: settle the save as if new
+		return nil, engine.Record{}, nil // pruned since, or never there: settle the save as if new
 	}
 	if err != nil {
-		return nil, err
+		return nil, engine.Record{}, err
 	}
 	v := edge.VersionOf(rec)
 	if v.SaveID != saveID {
 		in.log.Warn("ingest: a stored result names a version this save did not make; ignoring it",
 			"session", key, "save", saveID, "version", v.Version)
-		return nil, nil
+		return nil, engine.Record{}, nil
 	}
-	return &v, nil
+	return &v, rec, nil
 }
 
 // settle decides the outcome of one save, whichever way it came (path: a message off CP_INGEST,
@@ -391,7 +402,7 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 			// duplicate of what it made (found by its stored result: off the stream, or a save
 			// first sent there and retried as a request; a rare refusal path, so both look).
 			if hs.chunks > 0 {
-				if v, perr := in.prior(ctx, key, saveID); perr != nil || v != nil {
+				if v, _, perr := in.prior(ctx, key, saveID); perr != nil || v != nil {
 					return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v}, 0, perr
 				}
 			}
@@ -403,14 +414,24 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	// sent (end-to-end integrity of the transfer; a forged result cannot know it). The hash is a
 	// pass over the whole body, so a large one is hashed beside the engine's work, not before it.
 	received := wire.HashBeside(payload)
-	if path == pathIngest {
-		if v, err := in.prior(ctx, key, saveID); err != nil || v != nil {
-			return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Received: received()}, hs.chunks, err
-		}
-	}
 	req := hs.req
 	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
-	saved, err := in.engine.Save(ctx, req)
+	var saved engine.Saved
+	if path == pathIngest {
+		var v *wire.Version
+		v, saved.Record, err = in.prior(ctx, key, saveID)
+		if err == nil && v != nil {
+			// A redelivery is the save again only with the same conversation (the engine
+			// checks the same for the save ids it finds itself).
+			err = in.engine.CheckRepeat(ctx, req, saved.Record)
+		}
+		if err == nil && v != nil {
+			return wire.SaveResult{OK: true, Duplicate: true, Version: v, Received: received()}, hs.chunks, nil
+		}
+	}
+	if err == nil {
+		saved, err = in.engine.Save(ctx, req)
+	}
 	switch {
 	case edge.IsStorageRefusal(err):
 		res, _, _ := refuse(err)

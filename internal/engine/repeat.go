@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+)
+
+// ErrSaveIDReused: a save whose save id already made a version of another conversation
+// (*SaveIDReusedError). The save id says "this is that save again", the bytes say otherwise:
+// answering with the first save's version would tell the writer that its conversation is
+// stored when it is not.
+var ErrSaveIDReused = errors.New("save id already used for another conversation")
+
+// SaveIDReusedError refuses a repeat of a save id whose bytes are not those of the version the
+// save id made (Version, Hash); Sent is the hash of the conversation the repeat would store.
+type SaveIDReusedError struct {
+	Key     Key
+	SaveID  string
+	Version uint64
+	Hash    string
+	Sent    string
+}
+
+func (e *SaveIDReusedError) Error() string {
+	return fmt.Sprintf("session %s: save id %q was already used for another conversation: version %d (%s); this save's conversation hashes to %s. Send it under a new save id",
+		e.Key, e.SaveID, e.Version, e.Hash, e.Sent)
+}
+
+// Is makes errors.Is(err, ErrSaveIDReused) true.
+func (e *SaveIDReusedError) Is(target error) bool { return target == ErrSaveIDReused }
+
+// CheckRepeat checks req against rec, the version req's save id made (found elsewhere than by
+// Save: the daemon's stored result of an earlier delivery): nil if req would store the same
+// conversation, or if that cannot be told (the base of an append was removed by retention); a
+// *SaveIDReusedError if not; req's validation error if req is not a valid save.
+func (e *Engine) CheckRepeat(ctx context.Context, req SaveRequest, rec Record) error {
+	if err := checkRequest(&req); err != nil {
+		return err
+	}
+	s := e.session(req.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := e.load(ctx, s); err != nil {
+		return err
+	}
+	return e.checkRepeat(ctx, s, req, rec)
+}
+
+// checkRepeat is CheckRepeat on a loaded session (s.mu held). A repeat is the same save when the
+// conversation it would store hashes as rec's: a whole array, canonical or not, once parsed; an
+// append, its messages after those of its base version (read for it, unless the base is the
+// head or nothing). Only a repeat pays for this, never a new save.
+func (e *Engine) checkRepeat(ctx context.Context, s *session, req SaveRequest, rec Record) error {
+	if req.Import != nil {
+		return nil // an import is its version only with its number and hash (saveOnce)
+	}
+	sent, known, err := e.repeatHash(ctx, s, req, rec.Hash)
+	if err != nil || !known || sent == rec.Hash {
+		return err
+	}
+	return &SaveIDReusedError{Key: req.Key, SaveID: req.SaveID, Version: rec.Version, Hash: rec.Hash, Sent: sent}
+}
+
+// repeatHash is the hash of the conversation req would store, computed as Save's plan would
+// (the same parse, the same limits), and whether it could be told. want is the hash of the
+// version the save id made: a whole array sent in canonical form (as the SDKs send it) is
+// recognised by hashing it, without a parse.
+func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, want string) (string, bool, error) {
+	if req.Base == nil {
+		sum := sha256.Sum256(req.Payload)
+		if h := "sha256:" + hex.EncodeToString(sum[:]); h == want {
+			return h, true, nil
+		}
+		c, err := codec.ParseLimited(req.Payload, req.Limits)
+		if err != nil {
+			return "", false, err
+		}
+		state, err := extendHash(nil, c.Span(0, len(c.Messages)))
+		if err != nil {
+			return "", false, err
+		}
+		h, err := finish(state)
+		return h, err == nil, err
+	}
+	state, messages, known, err := e.stateAt(ctx, s, *req.Base)
+	if err != nil || !known {
+		return "", false, err
+	}
+	lim := req.Limits
+	lim.Continues = messages
+	c, err := codec.ParseLimited(req.Payload, lim)
+	if err != nil {
+		return "", false, err
+	}
+	tail := c.Span(0, len(c.Messages))
+	if messages && len(tail) > 0 {
+		tail = append([]byte{','}, tail...)
+	}
+	if state, err = extendHash(state, tail); err != nil {
+		return "", false, err
+	}
+	h, err := finish(state)
+	return h, err == nil, err
+}
+
+// stateAt returns the SHA-256 state after "[" and version v's messages (nil: v is 0, nothing
+// hashed yet), whether v has messages, and whether v could be read at all (not if retention
+// removed it).
+func (e *Engine) stateAt(ctx context.Context, s *session, v uint64) ([]byte, bool, bool, error) {
+	h := s.last.Head
+	switch {
+	case v == 0:
+		return nil, false, true, nil
+	case v == h.Version:
+		return h.State, h.Counts.Messages > 0, true, nil
+	}
+	log, _, err := e.logAt(ctx, s.key, s.lastDeleted(), s.lastSeq, v)
+	if errors.Is(err, ErrNotFound) {
+		return nil, false, false, nil
+	}
+	if err != nil {
+		return nil, false, false, err
+	}
+	state, err := extendHash(nil, log[1:])
+	return state, len(log) > 1, err == nil, err
+}
