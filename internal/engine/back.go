@@ -17,11 +17,15 @@ import (
 // backRangeFactor: the walk by pointer is taken when this many times the records wanted is below
 // the number of entries since the last pack (its reads then hold fewer entries than the tail); a
 // var so that tests can make every walk that takes few records go by pointer (export_test.go).
-// maxBackRecords bounds the records it takes, maxBackRanges its reads (then it reads the tail).
+// So a page of N records reads about 1.5 N entries (readBefore), or, when N is half the tail or
+// more, the tail: at most 2 N entries either way, whatever the page size. maxBackRecords only
+// keeps the count of records wanted (pageNeed: a page's limit plus the versions above its
+// cursor) a small integer; a reply holds about 2,000 records. maxBackRanges bounds the walk's
+// reads (then it reads the tail).
 var backRangeFactor = 2
 
 const (
-	maxBackRecords = 64
+	maxBackRecords = 1 << 16
 	maxBackRanges  = 3
 )
 

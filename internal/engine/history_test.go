@@ -30,7 +30,9 @@ func TestEngine_HistoryNewestByBack(t *testing.T) {
 	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
 	enginetest.SaveTurns(t, e, k, 0, 2*200, 0) // no pack yet: 200 entries since the first
 	e.Forget()
-	for _, limit := range []int{1, 10, 16} {
+	// Pages of more than 64 records too: a page of N reads about 1.5 N entries, not the whole
+	// tail, while N is below half of it (else the tail, at most 2 N entries, is read at once).
+	for _, limit := range []int{1, 10, 16, 65, 80, 99} {
 		log.gets, log.ranges, log.ranged = 0, 0, 0
 		recs, next, err := e.HistoryPage(ctx, k, engine.HistoryCursor{}, limit)
 		require.NoError(t, err)
