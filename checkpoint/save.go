@@ -44,7 +44,8 @@ func wholeConversation(b []byte) SaveOption { return func(o *saveOptions) { o.wh
 func WithEpoch(epoch uint64) SaveOption { return func(o *saveOptions) { o.epoch = epoch } }
 
 // WithSaveID sets the save's idempotency key. Saving again with the same id (a retry after a lost
-// reply, a replayed publish) yields the version the first save created, not a new one.
+// reply, a replayed publish) yields the version the first save created, not a new one; saving
+// another conversation under an id already used is refused with ErrSaveIDReused (nothing stored).
 // By default every Save gets a fresh id.
 func WithSaveID(id string) SaveOption { return func(o *saveOptions) { o.saveID = id } }
 

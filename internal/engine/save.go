@@ -18,7 +18,7 @@ import (
 // (codec.ParseLimited with Limits) and stores its canonical form.
 type SaveRequest struct {
 	Key      Key
-	SaveID   string  // idempotency key: a save id the session has already saved is not stored again
+	SaveID   string  // idempotency key: a save id the session has already saved is not stored again (other content: ErrSaveIDReused)
 	Expected *uint64 // when set, the head must be this version (0: the session must not exist)
 	Base     *uint64 // when set, Payload holds only the messages appended to this version
 	Writer   string
