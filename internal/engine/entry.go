@@ -47,10 +47,12 @@ import (
 //	              hash (32 bytes), counts (6), parent, saveId, writer, reason, dialect, created,
 //	              storedBytes, extras; piece rawBytes, piece CRC-32C, piece flags (bit 0 frame, bit 1
 //	              keep, bit 2 values), keep if set, values if set. Delta-coded (flags2 bit 1), a
-//	              record after the first has no version (the one before's + 1); its writer,
-//	              reason and dialect are each a varint n, 0 for the record before's, else n - 1
-//	              bytes; its created is its seconds less the record before's (signed varint; the
-//	              first record's less 0), then its nanoseconds
+//	              record after the first has no version (the one before's + 1); messages,
+//	              rawBytes and the counts are each its value less the record before's (a signed
+//	              varint; the first record's less 0); writer, reason and dialect are each a
+//	              varint n, 0 for the record before's ("" for the first), else n - 1 bytes;
+//	              created is its seconds less the record before's (signed varint; the first
+//	              record's less 0), then its nanoseconds
 //	fork          the source's namespace, session, agent, and the version version 1 is
 //	part          nothing more
 //	data          the rest: save and pack: the session's zstd stream (§8.4); part: a piece of the
@@ -333,10 +335,15 @@ func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 }
 
 func appendCounts(out []byte, c Counts) []byte {
-	for _, n := range []int{c.User, c.Assistant, c.ToolResult, c.Extension, c.ToolCalls, c.System} {
+	for _, n := range countsOf(c) {
 		out = binary.AppendUvarint(out, uint64(n))
 	}
 	return out
+}
+
+// countsOf lists c's counts by role, in the order entries store them.
+func countsOf(c Counts) [6]int {
+	return [6]int{c.User, c.Assistant, c.ToolResult, c.Extension, c.ToolCalls, c.System}
 }
 
 // extras are the record fields few versions have, as a JSON object (new ones can be added
@@ -360,10 +367,12 @@ type extraOrigin struct {
 }
 
 // packedPrev is what a delta-coded packed record (flag2Delta) is written against: the fields of
-// the record before it in the pack, as stored (the first record's: empty strings, second 0).
+// the record before it in the pack, as stored (before the first record: empty strings, zeros).
 type packedPrev struct {
 	writer, reason, dialect string
 	seconds                 int64
+	rawBytes                int64
+	counts                  Counts
 }
 
 // appendRecordFields writes a record's fields; prev, for a delta-coded packed record, is the
@@ -384,7 +393,7 @@ func appendRecordFields(out []byte, parent uint64, saveID, writer, reason, diale
 		out = appendSame(appendSame(appendSame(out, writer, prev.writer), reason, prev.reason), dialect, prev.dialect)
 		seconds := storedSeconds(created)
 		out = binary.AppendUvarint(binary.AppendVarint(out, seconds-prev.seconds), uint64(created.Nanosecond()))
-		*prev = packedPrev{writer: writer, reason: reason, dialect: dialect, seconds: seconds}
+		prev.writer, prev.reason, prev.dialect, prev.seconds = writer, reason, dialect, seconds
 	}
 	out = binary.AppendUvarint(out, uint64(stored))
 	var x []byte
@@ -408,7 +417,8 @@ func appendRecordFields(out []byte, parent uint64, saveID, writer, reason, diale
 }
 
 // appendPacked writes a pack's records, delta-coded (flag2Delta): a record after the first has
-// no version (it is the one before's + 1, which readers check anyway).
+// no version (it is the one before's + 1, which readers check anyway), and its message count,
+// raw bytes and counts are differences from the record before's (signed varints).
 func appendPacked(out []byte, packed []packedVersion) ([]byte, error) {
 	out = binary.AppendUvarint(out, uint64(len(packed)))
 	var prev packedPrev
@@ -424,13 +434,16 @@ func appendPacked(out []byte, packed []packedVersion) ([]byte, error) {
 		if i == 0 {
 			out = binary.AppendUvarint(out, r.Version)
 		}
-		out = binary.AppendUvarint(out, uint64(r.Counts.Messages))
-		out = binary.AppendUvarint(out, uint64(r.RawBytes))
+		out = binary.AppendVarint(out, int64(r.Counts.Messages-prev.counts.Messages))
+		out = binary.AppendVarint(out, r.RawBytes-prev.rawBytes)
 		out = append(out, hash...)
-		out = appendCounts(out, r.Counts)
+		for i, n := range countsOf(r.Counts) {
+			out = binary.AppendVarint(out, int64(n-countsOf(prev.counts)[i]))
+		}
 		if out, err = appendRecordFields(out, r.Parent, r.SaveID, r.Writer, r.Reason, r.Dialect, r.Created, r.StoredBytes, r.ForkOf, r.Origin, &prev); err != nil {
 			return nil, err
 		}
+		prev.rawBytes, prev.counts = r.RawBytes, r.Counts
 		out = binary.AppendUvarint(out, uint64(p.Piece.RawBytes))
 		out = binary.BigEndian.AppendUint32(out, p.Piece.CRC)
 		var flags byte
@@ -639,6 +652,21 @@ func (r *reader) same(what string, prev string) string {
 	return string(r.bytes(what, n-1))
 }
 
+// after reads a number written as its difference from prev (a signed varint); the number must
+// be within [0, max] (max at most maxSize, so that no sum overflows).
+func (r *reader) after(what string, prev int64, max uint64) int64 {
+	if r.err != nil {
+		return 0
+	}
+	d, n := binary.Varint(r.b)
+	if n <= 0 || d > int64(max) || d < -int64(max) || prev+d < 0 || prev+d > int64(max) {
+		r.fail("entry field %s", what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return prev + d
+}
+
 // timeAfter reads a time written as its seconds' difference from prevSeconds (a signed varint),
 // then its nanoseconds; (0, 0) once added up is the zero time, as in time.
 func (r *reader) timeAfter(what string, prevSeconds int64) time.Time {
@@ -677,7 +705,7 @@ func (r *reader) recordFields(rec *Record, prev *packedPrev) {
 	} else {
 		rec.Writer, rec.Reason, rec.Dialect = r.same("writer", prev.writer), r.same("reason", prev.reason), r.same("dialect", prev.dialect)
 		rec.Created = r.timeAfter("created", prev.seconds)
-		*prev = packedPrev{writer: rec.Writer, reason: rec.Reason, dialect: rec.Dialect, seconds: storedSeconds(rec.Created)}
+		prev.writer, prev.reason, prev.dialect, prev.seconds = rec.Writer, rec.Reason, rec.Dialect, storedSeconds(rec.Created)
 	}
 	rec.StoredBytes = r.int("stored bytes", maxSize)
 	x := r.bytes("extras", r.uint("extras", maxExtras))
@@ -836,10 +864,23 @@ func (r *reader) packed(delta bool) []packedVersion {
 		} else {
 			p.Record.Version = r.uint("packed version", MaxVersion)
 		}
-		messages := int(r.uint("packed messages", maxCount))
-		p.Record.RawBytes = r.int("packed raw bytes", maxSize)
-		p.Record.Hash = "sha256:" + hex.EncodeToString(r.bytes("packed hash", sha256.Size))
-		p.Record.Counts = r.counts(messages)
+		if prev == nil {
+			messages := int(r.uint("packed messages", maxCount))
+			p.Record.RawBytes = r.int("packed raw bytes", maxSize)
+			p.Record.Hash = "sha256:" + hex.EncodeToString(r.bytes("packed hash", sha256.Size))
+			p.Record.Counts = r.counts(messages)
+		} else {
+			messages := int(r.after("packed messages", int64(prev.counts.Messages), maxCount))
+			p.Record.RawBytes = r.after("packed raw bytes", prev.rawBytes, maxSize)
+			p.Record.Hash = "sha256:" + hex.EncodeToString(r.bytes("packed hash", sha256.Size))
+			p.Record.Counts = Counts{Messages: messages}
+			before := countsOf(prev.counts)
+			for i, c := range []*int{&p.Record.Counts.User, &p.Record.Counts.Assistant, &p.Record.Counts.ToolResult,
+				&p.Record.Counts.Extension, &p.Record.Counts.ToolCalls, &p.Record.Counts.System} {
+				*c = int(r.after("counts", int64(before[i]), maxCount))
+			}
+			prev.rawBytes, prev.counts = p.Record.RawBytes, p.Record.Counts
+		}
 		r.recordFields(&p.Record, prev)
 		p.Piece.RawBytes = r.int("packed piece", maxDecoded) // a read decodes no more (stream.go)
 		p.Piece.CRC = r.crc("packed piece CRC")

@@ -248,7 +248,7 @@ func TestEntry_PackedRecordsDeltaCoded(t *testing.T) {
 	}
 	var packed []packedVersion
 	for i, r := range recs {
-		r.SaveID, r.Hash, r.RawBytes, r.Counts = fmt.Sprintf("save-%d", i), hash, int64(100+i), Counts{Messages: i}
+		r.SaveID, r.Hash, r.RawBytes, r.Counts = fmt.Sprintf("save-%d", i), hash, int64(10+i), Counts{Messages: i, User: 30 - i, ToolCalls: 3 * i}
 		packed = append(packed, packedVersion{Record: r, Piece: pieceInfo{RawBytes: 10, CRC: uint32(i), Frame: i == 0}})
 	}
 	state, err := extendHash(nil, []byte("x"))
@@ -289,6 +289,12 @@ func TestEntry_PackedRecordsDeltaCoded(t *testing.T) {
 	} {
 		_, _, err := decodeEntry(bad)
 		require.ErrorIs(t, err, ErrCorrupt, name)
+	}
+	// A difference that takes a number below 0 or past its maximum is refused, never wrapped.
+	for _, c := range []struct{ prev, diff int64 }{{3, -4}, {maxSize, 1}, {0, maxSize + 1}, {maxSize, maxSize}} {
+		r := &reader{b: binary.AppendVarint(nil, c.diff)}
+		r.after("n", c.prev, maxSize)
+		require.ErrorIs(t, r.err, ErrCorrupt, "%d then %+d", c.prev, c.diff)
 	}
 }
 
