@@ -34,6 +34,15 @@ func publishRaw(t *testing.T, js jetstream.JetStream, subject string, hdr nats.H
 	return ack.Sequence
 }
 
+// storeFirstResult has the daemon store a result, as the first save off the ingest stream of a
+// deployment does: that makes CP_RESULTS, which no file of the data directory holds before.
+func storeFirstResult(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	key := wire.Key{Session: "first result"}.WithDefaults()
+	publishRaw(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"first-result"}}, `[{"role":"user","content":"hi"}]`)
+	awaitStoredResult(t, js, wire.ResultSubject(key.Namespace, "first-result"))
+}
+
 // awaitStoredResult reads the stored result on subject, waiting for the daemon to publish one.
 func awaitStoredResult(t *testing.T, js jetstream.JetStream, subject string) wire.SaveResult {
 	t.Helper()
@@ -44,10 +53,12 @@ func awaitStoredResult(t *testing.T, js jetstream.JetStream, subject string) wir
 func awaitStoredResultAfter(t *testing.T, js jetstream.JetStream, subject string, after uint64) wire.SaveResult {
 	t.Helper()
 	ctx := ctxT(t)
-	results, err := js.Stream(ctx, wire.StreamResults)
-	require.NoError(t, err)
 	var res wire.SaveResult
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		results, err := js.Stream(ctx, wire.StreamResults) // made by the first result stored
+		if !noErr(c, err) {
+			return
+		}
 		m, err := results.GetLastMsgForSubject(ctx, subject)
 		if !noErr(c, err) {
 			return
@@ -68,7 +79,9 @@ func TestResults_ForgedResultIsNotBelieved(t *testing.T) {
 	require.NoError(t, err)
 	key := wire.Key{Session: "victim"}.WithDefaults()
 
-	// A hostile client publishes "ok, version 42" for a save id before the real save is made.
+	// A hostile client publishes "ok, version 42" for a save id before the real save is made,
+	// once CP_RESULTS exists (made by the first result the daemon stores).
+	storeFirstResult(t, js)
 	forged, _ := json.Marshal(wire.SaveResult{SaveID: "turn-7", Key: key, OK: true,
 		Version: &wire.Version{Key: key, Version: 42, SaveID: "turn-7"}})
 	ack, err := js.Publish(ctx, wire.ResultSubject(key.Namespace, "turn-7"), forged)
@@ -302,4 +315,32 @@ func TestChunks_RepeatedPiecesAreReadOnce(t *testing.T) {
 	got, _, err := env.Client.Restore(ctx, checkpoint.Key{Session: "pieces"}, 0)
 	require.NoError(t, err)
 	require.Equal(t, conv, string(got))
+}
+
+// CP_RESULTS is made by the first result the daemon stores, not at start-up: a deployment whose
+// saves all come as requests (answered in their replies) keeps no files for it. Until then a
+// direct get of a result has no responders, which the SDKs take as "none stored yet"; the first
+// save off the ingest stream makes it, with the daemon's settings, and its result is stored.
+func TestResults_StreamMadeByTheFirstResult(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	_, err = js.Stream(ctx, wire.StreamResults)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "not made at start-up")
+	key := wire.Key{Session: "first"}.WithDefaults()
+	_, err = env.Conn().Request(wire.ResultDirectGetPrefix+wire.ResultSubject(key.Namespace, "s-1"), nil, time.Second)
+	require.ErrorIs(t, err, nats.ErrNoResponders)
+
+	publishRaw(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"s-1"}}, `[{"role":"user","content":"hi"}]`)
+	res := awaitStoredResult(t, js, wire.ResultSubject(key.Namespace, "s-1"))
+	require.Nil(t, res.Error)
+	require.Equal(t, uint64(1), res.Version.Version)
+	s, err := js.Stream(ctx, wire.StreamResults)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	require.Equal(t, []string{"cp.result.>"}, cfg.Subjects)
+	require.Equal(t, int64(1), cfg.MaxMsgsPerSubject)
+	require.Positive(t, cfg.MaxAge)
+	require.True(t, cfg.AllowDirect)
 }
