@@ -1,6 +1,7 @@
 package transfer_test
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -36,11 +37,24 @@ func publishRaw(t *testing.T, js jetstream.JetStream, subject string, hdr nats.H
 
 // storeFirstResult has the daemon store a result, as the first save off the ingest stream of a
 // deployment does: that makes CP_RESULTS, which no file of the data directory holds before.
-func storeFirstResult(t *testing.T, js jetstream.JetStream) {
+func storeFirstResult(t testing.TB, js jetstream.JetStream) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	key := wire.Key{Session: "first result"}.WithDefaults()
-	publishRaw(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"first-result"}}, `[{"role":"user","content":"hi"}]`)
-	awaitStoredResult(t, js, wire.ResultSubject(key.Namespace, "first-result"))
+	m := nats.NewMsg(wire.IngestSubject(key))
+	m.Header.Set(wire.HdrSaveID, "first-result")
+	m.Data = []byte(`[{"role":"user","content":"hi"}]`)
+	_, err := js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s, err := js.Stream(ctx, wire.StreamResults)
+		if err != nil {
+			return false
+		}
+		_, err = s.GetLastMsgForSubject(ctx, wire.ResultSubject(key.Namespace, "first-result"))
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "no result stored for a save off the ingest stream")
 }
 
 // awaitStoredResult reads the stored result on subject, waiting for the daemon to publish one.
