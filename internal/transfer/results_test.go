@@ -358,3 +358,35 @@ func TestResults_StreamMadeByTheFirstResult(t *testing.T) {
 	require.Positive(t, cfg.MaxAge)
 	require.True(t, cfg.AllowDirect)
 }
+
+// The Go SDK's save while no daemon runs goes to the ingest stream and waits for its result; with
+// no result ever stored, CP_RESULTS does not exist and its lookups meanwhile have no responders,
+// which it takes as "none yet". The daemon that starts settles the save, making CP_RESULTS.
+func TestResults_SDKWaitsOnTheStreamBeforeCPResultsExists(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	env.StopDaemon()
+	type saved struct {
+		v   checkpoint.Version
+		err error
+	}
+	done := make(chan saved, 1)
+	go func() {
+		v, err := env.Client.Save(ctx, checkpoint.Key{Session: "queued"}, []byte(`[{"role":"user","content":"hi"}]`))
+		done <- saved{v, err}
+	}()
+	time.Sleep(1500 * time.Millisecond) // the SDK waits 250 ms, then looks the result up, and again
+	select {
+	case s := <-done:
+		t.Fatalf("the save returned before any daemon ran: %+v", s)
+	default:
+	}
+	env.StartDaemon()
+	s := <-done
+	require.NoError(t, s.err)
+	require.Equal(t, uint64(1), s.v.Version)
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	_, err = js.Stream(ctx, wire.StreamResults)
+	require.NoError(t, err, "made by the daemon's first stored result")
+}
