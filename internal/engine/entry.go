@@ -49,7 +49,9 @@ import (
 //	              keep, bit 2 values), keep if set, values if set. Delta-coded (flags2 bit 1), a
 //	              record after the first has no version (the one before's + 1); messages,
 //	              rawBytes and the counts are each its value less the record before's (a signed
-//	              varint; the first record's less 0); writer, reason and dialect are each a
+//	              varint; the first record's less 0); saveId is a varint p, the bytes it shares
+//	              with the record before's save id ("" for the first), then the rest (a string);
+//	              writer, reason and dialect are each a
 //	              varint n, 0 for the record before's ("" for the first), else n - 1 bytes;
 //	              created is its seconds less the record before's (signed varint; the first
 //	              record's less 0), then its nanoseconds
@@ -369,10 +371,10 @@ type extraOrigin struct {
 // packedPrev is what a delta-coded packed record (flag2Delta) is written against: the fields of
 // the record before it in the pack, as stored (before the first record: empty strings, zeros).
 type packedPrev struct {
-	writer, reason, dialect string
-	seconds                 int64
-	rawBytes                int64
-	counts                  Counts
+	saveID, writer, reason, dialect string
+	seconds                         int64
+	rawBytes                        int64
+	counts                          Counts
 }
 
 // appendRecordFields writes a record's fields; prev, for a delta-coded packed record, is the
@@ -385,15 +387,17 @@ func appendRecordFields(out []byte, parent uint64, saveID, writer, reason, diale
 			return nil, fmt.Errorf("%w: a record string of %d bytes (at most %d)", ErrBadRequest, len(s), maxString)
 		}
 	}
-	out = appendString(out, saveID)
 	if prev == nil {
-		out = appendString(appendString(appendString(out, writer), reason), dialect)
+		out = appendString(appendString(appendString(appendString(out, saveID), writer), reason), dialect)
 		out = appendTime(out, created)
 	} else {
+		// Save ids of one writer often share a prefix (the Go SDK's NUIDs: their first 12 of 22).
+		shared := commonPrefix(saveID, prev.saveID)
+		out = appendString(binary.AppendUvarint(out, uint64(shared)), saveID[shared:])
 		out = appendSame(appendSame(appendSame(out, writer, prev.writer), reason, prev.reason), dialect, prev.dialect)
 		seconds := storedSeconds(created)
 		out = binary.AppendUvarint(binary.AppendVarint(out, seconds-prev.seconds), uint64(created.Nanosecond()))
-		prev.writer, prev.reason, prev.dialect, prev.seconds = writer, reason, dialect, seconds
+		prev.saveID, prev.writer, prev.reason, prev.dialect, prev.seconds = saveID, writer, reason, dialect, seconds
 	}
 	out = binary.AppendUvarint(out, uint64(stored))
 	var x []byte
@@ -531,6 +535,15 @@ func appendSame(out []byte, s, prev string) []byte {
 		return append(out, 0)
 	}
 	return append(binary.AppendUvarint(out, uint64(len(s))+1), s...)
+}
+
+// commonPrefix is how many leading bytes a and b share.
+func commonPrefix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 // storedSeconds is the seconds appendTime stores for t (0 for the zero time).
@@ -698,14 +711,17 @@ func (r *reader) counts(messages int) Counts {
 // recordFields reads what appendRecordFields wrote into rec (prev as it was given).
 func (r *reader) recordFields(rec *Record, prev *packedPrev) {
 	rec.Parent = r.uint("parent", maxCount)
-	rec.SaveID = r.string("save id")
 	if prev == nil {
+		rec.SaveID = r.string("save id")
 		rec.Writer, rec.Reason, rec.Dialect = r.string("writer"), r.string("reason"), r.string("dialect")
 		rec.Created = r.time("created")
 	} else {
+		shared := r.uint("save id", uint64(len(prev.saveID)))
+		rest := r.bytes("save id", r.uint("save id", maxString-shared))
+		rec.SaveID = prev.saveID[:shared] + string(rest)
 		rec.Writer, rec.Reason, rec.Dialect = r.same("writer", prev.writer), r.same("reason", prev.reason), r.same("dialect", prev.dialect)
 		rec.Created = r.timeAfter("created", prev.seconds)
-		prev.writer, prev.reason, prev.dialect, prev.seconds = rec.Writer, rec.Reason, rec.Dialect, storedSeconds(rec.Created)
+		prev.saveID, prev.writer, prev.reason, prev.dialect, prev.seconds = rec.SaveID, rec.Writer, rec.Reason, rec.Dialect, storedSeconds(rec.Created)
 	}
 	rec.StoredBytes = r.int("stored bytes", maxSize)
 	x := r.bytes("extras", r.uint("extras", maxExtras))

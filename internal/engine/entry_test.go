@@ -263,14 +263,34 @@ func TestEntry_PackedRecordsDeltaCoded(t *testing.T) {
 	require.Equal(t, m, got)
 	require.Equal(t, "data", string(data))
 
-	// The same record twice more costs its save id, hash, counts and piece, not its writer,
-	// reason, dialect or version again.
+	// Save ids that share a prefix with the one before, or are a prefix of it, or empty.
+	ids := append([]packedVersion(nil), packed...)
+	for i, id := range []string{"abc", "abcdef", "ab", "ab", "", "xyz", "xyzé"} {
+		ids[i].Record.SaveID = id
+	}
+	b, err = encodeEntry(entryMeta{Kind: kindPack, Head: m.Head, Packed: ids}, nil)
+	require.NoError(t, err)
+	got, _, err = decodeEntry(b)
+	require.NoError(t, err)
+	require.Equal(t, ids, got.Packed)
+	// A record claiming more of the save id before it than there is is refused: "ab" then "ab"
+	// is written as 2 shared bytes and an empty rest; make it 3.
+	at2 := bytes.Index(b, append([]byte{2, 0}, appendSame(nil, recs[3].Writer, recs[2].Writer)...)) // shared 2, rest "", then its writer
+	require.GreaterOrEqual(t, at2, 0)
+	bad := append([]byte(nil), b...)
+	bad[at2] = 3
+	_, _, err = decodeEntry(bad)
+	require.ErrorIs(t, err, ErrCorrupt, "a shared prefix longer than the save id before")
+
+	// The same record twice more costs its save id (less the prefix it shares with the one
+	// before), hash, counts and piece, not its writer, reason, dialect or version again.
 	one, err := appendPacked(nil, packed[:2])
 	require.NoError(t, err)
 	two, err := appendPacked(nil, packed[:1])
 	require.NoError(t, err)
 	first, second := len(two)-1, len(one)-len(two) // less the count's byte
-	saved := 1 + len(recs[1].Writer) + len(recs[1].Reason) + len(binary.AppendVarint(nil, at.Unix())) - 1
+	saved := 1 + len(recs[1].Writer) + len(recs[1].Reason) + len(binary.AppendVarint(nil, at.Unix())) - 1 +
+		len("save-") // "save-1" after "save-0": its prefix shared
 	require.Equal(t, saved, first-second, "first record %d bytes, second %d", first, second)
 
 	// Versions that do not follow each other are not written; bad delta bytes are refused.
