@@ -48,9 +48,9 @@ type lazyStream struct {
 //
 // CP_INGEST and CP_CHUNKS are made here: clients publish to them, even while no daemon runs.
 // CP_RESULTS only the daemon writes, and only for saves off CP_INGEST (a save sent as a request
-// is answered in its reply): it is updated here if it exists,
-// and otherwise made by the first result stored (Results). A client looking a result up before
-// then gets no responders, which it takes as "none stored yet", as it does a 404.
+// is answered in its reply): it is updated here if it exists, and otherwise made by the first
+// result stored (Results). A client looking a result up before then gets no responders, which
+// it takes as "none stored yet", as it does a 404.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, resultTTL time.Duration) (*Streams, error) {
 	cfgs := []jetstream.StreamConfig{{
 		Name:        wire.StreamIngest,
