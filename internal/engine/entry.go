@@ -25,7 +25,8 @@ import (
 //	              bit 2: lease present; bit 3: open pack; bit 4: moved present; bit 5: a
 //	              deletion (state); bit 6: values listed (save); bit 7: back present (not on
 //	              packs); others 0
-//	flags2   1    if kind bit 7: bit 0: the state is compact; others 0
+//	flags2   1    if kind bit 7: bit 0: the state is compact; bit 1 (packs only): the packed
+//	              records are delta-coded; others 0
 //	head          version, messages, rawBytes (of the messages joined by ",", no brackets),
 //	              state (108 bytes, crypto/sha256 MarshalBinary after "[" and those bytes; compact,
 //	              flags2 bit 0: its 32 bytes of chaining value, then its nx = (rawBytes + 1) mod
@@ -45,7 +46,15 @@ import (
 //	pack          parts, count, then per version: version, messages, rawBytes (brackets included),
 //	              hash (32 bytes), counts (6), parent, saveId, writer, reason, dialect, created,
 //	              storedBytes, extras; piece rawBytes, piece CRC-32C, piece flags (bit 0 frame, bit 1
-//	              keep, bit 2 values), keep if set, values if set
+//	              keep, bit 2 values), keep if set, values if set. Delta-coded (flags2 bit 1), a
+//	              record after the first has no version (the one before's + 1); messages,
+//	              rawBytes and the counts are each its value less the record before's (a signed
+//	              varint; the first record's less 0); saveId is a varint p, the bytes it shares
+//	              with the record before's save id ("" for the first), then the rest (a string);
+//	              writer, reason and dialect are each a varint n, 0 for the record before's (""
+//	              for the first), else n - 1 bytes;
+//	              created is its seconds less the record before's (signed varint; the first
+//	              record's less 0), then its nanoseconds
 //	fork          the source's namespace, session, agent, and the version version 1 is
 //	part          nothing more
 //	data          the rest: save and pack: the session's zstd stream (§8.4); part: a piece of the
@@ -187,7 +196,13 @@ const (
 	kindExt = 1 << 7
 	// flag2Compact: the state is stored compact (compactState).
 	flag2Compact = 1 << 0
-	flags2Known  = flag2Compact
+	// flag2Delta, on packs only (since s19-disk): each packed record is written against the one
+	// before it (packedPrev): a version after the first left out, numbers as differences, the
+	// save id's shared prefix left out, writer, reason and dialect "as before" when unchanged.
+	// Consecutive versions share most of those: 105 -> 65 bytes per packed version on the
+	// corpus (docs/format.md §8.15f).
+	flag2Delta  = 1 << 1
+	flags2Known = flag2Compact | flag2Delta
 )
 
 // encodeEntry builds an entry's bytes.
@@ -227,19 +242,27 @@ func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 		}
 		flags |= flagBack
 	}
+	compact, isCompact := compactState(h.State, h.RawBytes)
+	var flags2 byte
+	if isCompact {
+		flags2 |= flag2Compact
+	}
+	if m.Kind == kindPack {
+		flags2 |= flag2Delta
+	}
 	out := make([]byte, 0, 256+len(data))
 	out = append(out, entryMagic[:]...)
-	if compact, ok := compactState(h.State, h.RawBytes); ok {
-		out = append(out, byte(m.Kind)|kindExt, flags, flag2Compact)
-		out = binary.AppendUvarint(out, h.Version)
-		out = binary.AppendUvarint(out, uint64(h.Counts.Messages))
-		out = binary.AppendUvarint(out, uint64(h.RawBytes))
-		out = append(out, compact...)
+	if flags2 != 0 {
+		out = append(out, byte(m.Kind)|kindExt, flags, flags2)
 	} else {
 		out = append(out, byte(m.Kind), flags)
-		out = binary.AppendUvarint(out, h.Version)
-		out = binary.AppendUvarint(out, uint64(h.Counts.Messages))
-		out = binary.AppendUvarint(out, uint64(h.RawBytes))
+	}
+	out = binary.AppendUvarint(out, h.Version)
+	out = binary.AppendUvarint(out, uint64(h.Counts.Messages))
+	out = binary.AppendUvarint(out, uint64(h.RawBytes))
+	if isCompact {
+		out = append(out, compact...)
+	} else {
 		out = append(out, h.State...)
 	}
 	out = appendCounts(out, h.Counts)
@@ -280,7 +303,7 @@ func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 	}
 	if h.Version > 0 {
 		var err error
-		if out, err = appendRecordFields(out, h.Parent, h.SaveID, h.Writer, h.Reason, h.Dialect, h.Created, h.StoredBytes, h.ForkOf, h.Origin); err != nil {
+		if out, err = appendRecordFields(out, h.Parent, h.SaveID, h.Writer, h.Reason, h.Dialect, h.Created, h.StoredBytes, h.ForkOf, h.Origin, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -315,10 +338,15 @@ func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 }
 
 func appendCounts(out []byte, c Counts) []byte {
-	for _, n := range []int{c.User, c.Assistant, c.ToolResult, c.Extension, c.ToolCalls, c.System} {
+	for _, n := range countsOf(c) {
 		out = binary.AppendUvarint(out, uint64(n))
 	}
 	return out
+}
+
+// countsOf lists c's counts by role, in the order entries store them.
+func countsOf(c Counts) [6]int {
+	return [6]int{c.User, c.Assistant, c.ToolResult, c.Extension, c.ToolCalls, c.System}
 }
 
 // extras are the record fields few versions have, as a JSON object (new ones can be added
@@ -341,16 +369,37 @@ type extraOrigin struct {
 	At     time.Time `json:"at,omitzero"`
 }
 
+// packedPrev is what a delta-coded packed record (flag2Delta) is written against: the fields of
+// the record before it in the pack, as stored (before the first record: empty strings, zeros).
+type packedPrev struct {
+	saveID, writer, reason, dialect string
+	seconds                         int64
+	rawBytes                        int64
+	counts                          Counts
+}
+
+// appendRecordFields writes a record's fields; prev, for a delta-coded packed record, is the
+// record before it (then updated to this one), nil otherwise.
 func appendRecordFields(out []byte, parent uint64, saveID, writer, reason, dialect string, created time.Time, stored int64,
-	fork *ForkRef, origin *Origin) ([]byte, error) {
+	fork *ForkRef, origin *Origin, prev *packedPrev) ([]byte, error) {
 	out = binary.AppendUvarint(out, parent)
 	for _, s := range []string{saveID, writer, reason, dialect} {
 		if len(s) > maxString {
 			return nil, fmt.Errorf("%w: a record string of %d bytes (at most %d)", ErrBadRequest, len(s), maxString)
 		}
-		out = appendString(out, s)
 	}
-	out = appendTime(out, created)
+	if prev == nil {
+		out = appendString(appendString(appendString(appendString(out, saveID), writer), reason), dialect)
+		out = appendTime(out, created)
+	} else {
+		// Save ids of one writer often share a prefix (the Go SDK's NUIDs: their first 12 of 22).
+		shared := commonPrefix(saveID, prev.saveID)
+		out = appendString(binary.AppendUvarint(out, uint64(shared)), saveID[shared:])
+		out = appendSame(appendSame(appendSame(out, writer, prev.writer), reason, prev.reason), dialect, prev.dialect)
+		seconds := storedSeconds(created)
+		out = binary.AppendUvarint(binary.AppendVarint(out, seconds-prev.seconds), uint64(created.Nanosecond()))
+		prev.saveID, prev.writer, prev.reason, prev.dialect, prev.seconds = saveID, writer, reason, dialect, seconds
+	}
 	out = binary.AppendUvarint(out, uint64(stored))
 	var x []byte
 	if fork != nil || origin != nil {
@@ -372,22 +421,35 @@ func appendRecordFields(out []byte, parent uint64, saveID, writer, reason, diale
 	return append(binary.AppendUvarint(out, uint64(len(x))), x...), nil
 }
 
+// appendPacked writes a pack's records, delta-coded (flag2Delta): a record after the first has
+// no version (it is the one before's + 1, which readers check anyway), and its message count,
+// raw bytes and counts are differences from the record before's (signed varints).
 func appendPacked(out []byte, packed []packedVersion) ([]byte, error) {
 	out = binary.AppendUvarint(out, uint64(len(packed)))
-	for _, p := range packed {
+	var prev packedPrev
+	for i, p := range packed {
 		r := p.Record
 		hash, err := hex.DecodeString(hashHex(r.Hash))
 		if err != nil || len(hash) != sha256.Size {
 			return nil, fmt.Errorf("engine: version %d has hash %q", r.Version, r.Hash)
 		}
-		out = binary.AppendUvarint(out, r.Version)
-		out = binary.AppendUvarint(out, uint64(r.Counts.Messages))
-		out = binary.AppendUvarint(out, uint64(r.RawBytes))
+		if i > 0 && r.Version != packed[i-1].Record.Version+1 {
+			return nil, fmt.Errorf("engine: a pack of versions %d then %d", packed[i-1].Record.Version, r.Version)
+		}
+		if i == 0 {
+			out = binary.AppendUvarint(out, r.Version)
+		}
+		out = binary.AppendVarint(out, int64(r.Counts.Messages-prev.counts.Messages))
+		out = binary.AppendVarint(out, r.RawBytes-prev.rawBytes)
 		out = append(out, hash...)
-		out = appendCounts(out, r.Counts)
-		if out, err = appendRecordFields(out, r.Parent, r.SaveID, r.Writer, r.Reason, r.Dialect, r.Created, r.StoredBytes, r.ForkOf, r.Origin); err != nil {
+		before := countsOf(prev.counts)
+		for j, n := range countsOf(r.Counts) {
+			out = binary.AppendVarint(out, int64(n-before[j]))
+		}
+		if out, err = appendRecordFields(out, r.Parent, r.SaveID, r.Writer, r.Reason, r.Dialect, r.Created, r.StoredBytes, r.ForkOf, r.Origin, &prev); err != nil {
 			return nil, err
 		}
+		prev.rawBytes, prev.counts = r.RawBytes, r.Counts
 		out = binary.AppendUvarint(out, uint64(p.Piece.RawBytes))
 		out = binary.BigEndian.AppendUint32(out, p.Piece.CRC)
 		var flags byte
@@ -466,6 +528,32 @@ func (r *reader) key(what string) Key {
 
 func appendString(out []byte, s string) []byte {
 	return append(binary.AppendUvarint(out, uint64(len(s))), s...)
+}
+
+// appendSame writes s of a delta-coded packed record: 0 when it is prev (the record before's),
+// else its length + 1 then its bytes.
+func appendSame(out []byte, s, prev string) []byte {
+	if s == prev {
+		return append(out, 0)
+	}
+	return append(binary.AppendUvarint(out, uint64(len(s))+1), s...)
+}
+
+// commonPrefix is how many leading bytes a and b share.
+func commonPrefix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// storedSeconds is the seconds appendTime stores for t (0 for the zero time).
+func storedSeconds(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Unix()
 }
 
 // checkTimes refuses an entry with a time a reader would refuse (beyond ±2^40 seconds).
@@ -570,6 +658,50 @@ func (r *reader) time(what string) time.Time {
 	return time.Unix(s, int64(ns)).UTC()
 }
 
+// same reads what appendSame wrote: prev when 0, else a string of that length - 1.
+func (r *reader) same(what string, prev string) string {
+	n := r.uint(what, maxString+1)
+	if r.err != nil || n == 0 {
+		return prev
+	}
+	return string(r.bytes(what, n-1))
+}
+
+// after reads a number written as its difference from prev (a signed varint); the number must
+// be within [0, max] (max at most maxSize, so that no sum overflows).
+func (r *reader) after(what string, prev int64, max uint64) int64 {
+	if r.err != nil {
+		return 0
+	}
+	d, n := binary.Varint(r.b)
+	if n <= 0 || d > int64(max) || d < -int64(max) || prev+d < 0 || prev+d > int64(max) {
+		r.fail("entry field %s", what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return prev + d
+}
+
+// timeAfter reads a time written as its seconds' difference from prevSeconds (a signed varint),
+// then its nanoseconds; (0, 0) once added up is the zero time, as in time.
+func (r *reader) timeAfter(what string, prevSeconds int64) time.Time {
+	if r.err != nil {
+		return time.Time{}
+	}
+	d, n := binary.Varint(r.b)
+	if n <= 0 || d > 2*secondsMax || d < -2*secondsMax || prevSeconds+d > secondsMax || prevSeconds+d < -secondsMax {
+		r.fail("entry field %s", what)
+		return time.Time{}
+	}
+	r.b = r.b[n:]
+	s := prevSeconds + d
+	ns := r.uint(what, 999_999_999)
+	if s == 0 && ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(s, int64(ns)).UTC()
+}
+
 func (r *reader) counts(messages int) Counts {
 	c := Counts{Messages: messages}
 	for _, p := range []*int{&c.User, &c.Assistant, &c.ToolResult, &c.Extension, &c.ToolCalls, &c.System} {
@@ -578,11 +710,21 @@ func (r *reader) counts(messages int) Counts {
 	return c
 }
 
-// recordFields reads what appendRecordFields wrote into rec.
-func (r *reader) recordFields(rec *Record) {
+// recordFields reads what appendRecordFields wrote into rec (prev as it was given).
+func (r *reader) recordFields(rec *Record, prev *packedPrev) {
 	rec.Parent = r.uint("parent", maxCount)
-	rec.SaveID, rec.Writer, rec.Reason, rec.Dialect = r.string("save id"), r.string("writer"), r.string("reason"), r.string("dialect")
-	rec.Created = r.time("created")
+	if prev == nil {
+		rec.SaveID = r.string("save id")
+		rec.Writer, rec.Reason, rec.Dialect = r.string("writer"), r.string("reason"), r.string("dialect")
+		rec.Created = r.time("created")
+	} else {
+		shared := r.uint("save id", uint64(len(prev.saveID)))
+		rest := r.bytes("save id", r.uint("save id", maxString-shared))
+		rec.SaveID = prev.saveID[:shared] + string(rest)
+		rec.Writer, rec.Reason, rec.Dialect = r.same("writer", prev.writer), r.same("reason", prev.reason), r.same("dialect", prev.dialect)
+		rec.Created = r.timeAfter("created", prev.seconds)
+		prev.saveID, prev.writer, prev.reason, prev.dialect, prev.seconds = rec.SaveID, rec.Writer, rec.Reason, rec.Dialect, storedSeconds(rec.Created)
+	}
 	rec.StoredBytes = r.int("stored bytes", maxSize)
 	x := r.bytes("extras", r.uint("extras", maxExtras))
 	if r.err != nil || len(x) == 0 {
@@ -624,6 +766,9 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 	}
 	if m.Kind != kindSave && m.Kind != kindState && m.Kind != kindPack && m.Kind != kindPart && m.Kind != kindFork {
 		return m, nil, fmt.Errorf("%w: unknown entry kind %d", ErrCorrupt, m.Kind)
+	}
+	if m.Kind != kindPack && flags2&flag2Delta != 0 {
+		return m, nil, fmt.Errorf("%w: second flags %#x in an entry of kind %d", ErrCorrupt, flags2, m.Kind)
 	}
 	if flags&^flagsKnown != 0 || m.Kind != kindSave && m.Kind != kindPack && flags&flagFrame != 0 ||
 		m.Kind != kindSave && flags&flagKeep != 0 || m.Kind != kindPack && flags&flagOpen != 0 ||
@@ -668,7 +813,7 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 	}
 	if h.Version > 0 {
 		var rec Record
-		r.recordFields(&rec)
+		r.recordFields(&rec, nil)
 		h.Parent, h.SaveID, h.Writer, h.Reason, h.Dialect = rec.Parent, rec.SaveID, rec.Writer, rec.Reason, rec.Dialect
 		h.Created, h.StoredBytes, h.ForkOf, h.Origin = rec.Created, rec.StoredBytes, rec.ForkOf, rec.Origin
 	}
@@ -691,7 +836,7 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 	case kindPack:
 		m.Open = flags&flagOpen != 0
 		m.Parts = int(r.uint("parts", maxCount))
-		m.Packed = r.packed()
+		m.Packed = r.packed(flags2&flag2Delta != 0)
 		if r.err == nil && len(m.Packed) == 0 {
 			r.fail("an empty pack")
 		}
@@ -716,21 +861,45 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 	return m, r.b, nil
 }
 
-// packed reads a pack's versions.
-func (r *reader) packed() []packedVersion {
+// packed reads a pack's versions; delta: written against each other (flag2Delta).
+func (r *reader) packed(delta bool) []packedVersion {
 	n := r.uint("pack count", min(uint64(len(r.b)), maxPacked))
 	if r.err != nil {
 		return nil
 	}
 	out := make([]packedVersion, 0, n)
-	for range n {
+	var prev *packedPrev
+	if delta {
+		prev = &packedPrev{}
+	}
+	for i := range n {
 		var p packedVersion
-		p.Record.Version = r.uint("packed version", MaxVersion)
-		messages := int(r.uint("packed messages", maxCount))
-		p.Record.RawBytes = r.int("packed raw bytes", maxSize)
-		p.Record.Hash = "sha256:" + hex.EncodeToString(r.bytes("packed hash", sha256.Size))
-		p.Record.Counts = r.counts(messages)
-		r.recordFields(&p.Record)
+		if delta && i > 0 {
+			p.Record.Version = out[i-1].Record.Version + 1
+			if p.Record.Version > MaxVersion {
+				r.fail("packed version above %d", uint64(MaxVersion))
+			}
+		} else {
+			p.Record.Version = r.uint("packed version", MaxVersion)
+		}
+		if prev == nil {
+			messages := int(r.uint("packed messages", maxCount))
+			p.Record.RawBytes = r.int("packed raw bytes", maxSize)
+			p.Record.Hash = "sha256:" + hex.EncodeToString(r.bytes("packed hash", sha256.Size))
+			p.Record.Counts = r.counts(messages)
+		} else {
+			messages := int(r.after("packed messages", int64(prev.counts.Messages), maxCount))
+			p.Record.RawBytes = r.after("packed raw bytes", prev.rawBytes, maxSize)
+			p.Record.Hash = "sha256:" + hex.EncodeToString(r.bytes("packed hash", sha256.Size))
+			p.Record.Counts = Counts{Messages: messages}
+			before := countsOf(prev.counts)
+			for i, c := range []*int{&p.Record.Counts.User, &p.Record.Counts.Assistant, &p.Record.Counts.ToolResult,
+				&p.Record.Counts.Extension, &p.Record.Counts.ToolCalls, &p.Record.Counts.System} {
+				*c = int(r.after("counts", int64(before[i]), maxCount))
+			}
+			prev.rawBytes, prev.counts = p.Record.RawBytes, p.Record.Counts
+		}
+		r.recordFields(&p.Record, prev)
 		p.Piece.RawBytes = r.int("packed piece", maxDecoded) // a read decodes no more (stream.go)
 		p.Piece.CRC = r.crc("packed piece CRC")
 		flags := r.byte("packed flags")

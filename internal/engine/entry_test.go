@@ -1,8 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -199,4 +203,138 @@ func TestEntry_TimesOutOfRange(t *testing.T) {
 	m, _, err := decodeEntry(b)
 	require.NoError(t, err)
 	require.Equal(t, e.meta.Head.Lease.Expires, m.Head.Lease.Expires)
+}
+
+// Packs written before delta-coded records (testdata/packs-before-delta.hex: the entries "pack,
+// compact state" and "open pack" of testEntries as the code before s19-disk encoded them) read as
+// they did: the format change is additive.
+func TestEntry_PacksBeforeDeltaRead(t *testing.T) {
+	raw, err := os.ReadFile("testdata/packs-before-delta.hex")
+	require.NoError(t, err)
+	lines := strings.Fields(string(raw))
+	require.Len(t, lines, 2)
+	for i, name := range []string{"pack, compact state", "open pack"} {
+		b, err := hex.DecodeString(lines[i])
+		require.NoError(t, err)
+		require.Zero(t, b[4]&kindExt != 0 && b[6]&flag2Delta != 0, name)
+		m, data, err := decodeEntry(b)
+		require.NoError(t, err, name)
+		e := testEntries(t)[name]
+		require.Equal(t, e.meta, m, name)
+		require.Equal(t, e.data, string(data), name)
+		again, err := encodeEntry(m, data)
+		require.NoError(t, err)
+		if len(m.Packed) > 1 {
+			require.Less(t, len(again), len(b), "%s: written again, delta-coded", name)
+		}
+	}
+}
+
+// A pack's records are written against each other: a record after the first carries no
+// version, and a writer, reason or dialect it shares with the one before costs a byte, its time
+// a few. Whatever changes from one record to the next (back to empty, a time before the one
+// before, the zero time) reads back as written.
+func TestEntry_PackedRecordsDeltaCoded(t *testing.T) {
+	hash := "sha256:" + strings.Repeat("cd", 32)
+	at := time.Date(2026, 11, 24, 6, 0, 0, 123, time.UTC)
+	recs := []Record{
+		{Version: 40, Writer: "host-a/4242", Reason: "turn", Created: at},
+		{Version: 41, Writer: "host-a/4242", Reason: "turn", Created: at.Add(time.Second)},
+		{Version: 42, Writer: "", Reason: "turn", Dialect: "anthropic", Created: at.Add(-time.Hour)},
+		{Version: 43, Writer: "host-b/1", Reason: "", Dialect: "anthropic"}, // the zero time
+		{Version: 44, Writer: "host-b/1", Created: time.Unix(-secondsMax, 5).UTC()},
+		{Version: 45, Writer: "host-b/1", Created: time.Unix(secondsMax, 0).UTC()},
+		{Version: 46, Created: time.Unix(0, 1).UTC()},
+	}
+	var packed []packedVersion
+	for i, r := range recs {
+		r.SaveID, r.Hash, r.RawBytes, r.Counts = fmt.Sprintf("save-%d", i), hash, int64(10+i), Counts{Messages: i, User: 30 - i, ToolCalls: 3 * i}
+		packed = append(packed, packedVersion{Record: r, Piece: pieceInfo{RawBytes: 10, CRC: uint32(i), Frame: i == 0}})
+	}
+	state, err := extendHash(nil, []byte("x"))
+	require.NoError(t, err)
+	m := entryMeta{Kind: kindPack, Head: headState{Version: 46, RawBytes: 5, State: state}, Packed: packed}
+	b, err := encodeEntry(m, []byte("data"))
+	require.NoError(t, err)
+	require.Equal(t, byte(kindPack)|kindExt, b[4])
+	require.Equal(t, byte(flag2Delta), b[6], "a state that is not its head's, records delta-coded")
+	got, data, err := decodeEntry(b)
+	require.NoError(t, err)
+	require.Equal(t, m, got)
+	require.Equal(t, "data", string(data))
+
+	// Save ids that share a prefix with the one before, or are a prefix of it, or empty.
+	ids := append([]packedVersion(nil), packed...)
+	for i, id := range []string{"abc", "abcdef", "ab", "ab", "", "xyz", "xyzé"} {
+		ids[i].Record.SaveID = id
+	}
+	b, err = encodeEntry(entryMeta{Kind: kindPack, Head: m.Head, Packed: ids}, nil)
+	require.NoError(t, err)
+	got, _, err = decodeEntry(b)
+	require.NoError(t, err)
+	require.Equal(t, ids, got.Packed)
+	// A record claiming more of the save id before it than there is is refused: "ab" then "ab"
+	// is written as 2 shared bytes and an empty rest; make it 3.
+	at2 := bytes.Index(b, append([]byte{2, 0}, appendSame(nil, recs[3].Writer, recs[2].Writer)...)) // shared 2, rest "", then its writer
+	require.GreaterOrEqual(t, at2, 0)
+	bad := append([]byte(nil), b...)
+	bad[at2] = 3
+	_, _, err = decodeEntry(bad)
+	require.ErrorIs(t, err, ErrCorrupt, "a shared prefix longer than the save id before")
+
+	// The same record twice more costs its save id (less the prefix it shares with the one
+	// before), hash, counts and piece, not its writer, reason, dialect or version again.
+	one, err := appendPacked(nil, packed[:2])
+	require.NoError(t, err)
+	two, err := appendPacked(nil, packed[:1])
+	require.NoError(t, err)
+	first, second := len(two)-1, len(one)-len(two) // less the count's byte
+	saved := 1 + len(recs[1].Writer) + len(recs[1].Reason) + len(binary.AppendVarint(nil, at.Unix())) - 1 +
+		len("save-") // "save-1" after "save-0": its prefix shared
+	require.Equal(t, saved, first-second, "first record %d bytes, second %d", first, second)
+
+	// Versions that do not follow each other are not written; bad delta bytes are refused.
+	gap := append([]packedVersion(nil), packed...)
+	gap[3].Record.Version = 50
+	_, err = encodeEntry(entryMeta{Kind: kindPack, Head: m.Head, Packed: gap}, nil)
+	require.Error(t, err)
+	_, _, err = decodeEntry(deltaPack(t, time.Unix(secondsMax-5, 0).UTC(), time.Unix(secondsMax-1, 0).UTC(), 0))
+	require.NoError(t, err, "the times as written")
+	save, err := encodeEntry(testEntries(t)["save, compact state"].meta, nil)
+	require.NoError(t, err)
+	for name, bad := range map[string][]byte{
+		"delta flag on a save": append(append([]byte(nil), save[:6]...), append([]byte{flag2Compact | flag2Delta}, save[7:]...)...),
+		"time past the max":    deltaPack(t, time.Unix(secondsMax-5, 0).UTC(), time.Unix(secondsMax-1, 0).UTC(), 2),
+		"time before the min":  deltaPack(t, time.Unix(-secondsMax+5, 0).UTC(), time.Unix(-secondsMax+1, 0).UTC(), -2),
+	} {
+		_, _, err := decodeEntry(bad)
+		require.ErrorIs(t, err, ErrCorrupt, name)
+	}
+	// A difference that takes a number below 0 or past its maximum is refused, never wrapped.
+	for _, c := range []struct{ prev, diff int64 }{{3, -4}, {maxSize, 1}, {0, maxSize + 1}, {maxSize, maxSize}} {
+		r := &reader{b: binary.AppendVarint(nil, c.diff)}
+		r.after("n", c.prev, maxSize)
+		require.ErrorIs(t, r.err, ErrCorrupt, "%d then %+d", c.prev, c.diff)
+	}
+}
+
+// deltaPack is a delta-coded pack of two records created at a and b (b's nanoseconds
+// 987654321, which mark where its time is), the second's seconds difference moved by shift.
+func deltaPack(t *testing.T, a, b time.Time, shift int64) []byte {
+	state, err := extendHash(nil, []byte("x"))
+	require.NoError(t, err)
+	hash := "sha256:" + strings.Repeat("cd", 32)
+	const ns = 987654321
+	b = b.Add(ns)
+	m := entryMeta{Kind: kindPack, Head: headState{Version: 2, RawBytes: 5, State: state}, Packed: []packedVersion{
+		{Record: Record{Version: 1, SaveID: "a", Hash: hash, Created: a}, Piece: pieceInfo{Frame: true}},
+		{Record: Record{Version: 2, SaveID: "b", Hash: hash, Created: b}},
+	}}
+	out, err := encodeEntry(m, nil)
+	require.NoError(t, err)
+	diff := binary.AppendUvarint(binary.AppendVarint(nil, b.Unix()-a.Unix()), ns)
+	i := bytes.LastIndex(out, diff)
+	require.GreaterOrEqual(t, i, 0)
+	moved := binary.AppendUvarint(binary.AppendVarint(nil, b.Unix()-a.Unix()+shift), ns)
+	return append(append(append([]byte(nil), out[:i]...), moved...), out[i+len(diff):]...)
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 
@@ -120,6 +121,11 @@ func runHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	h.cl.StartDaemon(tweak...)
 	h.cl.StartDaemon(tweak...)
+	// CP_RESULTS is made by the first result stored (a save off the ingest stream), as in any
+	// deployment whose writers ever fall back to the stream; the writers below save by request.
+	js, err := jetstream.New(h.cl.Conn())
+	require.NoError(t, err)
+	storeFirstResult(t, js)
 	h.cl.WaitForReplicas()
 
 	for i := range 2 {

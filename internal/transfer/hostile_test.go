@@ -422,6 +422,9 @@ func (h *hostile) awaitResult(t *testing.T, sub *nats.Subscription, subject stri
 			continue
 		}
 		s, err := h.js.Stream(h.ctx, wire.StreamResults)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue // no result stored yet: the first one makes the stream
+		}
 		require.NoError(t, err)
 		if raw, err := s.GetLastMsgForSubject(h.ctx, subject); err == nil {
 			var res wire.SaveResult

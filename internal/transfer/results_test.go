@@ -1,6 +1,7 @@
 package transfer_test
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -34,6 +35,28 @@ func publishRaw(t *testing.T, js jetstream.JetStream, subject string, hdr nats.H
 	return ack.Sequence
 }
 
+// storeFirstResult has the daemon store a result, as the first save off the ingest stream of a
+// deployment does: that makes CP_RESULTS, which no file of the data directory holds before.
+func storeFirstResult(t testing.TB, js jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := wire.Key{Session: "first result"}.WithDefaults()
+	m := nats.NewMsg(wire.IngestSubject(key))
+	m.Header.Set(wire.HdrSaveID, "first-result")
+	m.Data = []byte(`[{"role":"user","content":"hi"}]`)
+	_, err := js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s, err := js.Stream(ctx, wire.StreamResults)
+		if err != nil {
+			return false
+		}
+		_, err = s.GetLastMsgForSubject(ctx, wire.ResultSubject(key.Namespace, "first-result"))
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "no result stored for a save off the ingest stream")
+}
+
 // awaitStoredResult reads the stored result on subject, waiting for the daemon to publish one.
 func awaitStoredResult(t *testing.T, js jetstream.JetStream, subject string) wire.SaveResult {
 	t.Helper()
@@ -44,10 +67,12 @@ func awaitStoredResult(t *testing.T, js jetstream.JetStream, subject string) wir
 func awaitStoredResultAfter(t *testing.T, js jetstream.JetStream, subject string, after uint64) wire.SaveResult {
 	t.Helper()
 	ctx := ctxT(t)
-	results, err := js.Stream(ctx, wire.StreamResults)
-	require.NoError(t, err)
 	var res wire.SaveResult
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		results, err := js.Stream(ctx, wire.StreamResults) // made by the first result stored
+		if !noErr(c, err) {
+			return
+		}
 		m, err := results.GetLastMsgForSubject(ctx, subject)
 		if !noErr(c, err) {
 			return
@@ -68,7 +93,9 @@ func TestResults_ForgedResultIsNotBelieved(t *testing.T) {
 	require.NoError(t, err)
 	key := wire.Key{Session: "victim"}.WithDefaults()
 
-	// A hostile client publishes "ok, version 42" for a save id before the real save is made.
+	// A hostile client publishes "ok, version 42" for a save id before the real save is made,
+	// once CP_RESULTS exists (made by the first result the daemon stores).
+	storeFirstResult(t, js)
 	forged, _ := json.Marshal(wire.SaveResult{SaveID: "turn-7", Key: key, OK: true,
 		Version: &wire.Version{Key: key, Version: 42, SaveID: "turn-7"}})
 	ack, err := js.Publish(ctx, wire.ResultSubject(key.Namespace, "turn-7"), forged)
@@ -302,4 +329,64 @@ func TestChunks_RepeatedPiecesAreReadOnce(t *testing.T) {
 	got, _, err := env.Client.Restore(ctx, checkpoint.Key{Session: "pieces"}, 0)
 	require.NoError(t, err)
 	require.Equal(t, conv, string(got))
+}
+
+// CP_RESULTS is made by the first result the daemon stores, not at start-up: a deployment whose
+// saves all come as requests (answered in their replies) keeps no files for it. Until then a
+// direct get of a result has no responders, which the SDKs take as "none stored yet"; the first
+// save off the ingest stream makes it, with the daemon's settings, and its result is stored.
+func TestResults_StreamMadeByTheFirstResult(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	_, err = js.Stream(ctx, wire.StreamResults)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "not made at start-up")
+	key := wire.Key{Session: "first"}.WithDefaults()
+	_, err = env.Conn().Request(wire.ResultDirectGetPrefix+wire.ResultSubject(key.Namespace, "s-1"), nil, time.Second)
+	require.ErrorIs(t, err, nats.ErrNoResponders)
+
+	publishRaw(t, js, wire.IngestSubject(key), nats.Header{wire.HdrSaveID: {"s-1"}}, `[{"role":"user","content":"hi"}]`)
+	res := awaitStoredResult(t, js, wire.ResultSubject(key.Namespace, "s-1"))
+	require.Nil(t, res.Error)
+	require.Equal(t, uint64(1), res.Version.Version)
+	s, err := js.Stream(ctx, wire.StreamResults)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	require.Equal(t, []string{"cp.result.>"}, cfg.Subjects)
+	require.Equal(t, int64(1), cfg.MaxMsgsPerSubject)
+	require.Positive(t, cfg.MaxAge)
+	require.True(t, cfg.AllowDirect)
+}
+
+// The Go SDK's save while no daemon runs goes to the ingest stream and waits for its result; with
+// no result ever stored, CP_RESULTS does not exist and its lookups meanwhile have no responders,
+// which it takes as "none yet". The daemon that starts settles the save, making CP_RESULTS.
+func TestResults_SDKWaitsOnTheStreamBeforeCPResultsExists(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	env.StopDaemon()
+	type saved struct {
+		v   checkpoint.Version
+		err error
+	}
+	done := make(chan saved, 1)
+	go func() {
+		v, err := env.Client.Save(ctx, checkpoint.Key{Session: "queued"}, []byte(`[{"role":"user","content":"hi"}]`))
+		done <- saved{v, err}
+	}()
+	time.Sleep(1500 * time.Millisecond) // the SDK waits 250 ms, then looks the result up, and again
+	select {
+	case s := <-done:
+		t.Fatalf("the save returned before any daemon ran: %+v", s)
+	default:
+	}
+	env.StartDaemon()
+	s := <-done
+	require.NoError(t, s.err)
+	require.Equal(t, uint64(1), s.v.Version)
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	_, err = js.Stream(ctx, wire.StreamResults)
+	require.NoError(t, err, "made by the daemon's first stored result")
 }

@@ -157,11 +157,15 @@ func checkReplicatedStreams(infos ...*jetstream.StreamInfo) error {
 	return nil
 }
 
-// checkOpenedStreams runs checkReplicatedStreams over every stream the daemon writes.
+// checkOpenedStreams runs checkReplicatedStreams over every stream the daemon writes that
+// exists (CP_RESULTS only once a result was stored: edge.EnsureStreams; one made later is made
+// with the daemon's replicas).
 func checkOpenedStreams(st *edge.Streams, log jetstream.Stream) error {
 	var infos []*jetstream.StreamInfo
-	for _, s := range []jetstream.Stream{st.Ingest, st.Chunks, st.Results, log} {
-		infos = append(infos, s.CachedInfo())
+	for _, s := range []jetstream.Stream{st.Ingest, st.Chunks, st.OpenedResults(), log} {
+		if s != nil {
+			infos = append(infos, s.CachedInfo())
+		}
 	}
 	return checkReplicatedStreams(infos...)
 }

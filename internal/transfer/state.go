@@ -124,9 +124,14 @@ func (c *stateCollector) refresh(done chan struct{}) {
 	defer cancel()
 	failed := false
 	st := c.d.st
-	streams := []jetstream.Stream{st.Ingest, st.Chunks, st.Results, c.d.logStream}
+	results, err := st.Results(ctx, false) // nil until the first result is stored
+	failed = failed || err != nil
+	streams := []jetstream.Stream{st.Ingest, st.Chunks, results, c.d.logStream}
 	fresh := map[string]jetstream.StreamState{}
 	for _, s := range streams {
+		if s == nil {
+			continue
+		}
 		info, err := s.Info(ctx)
 		if err != nil {
 			failed = true

@@ -520,6 +520,15 @@ func TestTenancy_NoJetStreamAPI(t *testing.T) {
 	bobSaveID := "bob-save-1"
 	_, err = bobC.Save(tenCtx(t), tenBobKey, tenancyConv("bob-secret-marker", 4), checkpoint.WithSaveID(bobSaveID))
 	require.NoError(t, err)
+	// CP_RESULTS is made by the first result stored (a save off the ingest stream): until then
+	// nobody answers a direct get of a result at all.
+	aliceJS, err := jetstream.New(alice)
+	require.NoError(t, err)
+	publishRaw(t, aliceJS, wire.IngestSubject(tenAliceKey), nats.Header{wire.HdrSaveID: {"off-the-stream"}}, string(tenancyConv("alice-marker", 1)))
+	require.Eventually(t, func() bool {
+		m, err := alice.Request(wire.ResultDirectGetPrefix+wire.ResultSubject("alice", "off-the-stream"), nil, time.Second)
+		return err == nil && m.Header.Get("Status") == "" && len(m.Data) > 0
+	}, 10*time.Second, 20*time.Millisecond, "the save's result is stored")
 	before, stateBefore := tenSessionState(t, bobC, tenBobKey), tenDaemonState(t, e.DaemonConn())
 
 	noResponders := []string{

@@ -174,3 +174,33 @@ test("the record a read carries is checked: another session's, another version's
     }
   }
 });
+
+test("before any result is stored CP_RESULTS does not exist: the lookup's no responders means none yet", async () => {
+  // checkpointd makes CP_RESULTS when it first stores a result (§3): on a server that has only
+  // CP_INGEST, the client's direct gets while it waits are answered by nobody, and the result
+  // that then comes live is taken.
+  const bare = await NatsServer.start(1024 * 1024);
+  const nc = await connect({ servers: bare.url });
+  try {
+    await (await jetstreamManager(nc)).streams.add({ name: "CP_INGEST", subjects: ["cp.ingest.>"] });
+    nc.subscribe("cp.ingest.>", {
+      callback: (_e, m) => {
+        const saveId = m.headers?.get("Cp-Save-Id") ?? "";
+        const res = { saveId, key, ok: true, received: sha256(m.data), version: record(saveId, 1) };
+        setTimeout(() => nc.publish(subjects.result("default", saveId), JSON.stringify(res)), 900);
+      },
+    });
+    await nc.flush();
+    const client = await Client.connect({ servers: bare.url }, { timeoutMs: 5000, encoder: "identity" });
+    try {
+      // The result comes 900 ms after the save: the client has looked it up on CP_RESULTS (250 ms
+      // of waiting, then a direct get nobody answers) before it came.
+      assert.equal((await client.save("s", body, { saveId: "first" })).version, 1);
+    } finally {
+      await client.close();
+    }
+  } finally {
+    await nc.close();
+    await bare.stop();
+  }
+});

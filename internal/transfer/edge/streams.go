@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,17 +24,33 @@ const dedupWindow = 2 * time.Minute
 // Streams are the protocol's streams as the daemon opened them (EnsureStreams), and how it reads
 // them.
 type Streams struct {
-	Ingest, Chunks, Results jetstream.Stream
-	Read                    Reader     // from the leader when the streams are replicated (leaderget.go)
-	floor                   floorCache // the ingest consumer's ack floor (reconcile.go)
+	Ingest, Chunks jetstream.Stream
+	Read           Reader     // from the leader when the streams are replicated (leaderget.go)
+	floor          floorCache // the ingest consumer's ack floor (reconcile.go)
+	results        lazyStream // CP_RESULTS: made by the first result stored (Results)
 }
 
-// EnsureStreams creates or updates the three streams of the protocol (docs/protocol.md):
+// lazyStream is a stream the daemon makes only when it first writes to it: until then it takes
+// no file in the data directory (docs/format.md §8.15f).
+type lazyStream struct {
+	js  jetstream.JetStream
+	cfg jetstream.StreamConfig
+	mu  sync.Mutex
+	s   jetstream.Stream // once it is known to exist
+}
+
+// EnsureStreams creates or updates the streams of the protocol (docs/protocol.md):
 //
 //	CP_INGEST   cp.ingest.>  work queue: a save stays until a daemon has settled it, so "is anything
 //	                         still pending for this session?" is one direct get.
 //	CP_CHUNKS   cp.chunk.>   pieces of saves too large for one message, removed once settled.
 //	CP_RESULTS  cp.result.>  the outcome of each save, one per save id, kept for resultTTL.
+//
+// CP_INGEST and CP_CHUNKS are made here: clients publish to them, even while no daemon runs.
+// CP_RESULTS only the daemon writes, and only for saves off CP_INGEST (a save sent as a request
+// is answered in its reply): it is updated here if it exists, and otherwise made by the first
+// result stored (Results). A client looking a result up before then gets no responders, which
+// it takes as "none stored yet", as it does a 404.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, resultTTL time.Duration) (*Streams, error) {
 	cfgs := []jetstream.StreamConfig{{
 		Name:        wire.StreamIngest,
@@ -54,18 +71,62 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, re
 		MaxAge:            resultTTL,
 		MaxMsgsPerSubject: 1,
 	}}
-	var out [3]jetstream.Stream
-	for i, cfg := range cfgs {
-		cfg.Storage = jetstream.FileStorage
-		cfg.Replicas = max(replicas, 1)
-		cfg.AllowDirect = true
+	for i := range cfgs {
+		cfgs[i].Storage = jetstream.FileStorage
+		cfgs[i].Replicas = max(replicas, 1)
+		cfgs[i].AllowDirect = true
+	}
+	var out [2]jetstream.Stream
+	for i, cfg := range cfgs[:2] {
 		s, err := ensureStream(ctx, js, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
 		}
 		out[i] = s
 	}
-	return &Streams{Ingest: out[0], Chunks: out[1], Results: out[2], Read: Reader{nc: js.Conn(), Leader: replicas > 1}}, nil
+	st := &Streams{Ingest: out[0], Chunks: out[1], Read: Reader{nc: js.Conn(), Leader: replicas > 1},
+		results: lazyStream{js: js, cfg: cfgs[2]}}
+	if _, err := st.results.open(ctx, false); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", cfgs[2].Name, err)
+	}
+	return st, nil
+}
+
+// Results returns CP_RESULTS; with create, making it if it does not exist yet (before the
+// first result is stored), otherwise nil when it does not.
+func (st *Streams) Results(ctx context.Context, create bool) (jetstream.Stream, error) {
+	return st.results.open(ctx, create)
+}
+
+// OpenedResults returns CP_RESULTS if the daemon has opened it (it existed at start-up, or a
+// result was stored since), nil otherwise, without asking JetStream.
+func (st *Streams) OpenedResults() jetstream.Stream {
+	st.results.mu.Lock()
+	defer st.results.mu.Unlock()
+	return st.results.s
+}
+
+// open returns the stream if it exists (updating its settings the first time it is seen, as
+// ensureStream does), makes it if it does not and create is set, and otherwise returns nil.
+func (l *lazyStream) open(ctx context.Context, create bool) (jetstream.Stream, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.s != nil {
+		return l.s, nil
+	}
+	s, err := l.js.Stream(ctx, l.cfg.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound) && !create:
+		return nil, nil
+	case errors.Is(err, jetstream.ErrStreamNotFound), err == nil:
+		if s, err = ensureStream(ctx, l.js, l.cfg); err != nil {
+			return nil, err
+		}
+		l.s = s
+		return s, nil
+	default:
+		return nil, err
+	}
 }
 
 // ensureStream creates the stream, or updates it if a setting checkpointd owns differs. It never

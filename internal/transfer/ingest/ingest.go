@@ -338,7 +338,14 @@ func (in *Ingester) refuseUnattributed(msg jetstream.Msg, seq uint64, ns string,
 // version to look at: anyone able to publish on a result subject could have written it, so the
 // duplicate is decided by the version record in storage, which only daemons write.
 func (in *Ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wire.Version, engine.Record, error) {
-	m, err := in.st.Read.Last(ctx, in.st.Results, wire.ResultSubject(key.Namespace, saveID))
+	results, err := in.st.Results(ctx, false)
+	if err != nil {
+		return nil, engine.Record{}, err
+	}
+	if results == nil { // no result was ever stored
+		return nil, engine.Record{}, nil
+	}
+	m, err := in.st.Read.Last(ctx, results, wire.ResultSubject(key.Namespace, saveID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, engine.Record{}, nil
 	}
@@ -701,7 +708,10 @@ func (in *Ingester) publishResultOn(ctx context.Context, subject string, res wir
 	}
 	for {
 		actx, cancel := context.WithTimeout(ctx, resultAttempt)
-		_, err = in.js.Publish(actx, subject, data)
+		// The first result a deployment stores makes CP_RESULTS (edge.EnsureStreams).
+		if _, err = in.st.Results(actx, true); err == nil {
+			_, err = in.js.Publish(actx, subject, data)
+		}
 		cancel()
 		if err == nil || !retry(ctx, resultRetryWait) {
 			return err
