@@ -84,11 +84,6 @@ const (
 	creationGrace = 10 * time.Minute
 	// indexHeader, on a log's first entry, names the sequence of its index entry (Purge).
 	indexHeader = "Cp-Index"
-	// purgedSubject holds the last purge's mark on a replicated stream (markPurged). It is no
-	// log's subject: those have five tokens of wire.EncodeID's alphabet, this one three and a
-	// "$" (as the upgrade's marker, cp.log.$upgrade), and nothing that lists sessions or
-	// namespaces reads it (cp.idx.*, cp.val.*.*).
-	purgedSubject = "cp.log.$purged"
 	apiPrefix   = "$JS.API."
 )
 
@@ -308,6 +303,12 @@ func (l *Log) Purge(ctx context.Context, key engine.Key) error {
 	}
 	return nil
 }
+
+// purgedSubject holds the last purge's mark on a replicated stream (markPurged). It is no log's
+// subject: those have five tokens of wire.EncodeID's alphabet, this one three and a "$" (as the
+// upgrade's marker, cp.log.$upgrade), and nothing that lists sessions or namespaces reads it
+// (cp.idx.*, cp.val.*.*).
+const purgedSubject = "cp.log.$purged"
 
 // markPurged publishes on purgedSubject, after a purge of subject, and keeps only that message
 // there. A purge (or a delete) is no message: the stream's last sequence does not move, and a
