@@ -55,7 +55,8 @@ var (
 // Every read sees every Append and PutValue that returned before it began. What Delete, Purge and
 // DeleteValue remove, on the other hand, may still be read by Range and listed by Sessions for a
 // moment after they returned, on a replicated store (a replica that has not applied the delete
-// yet); Last, Get and Value reflect it at once.
+// yet); Last, Lasts, Get and Value reflect it at once (so a listing that checks the heads of a
+// Sessions page with Lasts, as Engine.Sessions does, never shows a purged log).
 type Log interface {
 	// MaxEntry is the largest Data an Append or PutValue accepts; larger ones get ErrTooLarge.
 	MaxEntry() int
@@ -67,10 +68,9 @@ type Log interface {
 	// the store allows (a page of a listing: docs/format.md §8.6). A key whose log is empty gets
 	// an Entry with Seq 0 (and no Data); a key given twice gets its entry twice. The keys may
 	// belong to any namespaces and be any number (a store splits them into requests as it needs);
-	// an invalid key fails the whole call. Like Last, it sees every Append that returned before
-	// it was called (also on a replicated store), but like Range, what a Purge removed may still
-	// be returned for a moment on a replicated store. The entries are held at once: a caller
-	// bounds len(keys) (up to len(keys) × MaxEntry bytes).
+	// an invalid key fails the whole call. Like Last, it sees every Append and every Purge that
+	// returned before it was called (also on a replicated store). The entries are held at once: a
+	// caller bounds len(keys) (up to len(keys) × MaxEntry bytes).
 	Lasts(ctx context.Context, keys []Key) ([]Entry, error)
 	// Append adds data as key's next entry if the log's last entry is still at sequence after
 	// (0: the log must be empty), and returns the new entry's sequence; otherwise ErrConflict and
@@ -93,8 +93,9 @@ type Log interface {
 	// Sessions returns up to limit keys of namespace ns, in the order their logs were created,
 	// starting at cursor (0: the first), and the cursor of the next page (0: no more). A key may be
 	// listed whose log is empty (a crash between the two writes of a creation, a purge under
-	// way, or a Purge of an empty log, which may leave the listing of what could be a creation
-	// under way): callers check with Last. A key may also be listed twice, in two pages (a creation
+	// way, a Purge of an empty log, which may leave the listing of what could be a creation
+	// under way, or, on a replicated store, a Purge that returned a moment ago): callers check
+	// with Last or Lasts. A key may also be listed twice, in two pages (a creation
 	// that failed without knowing whether its entry was stored, tried again), never twice in one
 	// page: callers that gather several pages drop the keys they already have.
 	Sessions(ctx context.Context, ns string, cursor uint64, limit int) ([]Key, uint64, error)

@@ -275,7 +275,8 @@ func (l *Log) deleteSeqs(ctx context.Context, seqs []uint64) error {
 }
 
 // Purge removes key's log, then its index entries (indexEntries): the other order could leave,
-// after a crash, a log no listing shows.
+// after a crash, a log no listing shows. On a replicated stream it then moves the stream's last
+// sequence past the purge (markPurged), so that Lasts reflects it at once.
 func (l *Log) Purge(ctx context.Context, key engine.Key) error {
 	subject, err := logSubject(key)
 	if err != nil {
@@ -294,6 +295,40 @@ func (l *Log) Purge(ctx context.Context, key engine.Key) error {
 	}
 	if err := l.deleteSeqs(ctx, idxSeqs); err != nil {
 		return fmt.Errorf("logstore: purging %s: deleting its index entries %v: %w", subject, idxSeqs, err)
+	}
+	if l.upToDate == leaderOnly {
+		if err := l.markPurged(ctx, subject); err != nil {
+			return fmt.Errorf("logstore: purging %s: %w", subject, err)
+		}
+	}
+	return nil
+}
+
+// purgedSubject holds the last purge's mark on a replicated stream (markPurged). It is no log's
+// subject: those have five tokens of wire.EncodeID's alphabet, this one three and a "$" (as the
+// upgrade's marker, cp.log.$upgrade), and nothing that lists sessions or namespaces reads it
+// (cp.idx.*, cp.val.*.*).
+const purgedSubject = "cp.log.$purged"
+
+// markPurged publishes on purgedSubject, after a purge of subject, and keeps only that message
+// there. A purge (or a delete) is no message: the stream's last sequence does not move, and a
+// replica that had every message but had not applied the purge yet still shows the purged log's
+// last entry as its head, taken at the leader's last sequence (Nats-UpTo-Sequence), which is how
+// Lasts judges a replica current. A replica applies the stream's operations in order, so one
+// that has this message has applied the purge before it: Lasts, which asks the leader for its
+// last sequence first, then takes no head of the purged log from a replica behind. Only a
+// replicated stream needs it (Log.upToDate); the message is never read.
+func (l *Log) markPurged(ctx context.Context, subject string) error {
+	seq, err := l.publish(ctx, purgedSubject, []byte(subject), anyLastSeq, nil)
+	if err != nil {
+		return fmt.Errorf("marking the purge on %s: %w", purgedSubject, err)
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	// The marks before this one mark nothing any more: keep one (the newest, whichever daemon
+	// wrote it).
+	if err := l.stream.Purge(ctx, jetstream.WithPurgeSubject(purgedSubject), jetstream.WithPurgeKeep(1)); err != nil {
+		return fmt.Errorf("removing the marks before %d on %s: %w", seq, purgedSubject, err)
 	}
 	return nil
 }
