@@ -214,12 +214,16 @@ func TestDecompressFrames_AsOneStream(t *testing.T) {
 	require.Greater(t, len(frameRuns(two, maxBodyFrames)), 1)
 	_, err := DecompressFrames(two, int64(len(raw)-1), &ledger{})
 	require.ErrorIs(t, err, ErrTooLarge)
-	// A bomb in each frame costs what one costs in each run.
-	bombs := append(CompressZstd(make([]byte, 64<<20)), CompressZstd(make([]byte, 64<<20))...)
+	// Frames that each decode to the limit: the runs together hold no more than one stream of the
+	// body would (twice the limit), and a decoder's window each (each run alone stops at the limit,
+	// 72 MiB in all here without the bound on them together).
+	const limit = 16 << 20
+	bombs := bytes.Repeat(CompressZstd(make([]byte, limit)), maxBodyFrames)
+	require.Len(t, frameRuns(bombs, maxBodyFrames), maxBodyFrames)
 	var l ledger
-	_, err = DecompressFrames(bombs, 8<<20, &l)
+	_, err = DecompressFrames(bombs, limit, &l)
 	require.ErrorIs(t, err, ErrTooLarge)
-	require.LessOrEqual(t, l.total, 2*int64(8<<20+maxBodyBlock+decoderBytes(MaxBodyWindow)))
+	require.LessOrEqual(t, l.peak, 2*int64(limit+1)+maxBodyFrames*decoderBytes(MaxBodyWindow))
 	// Garbage after the frames, a truncated frame: malformed, as from a stream.
 	for _, bad := range [][]byte{append(slices.Clone(two), "junk"...), two[:len(two)-1], two[:len(two)/2+7]} {
 		_, err = DecompressFrames(bad, int64(len(raw)), &ledger{})

@@ -23,7 +23,9 @@ func DecompressFrames(body []byte, maxSize int64, g Growth) ([]byte, error) {
 	if len(runs) < 2 {
 		return DecompressBody(bytes.NewReader(body), body, maxSize, g)
 	}
-	lg := &lockedGrowth{g: g}
+	// The runs together hold at most what one stream of the body would, the output twice (its
+	// blocks, then their join), and a decoder's window per run.
+	lg := &lockedGrowth{g: g, maxSize: maxSize, limit: 2*(maxSize+1) + int64(len(runs))*decoderBytes(MaxBodyWindow)}
 	outs := make([][]byte, len(runs))
 	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
@@ -52,21 +54,34 @@ func DecompressFrames(body []byte, maxSize int64, g Growth) ([]byte, error) {
 	return out, nil
 }
 
-// lockedGrowth serialises the calls to a Growth shared by the runs DecompressFrames decodes at once.
+// lockedGrowth serialises the calls to a Growth shared by the runs DecompressFrames decodes at once,
+// and refuses (ErrTooLarge) to let them hold more than limit in all: each run alone stops at
+// maxSize, but not the runs together.
 type lockedGrowth struct {
-	mu sync.Mutex
-	g  Growth
+	mu      sync.Mutex
+	g       Growth
+	held    int64
+	maxSize int64
+	limit   int64
 }
 
 func (l *lockedGrowth) Reserve(n int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.g.Reserve(n)
+	if l.held+n > l.limit {
+		return payloadError(ErrTooLarge, -1, "more than %d bytes", l.maxSize)
+	}
+	if err := l.g.Reserve(n); err != nil {
+		return err
+	}
+	l.held += n
+	return nil
 }
 
 func (l *lockedGrowth) Release(n int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.held -= n
 	l.g.Release(n)
 }
 
