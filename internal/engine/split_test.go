@@ -53,7 +53,8 @@ func TestLargeFirstSaveInTwoFrames(t *testing.T) {
 				frames = append(frames, f)
 				return true
 			}))
-			require.Equal(t, []int{2, 0, 0}, frames, "frames the saves' data starts")
+			// The second save starts a frame too: the first gave its encoder back.
+			require.Equal(t, []int{2, 1, 0}, frames, "frames the saves' data starts")
 			reads := func(when string) {
 				for i, to := range cuts {
 					got, rec, err := e.Read(ctx, k, uint64(i+1), engine.ReadOptions{Verify: true})
@@ -99,4 +100,35 @@ func TestLargeSaveRefusedAfterItsCompressionBegan(t *testing.T) {
 	got, _, err := e.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
 	require.True(t, string(got) == string(version(0, n)))
+}
+
+// A session's first save of 16 KiB or more gives its encoder back (for the next session's first
+// save, warm): the session's second save starts a frame of its own, and every version reads back.
+// A smaller first save keeps it.
+func TestFirstSaveGivesItsEncoderBack(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{})
+	for _, first := range []int{2, 200} { // messages of the first save: ~0.1 KiB, ~20 KiB
+		k := engine.Key{Namespace: "n", Session: fmt.Sprint("s", first), Agent: "a"}
+		_, err := e.Save(ctx, engine.SaveRequest{Key: k, Expected: u64(0), Payload: conversation(first), Now: now})
+		require.NoError(t, err)
+		for v := uint64(1); v <= 2; v++ {
+			_, err = e.Save(ctx, engine.SaveRequest{Key: k, Base: u64(v), Payload: array(first+2*int(v)-2, first+2*int(v)), Now: now})
+			require.NoError(t, err)
+		}
+		var frames []bool
+		require.NoError(t, log.Range(ctx, k, 0, 0, func(en engine.Entry) bool {
+			_, frame, _, err := engine.SavePiece(en.Data)
+			require.NoError(t, err)
+			frames = append(frames, frame)
+			return true
+		}))
+		want := []bool{true, false, false}
+		if first == 200 {
+			want[1] = true
+		}
+		require.Equal(t, want, frames, "%d messages first: the saves that start a frame", first)
+		got, _, err := e.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
+		require.NoError(t, err)
+		require.Equal(t, string(conversation(first+4)), string(got))
+	}
 }
