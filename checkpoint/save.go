@@ -191,7 +191,7 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	// return waits for it: the caller's bytes are not read after Save returns.
 	sent := wire.HashBeside(conversation)
 	defer sent()
-	body := codec.CompressZstd(conversation)
+	body := codec.CompressBody(conversation) // in parallel frames when large
 	if size := pieces.Size(c.nc.MaxPayload(), pieces.ChunkRoom); int64(len(body)) > size {
 		n, err := c.publishChunks(ctx, key.Namespace, o.saveID, msgID, body, size)
 		if err != nil {

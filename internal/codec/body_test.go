@@ -3,8 +3,11 @@ package codec
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"io"
+	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -124,4 +127,109 @@ func declaring(t *testing.T, z []byte, size uint32) []byte {
 	out := append([]byte{}, z[:4]...)
 	out = append(out, fhd, byte(size), byte(size>>8), byte(size>>16), byte(size>>24))
 	return append(out, z[h.HeaderSize:]...)
+}
+
+// A large body is compressed as several frames (when there are cores to compress them at once),
+// the first the largest; any zstd decoder, and DecompressBody, decode them to the body, and a
+// small body stays one frame.
+func TestCompressBody_FramesDecodeToTheBody(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one frame on one core")
+	}
+	dec, err := zstd.NewReader(nil) // any decoder
+	require.NoError(t, err)
+	defer dec.Close()
+	raw := make([]byte, 3*BodyFrameBytes+5)
+	for i := range raw {
+		raw[i] = byte('a' + i*i%26) // compressible, not trivially
+	}
+	for _, size := range []int{1000, 2*BodyFrameBytes - 1, 2 * BodyFrameBytes, len(raw)} {
+		body := CompressBody(raw[:size])
+		sizes := frameSizes(t, body)
+		want := min(size/BodyFrameBytes, maxBodyFrames, runtime.GOMAXPROCS(0))
+		require.Len(t, sizes, max(want, 1), "%d bytes", size)
+		require.Equal(t, slices.Max(sizes), sizes[0], "%d bytes: the first frame is the largest", size)
+		plain, err := dec.DecodeAll(body, nil)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(raw[:size], plain), "%d bytes", size)
+		got, err := DecompressBody(bytes.NewReader(body), body, int64(size), &ledger{})
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(raw[:size], got), "%d bytes", size)
+	}
+}
+
+// frameSizes returns the content size each frame of body declares.
+func frameSizes(t *testing.T, body []byte) []int {
+	var sizes []int
+	for len(body) > 0 {
+		var h zstd.Header
+		require.NoError(t, h.Decode(body))
+		require.True(t, h.HasFCS)
+		sizes = append(sizes, int(h.FrameContentSize))
+		n, ok := frameLen(body)
+		require.True(t, ok)
+		body = body[n:]
+	}
+	return sizes
+}
+
+// A body of several frames decodes to what one stream decodes to: its runs at once, within the
+// same limits; a body that is not whole frames is decoded as a stream, which says what is wrong.
+func TestDecompressFrames_AsOneStream(t *testing.T) {
+	raw := make([]byte, 3*BodyFrameBytes)
+	for i := range raw {
+		raw[i] = byte('a' + i*i%26)
+	}
+	var tiny []byte // 300 frames: at most maxBodyFrames runs
+	for i := range 300 {
+		tiny = append(tiny, CompressZstd([]byte{byte('a' + i%26)})...)
+	}
+	skip := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, skippableMagic+3), 5)
+	skip = append(skip, "12345"...)
+	withSkip := append(append(CompressZstd(raw[:1000]), skip...), CompressZstd(raw[1000:2000])...)
+	for name, tc := range map[string]struct {
+		body []byte
+		want []byte
+	}{
+		"one frame":          {CompressZstd(raw), raw},
+		"CompressBody":       {CompressBody(raw), raw},
+		"300 frames":         {tiny, bytes.Repeat([]byte("abcdefghijklmnopqrstuvwxyz"), 12)[:300]},
+		"a skippable frame":  {withSkip, raw[:2000]},
+		"empty frames":       {append(CompressZstd(nil), CompressZstd(nil)...), []byte{}},
+		"a single raw block": {append(CompressZstd(raw[:10]), CompressZstd(raw[10:20])...), raw[:20]},
+	} {
+		if runs := frameRuns(tc.body, maxBodyFrames); len(runs) > maxBodyFrames {
+			t.Fatalf("%s: %d runs", name, len(runs))
+		}
+		var l ledger
+		got, err := DecompressFrames(tc.body, int64(len(raw)), &l)
+		require.NoError(t, err, name)
+		require.Equal(t, len(tc.want), len(got), name)
+		require.True(t, bytes.Equal(tc.want, got), name)
+		require.LessOrEqual(t, l.held, int64(cap(got))+maxBodyFrames*decoderBytes(MaxBodyWindow), "%s: what is held is the result and the decoders' windows", name)
+	}
+
+	// Each run decodes within the limit, but not the whole.
+	two := CompressBody(raw)
+	require.Greater(t, len(frameRuns(two, maxBodyFrames)), 1)
+	_, err := DecompressFrames(two, int64(len(raw)-1), &ledger{})
+	require.ErrorIs(t, err, ErrTooLarge)
+	// Frames that each decode to the limit: the runs together hold no more than one stream of the
+	// body would (twice the limit), and a decoder's window each (each run alone stops at the limit,
+	// 72 MiB in all here without the bound on them together).
+	const limit = 16 << 20
+	bombs := bytes.Repeat(CompressZstd(make([]byte, limit)), maxBodyFrames)
+	require.Len(t, frameRuns(bombs, maxBodyFrames), maxBodyFrames)
+	var l ledger
+	_, err = DecompressFrames(bombs, limit, &l)
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.LessOrEqual(t, l.peak, 2*int64(limit+1)+maxBodyFrames*decoderBytes(MaxBodyWindow))
+	// Garbage after the frames, a truncated frame: malformed, as from a stream.
+	for _, bad := range [][]byte{append(slices.Clone(two), "junk"...), two[:len(two)-1], two[:len(two)/2+7]} {
+		_, err = DecompressFrames(bad, int64(len(raw)), &ledger{})
+		require.ErrorIs(t, err, ErrMalformed)
+	}
+	// The caller's refusal ends the read and is returned as it is.
+	_, err = DecompressFrames(two, int64(len(raw)), &ledger{limit: 64 << 10})
+	require.ErrorIs(t, err, errLedger)
 }

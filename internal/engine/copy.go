@@ -108,7 +108,7 @@ func (e *Engine) commitCopy(ctx context.Context, s *session, rec Record, p saveP
 	if s.last.Kind == kindPack {
 		next.TailEntries, next.TailBytes = 1, 0
 	}
-	saved, err := e.commitHead(ctx, s, next, p, raw)
+	saved, err := e.commitHead(ctx, s, next, p, raw, nil)
 	return saved.Record, err
 }
 

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"slices"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // CrashBeforeDeletes makes e's packs stop after their commit, as a crash would (tests).
@@ -95,4 +97,34 @@ func PlanLargeStrings(ctx context.Context, e *Engine, req SaveRequest) (raw []by
 	raw = p.newBytes()
 	large = p.largeStrings(raw)
 	return raw, large, valueSpans(raw, slices.Clone(large)), nil
+}
+
+// SaveFrames decodes a stored entry and returns, for a save, how many zstd frames its data starts
+// (read from the frame and block headers; the last one is left open).
+func SaveFrames(b []byte) (int, error) {
+	m, data, err := decodeEntry(b)
+	if err != nil || m.Kind != kindSave || !m.Piece.Frame {
+		return 0, err // a piece that does not start a frame continues one
+	}
+	frames := 0
+	for at := 0; at < len(data); {
+		var h zstd.Header
+		if err := h.Decode(data[at:]); err != nil {
+			return frames, err
+		}
+		frames++
+		at += h.HeaderSize
+		for at+3 <= len(data) {
+			bh := int(data[at]) | int(data[at+1])<<8 | int(data[at+2])<<16
+			size := bh >> 3
+			if (bh>>1)&3 == 1 {
+				size = 1
+			}
+			at += 3 + size
+			if bh&1 == 1 {
+				break // the frame's last block: another frame follows, if anything
+			}
+		}
+	}
+	return frames, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -148,6 +149,10 @@ func hostileRows(h *hostile) []hostileRow {
 		{name: "save/too large", save: &rawSave{body: []byte(`[{"role":"user","content":"` + strings.Repeat("a", hostileMaxBytes) + `"}]`)}, want: refused(wire.CodeTooLarge)},
 		{name: "save/zstd bomb", save: &rawSave{headers: hdr(wire.HdrEncoding, wire.EncodingZstd), body: zeros}, want: refused(wire.CodeTooLarge)},
 		{name: "save/zstd body that is not zstd", save: &rawSave{headers: hdr(wire.HdrEncoding, wire.EncodingZstd), body: good}, want: refused(wire.CodeInvalid)},
+		// Several frames are decoded at once (codec.DecompressFrames), within the same limits.
+		{name: "save/zstd bombs in several frames", save: &rawSave{headers: hdr(wire.HdrEncoding, wire.EncodingZstd), body: slices.Concat(zeros, zeros, zeros, zeros)}, want: refused(wire.CodeTooLarge)},
+		{name: "save/zstd frames, then garbage", save: &rawSave{headers: hdr(wire.HdrEncoding, wire.EncodingZstd),
+			body: slices.Concat(codec.CompressZstd(good[:9]), codec.CompressZstd(good[9:]), []byte("junk"))}, want: refused(wire.CodeInvalid)},
 		{name: "save/unknown encoding", save: &rawSave{headers: hdr(wire.HdrEncoding, "gzip"), body: good}, want: refused(wire.CodeBadRequest)},
 		{name: "save/unknown format", save: &rawSave{headers: hdr(wire.HdrFormat, "9"), body: good}, want: refused(wire.CodeUnknownFormat)},
 		{name: "save/format not a number", save: &rawSave{headers: hdr(wire.HdrFormat, "one"), body: good}, want: refused(wire.CodeBadRequest)},

@@ -5,7 +5,6 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -586,7 +585,8 @@ func (in *Ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, m
 		if hs.encoding == wire.EncodingIdentity {
 			return data, nil // nothing to copy
 		}
-		body, err := decodeBody(bytes.NewReader(data), hs.encoding, data, in.maxBytes, mem)
+		// Held whole: its frames (the SDK cuts a large body in several) are decoded at once.
+		body, err := codec.DecompressFrames(data, in.maxBytes, mem)
 		collectBlocks(body)
 		return body, err
 	}
