@@ -114,7 +114,7 @@ const splitBytes = 256 << 10
 // compressed as a whole frame of its own (its last block flagged last) by another encoder, on a
 // goroutine, while this one starts its frame with the second half; the stream's bytes for p are
 // that whole frame, then this frame's start. Readers decode them as they decode the frames of
-// consecutive saves, one after the other (docs/format.md §8.4, §8.15f). Each half compresses without the
+// consecutive saves, one after the other (docs/format.md §8.4, §8.15g). Each half compresses without the
 // other's history: on the corpus's 599 KB conversation the piece is 5% larger, compressed in
 // about half the time; packs compress it again.
 func (e *encoder) addSplit(p []byte) ([]byte, error) {
