@@ -34,7 +34,7 @@ func TestFork_SharesWhatItForked(t *testing.T) {
 
 	js, err := jetstream.New(env.Conn())
 	require.NoError(t, err)
-	before := quietLogBytes(t, ctx, js)
+	before := packedLogBytes(t, ctx, js)
 	fv, err := env.Client.Fork(ctx, src, 0, dst)
 	require.NoError(t, err)
 	after := quietLogBytes(t, ctx, js)
@@ -56,6 +56,25 @@ func TestFork_SharesWhatItForked(t *testing.T) {
 	require.NoError(t, err, "the fork outlives its source")
 	require.Equal(t, want, got)
 	require.Equal(t, sv.Hash, gv.Hash)
+}
+
+// packedLogBytes is CP_LOG's size once the one session it holds is packed: a save this large
+// (over engine.Config.PackBytes) is packed after its reply, off its latency, and the packer's
+// last write is the delete of the entry it packed. So it waits for that delete (a message fewer
+// than the stream's last sequence), not for a quiet spell: under load the delete came after
+// 300 ms without appends, and the fork then seemed to shrink CP_LOG.
+func packedLogBytes(t *testing.T, ctx context.Context, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(ctx, edge.LogStream)
+	require.NoError(t, err)
+	var bytes uint64
+	require.Eventually(t, func() bool {
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		bytes = info.State.Bytes
+		return info.State.Msgs < info.State.LastSeq
+	}, 30*time.Second, 10*time.Millisecond, "the save was never packed")
+	return bytes
 }
 
 // quietLogBytes is CP_LOG's size once nothing has been appended for a while (the packer packs a

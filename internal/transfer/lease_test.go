@@ -161,6 +161,11 @@ func TestLease_SessionWithoutVersions(t *testing.T) {
 
 // Many saves of the old owner race a forced takeover: none that started after the takeover
 // returned is stored, and the history after the new owner's first version holds only its writes.
+//
+// The writers stop on what they saw, not on a count or a clock: the takeover is made once the old
+// owner has a version stored, and each writer stops after a few saves started once the takeover
+// had returned. (Under load the takeover's reply can arrive after the old owner's first refusals:
+// writers that stopped after 5 refusals had all stopped before it, and no save was late.)
 func TestLease_NoLateWriteSlipsPastATakeover(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := ctxT(t)
@@ -170,47 +175,57 @@ func TestLease_NoLateWriteSlipsPastATakeover(t *testing.T) {
 	require.NoError(t, err)
 
 	type attempt struct {
-		start time.Time
-		err   error
+		late bool // started after the takeover had returned
+		err  error
 	}
 	var (
-		mu       sync.Mutex
-		attempts []attempt
-		wg       sync.WaitGroup
+		mu        sync.Mutex
+		attempts  []attempt
+		wg        sync.WaitGroup
+		oldStored = make(chan struct{}) // closed once a save of the old owner succeeded
+		storeOnce sync.Once
+		takenOver = make(chan struct{}) // closed once the takeover returned
 	)
+	const lateSaves = 5 // each writer's saves started after the takeover returned
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fenced := 0
-			for i := 0; i < 2000 && fenced < 5; i++ {
-				start := time.Now()
-				_, err := la.Save(ctx, turn(nil, fmt.Sprintf("old-%d", w), i))
+			for i, late := 0, 0; late < lateSaves && ctx.Err() == nil; i++ {
+				at := attempt{late: isClosed(takenOver)}
+				_, at.err = la.Save(ctx, turn(nil, fmt.Sprintf("old-%d", w), i))
 				mu.Lock()
-				attempts = append(attempts, attempt{start, err})
+				attempts = append(attempts, at)
 				mu.Unlock()
-				if err != nil {
-					fenced++
+				if at.err == nil {
+					storeOnce.Do(func() { close(oldStored) })
+				}
+				if at.late {
+					late++
 				}
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-oldStored:
+	case <-ctx.Done():
+		t.Fatal("no save of the old owner succeeded before the takeover")
+	}
 	lb, err := b.Acquire(ctx, key, checkpoint.WithOwner("new"), checkpoint.WithForce())
 	require.NoError(t, err)
-	taken := time.Now()
+	close(takenOver)
 	_, err = lb.Save(ctx, turn(nil, "new", 1))
 	require.NoError(t, err)
 	wg.Wait()
 
 	late := 0
 	for _, at := range attempts {
-		if at.start.After(taken) {
+		if at.late {
 			late++
 			require.ErrorIs(t, at.err, checkpoint.ErrFenced, "a save started after the takeover")
 		}
 	}
-	require.NotZero(t, late, "the race must actually have late writes")
+	require.Equal(t, 4*lateSaves, late, "every writer made its late saves")
 	h, err := b.History(ctx, key)
 	require.NoError(t, err)
 	seenNew := false
@@ -222,6 +237,17 @@ func TestLease_NoLateWriteSlipsPastATakeover(t *testing.T) {
 		}
 	}
 	require.True(t, seenNew)
+	require.Equal(t, "old", h[0].Writer, "the old owner's saves before the takeover are kept")
+}
+
+// isClosed says whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // The helper process of TestLease_PauseResumeAcrossProcesses: resume, add two turns, pause.

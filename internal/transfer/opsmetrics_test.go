@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -99,21 +100,25 @@ func TestOpsMetrics_ServiceErrorsAgreeWithRefusals(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, msg.Header.Get(wire.HdrServiceErrorCode))
 
-	refused := opsSample(t, env.Registry, "checkpointd_requests_total", map[string]string{"result": "!ok"})
-	require.GreaterOrEqual(t, refused, 3.0)
-	msg, err = nc.Request("$SRV.STATS."+wire.ServiceName, nil, 5*time.Second)
-	require.NoError(t, err)
-	var stats micro.Stats
-	require.NoError(t, json.Unmarshal(msg.Data, &stats))
-	var errs uint64
-	for _, e := range stats.Endpoints {
-		var data service.EndpointResults
-		require.NoError(t, json.Unmarshal(e.Data, &data), "endpoint %s: %s", e.Name, e.Data)
-		errs += data.Refused
-		require.Equal(t, opsSample(t, env.Registry, "checkpointd_requests_total", map[string]string{"op": e.Name, "result": "!ok"}),
-			float64(data.Refused), "endpoint %s", e.Name)
-	}
-	require.Equal(t, refused, float64(errs), "the service's stats and the refusals counted disagree")
+	// A request is counted just after its reply is sent: the counts are read once the three
+	// refusals are in, and compared until they agree (the two counts are not one atomic step).
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		refused := opsSample(t, env.Registry, "checkpointd_requests_total", map[string]string{"result": "!ok"})
+		require.GreaterOrEqual(c, refused, 3.0)
+		msg, err := nc.Request("$SRV.STATS."+wire.ServiceName, nil, 5*time.Second)
+		require.NoError(c, err)
+		var stats micro.Stats
+		require.NoError(c, json.Unmarshal(msg.Data, &stats))
+		var errs uint64
+		for _, e := range stats.Endpoints {
+			var data service.EndpointResults
+			require.NoError(c, json.Unmarshal(e.Data, &data), "endpoint %s: %s", e.Name, e.Data)
+			errs += data.Refused
+			require.Equal(c, opsSample(t, env.Registry, "checkpointd_requests_total", map[string]string{"op": e.Name, "result": "!ok"}),
+				float64(data.Refused), "endpoint %s", e.Name)
+		}
+		require.Equal(c, refused, float64(errs), "the service's stats and the refusals counted disagree")
+	}, 10*time.Second, 10*time.Millisecond)
 }
 
 // TestOpsMetrics_RetentionRounds: the housekeeping rounds, their duration and what they removed are

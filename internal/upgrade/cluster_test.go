@@ -109,6 +109,12 @@ func markerWritesWhileInProcess(ctx context.Context, t *testing.T, js jetstream.
 	require.NoError(t, err)
 	var last atomic.Uint64
 	last.Store(u.markSeq)
+	// The noise is published with at most a few writes unacknowledged: enough to keep the marker's
+	// subject in process, and it waits for acks rather than spinning. Unbounded (nats.go's 4,000
+	// pending, its errors ignored), it spun on the CPU the marker writes need, and under load
+	// (-race, two test packages at once) 300 marker writes outlasted the test's minute.
+	noise, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(16))
+	require.NoError(t, err)
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -121,7 +127,7 @@ func markerWritesWhileInProcess(ctx context.Context, t *testing.T, js jetstream.
 			m := nats.NewMsg(MarkerSubject + ".noise")
 			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last.Load(), 10))
 			m.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", MarkerSubject)
-			_, _ = js.PublishMsgAsync(m)
+			_, _ = noise.PublishMsgAsync(m)
 		}
 	}()
 	defer func() { close(stop); <-stopped }()

@@ -202,28 +202,29 @@ func (s *Service) wrap(op string, class admission.Class, h opHandler) micro.Hand
 			s.respond(op, req, reply{}, err, start)
 			return
 		}
+		rep, body := newWorkerReply(s.nc, req), req.Data() // req is micro's again once this returns
 		s.workers.Run(func() {
 			defer func() { t.Done(time.Since(start)) }()
 			ctx, cancel := context.WithTimeout(admission.WithTicket(context.Background(), t), s.timeout)
 			defer cancel()
 			ns := wire.DefaultNamespace
 			var err error
-			if toks := strings.Split(req.Subject(), "."); len(toks) == 4 && toks[1] == "api" {
+			if toks := strings.Split(rep.subject, "."); len(toks) == 4 && toks[1] == "api" {
 				ns, err = wire.DecodeID(toks[2])
 			} else {
 				ns = "" // the admin subject: every namespace
 			}
 			var r reply
 			if err == nil {
-				r, err = h(ctx, ns, req.Data())
+				r, err = h(ctx, ns, body)
 			}
-			s.respond(op, req, r, err, start)
+			s.respond(op, rep, r, err, start)
 		})
 	})
 }
 
 // respond sends the reply, or the typed error, and counts the request.
-func (s *Service) respond(op string, req micro.Request, r reply, err error, start time.Time) {
+func (s *Service) respond(op string, req replier, r reply, err error, start time.Time) {
 	result := "ok"
 	if err != nil {
 		we := edge.ToWireError(err)
