@@ -134,6 +134,7 @@ func (c *Client) readAs(ctx context.Context, v Version, req wire.ReadRequest, li
 	subject := wire.APISubject(v.Key.Namespace, wire.OpRead)
 	j := pieces.NewJoiner(pieces.Config{By: pieces.ByOffset, Limit: maxZstdBytes(limit)})
 	var b readReply
+	var whole []byte // the body, when one piece holds all of it: used as it arrived, not copied
 	for {
 		req.Offset = j.Next()
 		msg := first
@@ -151,7 +152,12 @@ func (c *Client) readAs(ctx context.Context, v Version, req wire.ReadRequest, li
 		if err = j.Expect(got.total, got.tag()); err == nil {
 			var at int64
 			if at, err = pieces.ParseNumber(wire.HdrOffset, msg.Header.Get(wire.HdrOffset)); err == nil {
-				_, err = j.Add(at, msg.Data)
+				if at == 0 && int64(len(msg.Data)) == got.total {
+					_, err = j.Take(at, msg.Data) // checked as any piece is, kept here
+					whole = msg.Data
+				} else {
+					_, err = j.Add(at, msg.Data)
+				}
 			}
 		}
 		if err != nil {
@@ -164,6 +170,9 @@ func (c *Client) readAs(ctx context.Context, v Version, req wire.ReadRequest, li
 	body, err := j.Finish()
 	if err != nil {
 		return nil, "", err
+	}
+	if whole != nil {
+		body = whole
 	}
 	raw, hash := body, ""
 	if b.encoding == wire.EncodingIdentity {
