@@ -208,7 +208,8 @@ func decode(body []byte, b readReply, v Version) ([]byte, string, error) {
 	return decodeHashing(body, b, v, hashPiece)
 }
 
-// decodeHashing is decode, handing the hash piece bytes (or what is left) at a time.
+// decodeHashing is decode, handing the hashing goroutine at least piece bytes at a time (but the
+// last run).
 func decodeHashing(body []byte, b readReply, v Version, piece int) ([]byte, string, error) {
 	if b.raw < decodeBesideBytes {
 		raw, err := codec.DecompressExact(body, b.raw, nil)

@@ -70,10 +70,9 @@ func startsFrame(b []byte) bool {
 // larger window. each, if not nil, is given the decoded bytes as the decoder gives them (a zstd
 // block, at most 128 KiB, at a time), in order, each run continuing the one before it in the
 // buffer returned, so that a caller can hash them while the rest is decoded; a run's bytes are not
-// written to again. The frames' checksums (XXH64) are skipped,
-// not checked: every caller checks what it decoded against something stronger (the SDK the
-// SHA-256 a read reply names, Cp-Hash; ZstdFramePrefix the bytes themselves), and checking both
-// cost a tenth of the decoding's time (checkpoint's BenchmarkDecode).
+// written to again. The frames' checksums (XXH64) are skipped, not checked: every caller checks
+// what it decoded against something stronger (the SDK the SHA-256 a read reply names, Cp-Hash;
+// ZstdFramePrefix the bytes themselves), and checking both cost a tenth of the decoding's time.
 func DecompressExact(data []byte, size int64, each func([]byte)) ([]byte, error) {
 	if size < 0 {
 		return nil, payloadError(ErrMalformed, -1, "negative decompressed size %d", size)
