@@ -98,10 +98,12 @@ func getBodyDecoder() (*zstd.Decoder, error) {
 	return newBodyDecoder()
 }
 
-// newBodyDecoder makes a decoder whose window is capped at MaxBodyWindow.
-func newBodyDecoder() (*zstd.Decoder, error) {
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(MaxBodyWindow),
-		zstd.WithDecoderMaxMemory(MaxBodyWindow)) // in a stream, max memory bounds the window too, not the output
+// newBodyDecoder makes a decoder whose window is capped at MaxBodyWindow, with the options extra
+// besides.
+func newBodyDecoder(extra ...zstd.DOption) (*zstd.Decoder, error) {
+	opts := append([]zstd.DOption{zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(MaxBodyWindow),
+		zstd.WithDecoderMaxMemory(MaxBodyWindow)}, extra...) // in a stream, max memory bounds the window too, not the output
+	dec, err := zstd.NewReader(nil, opts...)
 	if err != nil {
 		return nil, payloadError(ErrMalformed, -1, "zstd: %v", err)
 	}

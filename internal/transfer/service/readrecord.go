@@ -39,6 +39,9 @@ func versionHeader(v wire.Version, room int64) string {
 // outside printable ASCII escaped as \uXXXX (a surrogate pair above U+FFFF): the same JSON value.
 // json.Marshal escapes the control characters already; DEL and non-ASCII are left to this.
 func asciiJSON(j []byte) string {
+	if printableASCII(j) { // the common case: nothing to escape, no second buffer
+		return string(j)
+	}
 	out := make([]byte, 0, len(j))
 	for i := 0; i < len(j); {
 		c := j[i]
@@ -57,6 +60,16 @@ func asciiJSON(j []byte) string {
 		out = appendEscape(out, r)
 	}
 	return string(out)
+}
+
+// printableASCII reports whether j holds no byte that asciiJSON would escape.
+func printableASCII(j []byte) bool {
+	for _, c := range j {
+		if c >= utf8.RuneSelf || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // appendEscape appends \uXXXX for the UTF-16 code unit u.

@@ -491,7 +491,7 @@ func (s *Service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	if req.Offset > 0 {
 		key := readKey(ns, req, enc)
 		if b, ok := s.cache.Held(key); ok {
-			return s.piece(ctx, b, key, req.Offset, "")
+			return s.piece(ctx, b, func() string { return key }, req.Offset, "")
 		}
 	}
 	b, v, err := s.readBody(ctx, ns, req, enc)
@@ -505,7 +505,8 @@ func (s *Service) read(ctx context.Context, ns string, body []byte) (reply, erro
 			record = versionHeader(v, s.maxReply())
 		}
 	}
-	return s.piece(ctx, b, readKey(ns, req, enc), req.Offset, record)
+	// The read's key is a digest (readKey): made only for a read that continues past this piece.
+	return s.piece(ctx, b, func() string { return readKey(ns, req, enc) }, req.Offset, record)
 }
 
 // readBody finds what a read names and assembles its body in encoding enc (or finds it cached),
@@ -545,10 +546,10 @@ func (s *Service) readBody(ctx context.Context, ns string, req wire.ReadRequest,
 
 // piece is the reply to a read: the bytes of b from offset on, as many as fit in one message (a
 // piece of docs/protocol.md §12, numbered by offset). While the read has pieces to come, b is held
-// under the read's key (until its last piece, or until it has been idle for readIdle). The reply's
-// bytes count against the read budget until it is sent. record, when not "", is the Cp-Version
-// header of a first piece, whose bytes it leaves room for.
-func (s *Service) piece(ctx context.Context, b readBody, key string, offset int64, record string) (reply, error) {
+// under the read's key, keyOf() (until its last piece, or until it has been idle for readIdle). The
+// reply's bytes count against the read budget until it is sent. record, when not "", is the
+// Cp-Version header of a first piece, whose bytes it leaves room for.
+func (s *Service) piece(ctx context.Context, b readBody, keyOf func() string, offset int64, record string) (reply, error) {
 	room := s.maxReply() - int64(len(record)) // versionHeader keeps record under half of maxReply
 	data, err := pieces.Cut(b.data, offset, room)
 	if err != nil {
@@ -558,12 +559,12 @@ func (s *Service) piece(ctx context.Context, b readBody, key string, offset int6
 		housekeeping.LargeRead(b.raw) // a large read comes in pieces, one request each
 		// The next pieces cost no lookup and no assembly. A first piece is served from the body held
 		// for the key, if that is the same content, so that its later pieces continue its bytes.
-		b = s.cache.HoldBody(key, b, offset == 0)
+		b = s.cache.HoldBody(keyOf(), b, offset == 0)
 		if data, err = pieces.Cut(b.data, offset, room); err != nil {
 			return reply{}, fmt.Errorf("%w: %v", edge.ErrBadRequest, err)
 		}
 	} else if offset > 0 {
-		s.cache.Release(key)
+		s.cache.Release(keyOf())
 	}
 	if err := admission.TicketOf(ctx).Take(int64(len(data))); err != nil {
 		return reply{}, err
