@@ -233,3 +233,31 @@ func TestDecompressFrames_AsOneStream(t *testing.T) {
 	_, err = DecompressFrames(two, int64(len(raw)), &ledger{limit: 64 << 10})
 	require.ErrorIs(t, err, errLedger)
 }
+
+// The runs decoded at once reserve the largest window their frames declare, not only their first
+// frame's: a frame of 10 bytes declaring an 8 MiB window makes the decoder that meets it hold a
+// history of 8 MiB, so a run that starts with a small-window frame and goes on with it held 8.5 MiB
+// it had not reserved (each run at once, here two). A body that is not whole frames, decoded as one
+// stream, reserves the largest window of the frames the stream meets before it fails.
+func TestDecompressFrames_ReservesEachRunsLargestWindow(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // two runs, each a small frame then a wide one
+	small, wide := rawFrame(0, 'a'), rawFrame(13<<3, 'x') // windows of 1 KiB and 8 MiB
+	body := slices.Concat(small, wide, small, wide)
+	require.Len(t, frameRuns(body, 2), 2)
+	var l ledger
+	got, err := DecompressFrames(body, 100, &l)
+	require.NoError(t, err)
+	require.Equal(t, "axax", string(got))
+	require.GreaterOrEqual(t, l.total, 2*decoderBytes(MaxBodyWindow), "each run's decoder holds an 8 MiB window")
+
+	l = ledger{}
+	_, err = DecompressFrames(slices.Concat(small, wide, []byte("junk")), 100, &l)
+	require.ErrorIs(t, err, ErrMalformed)
+	require.GreaterOrEqual(t, l.total, decoderBytes(MaxBodyWindow), "the stream's decoder holds an 8 MiB window")
+}
+
+// rawFrame is a zstd frame of one raw block holding b, with window descriptor wd (RFC 8878
+// §3.1.1.1.2: exponent in the high 5 bits, 1 KiB << exponent) and no content size.
+func rawFrame(wd byte, b byte) []byte {
+	return []byte{0x28, 0xB5, 0x2F, 0xFD, 0x00, wd, 1<<3 | 1, 0, 0, b} // block: last, raw, 1 byte
+}
