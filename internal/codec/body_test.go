@@ -240,7 +240,7 @@ func TestDecompressFrames_AsOneStream(t *testing.T) {
 // it had not reserved (each run at once, here two). A body that is not whole frames, decoded as one
 // stream, reserves the largest window of the frames the stream meets before it fails.
 func TestDecompressFrames_ReservesEachRunsLargestWindow(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // two runs, each a small frame then a wide one
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))       // two runs, each a small frame then a wide one
 	small, wide := rawFrame(0, 'a'), rawFrame(13<<3, 'x') // windows of 1 KiB and 8 MiB
 	body := slices.Concat(small, wide, small, wide)
 	require.Len(t, frameRuns(body, 2), 2)
