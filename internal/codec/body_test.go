@@ -119,7 +119,7 @@ func TestDecompressBody_RefusesLargeWindowsAndHonoursTheGrowth(t *testing.T) {
 
 // declaring returns the single-segment frame z with its header's content size replaced by size
 // (a 4-byte field): a frame that lies about what it holds.
-func declaring(t *testing.T, z []byte, size uint32) []byte {
+func declaring(t testing.TB, z []byte, size uint32) []byte {
 	var h zstd.Header
 	require.NoError(t, h.Decode(z))
 	require.True(t, h.SingleSegment)
@@ -260,4 +260,46 @@ func TestDecompressFrames_ReservesEachRunsLargestWindow(t *testing.T) {
 // §3.1.1.1.2: exponent in the high 5 bits, 1 KiB << exponent) and no content size.
 func rawFrame(wd byte, b byte) []byte {
 	return []byte{0x28, 0xB5, 0x2F, 0xFD, 0x00, wd, 1<<3 | 1, 0, 0, b} // block: last, raw, 1 byte
+}
+
+// Whatever a client sends as a body held whole, decoding its frames at once (DecompressFrames) says
+// what decoding it as one stream (DecompressBody) says: the same bytes, or an error of the same
+// kind, within the same memory: what is held at once stays within twice the limit and a decoder's
+// window per run, and nothing is left reserved but the result and the decoders' windows.
+func FuzzDecompressFrames(f *testing.F) {
+	raw := make([]byte, 3000)
+	for i := range raw {
+		raw[i] = byte('a' + i*i%26)
+	}
+	one, two := CompressZstd(raw[:1500]), CompressZstd(raw[1500:])
+	f.Add(slices.Concat(one, two))
+	f.Add(slices.Concat(one, declaring(f, two, 9), one))
+	f.Add(slices.Concat(rawFrame(0, 'a'), rawFrame(13<<3, 'x'), rawFrame(0, 'b'), rawFrame(31<<3, 'y')))
+	f.Add(slices.Concat(CompressZstd(nil), CompressZstd(nil), CompressZstd(nil)))
+	f.Add(slices.Concat(one, []byte{0x50, 0x2A, 0x4D, 0x18, 0xFF, 0xFF, 0xFF, 0x7F}, two))
+	f.Add(slices.Concat(one, two, []byte("junk")))
+	f.Add(bytes.Repeat(CompressZstd(make([]byte, 10000)), 5))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		const limit = 8000
+		var stream, frames ledger
+		want, werr := DecompressBody(bytes.NewReader(body), body, limit, &stream)
+		got, gerr := DecompressFrames(body, limit, &frames)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("one stream: %v; frames at once: %v", werr, gerr)
+		}
+		if werr != nil {
+			for _, kind := range []error{ErrTooLarge, ErrMalformed} {
+				if errors.Is(werr, kind) != errors.Is(gerr, kind) {
+					t.Fatalf("one stream: %v; frames at once: %v", werr, gerr)
+				}
+			}
+			return
+		}
+		if !bytes.Equal(want, got) {
+			t.Fatalf("one stream: %d bytes; frames at once: %d bytes, not the same", len(want), len(got))
+		}
+		if frames.peak > 2*(limit+1)+maxBodyFrames*decoderBytes(MaxBodyWindow)+int64(minBodyBuffer) {
+			t.Fatalf("held %d bytes at once", frames.peak)
+		}
+	})
 }
