@@ -43,13 +43,26 @@ func ReadBody(r io.Reader, maxSize int64, g Growth) ([]byte, error) {
 // head is too short to say), and the content size the frame declares, where blocks stop rather
 // than overshoot. Nothing is sized from a declared size ahead of what was decoded.
 func DecompressBody(r io.Reader, head []byte, maxSize int64, g Growth) ([]byte, error) {
-	window, declared := int64(MaxBodyWindow), int64(-1)
+	return decompressWithin(r, head, headWindow(head), maxSize, g)
+}
+
+// headWindow is the window the frame head starts with needs (all of MaxBodyWindow when head is too
+// short to say).
+func headWindow(head []byte) int64 {
 	var h zstd.Header
-	if h.Decode(head) == nil {
-		window = bodyWindow(h)
-		if h.HasFCS {
-			declared = int64(h.FrameContentSize)
-		}
+	if h.Decode(head) != nil {
+		return MaxBodyWindow
+	}
+	return bodyWindow(h)
+}
+
+// decompressWithin is DecompressBody with the decoder's window reserved for window bytes (at most
+// MaxBodyWindow: the decoder refuses more).
+func decompressWithin(r io.Reader, head []byte, window, maxSize int64, g Growth) ([]byte, error) {
+	declared := int64(-1)
+	var h zstd.Header
+	if h.Decode(head) == nil && h.HasFCS {
+		declared = int64(h.FrameContentSize)
 	}
 	if err := g.Reserve(decoderBytes(window)); err != nil {
 		return nil, err

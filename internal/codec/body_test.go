@@ -119,7 +119,7 @@ func TestDecompressBody_RefusesLargeWindowsAndHonoursTheGrowth(t *testing.T) {
 
 // declaring returns the single-segment frame z with its header's content size replaced by size
 // (a 4-byte field): a frame that lies about what it holds.
-func declaring(t *testing.T, z []byte, size uint32) []byte {
+func declaring(t testing.TB, z []byte, size uint32) []byte {
 	var h zstd.Header
 	require.NoError(t, h.Decode(z))
 	require.True(t, h.SingleSegment)
@@ -232,4 +232,74 @@ func TestDecompressFrames_AsOneStream(t *testing.T) {
 	// The caller's refusal ends the read and is returned as it is.
 	_, err = DecompressFrames(two, int64(len(raw)), &ledger{limit: 64 << 10})
 	require.ErrorIs(t, err, errLedger)
+}
+
+// The runs decoded at once reserve the largest window their frames declare, not only their first
+// frame's: a frame of 10 bytes declaring an 8 MiB window makes the decoder that meets it hold a
+// history of 8 MiB, so a run that starts with a small-window frame and goes on with it held 8.5 MiB
+// it had not reserved (each run at once, here two). A body that is not whole frames, decoded as one
+// stream, reserves the largest window of the frames the stream meets before it fails.
+func TestDecompressFrames_ReservesEachRunsLargestWindow(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))       // two runs, each a small frame then a wide one
+	small, wide := rawFrame(0, 'a'), rawFrame(13<<3, 'x') // windows of 1 KiB and 8 MiB
+	body := slices.Concat(small, wide, small, wide)
+	require.Len(t, frameRuns(body, 2), 2)
+	var l ledger
+	got, err := DecompressFrames(body, 100, &l)
+	require.NoError(t, err)
+	require.Equal(t, "axax", string(got))
+	require.GreaterOrEqual(t, l.total, 2*decoderBytes(MaxBodyWindow), "each run's decoder holds an 8 MiB window")
+
+	l = ledger{}
+	_, err = DecompressFrames(slices.Concat(small, wide, []byte("junk")), 100, &l)
+	require.ErrorIs(t, err, ErrMalformed)
+	require.GreaterOrEqual(t, l.total, decoderBytes(MaxBodyWindow), "the stream's decoder holds an 8 MiB window")
+}
+
+// rawFrame is a zstd frame of one raw block holding b, with window descriptor wd (RFC 8878
+// §3.1.1.1.2: exponent in the high 5 bits, 1 KiB << exponent) and no content size.
+func rawFrame(wd byte, b byte) []byte {
+	return []byte{0x28, 0xB5, 0x2F, 0xFD, 0x00, wd, 1<<3 | 1, 0, 0, b} // block: last, raw, 1 byte
+}
+
+// Whatever a client sends as a body held whole, decoding its frames at once (DecompressFrames) says
+// what decoding it as one stream (DecompressBody) says: the same bytes, or an error of the same
+// kind, within the same memory: what is held at once stays within twice the limit and a decoder's
+// window per run, and nothing is left reserved but the result and the decoders' windows.
+func FuzzDecompressFrames(f *testing.F) {
+	raw := make([]byte, 3000)
+	for i := range raw {
+		raw[i] = byte('a' + i*i%26)
+	}
+	one, two := CompressZstd(raw[:1500]), CompressZstd(raw[1500:])
+	f.Add(slices.Concat(one, two))
+	f.Add(slices.Concat(one, declaring(f, two, 9), one))
+	f.Add(slices.Concat(rawFrame(0, 'a'), rawFrame(13<<3, 'x'), rawFrame(0, 'b'), rawFrame(31<<3, 'y')))
+	f.Add(slices.Concat(CompressZstd(nil), CompressZstd(nil), CompressZstd(nil)))
+	f.Add(slices.Concat(one, []byte{0x50, 0x2A, 0x4D, 0x18, 0xFF, 0xFF, 0xFF, 0x7F}, two))
+	f.Add(slices.Concat(one, two, []byte("junk")))
+	f.Add(bytes.Repeat(CompressZstd(make([]byte, 10000)), 5))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		const limit = 8000
+		var stream, frames ledger
+		want, werr := DecompressBody(bytes.NewReader(body), body, limit, &stream)
+		got, gerr := DecompressFrames(body, limit, &frames)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("one stream: %v; frames at once: %v", werr, gerr)
+		}
+		if werr != nil {
+			for _, kind := range []error{ErrTooLarge, ErrMalformed} {
+				if errors.Is(werr, kind) != errors.Is(gerr, kind) {
+					t.Fatalf("one stream: %v; frames at once: %v", werr, gerr)
+				}
+			}
+			return
+		}
+		if !bytes.Equal(want, got) {
+			t.Fatalf("one stream: %d bytes; frames at once: %d bytes, not the same", len(want), len(got))
+		}
+		if frames.peak > 2*(limit+1)+maxBodyFrames*decoderBytes(MaxBodyWindow)+int64(minBodyBuffer) {
+			t.Fatalf("held %d bytes at once", frames.peak)
+		}
+	})
 }

@@ -21,7 +21,7 @@ import (
 func DecompressFrames(body []byte, maxSize int64, g Growth) ([]byte, error) {
 	runs := frameRuns(body, min(maxBodyFrames, runtime.GOMAXPROCS(0)))
 	if len(runs) < 2 {
-		return DecompressBody(bytes.NewReader(body), body, maxSize, g)
+		return decompressWithin(bytes.NewReader(body), body, framesWindow(body), maxSize, g)
 	}
 	// The runs together hold at most what one stream of the body would, the output twice (its
 	// blocks, then their join), and a decoder's window per run.
@@ -30,7 +30,9 @@ func DecompressFrames(body []byte, maxSize int64, g Growth) ([]byte, error) {
 	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
 	for i, run := range runs {
-		wg.Go(func() { outs[i], errs[i] = DecompressBody(bytes.NewReader(run), run, maxSize, lg) })
+		wg.Go(func() {
+			outs[i], errs[i] = decompressWithin(bytes.NewReader(run), run, framesWindow(run), maxSize, lg)
+		})
 	}
 	wg.Wait()
 	var size int64
@@ -107,6 +109,27 @@ func frameRuns(body []byte, n int) [][]byte {
 		}
 	}
 	return runs
+}
+
+// framesWindow is the largest window a decoder of the frames b holds keeps: the largest any of
+// their headers declares, not only the first's (a frame of a few bytes may declare MaxBodyWindow,
+// and the decoder that meets it makes room for that window). Where b stops being whole frames, a
+// stream decoding it fails: the frames up to there count, and the header it fails in. The first
+// frame's headWindow (MaxBodyWindow when b does not start with a frame header) at least.
+func framesWindow(b []byte) int64 {
+	window := headWindow(b)
+	for len(b) > 0 && window < MaxBodyWindow {
+		var h zstd.Header
+		if h.Decode(b) == nil && !h.Skippable {
+			window = max(window, bodyWindow(h))
+		}
+		n, ok := frameLen(b)
+		if !ok {
+			break
+		}
+		b = b[n:]
+	}
+	return window
 }
 
 // The magic numbers of zstd's skippable frames: 16 of them, differing in the last 4 bits (RFC 8878 §3.1.2).

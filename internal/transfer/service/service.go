@@ -233,7 +233,13 @@ func (s *Service) respond(op string, req replier, r reply, err error, start time
 			s.log.Error("request failed", "op", op, "subject", req.Subject(), "err", err)
 		}
 		body, _ := json.Marshal(we)
-		_ = req.Error(wire.StatusCode(we.Code), we.Message, body)
+		// The headers req.Error sends, sent with Respond: req.Error also records the error in the
+		// request, which micro reads for its stats once the handler returns, while the reply is
+		// sent from a worker afterwards (a data race, seen by go test -race in TestHostile_Table).
+		hdr := micro.Headers{micro.ErrorHeader: {we.Message}, micro.ErrorCodeHeader: {wire.StatusCode(we.Code)}}
+		if err := req.Respond(body, micro.WithHeaders(hdr)); err != nil {
+			s.log.Error("reply failed", "op", op, "subject", req.Subject(), "code", we.Code, "err", err)
+		}
 	} else if err := req.Respond(r.data, micro.WithHeaders(r.hdr)); err != nil {
 		s.log.Error("reply failed", "op", op, "subject", req.Subject(), "bytes", len(r.data), "err", err)
 	}
