@@ -233,11 +233,7 @@ func (s *Service) respond(op string, req replier, r reply, err error, start time
 			s.log.Error("request failed", "op", op, "subject", req.Subject(), "err", err)
 		}
 		body, _ := json.Marshal(we)
-		// The headers req.Error sends, sent with Respond: req.Error also records the error in the
-		// request, which micro reads for its stats once the handler returns, while the reply is
-		// sent from a worker afterwards (a data race, seen by go test -race in TestHostile_Table).
-		hdr := micro.Headers{micro.ErrorHeader: {we.Message}, micro.ErrorCodeHeader: {wire.StatusCode(we.Code)}}
-		if err := req.Respond(body, micro.WithHeaders(hdr)); err != nil {
+		if err := req.Error(wire.StatusCode(we.Code), we.Message, body); err != nil { // req is a workerReply: it writes nothing micro reads
 			s.log.Error("reply failed", "op", op, "subject", req.Subject(), "code", we.Code, "err", err)
 		}
 	} else if err := req.Respond(r.data, micro.WithHeaders(r.hdr)); err != nil {
