@@ -38,12 +38,14 @@ func ReadBody(r io.Reader, maxSize int64, g Growth) ([]byte, error) {
 
 // DecompressBody decompresses the zstd frames r reads, refusing more than maxSize bytes of output
 // (ErrTooLarge) and frames that need a window above MaxBodyWindow (ErrMalformed). head is the start
-// of the body as received so far (the message, or its first chunk): its frame header says the
-// window the decoder will keep, which is reserved with g before decoding (all of MaxBodyWindow when
-// head is too short to say), and the content size the frame declares, where blocks stop rather
-// than overshoot. Nothing is sized from a declared size ahead of what was decoded.
+// of the body as received so far (the first chunk): the content size its frame declares is where
+// blocks stop rather than overshoot. The decoder's whole window, MaxBodyWindow, is reserved with g
+// before decoding: a body read as a stream may go on with frames head does not show, and a frame of
+// ten bytes may declare a window of 8 MiB, which the decoder allocates when it meets it. Nothing is
+// sized from a declared size ahead of what was decoded. (A body held whole is DecompressFrames',
+// which reserves the largest window its frames declare.)
 func DecompressBody(r io.Reader, head []byte, maxSize int64, g Growth) ([]byte, error) {
-	return decompressWithin(r, head, headWindow(head), maxSize, g)
+	return decompressWithin(r, head, MaxBodyWindow, maxSize, g)
 }
 
 // headWindow is the window the frame head starts with needs (all of MaxBodyWindow when head is too

@@ -303,3 +303,16 @@ func FuzzDecompressFrames(f *testing.F) {
 		}
 	})
 }
+
+// A body read as a stream (a save's chunks) reserves the decoder's whole window before decoding:
+// a small-window first frame may be followed by one of 10 bytes declaring 8 MiB, which the decoder
+// allocates when it meets it, after the first chunk was all there was to look at.
+func TestDecompressBody_ReservesTheWholeWindowOfAStream(t *testing.T) {
+	small, wide := rawFrame(0, 'a'), rawFrame(13<<3, 'x') // windows of 1 KiB and 8 MiB
+	body := slices.Concat(small, wide)
+	var l ledger
+	got, err := DecompressBody(bytes.NewReader(body), small, 100, &l)
+	require.NoError(t, err)
+	require.Equal(t, "ax", string(got))
+	require.GreaterOrEqual(t, l.total, decoderBytes(MaxBodyWindow), "the stream's decoder holds an 8 MiB window")
+}
