@@ -42,6 +42,7 @@ func TestClient_RetriesBusyWithinItsDeadline(t *testing.T) {
 		_ = m.Respond(body)
 	})
 	require.NoError(t, err)
+	require.NoError(t, nc.Flush()) // the subscription is on the server before the client asks
 	c, err := checkpoint.Connect(ns.ClientURL(), nil)
 	require.NoError(t, err)
 	defer c.Close()
