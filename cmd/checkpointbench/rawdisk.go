@@ -80,19 +80,20 @@ func (r *rawSession) start(ctx context.Context, b *bench, bin string) error {
 		return err
 	}
 	b.onClose(func() { log.Close() })
-	r.cmd = exec.Command(bin, "-js", "-sd", r.dir, "-a", host, "-p", port)
-	r.cmd.Stdout, r.cmd.Stderr = log, log
-	if err := r.cmd.Start(); err != nil {
+	cmd := exec.Command(bin, "-js", "-sd", r.dir, "-a", host, "-p", port)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
 		return err
 	}
+	r.cmd = cmd
 	exited := make(chan struct{})
-	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(exited) }(r.cmd)
+	go func() { _ = cmd.Wait(); close(exited) }()
 	b.onClose(func() {
-		_ = r.cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
-			_ = r.cmd.Process.Kill()
+			_ = cmd.Process.Kill()
 			<-exited
 		}
 	})
@@ -100,7 +101,7 @@ func (r *rawSession) start(ctx context.Context, b *bench, bin string) error {
 	for ctx.Err() == nil {
 		select {
 		case <-exited:
-			return fmt.Errorf("nats-server exited while starting (%v); its log: %s", r.cmd.ProcessState, log.Name())
+			return fmt.Errorf("nats-server exited while starting (%v); its log: %s", cmd.ProcessState, log.Name())
 		default:
 		}
 		if r.nc, err = nats.Connect("nats://"+addr, nats.Name("checkpointbench-raw")); err == nil {
@@ -108,6 +109,7 @@ func (r *rawSession) start(ctx context.Context, b *bench, bin string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill() // the next attempt runs another; close waits for this one
 			return fmt.Errorf("nats-server never accepted a connection: %w; its log: %s", err, log.Name())
 		}
 		time.Sleep(50 * time.Millisecond)
