@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -24,24 +26,64 @@ type daemon struct {
 
 func newDaemon(bin, dir string, extra ...string) (*daemon, error) {
 	d := &daemon{bin: bin, dir: dir, extra: extra}
+	if err := d.pickPorts(); err != nil {
+		return nil, err
+	}
 	var err error
-	if d.natsAddr, err = freeAddr(); err != nil {
-		return nil, err
-	}
-	if d.httpAddr, err = freeAddr(); err != nil {
-		return nil, err
-	}
 	if d.log, err = os.Create(dir + ".log"); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
+// pickPorts gives the daemon two loopback ports that were free a moment ago, and not the same
+// one: both listeners are held until both ports are known.
+func (d *daemon) pickPorts() error {
+	addrs, err := freeAddrs(2)
+	if err != nil {
+		return err
+	}
+	d.natsAddr, d.httpAddr = addrs[0], addrs[1]
+	return nil
+}
+
 func (d *daemon) url() string { return "nats://" + d.natsAddr }
 func (d *daemon) pid() int    { return d.cmd.Process.Pid }
 
-// start runs the process and waits until its /healthz answers 200.
+// startAttempts bounds how often start tries new ports after a port clash.
+const startAttempts = 5
+
+// start runs the process and waits until its /healthz answers 200. A port free when it was
+// picked can be taken before the daemon listens on it (any process binding port 0, or connecting
+// out, on a busy machine): the daemon then exits at start saying "address already in use", and
+// start tries again on new ports. Clients connect through d.url(), which follows.
 func (d *daemon) start(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		logStart, err := d.log.Seek(0, io.SeekEnd)
+		if err != nil {
+			return err
+		}
+		err = d.startOnce(ctx)
+		if err == nil || attempt == startAttempts || !d.portClash(logStart) {
+			return err
+		}
+		if err := d.pickPorts(); err != nil {
+			return err
+		}
+	}
+}
+
+// portClash reports whether what the daemon logged from offset on says a port was taken.
+func (d *daemon) portClash(offset int64) bool {
+	logged, err := os.ReadFile(d.log.Name())
+	if err != nil || int64(len(logged)) < offset {
+		return false
+	}
+	return bytes.Contains(logged[offset:], []byte("address already in use"))
+}
+
+// startOnce runs the process on the ports picked and waits until it serves.
+func (d *daemon) startOnce(ctx context.Context) error {
 	args := append([]string{"--data-dir", d.dir, "--nats-listen", d.natsAddr, "--http-listen", d.httpAddr,
 		"--log-level", "warn"}, d.extra...)
 	d.cmd = exec.Command(d.bin, args...)
@@ -107,12 +149,25 @@ func healthy(addr string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
+// freeAddrs returns n loopback addresses with distinct ports, each free a moment ago.
+func freeAddrs(n int) ([]string, error) {
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close() // held until all are picked, so that no two are the same
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
+}
+
 // freeAddr returns a loopback address with a port free a moment ago.
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := freeAddrs(1)
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return addrs[0], nil
 }

@@ -46,7 +46,7 @@ func TestRun_EverySectionAtTheTiniestScale(t *testing.T) {
 
 	var text bytes.Buffer
 	require.NoError(t, rep.writeText(&text))
-	for _, want := range []string{"$ checkpointbench -o json", "## Summary:", "restore head", "write_bytes", "Redis", "VmHWM"} {
+	for _, want := range []string{"$ checkpointbench -o json", "## Summary:", "restore head", "write_bytes", "raw JetStream, the same turns alike", "Redis", "VmHWM"} {
 		require.Contains(t, text.String(), want)
 	}
 }
