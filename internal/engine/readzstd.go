@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -42,6 +43,14 @@ func (e *Engine) ReadZstdIf(ctx context.Context, key Key, v uint64, found func(R
 }
 
 func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) ([]byte, Record, error) {
+	var asked Record // the head's record found was asked about, from the cache, and said to read
+	if found != nil {
+		rec, done, err := e.headFromCache(ctx, key, v, found)
+		if err != nil || done {
+			return nil, rec, err
+		}
+		asked = rec
+	}
 	last, err := e.last(ctx, key)
 	if err != nil {
 		return nil, Record{}, err
@@ -55,8 +64,10 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 		if err != nil {
 			return nil, Record{}, err
 		}
-		if read, err := found(rec); err != nil || !read {
-			return nil, recordUnless(rec, err), err
+		if rec.Version != asked.Version || rec.Hash != asked.Hash { // not asked already
+			if read, err := found(rec); err != nil || !read {
+				return nil, recordUnless(rec, err), err
+			}
 		}
 		found = nil
 	}
@@ -91,6 +102,60 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 		return nil, Record{}, err
 	}
 	return fastEncoder.EncodeAll(append(conv, ']'), make([]byte, 0, len(conv)/4)), rec, nil
+}
+
+// headFromCache asks found about the head's record as the engine's session cache holds it
+// (cachedHead), when v names the head: done true if found needs no body (the read is over), false
+// if found wants the body (rec: the record it was asked about, not asked again for the same head)
+// or there is no head to trust (no rec: the caller reads the last entry, as without a cache).
+func (e *Engine) headFromCache(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) (Record, bool, error) {
+	h, ok, err := e.cachedHead(ctx, key)
+	if err != nil || !ok || v != 0 && v != h.Version {
+		return Record{}, false, err
+	}
+	rec, err := recordOf(key, h)
+	if err != nil {
+		return Record{}, false, err
+	}
+	if !rec.Created.IsZero() { // as the entry decodes it (entry.go): the writer's clock may carry its zone
+		rec.Created = time.Unix(rec.Created.Unix(), int64(rec.Created.Nanosecond())).UTC()
+	}
+	read, err := found(rec)
+	if err != nil {
+		return Record{}, false, err
+	}
+	return rec, !read, nil
+}
+
+// cachedHead returns key's head as the engine's session cache holds it (the last entry this
+// engine wrote or loaded for a save), if the log has no entry after that one: Log.Moved, a request
+// whose answer is a few bytes, where Last returns the whole entry (a session saved once: all of
+// it). The check is what makes the cache safe to read across daemons: anything another daemon
+// appended (a save, a pack, a deletion's tombstone, a lease) is an entry after it; only a Purge
+// is not, and whoever purges a log forgets the engine's cache (Engine.Forget: the upgrade, the
+// only user of Log.Purge, does, before the daemon serves). ok false: nothing to trust (not
+// cached, a write under way, no version, or the log moved on).
+func (e *Engine) cachedHead(ctx context.Context, key Key) (headState, bool, error) {
+	e.mu.Lock()
+	el, cached := e.sessions[key]
+	e.mu.Unlock()
+	if !cached {
+		return headState{}, false, nil
+	}
+	s := el.Value.(*session)
+	if !s.mu.TryLock() { // a write under way: its outcome is not known yet, and a read waits for nothing
+		return headState{}, false, nil
+	}
+	seq, h, loaded := s.lastSeq, s.last.Head, s.loaded
+	s.mu.Unlock()
+	if !loaded || seq == 0 || h.Version == 0 {
+		return headState{}, false, nil
+	}
+	moved, err := e.log.Moved(ctx, key, seq)
+	if err != nil || moved {
+		return headState{}, false, err
+	}
+	return h, true, nil
 }
 
 // recordUnless is rec, or no record with an error.
