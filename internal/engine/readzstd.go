@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -116,9 +115,6 @@ func (e *Engine) headFromCache(ctx context.Context, key Key, v uint64, found fun
 	rec, err := recordOf(key, h)
 	if err != nil {
 		return Record{}, false, err
-	}
-	if !rec.Created.IsZero() { // as the entry decodes it (entry.go): the writer's clock may carry its zone
-		rec.Created = time.Unix(rec.Created.Unix(), int64(rec.Created.Nanosecond())).UTC()
 	}
 	read, err := found(rec)
 	if err != nil {

@@ -392,18 +392,19 @@ func TestReadZstdIf(t *testing.T) {
 // A read of the head whose body the caller has (found says no) trusts the head this engine saved
 // only while the log has no entry after it: another engine on the same log (a second daemon) that
 // saved a version, took a lease or deleted the session is seen at once (read-your-writes across
-// daemons), and a purge is seen once the engine is told (Forget). The writer's clock carries a
-// zone: the record is the one the entry decodes to, as Head gives it.
+// daemons), and a purge is seen once the engine is told (Forget). The save's time carries a zone
+// and a monotonic reading: the cached record is still the one the entry decodes to (a save keeps
+// its time in UTC), as Head gives it.
 func TestReadZstdIf_HeadSavedByAnotherEngine(t *testing.T) {
 	log := &countingLog{Log: memlog.New(1 << 20)}
-	zone := func() time.Time { return time.Now().In(time.FixedZone("UTC+5", 5*3600)) }
-	mine, other := engine.New(log, engine.Config{NoPack: true, Clock: zone}), engine.New(log, engine.Config{NoPack: true})
+	mine, other := engine.New(log, engine.Config{NoPack: true}), engine.New(log, engine.Config{NoPack: true})
 	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
 	headOf := func(e *engine.Engine) (engine.Record, error) {
 		_, rec, err := e.ReadZstdIf(ctx, k, 0, func(engine.Record) (bool, error) { return false, nil })
 		return rec, err
 	}
-	_, err := save(mine, engine.SaveRequest{Key: k, SaveID: "1", Payload: conversation(4)})
+	zoned := time.Now().In(time.FixedZone("UTC+5", 5*3600)) // with a monotonic reading, as the daemon's
+	_, err := save(mine, engine.SaveRequest{Key: k, SaveID: "1", Payload: conversation(4), Now: zoned})
 	require.NoError(t, err)
 	want, err := other.Head(ctx, k)
 	require.NoError(t, err)
