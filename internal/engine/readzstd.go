@@ -31,6 +31,10 @@ func (e *Engine) ReadZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 // together: that entry alone when it holds the head (alone), else that entry and the ones before
 // it, never the last entry twice. For another version found is asked once the entries holding it
 // are read. found may be asked again (a read the log moved under starts again); nil reads always.
+// Before any of that, where the engine holds the session for saves, found is asked with the head
+// it holds if the log has no entry after it (cachedHead: a question whose answer is a few bytes),
+// so that a caller with the body cached reads no entry at all; a caller that wants the body is not
+// asked again about the same record.
 func (e *Engine) ReadZstdIf(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) ([]byte, Record, error) {
 	for attempt := 0; ; attempt++ {
 		out, rec, err := e.readZstd(ctx, key, v, found)
