@@ -32,9 +32,9 @@ func (e *Engine) ReadZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 // it, never the last entry twice. For another version found is asked once the entries holding it
 // are read. found may be asked again (a read the log moved under starts again); nil reads always.
 // Before any of that, where the engine holds the session for saves, found is asked with the head
-// it holds if the log has no entry after it (cachedHead: a question whose answer is a few bytes),
-// so that a caller with the body cached reads no entry at all; a caller that wants the body is not
-// asked again about the same record.
+// it holds, and if found needs no body the log is only asked whether it has an entry after that
+// head's (headFromCache: a few bytes), so that a caller with the body cached reads no entry at all;
+// a caller that wants the body is not asked again about the same record.
 func (e *Engine) ReadZstdIf(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) ([]byte, Record, error) {
 	for attempt := 0; ; attempt++ {
 		out, rec, err := e.readZstd(ctx, key, v, found)
@@ -107,55 +107,57 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 	return fastEncoder.EncodeAll(append(conv, ']'), make([]byte, 0, len(conv)/4)), rec, nil
 }
 
-// headFromCache asks found about the head's record as the engine's session cache holds it
-// (cachedHead), when v names the head: done true if found needs no body (the read is over), false
-// if found wants the body (rec: the record it was asked about, not asked again for the same head)
-// or there is no head to trust (no rec: the caller reads the last entry, as without a cache).
-func (e *Engine) headFromCache(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) (Record, bool, error) {
-	h, ok, err := e.cachedHead(ctx, key)
-	if err != nil || !ok || v != 0 && v != h.Version {
-		return Record{}, false, err
+// headFromCache asks found about the head as the engine's session cache holds it (cachedHead),
+// when v names the head, and checks that it still is the head (Log.Moved: a question whose answer
+// is a few bytes) only if found needs no body: done true then, the read is over. found is asked
+// first so that a read of a body the caller has not cached costs what it did without the cache
+// (the last entry, read next, holds the record and the body; rec, the record found said to read,
+// is not asked about again if that entry's is the same). rec zero and done false: nothing to
+// trust (not cached, the log moved on, found failed): the caller reads and asks as without a
+// cache. found may thus be asked about a head the log has moved past, and then again.
+func (e *Engine) headFromCache(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) (rec Record, done bool, err error) {
+	seq, h, ok := e.cachedHead(key)
+	if !ok || v != 0 && v != h.Version {
+		return Record{}, false, nil
 	}
-	rec, err := recordOf(key, h)
-	if err != nil {
-		return Record{}, false, err
+	if rec, err = recordOf(key, h); err != nil {
+		return Record{}, false, nil // read as without a cache, which reports what is wrong
 	}
 	read, err := found(rec)
-	if err != nil {
+	switch {
+	case err != nil:
+		return Record{}, false, nil // asked again about the head as the log gives it
+	case read:
+		return rec, false, nil
+	}
+	moved, err := e.log.Moved(ctx, key, seq)
+	if err != nil || moved {
 		return Record{}, false, err
 	}
-	return rec, !read, nil
+	return rec, true, nil
 }
 
-// cachedHead returns key's head as the engine's session cache holds it (the last entry this
-// engine wrote or loaded for a save), if the log has no entry after that one: Log.Moved, a request
-// whose answer is a few bytes, where Last returns the whole entry (a session saved once: all of
-// it). The check is what makes the cache safe to read across daemons: anything another daemon
-// appended (a save, a pack, a deletion's tombstone, a lease) is an entry after it; only a Purge
-// is not, and whoever purges a log forgets the engine's cache (Engine.Forget: the upgrade, the
-// only user of Log.Purge, does, before the daemon serves). ok false: nothing to trust (not
-// cached, a write under way, no version, or the log moved on).
-func (e *Engine) cachedHead(ctx context.Context, key Key) (headState, bool, error) {
+// cachedHead returns the sequence and the head of key's last entry as the engine's session cache
+// holds them (the last entry this engine wrote or loaded for a save), ok false if it holds none
+// (not cached, a write under way, no version). Trusted only once Log.Moved says the log has no
+// entry after it: that question is what makes the cache safe to read across daemons, as anything
+// another daemon appended (a save, a pack, a deletion's tombstone, a lease) is an entry after it;
+// only a Purge is not, and whoever purges a log forgets the engine's cache (Engine.Forget: the
+// upgrade, the only user of Log.Purge, does, before the daemon serves).
+func (e *Engine) cachedHead(key Key) (uint64, headState, bool) {
 	e.mu.Lock()
 	el, cached := e.sessions[key]
 	e.mu.Unlock()
 	if !cached {
-		return headState{}, false, nil
+		return 0, headState{}, false
 	}
 	s := el.Value.(*session)
 	if !s.mu.TryLock() { // a write under way: its outcome is not known yet, and a read waits for nothing
-		return headState{}, false, nil
+		return 0, headState{}, false
 	}
 	seq, h, loaded := s.lastSeq, s.last.Head, s.loaded
 	s.mu.Unlock()
-	if !loaded || seq == 0 || h.Version == 0 {
-		return headState{}, false, nil
-	}
-	moved, err := e.log.Moved(ctx, key, seq)
-	if err != nil || moved {
-		return headState{}, false, err
-	}
-	return h, true, nil
+	return seq, h, loaded && seq > 0 && h.Version > 0
 }
 
 // recordUnless is rec, or no record with an error.
