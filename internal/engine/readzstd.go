@@ -83,7 +83,7 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 	if err != nil {
 		return nil, Record{}, err
 	}
-	if found != nil {
+	if found != nil && (rec.Version != asked.Version || rec.Hash != asked.Hash) { // (v named the cached head, no longer the head)
 		if read, err := found(rec); err != nil || !read {
 			return nil, recordUnless(rec, err), err
 		}
