@@ -194,7 +194,9 @@ func (s *session) dropEncoder() {
 	s.enc = nil
 }
 
-// Forget drops every cached session, as a restart would.
+// Forget drops every cached session, as a restart would. Whoever purges a log (Log.Purge) calls
+// it: a read of the head trusts a cached session unless the log has an entry after it (Log.Moved),
+// which a purge does not write (readzstd.go, cachedHead).
 func (e *Engine) Forget() {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -114,6 +114,12 @@ func TestEngine_HistoryPageCursor(t *testing.T) {
 type countingLog struct {
 	engine.Log
 	reads int
+	moved int // Moved: no entry read
+}
+
+func (c *countingLog) Moved(cx ctxT, k engine.Key, seq uint64) (bool, error) {
+	c.moved++
+	return c.Log.Moved(cx, k, seq)
 }
 
 func (c *countingLog) Last(cx ctxT, k engine.Key) (engine.Entry, error) {

@@ -72,6 +72,14 @@ type Log interface {
 	// returned before it was called (also on a replicated store). The entries are held at once: a
 	// caller bounds len(keys) (up to len(keys) × MaxEntry bytes).
 	Lasts(ctx context.Context, keys []Key) ([]Entry, error)
+	// Moved reports whether key's log has an entry after sequence seq: what a caller that saw the
+	// log's last entry at seq asks instead of Last to learn whether it still is (a small answer
+	// when it is, however large that entry). Like Last, it sees every Append that returned before
+	// it was called (also on a replicated store). It cannot see a Purge: a purged log that nothing
+	// was appended to since answers false, so a caller that trusts what it saw at seq must forget
+	// it when it purges (Engine.Forget), and a log's last entry is otherwise never removed (Delete
+	// refuses it).
+	Moved(ctx context.Context, key Key, seq uint64) (bool, error)
 	// Append adds data as key's next entry if the log's last entry is still at sequence after
 	// (0: the log must be empty), and returns the new entry's sequence; otherwise ErrConflict and
 	// nothing is written. The first Append of a log also enters key in its namespace's list

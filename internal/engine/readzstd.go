@@ -31,6 +31,10 @@ func (e *Engine) ReadZstd(ctx context.Context, key Key, v uint64) ([]byte, Recor
 // together: that entry alone when it holds the head (alone), else that entry and the ones before
 // it, never the last entry twice. For another version found is asked once the entries holding it
 // are read. found may be asked again (a read the log moved under starts again); nil reads always.
+// Before any of that, where the engine holds the session for saves, found is asked with the head
+// it holds, and if found needs no body the log is only asked whether it has an entry after that
+// head's (headFromCache: a few bytes), so that a caller with the body cached reads no entry at all;
+// a caller that wants the body is not asked again about the same record.
 func (e *Engine) ReadZstdIf(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) ([]byte, Record, error) {
 	for attempt := 0; ; attempt++ {
 		out, rec, err := e.readZstd(ctx, key, v, found)
@@ -42,6 +46,14 @@ func (e *Engine) ReadZstdIf(ctx context.Context, key Key, v uint64, found func(R
 }
 
 func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) ([]byte, Record, error) {
+	var asked Record // the head's record found was asked about, from the cache, and said to read
+	if found != nil {
+		rec, done, err := e.headFromCache(ctx, key, v, found)
+		if err != nil || done {
+			return nil, rec, err
+		}
+		asked = rec
+	}
 	last, err := e.last(ctx, key)
 	if err != nil {
 		return nil, Record{}, err
@@ -55,8 +67,10 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 		if err != nil {
 			return nil, Record{}, err
 		}
-		if read, err := found(rec); err != nil || !read {
-			return nil, recordUnless(rec, err), err
+		if rec.Version != asked.Version || rec.Hash != asked.Hash { // not asked already
+			if read, err := found(rec); err != nil || !read {
+				return nil, recordUnless(rec, err), err
+			}
 		}
 		found = nil
 	}
@@ -69,7 +83,7 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 	if err != nil {
 		return nil, Record{}, err
 	}
-	if found != nil {
+	if found != nil && (rec.Version != asked.Version || rec.Hash != asked.Hash) { // (v named the cached head, no longer the head)
 		if read, err := found(rec); err != nil || !read {
 			return nil, recordUnless(rec, err), err
 		}
@@ -91,6 +105,59 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 		return nil, Record{}, err
 	}
 	return fastEncoder.EncodeAll(append(conv, ']'), make([]byte, 0, len(conv)/4)), rec, nil
+}
+
+// headFromCache asks found about the head as the engine's session cache holds it (cachedHead),
+// when v names the head, and checks that it still is the head (Log.Moved: a question whose answer
+// is a few bytes) only if found needs no body: done true then, the read is over. found is asked
+// first so that a read of a body the caller has not cached costs what it did without the cache
+// (the last entry, read next, holds the record and the body; rec, the record found said to read,
+// is not asked about again if that entry's is the same). rec zero and done false: nothing to
+// trust (not cached, the log moved on, found failed): the caller reads and asks as without a
+// cache. found may thus be asked about a head the log has moved past, and then again.
+func (e *Engine) headFromCache(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) (rec Record, done bool, err error) {
+	seq, h, ok := e.cachedHead(key)
+	if !ok || v != 0 && v != h.Version {
+		return Record{}, false, nil
+	}
+	if rec, err = recordOf(key, h); err != nil {
+		return Record{}, false, nil // read as without a cache, which reports what is wrong
+	}
+	read, err := found(rec)
+	switch {
+	case err != nil:
+		return Record{}, false, nil // asked again about the head as the log gives it
+	case read:
+		return rec, false, nil
+	}
+	moved, err := e.log.Moved(ctx, key, seq)
+	if err != nil || moved {
+		return Record{}, false, err
+	}
+	return rec, true, nil
+}
+
+// cachedHead returns the sequence and the head of key's last entry as the engine's session cache
+// holds them (the last entry this engine wrote or loaded for a save), ok false if it holds none
+// (not cached, a write under way, no version). Trusted only once Log.Moved says the log has no
+// entry after it: that question is what makes the cache safe to read across daemons, as anything
+// another daemon appended (a save, a pack, a deletion's tombstone, a lease) is an entry after it;
+// only a Purge is not, and whoever purges a log forgets the engine's cache (Engine.Forget: the
+// upgrade, the only user of Log.Purge, does, before the daemon serves).
+func (e *Engine) cachedHead(key Key) (uint64, headState, bool) {
+	e.mu.Lock()
+	el, cached := e.sessions[key]
+	e.mu.Unlock()
+	if !cached {
+		return 0, headState{}, false
+	}
+	s := el.Value.(*session)
+	if !s.mu.TryLock() { // a write under way: its outcome is not known yet, and a read waits for nothing
+		return 0, headState{}, false
+	}
+	seq, h, loaded := s.lastSeq, s.last.Head, s.loaded
+	s.mu.Unlock()
+	return seq, h, loaded && seq > 0 && h.Version > 0
 }
 
 // recordUnless is rec, or no record with an error.

@@ -356,12 +356,13 @@ func TestReadZstdIf(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(conversation(6)), string(plain))
 
-	log.reads = 0
+	log.reads, log.moved = 0, 0
 	z, rec, err = read(0, false, nil)
 	require.NoError(t, err)
 	require.Nil(t, z, "the caller has the body")
 	require.Equal(t, head, rec)
-	require.Equal(t, 1, log.reads)
+	require.Equal(t, 0, log.reads, "the head as the engine saved it, checked with Moved")
+	require.Equal(t, 1, log.moved)
 
 	busy := errors.New("busy")
 	z, rec, err = read(0, true, busy)
@@ -386,4 +387,63 @@ func TestReadZstdIf(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, string(payload), string(plain), "version %d", v)
 	}
+}
+
+// A read of the head whose body the caller has (found says no) trusts the head this engine saved
+// only while the log has no entry after it: another engine on the same log (a second daemon) that
+// saved a version, took a lease or deleted the session is seen at once (read-your-writes across
+// daemons), and a purge is seen once the engine is told (Forget). The save's time carries a zone
+// and a monotonic reading: the cached record is still the one the entry decodes to (a save keeps
+// its time in UTC), as Head gives it.
+func TestReadZstdIf_HeadSavedByAnotherEngine(t *testing.T) {
+	log := &countingLog{Log: memlog.New(1 << 20)}
+	mine, other := engine.New(log, engine.Config{NoPack: true}), engine.New(log, engine.Config{NoPack: true})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	headOf := func(e *engine.Engine) (engine.Record, error) {
+		_, rec, err := e.ReadZstdIf(ctx, k, 0, func(engine.Record) (bool, error) { return false, nil })
+		return rec, err
+	}
+	zoned := time.Now().In(time.FixedZone("UTC+5", 5*3600)) // with a monotonic reading, as the daemon's
+	_, err := save(mine, engine.SaveRequest{Key: k, SaveID: "1", Payload: conversation(4), Now: zoned})
+	require.NoError(t, err)
+	want, err := other.Head(ctx, k)
+	require.NoError(t, err)
+	log.reads = 0
+	got, err := headOf(mine)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Zero(t, log.reads, "the head this engine saved: no entry read")
+
+	_, err = save(other, engine.SaveRequest{Key: k, SaveID: "2", Payload: conversation(6)})
+	require.NoError(t, err)
+	want, err = other.Head(ctx, k)
+	require.NoError(t, err)
+	got, err = headOf(mine)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), got.Version, "the version another engine saved")
+	require.Equal(t, want, got)
+
+	_, err = save(mine, engine.SaveRequest{Key: k, SaveID: "3", Payload: conversation(8)}) // this engine's cache moves on
+	require.NoError(t, err)
+	l, _, err := other.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "o", TTL: time.Minute, Now: now})
+	require.NoError(t, err)
+	got, err = headOf(mine)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), got.Version, "a lease: an entry after, the same head")
+	_, err = other.Release(ctx, engine.LeaseRequest{Key: k, Epoch: l.Lease.Epoch, Now: now})
+	require.NoError(t, err)
+
+	_, err = save(mine, engine.SaveRequest{Key: k, SaveID: "4", Payload: conversation(10)})
+	require.NoError(t, err)
+	_, err = other.Delete(ctx, k, nil)
+	require.NoError(t, err)
+	_, err = headOf(mine)
+	require.ErrorIs(t, err, engine.ErrNotFound, "a session another engine deleted")
+
+	_, err = save(mine, engine.SaveRequest{Key: k, SaveID: "5", Payload: conversation(2)})
+	require.NoError(t, err)
+	require.NoError(t, log.Purge(ctx, k))
+	mine.Forget() // whoever purges forgets (the upgrade)
+	_, err = headOf(mine)
+	require.ErrorIs(t, err, engine.ErrNotFound, "a purged session")
 }

@@ -107,3 +107,65 @@ func replicaHead(t *testing.T, nc *nats.Conn, stream string, k engine.Key) uint6
 	require.NoError(t, err, "direct get reply %v", reply.Header)
 	return seq
 }
+
+// A restore of the head whose body the daemon has cached (ReadZstdIf, found says no) returns the
+// version another daemon saved after it, on a single server and on a cluster whose replicas that
+// answer direct gets have not applied it (their apply held back): the engine trusts the head it
+// saved only while Log.Moved finds no entry after it, and Moved asks the replica Last asks (the
+// stream's leader on a cluster), never one that may lag. The reads are made several times: the
+// server sends each direct get to any replica, 2 in 3 to a held-back one.
+func TestEngine_HeadReadAfterAnotherDaemonSaved(t *testing.T) {
+	t.Run("single server", func(t *testing.T) {
+		s, err := logstore.StartEmbedded(t.TempDir())
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		reader, _ := openEngine(t, logstore.Connect(t, s.ClientURL()), logstore.LogConfig{}, engine.Config{})
+		writer, _ := openEngine(t, logstore.Connect(t, s.ClientURL()), logstore.LogConfig{}, engine.Config{})
+		checkHeadAfterAnotherSaved(t, reader, writer, func() {})
+	})
+	t.Run("cluster, replicas behind", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts a 3-node cluster")
+		}
+		c := testenv.StartCluster(t, 3)
+		lcfg := logstore.LogConfig{Replicas: 3}
+		stream := logstore.StreamOf(lcfg)
+		logstore.OpenFresh(t, logstore.Connect(t, c.URLs()), lcfg)
+		leader := c.StreamLeader(stream, 10*time.Second)
+		var followers []string
+		for _, n := range c.Nodes {
+			if n.Name != leader {
+				followers = append(followers, n.Name)
+			}
+		}
+		writer, _ := openEngine(t, logstore.Connect(t, "nats://"+c.Node(leader).Listen), lcfg, engine.Config{})
+		reader, _ := openEngine(t, logstore.Connect(t, "nats://"+c.Node(followers[0]).Listen), lcfg, engine.Config{})
+		checkHeadAfterAnotherSaved(t, reader, writer, func() {
+			for _, f := range followers {
+				c.WaitForDirectGets(f, stream)
+				c.PauseApply(f, stream) // once it has the reader's version
+			}
+		})
+	})
+}
+
+// checkHeadAfterAnotherSaved: reader saves version 1 and reads its head from its cache; hold runs;
+// writer saves version 2; reader's head reads are version 2.
+func checkHeadAfterAnotherSaved(t *testing.T, reader, writer *engine.Engine, hold func()) {
+	k := keyOfN("s")
+	head := func() engine.Record {
+		t.Helper()
+		_, rec, err := reader.ReadZstdIf(ctx, k, 0, func(engine.Record) (bool, error) { return false, nil })
+		require.NoError(t, err)
+		return rec
+	}
+	enginetest.SaveTurns(t, reader, k, 0, 2, 0)
+	require.Equal(t, uint64(1), head().Version)
+	hold()
+	enginetest.SaveTurns(t, writer, k, 2, 4, 0)
+	want, err := writer.Head(ctx, k)
+	require.NoError(t, err)
+	for range 10 {
+		require.Equal(t, want, head(), "the head after another daemon saved version 2")
+	}
+}

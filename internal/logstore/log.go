@@ -169,6 +169,27 @@ func (l *Log) Last(ctx context.Context, key engine.Key) (engine.Entry, error) {
 	return engine.Entry{Seq: m.seq, Data: m.data}, nil
 }
 
+// Moved asks for key's first entry after seq (a get with next_by_subj), from the replica that
+// Last asks (Log.upToDate: the leader on a replicated stream, so that a replica that lags never
+// answers "none" for an entry it has not applied yet): a 404 when there is none, a few bytes
+// however large the entry at seq.
+func (l *Log) Moved(ctx context.Context, key engine.Key, seq uint64) (bool, error) {
+	subject, err := logSubject(key)
+	if err != nil {
+		return false, err
+	}
+	m, err := l.get(ctx, getRequest{Seq: seq + 1, NextFor: subject}, l.upToDate)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("logstore: entries of %s after %d: %w", subject, seq, err)
+	case m.subject != subject: // the server filters by subject; never trust another's message
+		return false, fmt.Errorf("logstore: entries of %s after %d: the get returned %s's message %d", subject, seq, m.subject, m.seq)
+	}
+	return true, nil
+}
+
 func (l *Log) Get(ctx context.Context, key engine.Key, seq uint64) (engine.Entry, error) {
 	subject, err := logSubject(key)
 	if err != nil {

@@ -167,6 +167,11 @@ func (l *Log) Lasts(ctx context.Context, keys []engine.Key) ([]engine.Entry, err
 	return es, nil
 }
 
+// Moved reads no data: nothing to open.
+func (l *Log) Moved(ctx context.Context, key engine.Key, seq uint64) (bool, error) {
+	return l.inner.Moved(ctx, key, seq)
+}
+
 func (l *Log) Get(ctx context.Context, key engine.Key, seq uint64) (engine.Entry, error) {
 	e, err := l.inner.Get(ctx, key, seq)
 	if err != nil {

@@ -235,6 +235,7 @@ func (u *upgrader) purgeOthers(ctx context.Context, want map[engine.Key]bool) er
 		if err := u.log.Purge(ctx, k); err != nil {
 			return fmt.Errorf("upgrade: purging %q, which format 2 does not have: %w", k, err)
 		}
+		u.eng.Forget() // it may have cached the purged log (reads of the head trust it: Log.Moved)
 		u.rep.Purged++
 		return u.wrote(ctx, "purged "+k.String())
 	})

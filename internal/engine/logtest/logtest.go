@@ -54,6 +54,7 @@ func Run(t *testing.T, newLog func(t *testing.T) engine.Log, options ...Options)
 		{"Append/RefusedCreationTriedAgainListedOnce", testRefusedCreationRetried},
 		{"Last/ReadYourWrites", plain(testLastReadYourWrites)},
 		{"Lasts/HeadsInTheOrderOfKeys", plain(testLastsOrder)},
+		{"Moved/OnlyItsOwnLogAfterTheSequence", plain(testMoved)},
 		{"Lasts/MoreKeysAndBytesThanARequest", plain(testLastsMany)},
 		{"ReadYourWrites/AcrossTwoLogsOnOneStore", testReadYourWritesAcrossLogs},
 		{"Get/OnlyItsOwnLog", plain(testGet)},
@@ -924,6 +925,31 @@ func testRefusedCreationRetried(t *testing.T, l engine.Log, opts Options) {
 
 // Every read through one Log sees every write acknowledged through another on the same store
 // (two daemons; on a cluster, on two nodes), in both directions, at once.
+// Moved says whether a log has an entry after a sequence: entries of other logs do not count.
+func testMoved(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	a, b := key("n", "a"), key("n", "b")
+	moved := func(k engine.Key, seq uint64) bool {
+		t.Helper()
+		m, err := l.Moved(ctx, k, seq)
+		require.NoError(t, err)
+		return m
+	}
+	require.False(t, moved(a, 0), "an empty log")
+	first := appendN(t, l, a, "a", 1)[0].Seq
+	other := appendN(t, l, b, "b", 1)[0].Seq
+	require.True(t, moved(a, 0))
+	require.True(t, moved(a, first-1))
+	require.False(t, moved(a, first), "only another log's entry after it")
+	require.False(t, moved(a, other))
+	next, err := l.Append(ctx, a, []byte("a-1"), first)
+	require.NoError(t, err)
+	require.True(t, moved(a, first))
+	require.True(t, moved(a, other))
+	require.False(t, moved(a, next))
+	require.False(t, moved(b, other))
+}
+
 func testReadYourWritesAcrossLogs(t *testing.T, l engine.Log, opts Options) {
 	ctx := ctxOf(t)
 	other := opts.Other(t, l)
@@ -944,6 +970,12 @@ func testReadYourWritesAcrossLogs(t *testing.T, l engine.Log, opts Options) {
 		e, err := r.Get(ctx, k, seq)
 		require.NoError(t, err)
 		requireEntries(t, want[i:], []engine.Entry{e})
+		moved, err := r.Moved(ctx, k, seq)
+		require.NoError(t, err)
+		require.False(t, moved, "Moved after the last entry, through the other log, after append %d", i)
+		moved, err = r.Moved(ctx, k, seq-1)
+		require.NoError(t, err)
+		require.True(t, moved, "Moved before the entry appended through the other log, append %d", i)
 		lasts, err := r.Lasts(ctx, []engine.Key{k})
 		require.NoError(t, err, "Lasts through the other log after append %d", i)
 		requireEntries(t, want[i:], lasts)

@@ -63,6 +63,13 @@ func (l *Log) Lasts(ctx context.Context, keys []engine.Key) ([]engine.Entry, err
 	return out, nil
 }
 
+func (l *Log) Moved(ctx context.Context, key engine.Key, seq uint64) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	es := l.logs[key]
+	return len(es) > 0 && es[len(es)-1].Seq > seq, nil
+}
+
 func (l *Log) Append(ctx context.Context, key engine.Key, data []byte, after uint64) (uint64, error) {
 	if len(data) > l.maxEntry {
 		return 0, fmt.Errorf("log %s: %d bytes: %w (max %d)", key, len(data), engine.ErrTooLarge, l.maxEntry)

@@ -68,7 +68,9 @@ func zstdConvKey(v wire.Version) string {
 // log's last entry is read once, for the record and the body both, and for a session whose head
 // that entry holds alone (saved once) nothing else is. Once the record is known and before
 // anything more is read, the conversation is looked up in the cache by its hash, as fullZstd does
-// (a repeated read costs the last entry only), and its load admitted; what is read is cached after.
+// (a repeated read costs the last entry only, or, for a head this daemon's engine holds for saves,
+// a question whether the log moved past it: docs/format.md §8.6), and its load admitted; what is
+// read is cached after.
 func (s *Service) headZstd(ctx context.Context, ns string, r wire.SessionRequest) (readBody, wire.Version, error) {
 	key, err := sessionKey(ns, r)
 	if err != nil {
