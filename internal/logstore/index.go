@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -37,89 +36,16 @@ func (l *Log) create(ctx context.Context, key engine.Key, subject string, data [
 			return 0, fmt.Errorf("logstore: creating %s: %w", subject, err)
 		}
 	}
-	idxSeq, owned, err := l.list(ctx, key, idx)
+	idxSeq, err := l.publish(ctx, idx, []byte(indexToken(key)), anyLastSeq, nil)
 	if err != nil {
 		return 0, fmt.Errorf("logstore: listing %s: %w", subject, err)
 	}
 	hdr := nats.Header{indexHeader: []string{strconv.FormatUint(idxSeq, 10)}}
-	var seq uint64
-	if l.failFirstEntry != nil {
-		err = l.failFirstEntry()
-	}
-	if err == nil {
-		seq, err = l.publish(ctx, subject, data, lastSeqIs(0), hdr)
-	}
-	if err == nil || l.legacyIndex || !owned { // legacy servers never delete index entries (Log.legacyIndex)
+	seq, err := l.publish(ctx, subject, data, lastSeqIs(0), hdr)
+	if err == nil || l.legacyIndex { // legacy servers never delete index entries (Log.legacyIndex)
 		return seq, err
 	}
 	return l.unlist(ctx, subject, idx, idxSeq, err)
-}
-
-// list writes key's index entry on idx for a creation, and returns its sequence and whether this
-// creation wrote it (owned). A creation tried again after one whose first entry went unanswered
-// (which keeps its index entry: its entry may still land) must not list the key a second time,
-// or a walk of the listing names it on two pages. So the index entry is published with a message
-// id of the key's: within the stream's duplicate window (2 minutes), JetStream answers a repeat
-// with the sequence of the entry already there, on any daemon, and the creations share it. A
-// shared entry is not the creation's to delete (unlist): the creation that wrote it, or one
-// whose first entry lands naming it, decides. A repeat that finds its entry deleted since (a
-// Purge, or an unlist of a refused creation) lists the key anew, under an id of its own.
-func (l *Log) list(ctx context.Context, key engine.Key, idx string) (uint64, bool, error) {
-	token := []byte(indexToken(key))
-	id := idx + "/" + string(token)
-	seq, repeat, err := l.publishIndexEntry(ctx, idx, token, id)
-	if err != nil || !repeat {
-		return seq, !repeat, err
-	}
-	m, err := l.get(ctx, getRequest{Seq: seq}, leaderOnly)
-	switch {
-	case err == nil && m.subject == idx && bytes.Equal(m.data, token):
-		return seq, false, nil
-	case err != nil && !errors.Is(err, engine.ErrNotFound):
-		return 0, false, err
-	}
-	seq, _, err = l.publishIndexEntry(ctx, idx, token, id+"/"+nuid.Next())
-	return seq, true, err
-}
-
-// publishIndexEntry publishes token on idx with message id id, and says whether JetStream took it
-// for a repeat of a message it holds under that id (whose sequence it then returns). A clustered
-// stream still storing another publish of the id says so (10158): asked again shortly, it
-// answers the repeat.
-func (l *Log) publishIndexEntry(ctx context.Context, idx string, token []byte, id string) (uint64, bool, error) {
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
-	for attempt := 1; ; attempt++ {
-		seq, repeat, err := l.publishIndexEntryOnce(ctx, idx, token, id)
-		var ae *apiError
-		if !errors.As(err, &ae) || ae.ErrCode != errCodeDuplicateInProcess {
-			return seq, repeat, err
-		}
-		select {
-		case <-ctx.Done():
-			return 0, false, fmt.Errorf("%w: %w", err, ctx.Err())
-		case <-time.After(time.Duration(min(attempt, 10)) * time.Millisecond):
-		}
-	}
-}
-
-func (l *Log) publishIndexEntryOnce(ctx context.Context, idx string, token []byte, id string) (uint64, bool, error) {
-	m := &nats.Msg{Subject: idx, Data: token, Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
-	resp, err := l.nc.RequestMsgWithContext(ctx, m)
-	if err = unavailable(err); err != nil {
-		return 0, false, fmt.Errorf("logstore: publishing to %s: %w", idx, err)
-	}
-	var ack struct {
-		Seq       uint64 `json:"seq"`
-		Duplicate bool   `json:"duplicate"`
-	}
-	if err := apiReply(resp, &ack); err != nil {
-		return 0, false, fmt.Errorf("logstore: publishing to %s: %w", idx, err)
-	}
-	if ack.Seq == 0 {
-		return 0, false, fmt.Errorf("logstore: publishing to %s: ack without a sequence %.200q", idx, resp.Data)
-	}
-	return ack.Seq, ack.Duplicate, nil
 }
 
 // unlist deletes the index entry idxSeq of a creation whose first entry failed with err, so that
@@ -128,9 +54,8 @@ func (l *Log) publishIndexEntryOnce(ctx context.Context, idx string, token []byt
 // stored. Otherwise (a timeout) the entry may have been stored, or may still be: the leader is
 // asked for the log's first entry. If it names idxSeq, the creation succeeded after all and its
 // sequence is returned; if it names another, another creation won; if the log is empty, the index
-// entry stays (an entry still under way would otherwise land unlisted): a creation tried again
-// within the duplicate window shares it (list); one tried later lists the key a second time,
-// which engine.Log allows (Sessions skips the second in one page).
+// entry stays (an entry still under way would otherwise land unlisted): a retried creation is
+// then listed twice, which engine.Log allows (Sessions skips the second in one page).
 func (l *Log) unlist(ctx context.Context, subject, idx string, idxSeq uint64, err error) (uint64, error) {
 	if !refused(err) {
 		first, ferr := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, leaderOnly)

@@ -50,9 +50,6 @@ type Log struct {
 	// (creationGrace; tests lower it).
 	indexGrace time.Duration
 	maxEntry   int
-	// failFirstEntry, set by tests, fails a creation between its two writes (index entry, first
-	// entry) with the error it returns, as a first entry whose publish went unanswered.
-	failFirstEntry func() error
 }
 
 // LogConfig configures a Log. The zero value of each field picks its default.
