@@ -47,3 +47,41 @@ func TestRestore_HeadTooLargeToCacheAfterAnotherDaemonSaved(t *testing.T) {
 	require.Equal(t, uint64(2), v.Version, "the version the other daemon saved")
 	require.JSONEq(t, string(large), string(got), "its body, not the cached head's")
 }
+
+// A session another daemon deleted and saved again with the same conversation has a head of the
+// same number and hash as the one this daemon's engine cached, but another save: a head restore
+// returns the new head's record (its save id), not the cached one's, whether the body is in the
+// read cache (a hit on the cached head, then the log moved) or not (a miss: the daemon is asked
+// to read, then the log's last entry names a head of the same number and hash).
+func TestRestore_HeadAfterAnotherDaemonDeletedAndSavedTheSameConversation(t *testing.T) {
+	for name, cacheBytes := range map[string]int64{"body cached": 64 << 20, "no read cache": 1} {
+		t.Run(name, func(t *testing.T) {
+			env := testenv.Start(t, func(c *transfer.Config) { c.Engine.NoPack, c.CacheBytes = true, cacheBytes })
+			ctx := ctxT(t)
+			key := checkpoint.Key{Session: "deleted-then-same"}
+			conv := []byte(`[{"role":"user","content":"same"}]`)
+			saved, err := env.Client.Save(ctx, key, conv)
+			require.NoError(t, err)
+			for range 2 { // the second is served from the read cache, if there is one
+				_, v, err := env.Client.Restore(ctx, key, 0)
+				require.NoError(t, err)
+				require.Equal(t, saved, v)
+			}
+
+			other, _ := lossyEngine(t, env, engine.Config{NoPack: true}) // another daemon on the same store
+			k := engine.Key{Namespace: "default", Session: key.Session, Agent: "main"}
+			_, err = other.Delete(ctx, k, nil)
+			require.NoError(t, err)
+			_, err = other.Save(ctx, engine.SaveRequest{Key: k, SaveID: "saved-again", Writer: "t", Now: time.Now(),
+				Payload: conv, Limits: codec.Limits{MaxBytes: 1 << 20}})
+			require.NoError(t, err)
+
+			got, v, err := env.Client.Restore(ctx, key, 0)
+			require.NoError(t, err)
+			require.JSONEq(t, string(conv), string(got))
+			require.Equal(t, uint64(1), v.Version)
+			require.Equal(t, saved.Hash, v.Hash)
+			require.Equal(t, "saved-again", v.SaveID, "the record of the head the other daemon saved, not the cached one")
+		})
+	}
+}
