@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -67,7 +68,7 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 		if err != nil {
 			return nil, Record{}, err
 		}
-		if rec.Version != asked.Version || rec.Hash != asked.Hash { // not asked already
+		if !sameRecord(rec, asked) { // not asked already
 			if read, err := found(rec); err != nil || !read {
 				return nil, recordUnless(rec, err), err
 			}
@@ -83,7 +84,7 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 	if err != nil {
 		return nil, Record{}, err
 	}
-	if found != nil && (rec.Version != asked.Version || rec.Hash != asked.Hash) { // (v named the cached head, no longer the head)
+	if found != nil && !sameRecord(rec, asked) { // (v named the cached head, no longer the head)
 		if read, err := found(rec); err != nil || !read {
 			return nil, recordUnless(rec, err), err
 		}
@@ -158,6 +159,17 @@ func (e *Engine) cachedHead(key Key) (uint64, headState, bool) {
 	seq, h, loaded := s.lastSeq, s.last.Head, s.loaded
 	s.mu.Unlock()
 	return seq, h, loaded && seq > 0 && h.Version > 0
+}
+
+// sameRecord reports whether a and b are the same record, every field: a head of the same number
+// and hash may be another save's (a session deleted and saved again with the same conversation),
+// and the caller must be asked about the record it returns, not one like it.
+func sameRecord(a, b Record) bool {
+	if !a.Created.Equal(b.Created) {
+		return false
+	}
+	a.Created = b.Created // the same instant; a zone or a monotonic reading is no difference
+	return reflect.DeepEqual(a, b)
 }
 
 // recordUnless is rec, or no record with an error.
