@@ -85,3 +85,26 @@ func TestRestore_HeadAfterAnotherDaemonDeletedAndSavedTheSameConversation(t *tes
 		})
 	}
 }
+
+// A key dropped while the daemon runs (SIGHUP) stops what it sealed from opening at once, also for
+// a head restore whose body the daemon has in its read cache and whose session its engine holds for
+// saves: the head is then read (and refused), not trusted from the engine's cache.
+func TestRestore_HeadCachedAfterItsKeyWasDropped(t *testing.T) {
+	k1, k2 := newNamespaceKey(t), newNamespaceKey(t)
+	env := testenv.Start(t, func(c *transfer.Config) {
+		c.NamespaceKeys = namespaceKeys(t, map[string]any{"*": k1})
+	})
+	ctx := ctxT(t)
+	key := checkpoint.Key{Namespace: "team", Session: "dropped"}
+	_, err := env.Client.Save(ctx, key, markedConversation(2, "one"))
+	require.NoError(t, err)
+	for range 2 { // the second is served from the read cache
+		_, _, err := env.Client.Restore(ctx, key, 0)
+		require.NoError(t, err)
+	}
+	dropped, err := env.Daemon.SetNamespaceKeys(namespaceKeys(t, map[string]any{"*": k2}))
+	require.NoError(t, err)
+	require.Len(t, dropped, 1)
+	_, _, err = env.Client.Restore(ctx, key, 0)
+	require.ErrorIs(t, err, checkpoint.ErrCorrupt, "what the dropped key sealed no longer opens")
+}
