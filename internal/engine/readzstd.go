@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -67,7 +68,7 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 		if err != nil {
 			return nil, Record{}, err
 		}
-		if rec.Version != asked.Version || rec.Hash != asked.Hash { // not asked already
+		if !sameRecord(rec, asked) { // not asked already
 			if read, err := found(rec); err != nil || !read {
 				return nil, recordUnless(rec, err), err
 			}
@@ -83,7 +84,7 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 	if err != nil {
 		return nil, Record{}, err
 	}
-	if found != nil && (rec.Version != asked.Version || rec.Hash != asked.Hash) { // (v named the cached head, no longer the head)
+	if found != nil && !sameRecord(rec, asked) { // (v named the cached head, no longer the head)
 		if read, err := found(rec); err != nil || !read {
 			return nil, recordUnless(rec, err), err
 		}
@@ -116,7 +117,7 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 // trust (not cached, the log moved on, found failed): the caller reads and asks as without a
 // cache. found may thus be asked about a head the log has moved past, and then again.
 func (e *Engine) headFromCache(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) (rec Record, done bool, err error) {
-	seq, h, ok := e.cachedHead(key)
+	s, seq, h, ok := e.cachedHead(key)
 	if !ok || v != 0 && v != h.Version {
 		return Record{}, false, nil
 	}
@@ -132,32 +133,62 @@ func (e *Engine) headFromCache(ctx context.Context, key Key, v uint64, found fun
 	}
 	moved, err := e.log.Moved(ctx, key, seq)
 	if err != nil || moved {
+		if moved {
+			e.forgetStale(s, seq)
+		}
 		return Record{}, false, err
 	}
 	return rec, true, nil
 }
 
-// cachedHead returns the sequence and the head of key's last entry as the engine's session cache
+// forgetStale drops session s if it still holds the entry at seq, which the log has moved past
+// (another daemon wrote): later reads of the head are not sent to ask about it again (a Moved
+// answered true costs the server a look for the log's next entry, however far on it lies, and
+// carries that entry), and the next save loads the log's last entry, as a lost compare-and-swap
+// would make it. A write under way settles the session itself.
+func (e *Engine) forgetStale(s *session, seq uint64) {
+	if !s.mu.TryLock() {
+		return
+	}
+	stale := s.loaded && s.lastSeq == seq
+	s.mu.Unlock()
+	if stale {
+		e.forget(s)
+	}
+}
+
+// cachedHead returns the session, the sequence and the head of key's last entry as the engine's session cache
 // holds them (the last entry this engine wrote or loaded for a save), ok false if it holds none
 // (not cached, a write under way, no version). Trusted only once Log.Moved says the log has no
 // entry after it: that question is what makes the cache safe to read across daemons, as anything
 // another daemon appended (a save, a pack, a deletion's tombstone, a lease) is an entry after it;
 // only a Purge is not, and whoever purges a log forgets the engine's cache (Engine.Forget: the
 // upgrade, the only user of Log.Purge, does, before the daemon serves).
-func (e *Engine) cachedHead(key Key) (uint64, headState, bool) {
+func (e *Engine) cachedHead(key Key) (*session, uint64, headState, bool) {
 	e.mu.Lock()
 	el, cached := e.sessions[key]
 	e.mu.Unlock()
 	if !cached {
-		return 0, headState{}, false
+		return nil, 0, headState{}, false
 	}
 	s := el.Value.(*session)
 	if !s.mu.TryLock() { // a write under way: its outcome is not known yet, and a read waits for nothing
-		return 0, headState{}, false
+		return nil, 0, headState{}, false
 	}
 	seq, h, loaded := s.lastSeq, s.last.Head, s.loaded
 	s.mu.Unlock()
-	return seq, h, loaded && seq > 0 && h.Version > 0
+	return s, seq, h, loaded && seq > 0 && h.Version > 0
+}
+
+// sameRecord reports whether a and b are the same record, every field: a head of the same number
+// and hash may be another save's (a session deleted and saved again with the same conversation),
+// and the caller must be asked about the record it returns, not one like it.
+func sameRecord(a, b Record) bool {
+	if !a.Created.Equal(b.Created) {
+		return false
+	}
+	a.Created = b.Created // the same instant; a zone or a monotonic reading is no difference
+	return reflect.DeepEqual(a, b)
 }
 
 // recordUnless is rec, or no record with an error.

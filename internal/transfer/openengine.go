@@ -38,5 +38,11 @@ func OpenEngine(ctx context.Context, nc *nats.Conn, cfg Config) (*engine.Engine,
 // were in force and are no longer: what they sealed no longer opens. Encryption cannot be turned
 // on or off while running (an error; the running keys stay).
 func (d *Daemon) SetNamespaceKeys(nk *sealing.Keys) (dropped []string, err error) {
-	return d.sealed.SetKeys(nk)
+	if dropped, err = d.sealed.SetKeys(nk); len(dropped) > 0 {
+		// A head restore trusts the head the engine holds for saves without opening the last
+		// entry (engine.ReadZstdIf, docs/format.md §8.6): forgotten, every head is read, and
+		// refused where a dropped key sealed it.
+		d.Engine.Forget()
+	}
+	return dropped, err
 }

@@ -82,7 +82,10 @@ func (s *Service) headZstd(ctx context.Context, ns string, r wire.SessionRequest
 	err = s.afterQueued(ctx, wire.IngestSubject(key), func() error {
 		cached := false
 		data, rec, err := s.engine.ReadZstdIf(ctx, edge.KeyOf(key), 0, func(rec engine.Record) (bool, error) {
-			v = edge.VersionOf(rec)
+			// Asked again about another record (the engine's cached head, then the log's), what an
+			// earlier answer found in the cache is not this one's: a record too large to cache
+			// must not take the body of the one asked about before.
+			v, b, cached = edge.VersionOf(rec), readBody{}, false
 			housekeeping.LargeRead(v.RawBytes) // as readBody does before a load (housekeeping/eagergc.go)
 			if v.RawBytes <= s.cache.max {
 				if b, cached = s.cache.Get(zstdConvKey(v)); cached {
