@@ -27,17 +27,7 @@ func TestCluster_ListingAfterPurgeOnAReplicaBehind(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	c := testenv.StartCluster(t, 3)
-	lcfg := logstore.LogConfig{Replicas: 3}
-	stream := logstore.StreamOf(lcfg)
-	logstore.OpenFresh(t, logstore.Connect(t, c.URLs()), lcfg)
-	leader := c.StreamLeader(stream, 10*time.Second)
-	var followers []string
-	for _, n := range c.Nodes {
-		if n.Name != leader {
-			followers = append(followers, n.Name)
-		}
-	}
+	c, lcfg, stream, leader, followers := freshCluster(t)
 	writer, wlog := openEngine(t, logstore.Connect(t, "nats://"+c.Node(leader).Listen), lcfg, engine.Config{})
 	readerConn := logstore.Connect(t, "nats://"+c.Node(followers[0]).Listen)
 	reader, rlog := openEngine(t, readerConn, lcfg, engine.Config{})
@@ -127,17 +117,7 @@ func TestEngine_HeadReadAfterAnotherDaemonSaved(t *testing.T) {
 		if testing.Short() {
 			t.Skip("starts a 3-node cluster")
 		}
-		c := testenv.StartCluster(t, 3)
-		lcfg := logstore.LogConfig{Replicas: 3}
-		stream := logstore.StreamOf(lcfg)
-		logstore.OpenFresh(t, logstore.Connect(t, c.URLs()), lcfg)
-		leader := c.StreamLeader(stream, 10*time.Second)
-		var followers []string
-		for _, n := range c.Nodes {
-			if n.Name != leader {
-				followers = append(followers, n.Name)
-			}
-		}
+		c, lcfg, stream, leader, followers := freshCluster(t)
 		writer, _ := openEngine(t, logstore.Connect(t, "nats://"+c.Node(leader).Listen), lcfg, engine.Config{})
 		reader, _ := openEngine(t, logstore.Connect(t, "nats://"+c.Node(followers[0]).Listen), lcfg, engine.Config{})
 		checkHeadAfterAnotherSaved(t, reader, writer, func() {
@@ -168,4 +148,21 @@ func checkHeadAfterAnotherSaved(t *testing.T, reader, writer *engine.Engine, hol
 	for range 10 {
 		require.Equal(t, want, head(), "the head after another daemon saved version 2")
 	}
+}
+
+// freshCluster starts a 3-node cluster with a fresh replicated log and returns it with the log's
+// config, its stream, the stream's leader and the two followers.
+func freshCluster(t *testing.T) (*testenv.Cluster, logstore.LogConfig, string, string, []string) {
+	c := testenv.StartCluster(t, 3)
+	lcfg := logstore.LogConfig{Replicas: 3}
+	stream := logstore.StreamOf(lcfg)
+	logstore.OpenFresh(t, logstore.Connect(t, c.URLs()), lcfg)
+	leader := c.StreamLeader(stream, 10*time.Second)
+	var followers []string
+	for _, n := range c.Nodes {
+		if n.Name != leader {
+			followers = append(followers, n.Name)
+		}
+	}
+	return c, lcfg, stream, leader, followers
 }
