@@ -115,18 +115,14 @@ func (l *lazyStream) open(ctx context.Context, create bool) (jetstream.Stream, e
 		return l.s, nil
 	}
 	s, err := l.js.Stream(ctx, l.cfg.Name)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound) && !create:
+	if errors.Is(err, jetstream.ErrStreamNotFound) && !create {
 		return nil, nil
-	case errors.Is(err, jetstream.ErrStreamNotFound), err == nil:
-		if s, err = ensureStream(ctx, l.js, l.cfg); err != nil {
-			return nil, err
-		}
-		l.s = s
-		return s, nil
-	default:
+	}
+	if s, err = settleStream(ctx, l.js, l.cfg, s, err); err != nil {
 		return nil, err
 	}
+	l.s = s
+	return s, nil
 }
 
 // ensureStream creates the stream, or updates it if a setting checkpointd owns differs. It never
@@ -134,6 +130,11 @@ func (l *lazyStream) open(ctx context.Context, create bool) (jetstream.Stream, e
 // refused while a peer is briefly unseen, and several checkpointd instances start at once.
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, cfg.Name)
+	return settleStream(ctx, js, cfg, s, err)
+}
+
+// settleStream is ensureStream once the stream was looked up (s, err: what js.Stream answered).
+func settleStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, s jetstream.Stream, err error) (jetstream.Stream, error) {
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another instance was quicker
