@@ -10,7 +10,6 @@ import (
 	"sort"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // Archive is a compressed batch of version records: those from From to To, as one segment whose raw
@@ -23,12 +22,12 @@ type Archive struct {
 }
 
 // readArchive returns the records of an archive.
-func readArchive(ctx context.Context, st Store, key wire.Key, a Archive, cache SegmentCache) ([]wire.Version, error) {
+func readArchive(ctx context.Context, st Store, key Key, a Archive, cache SegmentCache) ([]Version, error) {
 	raw, err := readSegment(ctx, st, key, a.Segment, cache)
 	if err != nil {
 		return nil, err
 	}
-	var recs []wire.Version
+	var recs []Version
 	if err := json.Unmarshal(raw, &recs); err != nil {
 		return nil, fmt.Errorf("%w: archive of versions %d-%d: %v", ErrCorrupt, a.From, a.To, err)
 	}
@@ -36,7 +35,7 @@ func readArchive(ctx context.Context, st Store, key wire.Key, a Archive, cache S
 }
 
 // History returns every version of a session, oldest first: archived, indexed, and the head.
-func History(ctx context.Context, st Store, key wire.Key) ([]wire.Version, error) {
+func History(ctx context.Context, st Store, key Key) ([]Version, error) {
 	for attempt := 0; ; attempt++ {
 		all, complete, err := history(ctx, st, key)
 		if err != nil || complete || attempt == 2 {
@@ -46,7 +45,7 @@ func History(ctx context.Context, st Store, key wire.Key) ([]wire.Version, error
 	}
 }
 
-func history(ctx context.Context, st Store, key wire.Key) ([]wire.Version, bool, error) {
+func history(ctx context.Context, st Store, key Key) ([]Version, bool, error) {
 	head, _, err := st.Head(ctx, key)
 	if err != nil {
 		return nil, false, err
@@ -54,7 +53,7 @@ func history(ctx context.Context, st Store, key wire.Key) ([]wire.Version, bool,
 	if !head.Exists() {
 		return nil, false, fmt.Errorf("%w: the session is leased but has no version yet", ErrNotFound)
 	}
-	var all []wire.Version
+	var all []Version
 	for _, a := range head.Archives {
 		recs, err := readArchive(ctx, st, key, a, nil)
 		if errors.Is(err, ErrNotFound) {
@@ -71,21 +70,21 @@ func history(ctx context.Context, st Store, key wire.Key) ([]wire.Version, bool,
 	}
 	all = append(append(all, indexed...), head.Version)
 	// Records of pruned versions may linger in the index for a moment after a prune.
-	all = slices.DeleteFunc(all, func(v wire.Version) bool { return v.Version < head.first() })
-	slices.SortFunc(all, func(a, b wire.Version) int { return cmp.Compare(a.Version, b.Version) })
-	all = slices.CompactFunc(all, func(a, b wire.Version) bool { return a.Version == b.Version })
+	all = slices.DeleteFunc(all, func(v Version) bool { return v.Version < head.first() })
+	slices.SortFunc(all, func(a, b Version) int { return cmp.Compare(a.Version, b.Version) })
+	all = slices.CompactFunc(all, func(a, b Version) bool { return a.Version == b.Version })
 	return all, uint64(len(all)) == head.Version.Version-head.first()+1, nil
 }
 
 // findVersion looks for version n among the head's archives.
-func findVersion(ctx context.Context, st Store, head Head, n uint64, cache SegmentCache) (wire.Version, error) {
+func findVersion(ctx context.Context, st Store, head Head, n uint64, cache SegmentCache) (Version, error) {
 	for _, a := range head.Archives {
 		if n < a.From || n > a.To {
 			continue
 		}
 		raw, err := readSegment(ctx, st, head.Key, a.Segment, cache)
 		if err != nil {
-			return wire.Version{}, err
+			return Version{}, err
 		}
 		if v, ok, err := recordIn(raw, n); err != nil || ok {
 			if err != nil {
@@ -94,14 +93,14 @@ func findVersion(ctx context.Context, st Store, head Head, n uint64, cache Segme
 			return v, err
 		}
 	}
-	return wire.Version{}, ErrNotFound
+	return Version{}, ErrNotFound
 }
 
 // recordIn finds version n in the raw bytes of an archive (a compact JSON array of records, oldest
 // first) without decoding the others: a binary search that decodes only the records it looks at.
-func recordIn(raw []byte, n uint64) (wire.Version, bool, error) {
+func recordIn(raw []byte, n uint64) (Version, bool, error) {
 	if len(raw) < 2 || raw[0] != '[' || raw[len(raw)-1] != ']' {
-		return wire.Version{}, false, errors.New("not a JSON array")
+		return Version{}, false, errors.New("not a JSON array")
 	}
 	recs := codec.SplitCanonical(raw[1 : len(raw)-1])
 	var bad error
@@ -115,8 +114,8 @@ func recordIn(raw []byte, n uint64) (wire.Version, bool, error) {
 		return cmp.Compare(n, probe.Version)
 	})
 	if bad != nil || !found {
-		return wire.Version{}, false, bad
+		return Version{}, false, bad
 	}
-	var v wire.Version
+	var v Version
 	return v, true, json.Unmarshal(recs[i], &v)
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // MaxExtents is how many extents a head's layout may have before a background compaction is due.
@@ -33,7 +32,7 @@ type merged struct {
 // their values carried over by reference, shifted to where they now are: a merge reads and writes
 // no image. Segments holding strings that are values now but were not when they were written are
 // merged through their raw bytes instead, which cuts those strings out.
-func mergeRun(ctx context.Context, st Store, key wire.Key, ext []Extent, from int) (merged, error) {
+func mergeRun(ctx context.Context, st Store, key Key, ext []Extent, from int) (merged, error) {
 	run := ext[from:]
 	parts := make([]io.Reader, 0, 2*len(run))
 	var vals []ValueRef
@@ -70,7 +69,7 @@ func mergeRun(ctx context.Context, st Store, key wire.Key, ext []Extent, from in
 
 // extentBlob returns the blob bytes of an extent's messages (its raw bytes without its values) and
 // the values among them.
-func extentBlob(ctx context.Context, st Store, key wire.Key, e Extent) ([]byte, []ValueRef, error) {
+func extentBlob(ctx context.Context, st Store, key Key, e Extent) ([]byte, []ValueRef, error) {
 	stripped, err := readStripped(ctx, st, key, e.Segment)
 	if err != nil {
 		return nil, nil, err
@@ -94,7 +93,7 @@ func extentBlob(ctx context.Context, st Store, key wire.Key, e Extent) ([]byte, 
 }
 
 // mergeRaw merges ext[from:] through their raw bytes, values put back and cut out again.
-func mergeRaw(ctx context.Context, st Store, key wire.Key, ext []Extent, from int) (merged, error) {
+func mergeRaw(ctx context.Context, st Store, key Key, ext []Extent, from int) (merged, error) {
 	run := ext[from:]
 	var msgs [][]byte
 	for _, e := range run {

@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
-
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // How a session's conversation is stored.
@@ -44,7 +42,7 @@ func (e Extent) Whole() bool { return e.Count == e.Segment.Messages }
 
 // Layout is where one generation's messages are.
 type Layout struct {
-	Key     wire.Key `json:"key"`
+	Key     Key      `json:"key"`
 	Gen     uint64   `json:"gen"`
 	Extents []Extent `json:"extents"`
 }
@@ -62,7 +60,7 @@ func (l Layout) Messages() int {
 // and the SHA-256 state of its canonical bytes without the closing "]" — so appending hashes only
 // the new bytes, and a client that resends its whole array is recognised by hashing its prefix.
 type Head struct {
-	wire.Version
+	Version
 	State    []byte    `json:"state"`
 	Layout   Layout    `json:"layout"`
 	OldGens  []uint64  `json:"oldGens,omitempty"`  // generations whose layouts older versions use
@@ -70,9 +68,9 @@ type Head struct {
 	// FirstVersion is the oldest version retention kept (0 or 1: none was pruned).
 	FirstVersion uint64 `json:"firstVersion,omitempty"`
 	// Lease is who may write the session (lease.go); nil until a lease is first acquired.
-	Lease *wire.Lease `json:"lease,omitempty"`
+	Lease *Lease `json:"lease,omitempty"`
 	// Moved is set once the session was migrated away: it refuses writes.
-	Moved *wire.Moved `json:"moved,omitempty"`
+	Moved *Moved `json:"moved,omitempty"`
 	// Recent names the save ids of the versions before this one, newest last (recent.go): a save
 	// delivered again after later versions were committed is recognised by what the commit itself
 	// recorded.

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // Leases and fencing.
@@ -17,7 +15,7 @@ import (
 // save are one compare-and-swap, and no interleaving of a takeover and a late write of the old
 // owner can let that write in. A session leased before its first save has a head with version 0.
 
-// ErrLeased matches a *LeaseError of code wire.CodeLeased, ErrFenced one of wire.CodeFenced.
+// ErrLeased matches a *LeaseError that is not Fenced, ErrFenced one that is.
 var (
 	ErrLeased = errors.New("session leased by another owner")
 	ErrFenced = errors.New("lease epoch is not current")
@@ -26,9 +24,9 @@ var (
 
 // LeaseError refuses a lease operation or a save because of the session's lease.
 type LeaseError struct {
-	Code   string // wire.CodeLeased or wire.CodeFenced
-	Key    wire.Key
-	Lease  wire.Lease // the current lease
+	Fenced bool // the epoch sent is not the current one (ErrFenced); else another owner holds the lease (ErrLeased)
+	Key    Key
+	Lease  Lease // the current lease
 	Detail string
 }
 
@@ -36,15 +34,15 @@ func (e *LeaseError) Error() string {
 	return fmt.Sprintf("session %s: %s", e.Key, e.Detail)
 }
 
-// Is makes errors.Is match ErrLeased or ErrFenced by code.
+// Is makes errors.Is match ErrLeased or ErrFenced, as Fenced says.
 func (e *LeaseError) Is(target error) bool {
-	return (target == ErrLeased && e.Code == wire.CodeLeased) || (target == ErrFenced && e.Code == wire.CodeFenced)
+	return (target == ErrLeased && !e.Fenced) || (target == ErrFenced && e.Fenced)
 }
 
 // MovedError refuses a write to a session that was migrated away.
 type MovedError struct {
-	Key   wire.Key
-	Moved wire.Moved
+	Key   Key
+	Moved Moved
 }
 
 func (e *MovedError) Error() string {
@@ -56,7 +54,7 @@ func (e *MovedError) Is(target error) bool { return target == ErrMoved }
 
 // LeaseRequest is one lease operation.
 type LeaseRequest struct {
-	Key   wire.Key
+	Key   Key
 	Owner string        // Acquire: who takes the lease
 	TTL   time.Duration // Acquire and Renew: how long it holds without renewal
 	Epoch uint64        // Renew and Release: the epoch the caller holds
@@ -66,7 +64,7 @@ type LeaseRequest struct {
 
 // Acquire gives req.Owner the session's lease under a new epoch, one more than any before. It is
 // refused while another owner holds a lease that has not expired, unless req.Force.
-func Acquire(ctx context.Context, st Store, req LeaseRequest) (wire.Lease, error) {
+func Acquire(ctx context.Context, st Store, req LeaseRequest) (Lease, error) {
 	l, _, err := AcquireTakingOver(ctx, st, req)
 	return l, err
 }
@@ -79,9 +77,9 @@ type Takeover struct {
 }
 
 // AcquireTakingOver is Acquire, also saying whose lease it replaced (for the daemon's metrics).
-func AcquireTakingOver(ctx context.Context, st Store, req LeaseRequest) (wire.Lease, Takeover, error) {
+func AcquireTakingOver(ctx context.Context, st Store, req LeaseRequest) (Lease, Takeover, error) {
 	if req.Owner == "" || req.TTL <= 0 {
-		return wire.Lease{}, Takeover{}, fmt.Errorf("%w: acquiring a lease needs an owner and a positive TTL", ErrBadRequest)
+		return Lease{}, Takeover{}, fmt.Errorf("%w: acquiring a lease needs an owner and a positive TTL", ErrBadRequest)
 	}
 	var took Takeover // set by the attempt that succeeds: swapLease may retry
 	l, err := swapLease(ctx, st, req.Key, func(h *Head) error {
@@ -91,42 +89,42 @@ func AcquireTakingOver(ctx context.Context, st Store, req LeaseRequest) (wire.Le
 		cur := leaseOf(*h)
 		held := cur.Held(req.Now)
 		if held && cur.Owner != req.Owner && !req.Force {
-			return &LeaseError{Code: wire.CodeLeased, Key: req.Key, Lease: cur,
+			return &LeaseError{Key: req.Key, Lease: cur,
 				Detail: fmt.Sprintf("leased by %s (epoch %d) until %s; wait for it to expire, or force a takeover", cur.Owner, cur.Epoch, cur.Expires.Format(time.RFC3339))}
 		}
 		took = Takeover{From: cur.Owner, Forced: held && cur.Owner != req.Owner}
-		h.Lease = &wire.Lease{Key: req.Key, Epoch: cur.Epoch + 1, Owner: req.Owner, Acquired: req.Now.UTC(), Expires: req.Now.Add(req.TTL).UTC()}
+		h.Lease = &Lease{Key: req.Key, Epoch: cur.Epoch + 1, Owner: req.Owner, Acquired: req.Now.UTC(), Expires: req.Now.Add(req.TTL).UTC()}
 		return nil
 	})
 	return l, took, err
 }
 
 // swapLease applies change to the session's head (an empty one if it has none) and swaps it in.
-func swapLease(ctx context.Context, st Store, key wire.Key, change func(*Head) error) (wire.Lease, error) {
+func swapLease(ctx context.Context, st Store, key Key, change func(*Head) error) (Lease, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		h, rev, err := st.Head(ctx, key)
 		if errors.Is(err, ErrNotFound) {
 			h, rev = emptyHead(key), 0
 		} else if err != nil {
-			return wire.Lease{}, err
+			return Lease{}, err
 		}
 		if err := change(&h); err != nil {
-			return wire.Lease{}, err
+			return Lease{}, err
 		}
 		err = st.SwapHead(ctx, h, rev)
 		if errors.Is(err, ErrRevisionMismatch) {
 			continue
 		}
 		if err != nil {
-			return wire.Lease{}, err
+			return Lease{}, err
 		}
 		return leaseOf(h), nil
 	}
-	return wire.Lease{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, key, maxSwapAttempts)
+	return Lease{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, key, maxSwapAttempts)
 }
 
-func leaseOf(h Head) wire.Lease {
-	l := wire.Lease{Key: h.Key}
+func leaseOf(h Head) Lease {
+	l := Lease{Key: h.Key}
 	if h.Lease != nil {
 		l = *h.Lease
 	}
@@ -135,23 +133,23 @@ func leaseOf(h Head) wire.Lease {
 }
 
 // checkEpoch refuses an epoch that is not the session's current, unreleased one.
-func checkEpoch(h Head, key wire.Key, epoch uint64) error {
+func checkEpoch(h Head, key Key, epoch uint64) error {
 	cur := leaseOf(h)
 	switch {
 	case epoch == 0:
 		return fmt.Errorf("%w: no lease epoch given", ErrBadRequest)
 	case h.Lease == nil:
-		return &LeaseError{Code: wire.CodeFenced, Key: key, Lease: cur, Detail: fmt.Sprintf("epoch %d is not current: no lease was ever acquired", epoch)}
+		return &LeaseError{Fenced: true, Key: key, Lease: cur, Detail: fmt.Sprintf("epoch %d is not current: no lease was ever acquired", epoch)}
 	case epoch != cur.Epoch:
-		return &LeaseError{Code: wire.CodeFenced, Key: key, Lease: cur,
+		return &LeaseError{Fenced: true, Key: key, Lease: cur,
 			Detail: fmt.Sprintf("epoch %d is not current: the lease is at epoch %d, %s", epoch, cur.Epoch, ownerText(cur))}
 	case cur.Owner == "":
-		return &LeaseError{Code: wire.CodeFenced, Key: key, Lease: cur, Detail: fmt.Sprintf("epoch %d was released", epoch)}
+		return &LeaseError{Fenced: true, Key: key, Lease: cur, Detail: fmt.Sprintf("epoch %d was released", epoch)}
 	}
 	return nil
 }
 
-func ownerText(l wire.Lease) string {
+func ownerText(l Lease) string {
 	if l.Owner == "" {
 		return "released"
 	}
@@ -161,7 +159,7 @@ func ownerText(l wire.Lease) string {
 // checkWrite decides whether a save may write to the session: not if it moved (unless the save
 // imports a version, which brings the session back), not with a stale epoch, and not without an
 // epoch while somebody holds the lease.
-func checkWrite(h Head, key wire.Key, epoch uint64, importing bool, now time.Time) error {
+func checkWrite(h Head, key Key, epoch uint64, importing bool, now time.Time) error {
 	if h.Moved != nil && !importing {
 		return &MovedError{Key: key, Moved: *h.Moved}
 	}
@@ -169,7 +167,7 @@ func checkWrite(h Head, key wire.Key, epoch uint64, importing bool, now time.Tim
 		return checkEpoch(h, key, epoch)
 	}
 	if cur := leaseOf(h); cur.Held(now) {
-		return &LeaseError{Code: wire.CodeLeased, Key: key, Lease: cur,
+		return &LeaseError{Key: key, Lease: cur,
 			Detail: fmt.Sprintf("leased by %s (epoch %d) until %s; save with that lease's epoch", cur.Owner, cur.Epoch, cur.Expires.Format(time.RFC3339))}
 	}
 	return nil
@@ -179,17 +177,17 @@ func checkWrite(h Head, key wire.Key, epoch uint64, importing bool, now time.Tim
 // it. expected, when set, is the version the head must still be. A session that was ever leased
 // keeps a head of version 0 holding its last epoch, so that a later acquisition's epoch is still
 // higher than any before and an old holder's late write stays fenced.
-func Delete(ctx context.Context, st Store, key wire.Key, expected *uint64) (wire.Version, error) {
+func Delete(ctx context.Context, st Store, key Key, expected *uint64) (Version, error) {
 	for attempt := 0; attempt < maxSwapAttempts; attempt++ {
 		h, rev, err := st.Head(ctx, key)
 		if err == nil && !h.Exists() && h.Lease != nil {
 			err = ErrNotFound // only a tombstone: nothing to delete
 		}
 		if err != nil {
-			return wire.Version{}, err
+			return Version{}, err
 		}
 		if expected != nil && h.Version.Version != *expected {
-			return wire.Version{}, &ConflictError{Key: key, Expected: *expected, Head: h.Version.Version}
+			return Version{}, &ConflictError{Key: key, Expected: *expected, Head: h.Version.Version}
 		}
 		var keep *Head
 		if h.Lease != nil {
@@ -205,13 +203,13 @@ func Delete(ctx context.Context, st Store, key wire.Key, expected *uint64) (wire
 			// once it has happened twice, so that a writer moving the head in step with our
 			// read and swap (a holder renewing as fast as it can) cannot win every round.
 			if err := jitter(ctx, attempt); err != nil {
-				return wire.Version{}, err
+				return Version{}, err
 			}
 			continue
 		}
 		return h.Version, err
 	}
-	return wire.Version{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, key, maxSwapAttempts)
+	return Version{}, fmt.Errorf("%w: session %s: head kept moving after %d attempts", ErrBusy, key, maxSwapAttempts)
 }
 
 // jitter sleeps a random time up to a bound that doubles with each attempt from the second (1, 2,

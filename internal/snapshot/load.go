@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // ErrCorrupt reports stored bytes that do not match the hash their version recorded.
@@ -15,7 +15,7 @@ var ErrCorrupt = errors.New("stored checkpoint does not match its hash")
 
 // GetVersion returns version n of key, or its head when n is 0. cache, if not nil, keeps archives
 // of version records between calls. An ErrNotFound for a version n names it: "version n: ...".
-func GetVersion(ctx context.Context, st Store, key wire.Key, n uint64, cache SegmentCache) (wire.Version, error) {
+func GetVersion(ctx context.Context, st Store, key Key, n uint64, cache SegmentCache) (Version, error) {
 	v, err := getVersion(ctx, st, key, n, cache)
 	if n != 0 && errors.Is(err, ErrNotFound) {
 		err = fmt.Errorf("version %d: %w", n, err)
@@ -23,22 +23,22 @@ func GetVersion(ctx context.Context, st Store, key wire.Key, n uint64, cache Seg
 	return v, err
 }
 
-func getVersion(ctx context.Context, st Store, key wire.Key, n uint64, cache SegmentCache) (wire.Version, error) {
+func getVersion(ctx context.Context, st Store, key Key, n uint64, cache SegmentCache) (Version, error) {
 	head, _, err := st.Head(ctx, key)
 	if err != nil {
-		return wire.Version{}, err
+		return Version{}, err
 	}
 	if !head.Exists() {
-		return wire.Version{}, fmt.Errorf("%w: the session is leased but has no version yet", ErrNotFound)
+		return Version{}, fmt.Errorf("%w: the session is leased but has no version yet", ErrNotFound)
 	}
 	if n == 0 || n == head.Version.Version {
 		return head.Version, nil
 	}
 	if n > head.Version.Version {
-		return wire.Version{}, fmt.Errorf("%w (the head is version %d)", ErrNotFound, head.Version.Version)
+		return Version{}, fmt.Errorf("%w (the head is version %d)", ErrNotFound, head.Version.Version)
 	}
 	if n < head.first() {
-		return wire.Version{}, fmt.Errorf("%w (pruned by retention; the oldest kept is version %d)", ErrNotFound, head.first())
+		return Version{}, fmt.Errorf("%w (pruned by retention; the oldest kept is version %d)", ErrNotFound, head.first())
 	}
 	v, err := st.Version(ctx, key, n)
 	if !errors.Is(err, ErrNotFound) {
@@ -49,17 +49,17 @@ func getVersion(ctx context.Context, st Store, key wire.Key, n uint64, cache Seg
 	}
 	// Archived after we read the head: the new head names the archive.
 	if head, _, err = st.Head(ctx, key); err != nil {
-		return wire.Version{}, err
+		return Version{}, err
 	}
 	return findVersion(ctx, st, head, n, cache)
 }
 
 // CheckFormat refuses a version record written in a format this code does not know.
-func CheckFormat(v wire.Version) error {
-	if v.Format != wire.VersionFormat {
+func CheckFormat(v Version) error {
+	if v.Format != VersionFormat {
 		return fmt.Errorf("version %d of %s: %w", v.Version, v.Key,
 			&codec.ValidationError{Err: codec.ErrUnknownFormatVersion, Index: -1, Offset: -1,
-				Detail: fmt.Sprintf("record format %d (this checkpointd reads format %d)", v.Format, wire.VersionFormat)})
+				Detail: fmt.Sprintf("record format %d (this checkpointd reads format %d)", v.Format, VersionFormat)})
 	}
 	return nil
 }
@@ -71,7 +71,7 @@ type SegmentCache interface {
 
 // Read returns the canonical conversation of v, verified against v's hash. A read that races a
 // compaction (which replaces segments) starts again from the new layout.
-func Read(ctx context.Context, st Store, v wire.Version, cache SegmentCache) ([]byte, error) {
+func Read(ctx context.Context, st Store, v Version, cache SegmentCache) ([]byte, error) {
 	out, err := readLayout(ctx, st, v, func(l Layout) ([]byte, error) {
 		return assemble(ctx, st, l, v.Counts.Messages, v.RawBytes, cache)
 	})
@@ -84,7 +84,7 @@ func Read(ctx context.Context, st Store, v wire.Version, cache SegmentCache) ([]
 // readLayout checks v's format, then builds its bytes from the layout of its generation with build,
 // starting again from the layout (up to three times) when build finds a segment gone: a compaction
 // replaced it under the read.
-func readLayout(ctx context.Context, st Store, v wire.Version, build func(Layout) ([]byte, error)) ([]byte, error) {
+func readLayout(ctx context.Context, st Store, v Version, build func(Layout) ([]byte, error)) ([]byte, error) {
 	if err := CheckFormat(v); err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func readLayout(ctx context.Context, st Store, v wire.Version, build func(Layout
 }
 
 // layoutOf returns the layout of the generation holding v.
-func layoutOf(ctx context.Context, st Store, v wire.Version) (Layout, error) {
+func layoutOf(ctx context.Context, st Store, v Version) (Layout, error) {
 	head, _, err := st.Head(ctx, v.Key)
 	if err != nil {
 		return Layout{}, err
@@ -171,7 +171,7 @@ func assemble(ctx context.Context, st Store, l Layout, n int, rawBytes int64, ca
 
 // appendSegmentPrefix appends to out the first need raw bytes of e's segment, the bytes of its first
 // take messages, from its decoded raw bytes (cached), checking that they end a message.
-func appendSegmentPrefix(ctx context.Context, st Store, key wire.Key, e Extent, take int, need int64, out []byte, cache SegmentCache) ([]byte, error) {
+func appendSegmentPrefix(ctx context.Context, st Store, key Key, e Extent, take int, need int64, out []byte, cache SegmentCache) ([]byte, error) {
 	raw, err := readSegment(ctx, st, key, e.Segment, cache)
 	if err != nil {
 		return nil, err
@@ -183,17 +183,18 @@ func appendSegmentPrefix(ctx context.Context, st Store, key wire.Key, e Extent, 
 }
 
 // readSegment returns a segment's raw bytes, decoded no further than its reference allows.
-func readSegment(ctx context.Context, st Store, key wire.Key, ref SegmentRef, cache SegmentCache) ([]byte, error) {
+func readSegment(ctx context.Context, st Store, key Key, ref SegmentRef, cache SegmentCache) ([]byte, error) {
 	load := func() ([]byte, error) { return appendRaw(ctx, st, key, ref, nil) }
 	if cache == nil {
 		return load()
 	}
-	return cache.GetOrLoad(wire.EncodeID(key.Namespace)+"/"+ref.ID, load)
+	// quoted: a namespace may hold "/", and two namespaces must never name one cache entry
+	return cache.GetOrLoad(strconv.Quote(key.Namespace)+"/"+ref.ID, load)
 }
 
 // appendRaw appends the raw bytes of a segment of messages to out: its blob, with its values put
 // back where they were.
-func appendRaw(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out []byte) ([]byte, error) {
+func appendRaw(ctx context.Context, st Store, key Key, ref SegmentRef, out []byte) ([]byte, error) {
 	if len(ref.Values) == 0 {
 		return appendBlob(ctx, st, key, ref, out)
 	}
@@ -201,7 +202,7 @@ func appendRaw(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out 
 }
 
 // readStripped returns a segment's blob bytes: its raw bytes without its values.
-func readStripped(ctx context.Context, st Store, key wire.Key, ref SegmentRef) ([]byte, error) {
+func readStripped(ctx context.Context, st Store, key Key, ref SegmentRef) ([]byte, error) {
 	blob := ref
 	blob.RawBytes -= valueBytes(ref.Values)
 	return appendBlob(ctx, st, key, blob, nil)
@@ -209,7 +210,7 @@ func readStripped(ctx context.Context, st Store, key wire.Key, ref SegmentRef) (
 
 // appendRawPrefix appends the first n raw bytes of a segment of messages to out, n being its
 // length or the length of its first messages, and fetches only the values among them.
-func appendRawPrefix(ctx context.Context, st Store, key wire.Key, ref SegmentRef, n int64, out []byte) ([]byte, error) {
+func appendRawPrefix(ctx context.Context, st Store, key Key, ref SegmentRef, n int64, out []byte) ([]byte, error) {
 	if out == nil {
 		out = make([]byte, 0, max(n, 0))
 	}
@@ -231,7 +232,7 @@ func appendRawPrefix(ctx context.Context, st Store, key wire.Key, ref SegmentRef
 // spliceValues walks the first n raw bytes of a segment with values, n being its length or the
 // length of its first messages: plain is given the bytes of its blob between its values, value each
 // value among them, in order. Only the segment's blob is fetched here; value fetches its values.
-func spliceValues(ctx context.Context, st Store, key wire.Key, ref SegmentRef, n int64, plain func([]byte), value func(ValueRef) error) error {
+func spliceValues(ctx context.Context, st Store, key Key, ref SegmentRef, n int64, plain func([]byte), value func(ValueRef) error) error {
 	if n < 0 || n > ref.RawBytes {
 		return fmt.Errorf("%w: segment %s: wanted its first %d bytes, it has %d", ErrCorrupt, ref.ID, n, ref.RawBytes)
 	}
@@ -264,7 +265,7 @@ func spliceValues(ctx context.Context, st Store, key wire.Key, ref SegmentRef, n
 
 // appendBlob decodes the blob of a segment, ref.RawBytes long, onto out: a small blob whole, a
 // large one a piece at a time.
-func appendBlob(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out []byte) ([]byte, error) {
+func appendBlob(ctx context.Context, st Store, key Key, ref SegmentRef, out []byte) ([]byte, error) {
 	if ref.RawBytes < StreamBytes {
 		blob, err := st.GetSegment(ctx, key, ref)
 		if err != nil {
@@ -281,7 +282,7 @@ func appendBlob(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out
 
 // streamInto decodes the blob of a segment onto out as its pieces are read: no copy of the blob or
 // of what it decodes to is made.
-func streamInto(ctx context.Context, st Store, key wire.Key, ref SegmentRef, out []byte) ([]byte, error) {
+func streamInto(ctx context.Context, st Store, key Key, ref SegmentRef, out []byte) ([]byte, error) {
 	r := &errReader{r: st.OpenSegment(ctx, key, ref)}
 	start := len(out)
 	out, err := codec.AppendBlob(out, r, ref.RawBytes)
@@ -312,8 +313,8 @@ func (e *errReader) Read(p []byte) (int, error) {
 }
 
 // Verify checks raw against the hash and size v recorded.
-func Verify(v wire.Version, raw []byte) error {
-	want := wire.Hash(raw)
+func Verify(v Version, raw []byte) error {
+	want := Hash(raw)
 	if int64(len(raw)) != v.RawBytes || want != v.Hash {
 		return fmt.Errorf("version %d of %s: %w (have %s, %d bytes; recorded %s, %d bytes)",
 			v.Version, v.Key, ErrCorrupt, want, len(raw), v.Hash, v.RawBytes)

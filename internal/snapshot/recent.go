@@ -7,8 +7,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // A save can be delivered again after later versions of its session were committed: the daemon
@@ -40,9 +38,9 @@ func remember(head Head) []string {
 
 // savedRecently finds the version saveID made among the ones head remembers. The hash only points
 // at a version: its record must carry the save id itself.
-func savedRecently(ctx context.Context, st Store, head Head, saveID string) (wire.Version, bool, error) {
+func savedRecently(ctx context.Context, st Store, head Head, saveID string) (Version, bool, error) {
 	if saveID == "" {
-		return wire.Version{}, false, nil
+		return Version{}, false, nil
 	}
 	suffix := recentEntry(0, saveID)[1:] // ":<hash>"
 	for i := len(head.Recent) - 1; i >= 0; i-- {
@@ -59,11 +57,11 @@ func savedRecently(ctx context.Context, st Store, head Head, saveID string) (wir
 			continue // pruned since
 		}
 		if err != nil {
-			return wire.Version{}, false, err
+			return Version{}, false, err
 		}
 		if v.SaveID == saveID {
 			return v, true, nil
 		}
 	}
-	return wire.Version{}, false, nil
+	return Version{}, false, nil
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // ErrConflict matches a *ConflictError with errors.Is.
@@ -21,7 +20,7 @@ var ErrConflict = errors.New("conflict")
 
 // ConflictError refuses a save whose expected version is not the session's head.
 type ConflictError struct {
-	Key      wire.Key
+	Key      Key
 	Expected uint64
 	Head     uint64
 	Detail   string // replaces the usual message when set
@@ -40,15 +39,15 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 // SaveRequest is one save. Payload is a JSON array: the whole conversation, or, with Base set, only
 // the messages appended to version *Base (which must be the head).
 type SaveRequest struct {
-	Key      wire.Key
+	Key      Key
 	SaveID   string  // idempotency key: a save id already at the head is not stored again
 	Expected *uint64 // when set, the head must be this version (0: the session must not exist)
 	Base     *uint64 // when set, Payload holds only the messages appended to this version
 	Writer   string
 	Reason   string
-	ForkOf   *wire.ForkRef // recorded on the version: the session was forked from there
-	Epoch    uint64        // the writer's lease epoch; 0: the writer holds no lease
-	Import   *Import       // set when copying a version from elsewhere (migrate, import)
+	ForkOf   *ForkRef // recorded on the version: the session was forked from there
+	Epoch    uint64   // the writer's lease epoch; 0: the writer holds no lease
+	Import   *Import  // set when copying a version from elsewhere (migrate, import)
 	Payload  []byte
 	Limits   codec.Limits
 	Now      time.Time
@@ -61,7 +60,7 @@ type Import struct {
 	Version uint64
 	Created time.Time
 	Hash    string
-	Origin  wire.Origin
+	Origin  Origin
 }
 
 // ErrHashMismatch refuses an import whose conversation does not have the hash it declared.
@@ -114,7 +113,7 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 			return Saved{Head: dup, Duplicate: true}, err
 		}
 		// Only a migration brings a moved session back; an import of a bundle does not.
-		comingBack := req.Import != nil && req.Import.Origin.Via == wire.ReasonMigrate
+		comingBack := req.Import != nil && req.Import.Origin.Via == ReasonMigrate
 		if req.Import != nil && req.Import.Version <= head.Version.Version {
 			saved, err := importedBefore(ctx, st, head, *req.Import)
 			if err != nil || !comingBack || head.Moved == nil || req.Import.Version != head.Version.Version {
@@ -198,9 +197,9 @@ func Save(ctx context.Context, st Store, req SaveRequest) (Saved, error) {
 const maxDuplicateScan = 256
 
 // savedAfter finds the version save id made, among the few after version after.
-func savedAfter(ctx context.Context, st Store, head Head, after uint64, saveID string) (wire.Version, bool) {
+func savedAfter(ctx context.Context, st Store, head Head, after uint64, saveID string) (Version, bool) {
 	if saveID == "" || after >= head.Version.Version {
-		return wire.Version{}, false
+		return Version{}, false
 	}
 	for n := after + 1; n <= head.Version.Version && n <= after+maxDuplicateScan; n++ {
 		v, err := GetVersion(ctx, st, head.Key, n, nil)
@@ -208,7 +207,7 @@ func savedAfter(ctx context.Context, st Store, head Head, after uint64, saveID s
 			return v, true
 		}
 	}
-	return wire.Version{}, false
+	return Version{}, false
 }
 
 // importedBefore settles an import of a version the session already has: a duplicate if it is the
@@ -231,23 +230,23 @@ func importedBefore(ctx context.Context, st Store, head Head, imp Import) (Saved
 	return Saved{Head: dup, Duplicate: true}, nil
 }
 
-// ErrVersionLimit refuses a save onto a session whose head is version wire.MaxVersion: numbers never
+// ErrVersionLimit refuses a save onto a session whose head is version MaxVersion: numbers never
 // wrap, so the session takes no more versions (fork it to go on).
 var ErrVersionLimit = fmt.Errorf("%w: no version number left", ErrBadRequest)
 
-// checkNumber refuses a save whose version number would leave 1..wire.MaxVersion, and an import that
+// checkNumber refuses a save whose version number would leave 1..MaxVersion, and an import that
 // does not continue the session's own line: on a session with versions, an import is the head's
 // next version (a jump would leave numbers nobody can read, and let a writer push another's session
 // to the last number); only an empty session may start anywhere, as a copy of a source whose oldest
 // versions were pruned does. Imports of versions the session already has were settled before this.
 func checkNumber(head Head, found bool, imp *Import) error {
 	switch {
-	case imp != nil && (imp.Version < 1 || imp.Version > wire.MaxVersion):
-		return fmt.Errorf("%w: import of version %d: versions are 1..%d", ErrBadRequest, imp.Version, wire.MaxVersion)
+	case imp != nil && (imp.Version < 1 || imp.Version > MaxVersion):
+		return fmt.Errorf("%w: import of version %d: versions are 1..%d", ErrBadRequest, imp.Version, MaxVersion)
 	case imp != nil && found && imp.Version != head.Version.Version+1:
 		return &ConflictError{Key: head.Key, Expected: imp.Version - 1, Head: head.Version.Version,
 			Detail: fmt.Sprintf("cannot import version %d: the head is version %d, and an import continues a session at its next version (%d)", imp.Version, head.Version.Version, head.Version.Version+1)}
-	case imp == nil && head.Version.Version >= wire.MaxVersion:
+	case imp == nil && head.Version.Version >= MaxVersion:
 		return fmt.Errorf("%w: session %s is at version %d, the largest there is", ErrVersionLimit, head.Key, head.Version.Version)
 	}
 	return nil
@@ -449,17 +448,17 @@ func matchSegment(stripped []byte, ref SegmentRef, msgs []json.RawMessage) int {
 
 // discard deletes segments an operation wrote but failed to commit. Segment ids are unique per
 // write, so nothing else can refer to them. Failing here leaves garbage, never a wrong answer.
-func discard(ctx context.Context, st Store, key wire.Key, segs []SegmentRef) {
+func discard(ctx context.Context, st Store, key Key, segs []SegmentRef) {
 	for _, s := range segs {
 		_ = st.DeleteSegment(ctx, key, s)
 	}
 }
 
 // emptyHead stands for a session with no version yet: the empty conversation "[]".
-func emptyHead(key wire.Key) Head {
+func emptyHead(key Key) Head {
 	hs := newHashState()
 	hs.write([]byte{'['})
-	return Head{Version: wire.Version{Key: key, RawBytes: 2}, State: hs.marshal(), Layout: Layout{Key: key, Gen: 1}}
+	return Head{Version: Version{Key: key, RawBytes: 2}, State: hs.marshal(), Layout: Layout{Key: key, Gen: 1}}
 }
 
 // commit is what commitPlan prepared.
@@ -528,7 +527,7 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 	// The hash: extend the head's state by the new bytes, or hash the whole canonical form.
 	var hs hashState
 	var rawBytes int64
-	var counts wire.Counts
+	var counts Counts
 	if p.canon != nil {
 		hs = newHashState()
 		hs.write(p.canon[:len(p.canon)-1])
@@ -552,11 +551,11 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 	}
 	reason := req.Reason
 	if reason == "" {
-		reason = wire.ReasonTurn
+		reason = ReasonTurn
 	}
 	next.Recent = remember(head)
-	next.Version = wire.Version{
-		Format: wire.VersionFormat, Key: req.Key, Version: head.Version.Version + 1, Parent: head.Version.Version,
+	next.Version = Version{
+		Format: VersionFormat, Key: req.Key, Version: head.Version.Version + 1, Parent: head.Version.Version,
 		Hash: hs.hash(), SaveID: req.SaveID, Writer: req.Writer, Reason: reason, Created: req.Now.UTC(),
 		RawBytes: rawBytes, StoredBytes: added, Counts: counts, Gen: layout.Gen, ForkOf: req.ForkOf,
 		Dialect: req.Limits.Dialect,
@@ -577,7 +576,7 @@ func commitPlan(ctx context.Context, st Store, head Head, found bool, req SaveRe
 // putSegment stores raw as a new segment and returns its reference and the bytes it added. Every
 // segment gets a fresh id, never shared by two writes: so a segment that compaction merged away can
 // only be referred to by heads the compaction's swap already replaced, and deleting it is safe.
-func putSegment(ctx context.Context, st Store, key wire.Key, raw []byte, messages int) (SegmentRef, int64, error) {
+func putSegment(ctx context.Context, st Store, key Key, raw []byte, messages int) (SegmentRef, int64, error) {
 	ref, err := putBlob(ctx, st, key, newSegmentID(), raw)
 	ref.Messages = messages
 	return ref, ref.StoredBytes, err
@@ -592,7 +591,7 @@ func newSegmentID() string {
 
 // putBlob stores raw's blob as segment id of key; its reference has RawBytes, Chunks and
 // StoredBytes filled in.
-func putBlob(ctx context.Context, st Store, key wire.Key, id string, raw []byte) (SegmentRef, error) {
+func putBlob(ctx context.Context, st Store, key Key, id string, raw []byte) (SegmentRef, error) {
 	if len(raw) >= StreamBytes {
 		return streamBlob(ctx, st, key, id, bytes.NewReader(raw), int64(len(raw)))
 	}
@@ -607,7 +606,7 @@ const StreamBytes = 4 << 20
 
 // putBlobFrom stores the blob of the size bytes r reads as segment id of key: from StreamBytes on,
 // compressed into the store as it goes (streamBlob).
-func putBlobFrom(ctx context.Context, st Store, key wire.Key, id string, r io.Reader, size int64) (SegmentRef, error) {
+func putBlobFrom(ctx context.Context, st Store, key Key, id string, r io.Reader, size int64) (SegmentRef, error) {
 	if size >= StreamBytes {
 		return streamBlob(ctx, st, key, id, r, size)
 	}
@@ -620,7 +619,7 @@ func putBlobFrom(ctx context.Context, st Store, key wire.Key, id string, r io.Re
 
 // streamBlob compresses what r reads into the store as segment id of key, a piece at a time,
 // through a pipe: no compressed copy is ever held whole.
-func streamBlob(ctx context.Context, st Store, key wire.Key, id string, r io.Reader, size int64) (SegmentRef, error) {
+func streamBlob(ctx context.Context, st Store, key Key, id string, r io.Reader, size int64) (SegmentRef, error) {
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
 	go func() {
@@ -665,13 +664,13 @@ func toBytes(msgs []json.RawMessage) [][]byte {
 	return out
 }
 
-func toCounts(s codec.Stats) wire.Counts {
-	return wire.Counts{Messages: s.Messages, User: s.User, Assistant: s.Assistant, ToolResult: s.ToolResult, Extension: s.Extension, ToolCalls: s.ToolCalls, System: s.System}
+func toCounts(s codec.Stats) Counts {
+	return Counts{Messages: s.Messages, User: s.User, Assistant: s.Assistant, ToolResult: s.ToolResult, Extension: s.Extension, ToolCalls: s.ToolCalls, System: s.System}
 }
 
-func addCounts(c wire.Counts, s codec.Stats) wire.Counts {
+func addCounts(c Counts, s codec.Stats) Counts {
 	t := toCounts(s)
-	return wire.Counts{Messages: c.Messages + t.Messages, User: c.User + t.User, Assistant: c.Assistant + t.Assistant,
+	return Counts{Messages: c.Messages + t.Messages, User: c.User + t.User, Assistant: c.Assistant + t.Assistant,
 		ToolResult: c.ToolResult + t.ToolResult, Extension: c.Extension + t.Extension, ToolCalls: c.ToolCalls + t.ToolCalls,
 		System: c.System + t.System}
 }

@@ -12,8 +12,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 func msgs(ss ...string) [][]byte {
@@ -39,9 +37,9 @@ func TestValueSpans_OpaqueDataAndHugeText(t *testing.T) {
 }
 
 func TestRecordIn_FindsAVersionInAnArchive(t *testing.T) {
-	var recs []wire.Version
+	var recs []Version
 	for n := uint64(3); n <= 40; n++ {
-		recs = append(recs, wire.Version{Version: n, Writer: fmt.Sprint("w", n), Hash: "sha256:x"})
+		recs = append(recs, Version{Version: n, Writer: fmt.Sprint("w", n), Hash: "sha256:x"})
 	}
 	raw, err := json.Marshal(recs)
 	require.NoError(t, err)

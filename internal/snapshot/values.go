@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/codec"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // Large values are stored once per namespace.
@@ -100,8 +99,8 @@ type ValueEntry struct {
 
 // ValuesKey is where the blobs of a namespace's values are stored, as segments: a key whose
 // session and agent are the byte 0xFF, which is not UTF-8, so no session can have it.
-func ValuesKey(namespace string) wire.Key {
-	return wire.Key{Namespace: namespace, Session: "\xff", Agent: "\xff"}
+func ValuesKey(namespace string) Key {
+	return Key{Namespace: namespace, Session: "\xff", Agent: "\xff"}
 }
 
 func (v ValueRef) segment() SegmentRef {
@@ -214,7 +213,7 @@ func useValue(ctx context.Context, st Store, ns, id string, val []byte) (ValueEn
 
 // putMessages stores raw, canonical messages joined by commas, as a new segment, its large strings
 // as values; until is when the commit must have happened by (zero: no values).
-func putMessages(ctx context.Context, st Store, key wire.Key, raw []byte, messages int) (ref SegmentRef, added int64, until time.Time, err error) {
+func putMessages(ctx context.Context, st Store, key Key, raw []byte, messages int) (ref SegmentRef, added int64, until time.Time, err error) {
 	spans := valueSpans(raw)
 	if len(spans) == 0 {
 		ref, added, err = putSegment(ctx, st, key, raw, messages)

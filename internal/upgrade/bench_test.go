@@ -17,7 +17,6 @@ import (
 	"github.com/checkpointd/checkpointd/internal/procfs"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // What an upgrade costs, on the fixture and on a larger store written by format 2's own code
@@ -131,7 +130,7 @@ func writeFormat2(b *testing.B, n, versions int) string {
 	cut := func(v int) int { return len(c.Messages) * v / versions }
 	now := time.Now()
 	for i := range n {
-		key := wire.Key{Namespace: fmt.Sprintf("ns-%d", i%4), Session: fmt.Sprintf("session-%d", i), Agent: "main"}
+		key := snapshot.Key{Namespace: fmt.Sprintf("ns-%d", i%4), Session: fmt.Sprintf("session-%d", i), Agent: "main"}
 		for v := 1; v <= versions; v++ {
 			req := snapshot.SaveRequest{Key: key, SaveID: fmt.Sprintf("%d-%d", i, v), Writer: "bench", Now: now,
 				Payload: append(append([]byte{'['}, c.Span(cut(v-1), cut(v))...), ']')}

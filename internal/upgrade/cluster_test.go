@@ -17,7 +17,6 @@ import (
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
 	"github.com/checkpointd/checkpointd/internal/testenv"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // On a three-node cluster (R3 buckets and stream), a format-2 store is upgraded as on one server:
@@ -38,9 +37,9 @@ func TestRun_Cluster(t *testing.T) {
 		st, err = kvstore.OpenStore(ctx, js, kvstore.StoreConfig{Replicas: 3, ChunkSize: 64 << 10})
 		return err == nil
 	}, 30*time.Second, 200*time.Millisecond, "the format-2 buckets never opened on the cluster")
-	var want []wire.Version
+	var want []snapshot.Version
 	for i := range 3 {
-		key := wire.Key{Namespace: "team", Session: fmt.Sprint("s", i), Agent: "main"}
+		key := snapshot.Key{Namespace: "team", Session: fmt.Sprint("s", i), Agent: "main"}
 		for v := 1; v <= 3; v++ {
 			conv := fmt.Sprintf(`[{"role":"user","content":[{"type":"text","text":"session %d turn %d"}]}]`, i, v)
 			s, err := snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: fmt.Sprint(i, v), Payload: []byte(conv), Now: time.Now()})
@@ -48,7 +47,7 @@ func TestRun_Cluster(t *testing.T) {
 			want = append(want, s.Head.Version)
 		}
 	}
-	leased := wire.Key{Namespace: "team", Session: "s1", Agent: "main"}
+	leased := snapshot.Key{Namespace: "team", Session: "s1", Agent: "main"}
 	lease, err := snapshotAcquire(ctx, st, leased)
 	require.NoError(t, err)
 
@@ -81,7 +80,7 @@ func TestRun_Cluster(t *testing.T) {
 	for _, w := range want {
 		got, err := eng.Version(ctx, keyOf(w.Key), w.Version)
 		require.NoError(t, err)
-		require.Equal(t, testenv.WithoutStorageFacts(w), testenv.WithoutStorageFacts(versionOf(got)))
+		require.Equal(t, testenv.WithoutStorageFacts(asProtocols(t, w)), testenv.WithoutStorageFacts(versionOf(got)))
 	}
 	ls, err := eng.LeaseStatus(ctx, keyOf(leased))
 	require.NoError(t, err)

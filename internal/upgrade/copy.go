@@ -47,7 +47,7 @@ func (u *upgrader) format2Heads(ctx context.Context) ([]snapshot.Head, error) {
 		return nil, fmt.Errorf("upgrade: listing format 2's sessions (%s): %w", wire.BucketHeads, err)
 	}
 	heads = slices.DeleteFunc(heads, func(h snapshot.Head) bool { return !h.Exists() && h.Lease == nil && h.Moved == nil })
-	slices.SortFunc(heads, func(a, b snapshot.Head) int { return cmp.Compare(a.Key.Token(), b.Key.Token()) })
+	slices.SortFunc(heads, func(a, b snapshot.Head) int { return cmp.Compare(wire.Key(a.Key).Token(), wire.Key(b.Key).Token()) })
 	return heads, nil
 }
 
@@ -360,13 +360,13 @@ func differences(h snapshot.Head, got engine.HeadState) []string {
 	return diff
 }
 
-func keyOf(k wire.Key) engine.Key {
+func keyOf(k snapshot.Key) engine.Key {
 	return engine.Key{Namespace: k.Namespace, Session: k.Session, Agent: k.Agent}
 }
 
 // recordOf is format 2's record in the engine's terms: every field but the format number, the
 // storage generation (Gen) and StoredBytes, which are facts of format 2's storage.
-func recordOf(v wire.Version) engine.Record {
+func recordOf(v snapshot.Version) engine.Record {
 	r := engine.Record{Key: keyOf(v.Key), Version: v.Version, Parent: v.Parent, Hash: v.Hash, SaveID: v.SaveID, Writer: v.Writer,
 		Reason: v.Reason, Created: v.Created, RawBytes: v.RawBytes, Dialect: v.Dialect,
 		Counts: engine.Counts{Messages: v.Counts.Messages, User: v.Counts.User, Assistant: v.Counts.Assistant,
@@ -380,14 +380,14 @@ func recordOf(v wire.Version) engine.Record {
 	return r
 }
 
-func leaseOf(l *wire.Lease) *engine.Lease {
+func leaseOf(l *snapshot.Lease) *engine.Lease {
 	if l == nil {
 		return nil
 	}
 	return &engine.Lease{Epoch: l.Epoch, Owner: l.Owner, Acquired: l.Acquired, Expires: l.Expires}
 }
 
-func movedOf(m *wire.Moved) *engine.Moved {
+func movedOf(m *snapshot.Moved) *engine.Moved {
 	if m == nil {
 		return nil
 	}

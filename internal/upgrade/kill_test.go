@@ -18,7 +18,6 @@ import (
 	"github.com/checkpointd/checkpointd/internal/logstore"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
-	"github.com/checkpointd/checkpointd/internal/wire"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -97,10 +96,10 @@ func runChild(dir string) int {
 	return 0
 }
 
-func snapshotDelete(ctx context.Context, st snapshot.Store, key wire.Key) (wire.Version, error) {
+func snapshotDelete(ctx context.Context, st snapshot.Store, key snapshot.Key) (snapshot.Version, error) {
 	return snapshot.Delete(ctx, st, key, nil)
 }
 
-func snapshotAcquire(ctx context.Context, st snapshot.Store, key wire.Key) (wire.Lease, error) {
+func snapshotAcquire(ctx context.Context, st snapshot.Store, key snapshot.Key) (snapshot.Lease, error) {
 	return snapshot.Acquire(ctx, st, snapshot.LeaseRequest{Key: key, Owner: "older-daemon/1", TTL: time.Hour, Now: time.Now()})
 }

@@ -15,12 +15,11 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 var (
-	reviewA = wire.Key{Namespace: "n", Session: "a", Agent: "main"}
-	reviewB = wire.Key{Namespace: "n", Session: "b", Agent: "main"}
+	reviewA = snapshot.Key{Namespace: "n", Session: "a", Agent: "main"}
+	reviewB = snapshot.Key{Namespace: "n", Session: "b", Agent: "main"}
 )
 
 const (
@@ -36,7 +35,7 @@ func reviewStore(t *testing.T) (*store, *kvstore.Store) {
 	s := open(t, t.TempDir())
 	old, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	require.NoError(t, err)
-	for _, k := range []wire.Key{reviewA, reviewB} {
+	for _, k := range []snapshot.Key{reviewA, reviewB} {
 		_, err := snapshot.Save(ctx, old, snapshot.SaveRequest{Key: k, SaveID: "1", Payload: []byte(reviewV1), Now: time.Now()})
 		require.NoError(t, err)
 	}

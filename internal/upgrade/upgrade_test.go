@@ -270,10 +270,10 @@ func TestRun_Format2ChangedBetweenRuns(t *testing.T) {
 
 	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	require.NoError(t, err)
-	gone := wire.Key{Namespace: "team", Session: "screenshot-b", Agent: "main"}
+	gone := snapshot.Key{Namespace: "team", Session: "screenshot-b", Agent: "main"}
 	_, err = snapshotDelete(ctx, st, gone)
 	require.NoError(t, err)
-	leased := wire.Key{Namespace: "team", Session: "a.b", Agent: "main"}
+	leased := snapshot.Key{Namespace: "team", Session: "a.b", Agent: "main"}
 	lease, err := snapshotAcquire(ctx, st, leased)
 	require.NoError(t, err)
 
@@ -301,7 +301,7 @@ func TestRun_ChangedAfterDone(t *testing.T) {
 
 	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	require.NoError(t, err)
-	_, err = snapshotAcquire(ctx, st, wire.Key{Namespace: "team", Session: "a.b", Agent: "main"})
+	_, err = snapshotAcquire(ctx, st, snapshot.Key{Namespace: "team", Session: "a.b", Agent: "main"})
 	require.NoError(t, err)
 	_, err = Run(ctx, s.js, s.eng, s.log, testOptions())
 	require.ErrorIs(t, err, ErrChangedAfter)
@@ -534,6 +534,16 @@ func engineKey(k checkpoint.Key) engine.Key {
 	return engine.Key{Namespace: k.Namespace, Session: k.Session, Agent: k.Agent}
 }
 
+// asProtocols is a format-2 record as clients of format 2 saw it: the same JSON, read as the
+// protocol's record (format 2 spelled its records as the protocol did).
+func asProtocols(t *testing.T, v snapshot.Version) checkpoint.Version {
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	var out checkpoint.Version
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
+}
+
 func wireKey(k engine.Key) wire.Key {
 	return wire.Key{Namespace: k.Namespace, Session: k.Session, Agent: k.Agent}
 }
@@ -586,7 +596,7 @@ func TestRun_NamespaceKeys(t *testing.T) {
 	s := open(t, t.TempDir())
 	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10, Keys: keys})
 	require.NoError(t, err)
-	key := wire.Key{Namespace: "secret", Session: "s", Agent: "main"}
+	key := snapshot.Key{Namespace: "secret", Session: "s", Agent: "main"}
 	const secret, writer = "the launch code is 0000", "writer-known-only-to-alice"
 	conv := []byte(`[{"role":"user","content":[{"type":"text","text":"` + secret + `"}]}]`)
 	_, err = snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: "1", Writer: writer, Payload: conv, Now: time.Now()})
@@ -647,7 +657,7 @@ func TestRun_LargeConversation(t *testing.T) {
 	s := open(t, t.TempDir())
 	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	require.NoError(t, err)
-	key := wire.Key{Namespace: "big", Session: "pi", Agent: "main"}
+	key := snapshot.Key{Namespace: "big", Session: "pi", Agent: "main"}
 	n := len(c.Messages)
 	var want [][]byte
 	for i, cut := range []int{n * 6 / 10, n * 8 / 10, n} {
@@ -738,7 +748,7 @@ func TestRun_RecordTheEngineCannotHold(t *testing.T) {
 	s := open(t, t.TempDir())
 	st, err := kvstore.OpenStore(ctx, s.js, kvstore.StoreConfig{Replicas: 1, ChunkSize: 64 << 10})
 	require.NoError(t, err)
-	key := wire.Key{Namespace: "team", Session: "long-writer", Agent: "main"}
+	key := snapshot.Key{Namespace: "team", Session: "long-writer", Agent: "main"}
 	_, err = snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: "1", Writer: strings.Repeat("w", 5000), Now: time.Now(),
 		Payload: []byte(`[{"role":"user","content":[{"type":"text","text":"hi"}]}]`)})
 	require.NoError(t, err)

@@ -19,7 +19,6 @@ import (
 	"github.com/checkpointd/checkpointd/internal/snapshot"
 	"github.com/checkpointd/checkpointd/internal/snapshot/kvstore"
 	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // FuzzAppend fuzzes the domain's append: a session holding base, then a save of appended with
@@ -67,7 +66,7 @@ func FuzzAppend(f *testing.F) {
 	f.Fuzz(func(t *testing.T, base, appended []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		key := wire.Key{Namespace: "fuzz", Session: fmt.Sprintf("s%d", n.Add(1)), Agent: wire.DefaultAgent}
+		key := snapshot.Key{Namespace: "fuzz", Session: fmt.Sprintf("s%d", n.Add(1)), Agent: snapshot.DefaultAgent}
 		lim := codec.Limits{MaxBytes: 1 << 20}
 		first, err := snapshot.Save(ctx, st, snapshot.SaveRequest{Key: key, SaveID: "base", Payload: base, Limits: lim, Now: time.Now()})
 		if err != nil {

@@ -151,26 +151,30 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	return kv, nil
 }
 
-func versionKey(k wire.Key, n uint64) string { return k.Token() + "." + strconv.FormatUint(n, 10) }
+// token is a key as format 2's KV keys spell it: "<ns>.<session>.<agent>", each id encoded with
+// wire.EncodeID (the same spelling as the protocol's key token, which format 2 shared).
+func token(k snapshot.Key) string { return wire.Key(k).Token() }
 
-func segmentKey(k wire.Key, id string, part int) string {
-	return k.Token() + "." + id + "." + strconv.Itoa(part)
+func versionKey(k snapshot.Key, n uint64) string { return token(k) + "." + strconv.FormatUint(n, 10) }
+
+func segmentKey(k snapshot.Key, id string, part int) string {
+	return token(k) + "." + id + "." + strconv.Itoa(part)
 }
 
 // Head implements snapshot.Store. With replicas it reads from the leader: a head read must see
 // every committed swap (read-your-writes, and no refusal based on a lagging replica).
-func (s *Store) Head(ctx context.Context, key wire.Key) (snapshot.Head, uint64, error) {
+func (s *Store) Head(ctx context.Context, key snapshot.Key) (snapshot.Head, uint64, error) {
 	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	var h snapshot.Head
 	if s.read.Leader {
-		data, rev, err := s.leaderValue(ctx, s.headStream, wire.BucketHeads, key.Token())
+		data, rev, err := s.leaderValue(ctx, s.headStream, wire.BucketHeads, token(key))
 		if err != nil {
 			return h, 0, err
 		}
 		return h, rev, decode(data, &h)
 	}
-	e, err := s.heads.Get(ctx, key.Token())
+	e, err := s.heads.Get(ctx, token(key))
 	if err != nil {
 		return snapshot.Head{}, 0, mapKVErr(err)
 	}
@@ -202,9 +206,9 @@ func (s *Store) SwapHead(ctx context.Context, h snapshot.Head, rev uint64) error
 		return err
 	}
 	if rev == 0 {
-		_, err = s.heads.Create(ctx, h.Key.Token(), data)
+		_, err = s.heads.Create(ctx, token(h.Key), data)
 	} else {
-		_, err = s.heads.Update(ctx, h.Key.Token(), data, rev)
+		_, err = s.heads.Update(ctx, token(h.Key), data, rev)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return snapshot.ErrRevisionMismatch
@@ -213,24 +217,24 @@ func (s *Store) SwapHead(ctx context.Context, h snapshot.Head, rev uint64) error
 }
 
 // PutVersion implements snapshot.Store.
-func (s *Store) PutVersion(ctx context.Context, v wire.Version) error {
+func (s *Store) PutVersion(ctx context.Context, v snapshot.Version) error {
 	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	return s.create(ctx, s.versions, versionKey(v.Key, v.Version), v)
 }
 
 // Version implements snapshot.Store.
-func (s *Store) Version(ctx context.Context, key wire.Key, n uint64) (wire.Version, error) {
+func (s *Store) Version(ctx context.Context, key snapshot.Key, n uint64) (snapshot.Version, error) {
 	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
-	var v wire.Version
+	var v snapshot.Version
 	return v, s.get(ctx, s.versions, s.verStream, wire.BucketVersion, versionKey(key, n), &v)
 }
 
 // Versions implements snapshot.Store.
-func (s *Store) Versions(ctx context.Context, key wire.Key) ([]wire.Version, error) {
-	vs, err := scanAll[wire.Version](ctx, s.verStream, wire.BucketVersion, key.Token()+".*")
-	slices.SortFunc(vs, func(a, b wire.Version) int { return cmp.Compare(a.Version, b.Version) })
+func (s *Store) Versions(ctx context.Context, key snapshot.Key) ([]snapshot.Version, error) {
+	vs, err := scanAll[snapshot.Version](ctx, s.verStream, wire.BucketVersion, token(key)+".*")
+	slices.SortFunc(vs, func(a, b snapshot.Version) int { return cmp.Compare(a.Version, b.Version) })
 	return vs, err
 }
 
@@ -247,7 +251,7 @@ func (s *Store) PutLayout(ctx context.Context, l snapshot.Layout) error {
 }
 
 // Layout implements snapshot.Store.
-func (s *Store) Layout(ctx context.Context, key wire.Key, gen uint64) (snapshot.Layout, error) {
+func (s *Store) Layout(ctx context.Context, key snapshot.Key, gen uint64) (snapshot.Layout, error) {
 	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	var l snapshot.Layout
@@ -255,7 +259,7 @@ func (s *Store) Layout(ctx context.Context, key wire.Key, gen uint64) (snapshot.
 }
 
 // PutSegment implements snapshot.Store.
-func (s *Store) PutSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef, blob []byte) (snapshot.SegmentRef, error) {
+func (s *Store) PutSegment(ctx context.Context, key snapshot.Key, ref snapshot.SegmentRef, blob []byte) (snapshot.SegmentRef, error) {
 	ref.Chunks = 0
 	for off := 0; off < len(blob) || ref.Chunks == 0; off += s.chunkSize {
 		end := min(off+s.chunkSize, len(blob))
@@ -272,7 +276,7 @@ func (s *Store) PutSegment(ctx context.Context, key wire.Key, ref snapshot.Segme
 }
 
 // GetSegment implements snapshot.Store.
-func (s *Store) GetSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef) ([]byte, error) {
+func (s *Store) GetSegment(ctx context.Context, key snapshot.Key, ref snapshot.SegmentRef) ([]byte, error) {
 	out := make([]byte, 0, ref.StoredBytes)
 	var sealed bool
 	for i := 0; i < ref.Chunks; i++ {
@@ -296,7 +300,7 @@ func (s *Store) GetSegment(ctx context.Context, key wire.Key, ref snapshot.Segme
 
 // PutSegmentFrom implements snapshot.Store: pieces of at most the chunk size are stored as they are
 // read, so the blob is never held whole.
-func (s *Store) PutSegmentFrom(ctx context.Context, key wire.Key, ref snapshot.SegmentRef, r io.Reader) (snapshot.SegmentRef, error) {
+func (s *Store) PutSegmentFrom(ctx context.Context, key snapshot.Key, ref snapshot.SegmentRef, r io.Reader) (snapshot.SegmentRef, error) {
 	ref.Chunks, ref.StoredBytes = 0, 0
 	bp := s.pieces.Get().(*[]byte)
 	defer s.pieces.Put(bp)
@@ -327,17 +331,17 @@ func (s *Store) PutSegmentFrom(ctx context.Context, key wire.Key, ref snapshot.S
 
 // abandon removes the pieces of a segment whose writing failed half way; if that fails too, the
 // sweep finds them.
-func (s *Store) abandon(key wire.Key, ref snapshot.SegmentRef) {
+func (s *Store) abandon(key snapshot.Key, ref snapshot.SegmentRef) {
 	if ref.Chunks == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), edge.OpTimeout)
 	defer cancel()
-	_ = s.purgeSegment(ctx, "$KV."+wire.BucketSegment+"."+key.Token()+"."+ref.ID+".>")
+	_ = s.purgeSegment(ctx, "$KV."+wire.BucketSegment+"."+token(key)+"."+ref.ID+".>")
 }
 
 // OpenSegment implements snapshot.Store.
-func (s *Store) OpenSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef) io.Reader {
+func (s *Store) OpenSegment(ctx context.Context, key snapshot.Key, ref snapshot.SegmentRef) io.Reader {
 	return &pieceReader{ctx: ctx, s: s, key: key, ref: ref}
 }
 
@@ -345,7 +349,7 @@ func (s *Store) OpenSegment(ctx context.Context, key wire.Key, ref snapshot.Segm
 type pieceReader struct {
 	ctx context.Context
 	s   *Store
-	key wire.Key
+	key snapshot.Key
 	ref snapshot.SegmentRef
 	i   int
 	cur []byte
@@ -377,8 +381,8 @@ func (p *pieceReader) Read(b []byte) (int, error) {
 
 // DeleteSegment implements snapshot.Store. After the grace period it purges the segment's messages
 // from the bucket's stream rather than deleting its keys, which would leave a marker per piece.
-func (s *Store) DeleteSegment(ctx context.Context, key wire.Key, ref snapshot.SegmentRef) error {
-	subject := "$KV." + wire.BucketSegment + "." + key.Token() + "." + ref.ID + ".>"
+func (s *Store) DeleteSegment(ctx context.Context, key snapshot.Key, ref snapshot.SegmentRef) error {
+	subject := "$KV." + wire.BucketSegment + "." + token(key) + "." + ref.ID + ".>"
 	if s.grace <= 0 {
 		return s.purgeSegment(ctx, subject)
 	}
@@ -422,7 +426,7 @@ func (s *Store) Flush(ctx context.Context) {
 // DeleteSession implements snapshot.Store. Only what was stored before the head was removed is
 // purged (a purge bounded by stream sequence), so a new session of the same key started right after
 // keeps its records.
-func (s *Store) DeleteSession(ctx context.Context, key wire.Key, rev uint64, keep *snapshot.Head) error {
+func (s *Store) DeleteSession(ctx context.Context, key snapshot.Key, rev uint64, keep *snapshot.Head) error {
 	ctx, cancel := edge.OpContext(ctx)
 	defer cancel()
 	type target struct {
@@ -444,9 +448,9 @@ func (s *Store) DeleteSession(ctx context.Context, key wire.Key, rev uint64, kee
 		if data, err = json.Marshal(keep); err != nil {
 			return err
 		}
-		_, err = s.heads.Update(ctx, key.Token(), data, rev)
+		_, err = s.heads.Update(ctx, token(key), data, rev)
 	} else {
-		err = s.heads.Purge(ctx, key.Token(), jetstream.LastRevision(rev))
+		err = s.heads.Purge(ctx, token(key), jetstream.LastRevision(rev))
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
 		return snapshot.ErrRevisionMismatch
@@ -458,7 +462,7 @@ func (s *Store) DeleteSession(ctx context.Context, key wire.Key, rev uint64, kee
 		if t.upTo == 0 {
 			continue
 		}
-		subject := "$KV." + t.bucket + "." + key.Token() + ".>"
+		subject := "$KV." + t.bucket + "." + token(key) + ".>"
 		if err := t.stream.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(t.upTo+1)); err != nil {
 			return fmt.Errorf("session %s deleted, but purging %s failed (left as garbage): %w", key, t.bucket, err)
 		}

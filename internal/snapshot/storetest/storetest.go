@@ -13,17 +13,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/snapshot"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // Run runs the suite. newStore returns an empty store whose segment pieces are at most chunkSize
 // bytes and whose deletions take effect at once (no grace period).
 func Run(t *testing.T, newStore func(t *testing.T) (st snapshot.Store, chunkSize int)) {
 	ctx := context.Background()
-	k1 := wire.Key{Namespace: "ns a", Session: "s.1", Agent: "main"}
-	k2 := wire.Key{Namespace: "ns b", Session: "s.1", Agent: "main"}
-	head := func(k wire.Key, v uint64) snapshot.Head {
-		return snapshot.Head{Version: wire.Version{Format: wire.VersionFormat, Key: k, Version: v, Created: time.Unix(int64(v), 0).UTC()},
+	k1 := snapshot.Key{Namespace: "ns a", Session: "s.1", Agent: "main"}
+	k2 := snapshot.Key{Namespace: "ns b", Session: "s.1", Agent: "main"}
+	head := func(k snapshot.Key, v uint64) snapshot.Head {
+		return snapshot.Head{Version: snapshot.Version{Format: snapshot.VersionFormat, Key: k, Version: v, Created: time.Unix(int64(v), 0).UTC()},
 			Layout: snapshot.Layout{Key: k, Gen: 1}}
 	}
 
@@ -98,9 +97,9 @@ func Run(t *testing.T, newStore func(t *testing.T) (st snapshot.Store, chunkSize
 
 	t.Run("DeleteSession_OnlyThatSessionAndOnlyOnItsRevision", func(t *testing.T) {
 		st, _ := newStore(t)
-		for _, k := range []wire.Key{k1, k2} {
+		for _, k := range []snapshot.Key{k1, k2} {
 			require.NoError(t, st.SwapHead(ctx, head(k, 1), 0))
-			require.NoError(t, st.PutVersion(ctx, wire.Version{Format: wire.VersionFormat, Key: k, Version: 1}))
+			require.NoError(t, st.PutVersion(ctx, snapshot.Version{Format: snapshot.VersionFormat, Key: k, Version: 1}))
 			require.NoError(t, st.PutLayout(ctx, snapshot.Layout{Key: k, Gen: 1}))
 			_, err := st.PutSegment(ctx, k, snapshot.SegmentRef{ID: "seg", StoredBytes: 3}, []byte("abc"))
 			require.NoError(t, err)
