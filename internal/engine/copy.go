@@ -41,7 +41,7 @@ func (e *Engine) CopyVersion(ctx context.Context, rec Record, conv []byte) (Reco
 			e.forget(s)
 			continue
 		}
-		if err != nil && !isRefusal(err) {
+		if err != nil && !IsRefusal(err) {
 			e.forget(s)
 		}
 		return out, err

@@ -253,7 +253,7 @@ func (e *Engine) again(ctx context.Context, s *session, err error) bool {
 	case errors.Is(err, ErrConflict) || errors.Is(err, errShort):
 		e.forget(s)
 		return true
-	case isRefusal(err) || errors.Is(err, ErrNotFound) || errors.Is(err, errUnchanged) || errors.Is(err, ErrBusy):
+	case IsRefusal(err) || errors.Is(err, ErrNotFound) || errors.Is(err, errUnchanged) || errors.Is(err, ErrBusy):
 		if e.stale(ctx, s) {
 			e.forget(s)
 			return true

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
 )
 
 // The engine's errors. Each is a sentinel callers test with errors.Is; those that carry details
@@ -36,6 +38,18 @@ var (
 	// ErrVersionLimit: the session is at MaxVersion (also ErrBadRequest).
 	ErrVersionLimit = fmt.Errorf("%w: no version number left", ErrBadRequest)
 )
+
+// IsRefusal tells the engine refusing a request by the session's rules or the codec's (an invalid
+// conversation, a stale version, a lease, a seal, a bad request, a reused save id) from a storage
+// failure: the session is as the engine last saw it (its cached state is still right), and the
+// same request would be refused again. The daemon's split of a save's result from trouble it
+// retries (edge.IsStorageRefusal) builds on it, so a new refusal is named here only.
+func IsRefusal(err error) bool {
+	var ve *codec.ValidationError
+	return errors.As(err, &ve) || errors.Is(err, ErrVersionConflict) || errors.Is(err, ErrBadRequest) ||
+		errors.Is(err, ErrLeased) || errors.Is(err, ErrFenced) || errors.Is(err, ErrMoved) || errors.Is(err, ErrHashMismatch) ||
+		errors.Is(err, ErrSaveIDReused)
+}
 
 // ConflictError refuses a save whose expected version is not the session's head.
 type ConflictError struct {

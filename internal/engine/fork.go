@@ -92,7 +92,7 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (Saved, error) {
 	// The pin protects a fork in flight for one grace (pinUse): the fork entry commits within it,
 	// or not at all.
 	saved, err := e.writeFork(ctx, req, rec, state, pin.At.Add(e.cfg.ValueGrace))
-	if err != nil && !saved.Duplicate && (isRefusal(err) || errors.Is(err, ErrBusy)) {
+	if err != nil && !saved.Duplicate && (IsRefusal(err) || errors.Is(err, ErrBusy)) {
 		// Refused: no fork entry was written. Any other failure may have stored it (an append
 		// whose answer was lost): the pin stays, and is dropped as stale once it is 2 ×
 		// ValueGrace old if the fork entry never came (pinUse).

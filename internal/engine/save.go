@@ -104,15 +104,6 @@ func checkRequest(req *SaveRequest) error {
 	return nil
 }
 
-// isRefusal tells a refusal of the request (the session's cache is still right) from a storage
-// failure.
-func isRefusal(err error) bool {
-	var ve *codec.ValidationError
-	return errors.As(err, &ve) || errors.Is(err, ErrVersionConflict) || errors.Is(err, ErrBadRequest) ||
-		errors.Is(err, ErrLeased) || errors.Is(err, ErrFenced) || errors.Is(err, ErrMoved) || errors.Is(err, ErrHashMismatch) ||
-		errors.Is(err, ErrSaveIDReused)
-}
-
 // saveOnce is one attempt of Save. optimistic allows it to take a session it has not loaded for
 // empty when the save creates it (Save's first attempt only: the next ones read the head).
 func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest, optimistic bool) (saved Saved, err error) {

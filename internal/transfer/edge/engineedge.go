@@ -144,11 +144,9 @@ func ToWireError(err error) *wire.Error {
 }
 
 // IsStorageRefusal tells a save the engine refused (part of its result) from storage trouble
-// (retried).
+// (retried): the engine's refusals (engine.IsRefusal), and what storage holds or accepts that
+// trying again would not change (a corrupt or unknown entry, an entry too large).
 func IsStorageRefusal(err error) bool {
-	var ve *codec.ValidationError
-	return errors.As(err, &ve) || errors.Is(err, engine.ErrVersionConflict) || errors.Is(err, engine.ErrBadRequest) ||
-		errors.Is(err, engine.ErrCorrupt) || errors.Is(err, engine.ErrLeased) || errors.Is(err, engine.ErrFenced) ||
-		errors.Is(err, engine.ErrMoved) || errors.Is(err, engine.ErrHashMismatch) || errors.Is(err, engine.ErrUnknownFormat) ||
-		errors.Is(err, engine.ErrTooLarge) || errors.Is(err, engine.ErrSaveIDReused)
+	return engine.IsRefusal(err) || errors.Is(err, engine.ErrCorrupt) || errors.Is(err, engine.ErrUnknownFormat) ||
+		errors.Is(err, engine.ErrTooLarge)
 }
