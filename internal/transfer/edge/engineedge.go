@@ -71,8 +71,7 @@ func SessionHeadOf(h engine.SessionHead) wire.SessionHead {
 	out := wire.SessionHead{Version: VersionOf(h.Record)}
 	out.Key = WireKey(h.Key)
 	if h.Lease != nil {
-		l := wire.Lease{Key: out.Key, Epoch: h.Lease.Epoch, Owner: h.Lease.Owner, Acquired: h.Lease.Acquired,
-			Expires: h.Lease.Expires, Head: h.Record.Version}
+		l := LeaseOf(out.Key, engine.LeaseState{Lease: *h.Lease, Head: h.Record.Version})
 		out.Lease = &l
 	}
 	if h.Moved != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -81,4 +82,25 @@ func TestToWireError_CarriesWhatAndWhere(t *testing.T) {
 	require.EqualValues(t, 4, *edge.ToWireError(&engine.SaveIDReusedError{Key: k, Version: 4}).Version)
 	busy := &wire.Error{Code: wire.CodeBusy, Message: "busy"}
 	require.Same(t, busy, edge.ToWireError(fmt.Errorf("admission: %w", busy)), "a protocol error passes as it is")
+}
+
+// A listed session carries its lease as a lease request answers it (LeaseOf), with the head it
+// lists, and its moved mark.
+func TestSessionHeadOf_LeaseAndMoved(t *testing.T) {
+	now := time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "main"}
+	h := engine.SessionHead{Key: k, Record: engine.Record{Key: k, Version: 7},
+		Lease: &engine.Lease{Epoch: 3, Owner: "a", Acquired: now, Expires: now.Add(time.Minute)},
+		Moved: &engine.Moved{To: "nats://elsewhere", At: now}}
+	got := edge.SessionHeadOf(h)
+	wk := wire.Key{Namespace: "n", Session: "s", Agent: "main"}
+	require.Equal(t, wk, got.Key)
+	require.EqualValues(t, 7, got.Version.Version)
+	require.Equal(t, &wire.Lease{Key: wk, Epoch: 3, Owner: "a", Acquired: now, Expires: now.Add(time.Minute), Head: 7}, got.Lease)
+	require.Equal(t, &wire.Moved{To: "nats://elsewhere", At: now}, got.Moved)
+
+	h.Lease, h.Moved = nil, nil
+	got = edge.SessionHeadOf(h)
+	require.Nil(t, got.Lease)
+	require.Nil(t, got.Moved)
 }
