@@ -285,8 +285,8 @@ func ParseForkRef(s string) (ForkRef, error) {
 		return ForkRef{}, fmt.Errorf("%w: fork reference %q has no version", ErrInvalidID, s)
 	}
 	n, err := strconv.ParseUint(s[i+1:], 10, 64)
-	if err != nil || n == 0 || n > MaxVersion {
-		return ForkRef{}, fmt.Errorf("%w: fork reference %q: the version is not an integer in 1..%d", ErrInvalidID, s, MaxVersion)
+	if err != nil || n == 0 || n > MaxVersion || strconv.FormatUint(n, 10) != s[i+1:] { // "007", "+7": not as String writes it
+		return ForkRef{}, fmt.Errorf("%w: fork reference %q: the version is not a plain decimal integer in 1..%d", ErrInvalidID, s, MaxVersion)
 	}
 	k, err := ParseToken(s[:i])
 	return ForkRef{Key: k, Version: n}, err

@@ -12,8 +12,8 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"math"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -485,11 +485,11 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 		return hs, fmt.Errorf("%w: header %s: unknown reason %q (want turn, pause, migrate, import, manual or fork)", edge.ErrBadRequest, wire.HdrReason, r)
 	}
 	version := func(name string, lo uint64) (*uint64, error) {
-		s := h.Get(name)
-		if s == "" {
-			return nil, nil
+		s, sent, err := numericHeader(h, name)
+		if err != nil || !sent {
+			return nil, err
 		}
-		n, err := wire.ParseHeaderUint(name, s, lo, wire.MaxVersion)
+		n, err := wire.ParseHeaderCount(name, s, lo, wire.MaxVersion)
 		return &n, err
 	}
 	var err error
@@ -511,17 +511,21 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 		}
 		hs.req.ForkOf = edge.ForkRefOf(&ref)
 	}
-	if h.Get(wire.HdrImportVersion) != "" {
+	if _, sent, err := numericHeader(h, wire.HdrImportVersion); err != nil {
+		return hs, err
+	} else if sent {
 		if hs.req.Import, err = importHeaders(h, now); err != nil {
 			return hs, err
 		}
 	}
-	if s := h.Get(wire.HdrFormat); s != "" {
-		n, err := strconv.Atoi(s)
+	if s, sent, err := numericHeader(h, wire.HdrFormat); err != nil {
+		return hs, err
+	} else if sent {
+		n, err := wire.ParseHeaderCount(wire.HdrFormat, s, 0, math.MaxInt32)
 		if err != nil {
-			return hs, fmt.Errorf("%w: header %s: %q is not a number", edge.ErrBadRequest, wire.HdrFormat, s)
+			return hs, err
 		}
-		if err := codec.CheckFormatVersion(n); err != nil {
+		if err := codec.CheckFormatVersion(int(n)); err != nil {
 			var ve *codec.ValidationError
 			if errors.As(err, &ve) { // say where the format came from
 				named := *ve
@@ -541,7 +545,9 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 	default:
 		return hs, fmt.Errorf("%w: header %s: unknown encoding %q (want identity or zstd)", edge.ErrBadRequest, wire.HdrEncoding, enc)
 	}
-	if s := h.Get(wire.HdrChunks); s != "" {
+	if s, sent, err := numericHeader(h, wire.HdrChunks); err != nil {
+		return hs, err
+	} else if sent {
 		// More chunks than the size limit has bytes cannot be a real save, whatever their size.
 		n, err := wire.ParseHeaderCount(wire.HdrChunks, s, 1, uint64(maxBytes))
 		if err != nil {
@@ -552,9 +558,26 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 	return hs, nil
 }
 
+// numericHeader returns the value of header name, whether the save sent it at all, and a
+// bad_request if it was sent empty or more than once: an empty number is not 0, and of two values
+// the daemon would pick one the sender may not have meant (every number of a save is a plain
+// decimal, sent once: docs/protocol.md §4.1).
+func numericHeader(h nats.Header, name string) (string, bool, error) {
+	values, sent := h[name]
+	switch {
+	case !sent:
+		return "", false, nil
+	case len(values) != 1:
+		return "", true, fmt.Errorf("%w: header %s: sent %d times, at most once", edge.ErrBadRequest, name, len(values))
+	case values[0] == "":
+		return "", true, fmt.Errorf("%w: header %s: empty, want a plain decimal integer", edge.ErrBadRequest, name)
+	}
+	return values[0], true, nil
+}
+
 // importHeaders reads the headers of a save that copies a version from elsewhere.
 func importHeaders(h nats.Header, now time.Time) (*engine.Import, error) {
-	n, err := wire.ParseHeaderUint(wire.HdrImportVersion, h.Get(wire.HdrImportVersion), 1, wire.MaxVersion)
+	n, err := wire.ParseHeaderCount(wire.HdrImportVersion, h.Get(wire.HdrImportVersion), 1, wire.MaxVersion)
 	if err != nil {
 		return nil, err
 	}
