@@ -87,7 +87,7 @@ func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, wa
 		h, err := finish(state)
 		return h, err == nil, err
 	}
-	state, messages, known, err := e.stateAt(ctx, s, *req.Base)
+	state, messages, known, err := e.stateAt(ctx, s, *req.Base, req.Memory)
 	if err != nil || !known {
 		return "", false, err
 	}
@@ -110,14 +110,26 @@ func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, wa
 
 // stateAt returns the SHA-256 state after "[" and version v's messages (nil: v is 0, nothing
 // hashed yet), whether v has messages, and whether v could be read at all (not if retention
-// removed it).
-func (e *Engine) stateAt(ctx context.Context, s *session, v uint64) ([]byte, bool, bool, error) {
+// removed it). Reading a version other than the head costs its whole conversation: mem (nil: no
+// one) is told of it first, by the version's record (readBytes), and of its end after.
+func (e *Engine) stateAt(ctx context.Context, s *session, v uint64, mem codec.Growth) ([]byte, bool, bool, error) {
 	h := s.last.Head
 	switch {
 	case v == 0:
 		return nil, false, true, nil
 	case v == h.Version:
 		return h.State, h.Counts.Messages > 0, true, nil
+	}
+	if mem != nil {
+		rec, ok, err := e.recordBefore(ctx, s, v)
+		if err != nil || !ok {
+			return nil, false, false, err
+		}
+		n := readBytes(rec)
+		if err := mem.Reserve(n); err != nil {
+			return nil, false, false, err
+		}
+		defer mem.Release(n)
 	}
 	log, _, err := e.logAt(ctx, s.key, s.lastDeleted(), s.lastSeq, v)
 	if errors.Is(err, ErrNotFound) {
@@ -128,4 +140,28 @@ func (e *Engine) stateAt(ctx context.Context, s *session, v uint64) ([]byte, boo
 	}
 	state, err := extendHash(nil, log[1:])
 	return state, len(log) > 1, err == nil, err
+}
+
+// readBytes bounds what reading rec's conversation holds at once: the log built (its canonical
+// bytes) and the entries it is built from (compressed, so at most about as many again).
+func readBytes(rec Record) int64 { return 2*rec.RawBytes + 64<<10 }
+
+// recordBefore finds version v's record among the loaded session's (s.mu held); false if it is
+// not there (removed by retention).
+func (e *Engine) recordBefore(ctx context.Context, s *session, v uint64) (Record, bool, error) {
+	h := s.last.Head
+	if v < max(h.FirstVersion, 1) || v >= h.Version {
+		return Record{}, false, nil
+	}
+	var found *Record
+	err := e.walkBack(ctx, s.key, ent{seq: s.lastSeq, meta: s.last}, int(min(h.Version-v+1, maxBackRecords+1)), func(r Record) bool {
+		if r.Version == v {
+			found = &r
+		}
+		return r.Version > v
+	})
+	if err != nil || found == nil {
+		return Record{}, false, err
+	}
+	return *found, true, nil
 }

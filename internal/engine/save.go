@@ -30,6 +30,12 @@ type SaveRequest struct {
 	Payload  []byte
 	Limits   codec.Limits
 	Now      time.Time
+	// Memory, when set, is told of the storage a save reads for it beyond its own payload, before
+	// it is read: the messages of an append's base version that a repeat of its save id is compared
+	// against (repeat.go). The daemon passes the save's share of its ingest budget, so a flood of
+	// small repeats cannot make it hold many conversations at once; an error it returns (busy) is
+	// returned as it is.
+	Memory codec.Growth
 }
 
 // Import copies a version as it was elsewhere: its number (above the head's), creation time and

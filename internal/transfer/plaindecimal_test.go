@@ -103,7 +103,8 @@ func saveRawHeader(t *testing.T, nc *nats.Conn, js jetstream.JetStream, key wire
 		sub, err := nc.SubscribeSync(wire.ResultSubject(key.Namespace, saveID))
 		require.NoError(t, err)
 		defer func() { _ = sub.Unsubscribe() }()
-		_, err = js.PublishMsg(ctxT(t), m, jetstream.WithMsgID(saveID))
+		// A message id of its own: a save id sent again is a new publish to JetStream.
+		_, err = js.PublishMsg(ctxT(t), m, jetstream.WithMsgID(fmt.Sprint(saveID, "/", time.Now().UnixNano())))
 		require.NoError(t, err)
 		r, err := sub.NextMsg(15 * time.Second)
 		require.NoError(t, err, "every acknowledged save gets a result")

@@ -422,6 +422,7 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	received := wire.HashBeside(payload)
 	req := hs.req
 	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
+	req.Memory = mem // a repeat of an append reads its base version: within the budget, like the body
 	var saved engine.Saved
 	if path == pathIngest {
 		var v *wire.Version
@@ -439,7 +440,7 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 		saved, err = in.engine.Save(ctx, req)
 	}
 	switch {
-	case edge.IsStorageRefusal(err):
+	case edge.IsStorageRefusal(err) || isBusy(err): // busy: no budget to read a repeat's base version
 		res, _, _ := refuse(err)
 		res.Received = received()
 		return res, 0, nil
@@ -459,6 +460,12 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 func isRefusal(err error) bool {
 	var we *wire.Error // busy, or a header out of range
 	return errors.As(err, &we) || errors.Is(err, edge.ErrBadRequest) || errors.Is(err, codec.ErrTooLarge) || errors.Is(err, codec.ErrMalformed)
+}
+
+// isBusy reports whether err is the ingest budget's refusal (busySave).
+func isBusy(err error) bool {
+	var we *wire.Error
+	return errors.As(err, &we) && we.Code == wire.CodeBusy
 }
 
 // saveHeaders is what the headers of a save say, checked.

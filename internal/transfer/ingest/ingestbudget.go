@@ -49,12 +49,15 @@ func NewBudget(limit int64) *Budget {
 // Hold takes the whole budget, as the save in progress the longest would, and makes other saves
 // wait at most wait for room before they are refused busy; release gives it back. Tests use it to
 // see a daemon at its limit.
-func (b *Budget) Hold(wait time.Duration) (release func()) {
+func (b *Budget) Hold(wait time.Duration) (release func()) { return b.HoldAllBut(0, wait) }
+
+// HoldAllBut is Hold leaving room bytes of the budget free.
+func (b *Budget) HoldAllBut(room int64, wait time.Duration) (release func()) {
 	b.mu.Lock()
 	b.wait = wait
 	b.mu.Unlock()
 	r := b.begin(context.Background())
-	_ = r.Reserve(b.limit) // the oldest: never waits
+	_ = r.Reserve(b.limit - room) // the oldest: never waits
 	return r.end
 }
 
