@@ -421,6 +421,11 @@ type SaveResult struct {
 	// read; absent on refusals decided from the headers alone, and on a duplicate whose chunks are
 	// gone.
 	Received string `json:"received,omitempty"`
+	// Unverified, on a duplicate, says why the daemon could not compare this save with the
+	// version its save id made (its chunks were removed when that version was stored; the base
+	// version of an append was removed by retention): the client checks what it can
+	// (docs/protocol.md §4.3). Absent when the save was compared whole.
+	Unverified string `json:"unverified,omitempty"`
 	// Seq is the CP_INGEST stream sequence of a save that could not be attributed (see
 	// UnattributedResultSubject).
 	Seq uint64 `json:"seq,omitempty"`

@@ -409,7 +409,7 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 			// first sent there and retried as a request; a rare refusal path, so both look).
 			if hs.chunks > 0 {
 				if v, _, perr := in.prior(ctx, key, saveID); perr != nil || v != nil {
-					return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v}, 0, perr
+					return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Unverified: chunksGone}, 0, perr
 				}
 			}
 			return refuse(err)
@@ -430,10 +430,10 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 		if err == nil && v != nil {
 			// A redelivery is the save again only with the same conversation (the engine
 			// checks the same for the save ids it finds itself).
-			err = in.engine.CheckRepeat(ctx, req, saved.Record)
+			saved.Unverified, err = in.engine.CheckRepeat(ctx, req, saved.Record)
 		}
 		if err == nil && v != nil {
-			return wire.SaveResult{OK: true, Duplicate: true, Version: v, Received: received()}, hs.chunks, nil
+			return wire.SaveResult{OK: true, Duplicate: true, Version: v, Received: received(), Unverified: saved.Unverified}, hs.chunks, nil
 		}
 	}
 	if err == nil {
@@ -452,8 +452,13 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 		in.packer.Due(req.Key) // packed after the save is answered, off its latency
 	}
 	v := edge.VersionOf(saved.Record)
-	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received()}, hs.chunks, nil
+	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received(), Unverified: saved.Unverified}, hs.chunks, nil
 }
+
+// chunksGone is the Unverified of a chunked save's repeat whose chunks are gone: the daemon
+// removes a save's chunks once it is settled, so a retry that sent them again under the same
+// message ids (dropped by JetStream as repeats) has no body left to compare.
+const chunksGone = "the save's chunks were removed when its save id's version was stored (a retry's chunks sent again under the same message ids are dropped as repeats): its body was not compared with that version"
 
 // isRefusal tells a body that cannot be read as sent (a refusal, part of the result) from storage
 // trouble (retried).
