@@ -68,7 +68,13 @@ func (e *Engine) checkRepeat(ctx context.Context, s *session, req SaveRequest, r
 	if req.Import != nil {
 		return "", nil // an import is its version only with its number and hash (saveOnce)
 	}
-	sent, known, err := e.repeatHash(ctx, s, req, rec.Hash)
+	if req.Base != nil && *req.Base != rec.Parent {
+		// An append is made onto its base, the head then (Parent): a repeat onto another base
+		// is another save, told without reading anything.
+		return "", &SaveIDReusedError{Key: req.Key, SaveID: req.SaveID, Version: rec.Version, Hash: rec.Hash,
+			Detail: fmt.Sprintf("that version was saved onto version %d, this save appends to version %d", rec.Parent, *req.Base)}
+	}
+	sent, known, err := e.repeatHash(ctx, s, req, rec)
 	switch {
 	case err != nil:
 		return "", err
@@ -87,12 +93,9 @@ func (e *Engine) checkRepeat(ctx context.Context, s *session, req SaveRequest, r
 // another save (save_id_reused). Otherwise the repeat is taken for the save, and the string says
 // that it was not compared whole: its base's messages were not read.
 func (e *Engine) checkRepeatWithoutBase(ctx context.Context, s *session, req SaveRequest, rec Record) (string, error) {
-	base := *req.Base
+	base := *req.Base // rec.Parent (checkRepeat)
 	refuse := func(detail string) (string, error) {
 		return "", &SaveIDReusedError{Key: req.Key, SaveID: req.SaveID, Version: rec.Version, Hash: rec.Hash, Detail: detail}
-	}
-	if rec.Parent != base {
-		return refuse(fmt.Sprintf("that version was saved onto version %d, this save appends to version %d", rec.Parent, base))
 	}
 	lim := req.Limits
 	lim.Continues = true // the base is no longer there to say; a version an append extends has messages as a rule
@@ -132,7 +135,8 @@ func (e *Engine) checkRepeatWithoutBase(ctx context.Context, s *session, req Sav
 // (the same parse, the same limits), and whether it could be told. want is the hash of the
 // version the save id made: a whole array sent in canonical form (as the SDKs send it) is
 // recognised by hashing it, without a parse.
-func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, want string) (string, bool, error) {
+func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, rec Record) (string, bool, error) {
+	want := rec.Hash
 	if req.Base == nil {
 		sum := sha256.Sum256(req.Payload)
 		if h := "sha256:" + hex.EncodeToString(sum[:]); h == want {
@@ -149,7 +153,7 @@ func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, wa
 		h, err := finish(state)
 		return h, err == nil, err
 	}
-	state, messages, known, err := e.stateAt(ctx, s, *req.Base, req.Memory)
+	state, messages, known, err := e.stateAt(ctx, s, *req.Base, req.Memory, readBytes(rec))
 	if err != nil || !known {
 		return "", false, err
 	}
@@ -173,8 +177,10 @@ func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, wa
 // stateAt returns the SHA-256 state after "[" and version v's messages (nil: v is 0, nothing
 // hashed yet), whether v has messages, and whether v could be read at all (not if retention
 // removed it). Reading a version other than the head costs its whole conversation: mem (nil: no
-// one) is told of it first, by the version's record (readBytes), and of its end after.
-func (e *Engine) stateAt(ctx context.Context, s *session, v uint64, mem codec.Growth) ([]byte, bool, bool, error) {
+// one) is told of size bytes first, before anything is read, and of their end after. The caller
+// bounds v's size by the version the repeat's save id made (readBytes): an append's base, which
+// it extends, is smaller.
+func (e *Engine) stateAt(ctx context.Context, s *session, v uint64, mem codec.Growth, size int64) ([]byte, bool, bool, error) {
 	h := s.last.Head
 	switch {
 	case v == 0:
@@ -185,15 +191,10 @@ func (e *Engine) stateAt(ctx context.Context, s *session, v uint64, mem codec.Gr
 		return nil, false, false, nil // removed by retention (its bytes may linger until a pack)
 	}
 	if mem != nil {
-		rec, ok, err := e.recordBefore(ctx, s, v)
-		if err != nil || !ok {
+		if err := mem.Reserve(size); err != nil {
 			return nil, false, false, err
 		}
-		n := readBytes(rec)
-		if err := mem.Reserve(n); err != nil {
-			return nil, false, false, err
-		}
-		defer mem.Release(n)
+		defer mem.Release(size)
 	}
 	log, _, err := e.logAt(ctx, s.key, s.lastDeleted(), s.lastSeq, v)
 	if errors.Is(err, ErrNotFound) {
@@ -209,23 +210,3 @@ func (e *Engine) stateAt(ctx context.Context, s *session, v uint64, mem codec.Gr
 // readBytes bounds what reading rec's conversation holds at once: the log built (its canonical
 // bytes) and the entries it is built from (compressed, so at most about as many again).
 func readBytes(rec Record) int64 { return 2*rec.RawBytes + 64<<10 }
-
-// recordBefore finds version v's record among the loaded session's (s.mu held); false if it is
-// not there (removed by retention).
-func (e *Engine) recordBefore(ctx context.Context, s *session, v uint64) (Record, bool, error) {
-	h := s.last.Head
-	if v < max(h.FirstVersion, 1) || v >= h.Version {
-		return Record{}, false, nil
-	}
-	var found *Record
-	err := e.walkBack(ctx, s.key, ent{seq: s.lastSeq, meta: s.last}, int(min(h.Version-v+1, maxBackRecords+1)), func(r Record) bool {
-		if r.Version == v {
-			found = &r
-		}
-		return r.Version > v
-	})
-	if err != nil || found == nil {
-		return Record{}, false, err
-	}
-	return *found, true, nil
-}

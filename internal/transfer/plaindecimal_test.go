@@ -1,6 +1,7 @@
 package transfer_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -88,7 +90,7 @@ func TestSaveHeaders_NumbersArePlainDecimalsSentOnce(t *testing.T) {
 // saveRawHeader sends a save of key with headers h (each value as given: empty, repeated) on
 // path "ingest" (a JetStream publish, its result read from CP_RESULTS) or "request" (a save
 // request, its result in the reply).
-func saveRawHeader(t *testing.T, nc *nats.Conn, js jetstream.JetStream, key wire.Key, path, saveID string, h nats.Header, body []byte) wire.SaveResult {
+func saveRawHeader(t testing.TB, nc *nats.Conn, js jetstream.JetStream, key wire.Key, path, saveID string, h nats.Header, body []byte) wire.SaveResult {
 	t.Helper()
 	subject := wire.SaveSubject(key)
 	if path == "ingest" {
@@ -104,7 +106,9 @@ func saveRawHeader(t *testing.T, nc *nats.Conn, js jetstream.JetStream, key wire
 		require.NoError(t, err)
 		defer func() { _ = sub.Unsubscribe() }()
 		// A message id of its own: a save id sent again is a new publish to JetStream.
-		_, err = js.PublishMsg(ctxT(t), m, jetstream.WithMsgID(fmt.Sprint(saveID, "/", time.Now().UnixNano())))
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_, err = js.PublishMsg(ctx, m, jetstream.WithMsgID(saveID+"/"+nuid.Next()))
 		require.NoError(t, err)
 		r, err := sub.NextMsg(15 * time.Second)
 		require.NoError(t, err, "every acknowledged save gets a result")

@@ -422,7 +422,9 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	received := wire.HashBeside(payload)
 	req := hs.req
 	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
-	req.Memory = mem // a repeat of an append reads its base version: within the budget, like the body
+	// A repeat of an append reads its base version: within the budget, like the body, but without
+	// waiting for it (the engine reads it with the session locked).
+	req.Memory = mem.withoutWaiting()
 	var saved engine.Saved
 	if path == pathIngest {
 		var v *wire.Version

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -81,7 +82,20 @@ func (b *Budget) begin(ctx context.Context) *reservation {
 
 // Reserve takes n more bytes, waiting while the budget is spent; it refuses with a busy error once
 // the save has waited budgetWait in all.
-func (r *reservation) Reserve(n int64) error {
+func (r *reservation) Reserve(n int64) error { return r.reserve(n, true) }
+
+// withoutWaiting is r as a codec.Growth whose Reserve refuses busy at once when the budget is
+// spent, for reads made while the session is locked (the engine's repeat check): saves of one
+// session waiting for budget in turn, each holding the lock while it waits, would answer after
+// budgetWait times their number.
+func (r *reservation) withoutWaiting() codec.Growth { return noWait{r} }
+
+type noWait struct{ r *reservation }
+
+func (w noWait) Reserve(n int64) error { return w.r.reserve(n, false) }
+func (w noWait) Release(n int64)       { w.r.Release(n) }
+
+func (r *reservation) reserve(n int64, mayWait bool) error {
 	b := r.b
 	for {
 		b.mu.Lock()
@@ -93,6 +107,10 @@ func (r *reservation) Reserve(n int64) error {
 			return nil
 		}
 		freed, used := b.freed, b.used
+		if !mayWait {
+			b.mu.Unlock()
+			return busySave(used, b.limit, n)
+		}
 		if r.deadline.IsZero() {
 			r.deadline = time.Now().Add(b.wait)
 		}
