@@ -26,3 +26,7 @@ func SetIndexGrace(l *Log, d time.Duration) { l.indexGrace = d }
 // ErrStoreFull is a refusal as JetStream words a full store (10077), for creations failed on
 // purpose: the server did not store the entry.
 var ErrStoreFull error = &apiError{Code: 400, ErrCode: 10077, Description: "maximum bytes exceeded"}
+
+// SetBeforeUnlistDelete makes a refused creation through l on an empty log run f between its read
+// of the log's first entry and the delete of its index entry.
+func SetBeforeUnlistDelete(l *Log, f func()) { l.beforeUnlistDelete = f }

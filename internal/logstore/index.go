@@ -192,6 +192,9 @@ func (l *Log) unlist(ctx context.Context, subject, idx string, token []byte, idx
 	case first.header.Get(indexHeader) == named:
 		return 0, err // the winner shares the index entry: it stays
 	}
+	if ferr != nil && l.beforeUnlistDelete != nil {
+		l.beforeUnlistDelete()
+	}
 	if derr := l.deleteSeqs(ctx, []uint64{idxSeq}); derr != nil {
 		return 0, errors.Join(err, fmt.Errorf("logstore: its index entry %d on %s stays: %w", idxSeq, idx, derr))
 	}

@@ -158,3 +158,32 @@ func TestCreate_SharerLandingAfterTheRefusedWriterTookTheEntryBackIsListed(t *te
 		requireListed(t, "n", nil, a, b)
 	})
 }
+
+// As above, but the sharing creation's first entry lands between the refused writer's read of the
+// empty log and its delete of the entry: the sharer found its entry still there, and the writer,
+// reading the log again after the delete, lists the key again.
+func TestCreate_SharerLandingWhileTheRefusedWriterTakesTheEntryBackIsListed(t *testing.T) {
+	twoLogs(t, func(t *testing.T, a, b *logstore.Log) {
+		ctx := context.Background()
+		k := engine.Key{Namespace: "n", Session: "s", Agent: "main"}
+		aListed, bListed, aRead, bDone := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+		logstore.SetBeforeFirstEntry(a, func() error { close(aListed); <-bListed; return logstore.ErrStoreFull })
+		logstore.SetBeforeUnlistDelete(a, func() { close(aRead); <-bDone })
+		logstore.SetBeforeFirstEntry(b, func() error { close(bListed); <-aRead; return nil })
+		refused := make(chan error, 1)
+		go func() {
+			_, err := a.Append(ctx, k, []byte("a"), 0)
+			refused <- err
+		}()
+		<-aListed
+		_, err := b.Append(ctx, k, []byte("b"), 0)
+		close(bDone)
+		require.NoError(t, err)
+		require.ErrorIs(t, <-refused, logstore.ErrStoreFull)
+		requireListed(t, "n", []engine.Key{k}, a, b)
+
+		logstore.SetIndexGrace(b, 0)
+		require.NoError(t, b.Purge(ctx, k))
+		requireListed(t, "n", nil, a, b)
+	})
+}
