@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,18 +18,25 @@ import (
 var ErrSaveIDReused = errors.New("save id already used for another conversation")
 
 // SaveIDReusedError refuses a repeat of a save id whose bytes are not those of the version the
-// save id made (Version, Hash); Sent is the hash of the conversation the repeat would store.
+// save id made (Version, Hash); Sent is the hash of the conversation the repeat would store, or,
+// when that could not be computed (the repeat's base version was removed by retention), Detail
+// says how the repeat differs.
 type SaveIDReusedError struct {
 	Key     Key
 	SaveID  string
 	Version uint64
 	Hash    string
 	Sent    string
+	Detail  string
 }
 
 func (e *SaveIDReusedError) Error() string {
-	return fmt.Sprintf("session %s: save id %q was already used for another conversation: version %d (%s); this save's conversation hashes to %s. Send it under a new save id",
-		e.Key, e.SaveID, e.Version, e.Hash, e.Sent)
+	this := "this save's conversation hashes to " + e.Sent
+	if e.Sent == "" {
+		this = e.Detail
+	}
+	return fmt.Sprintf("session %s: save id %q was already used for another conversation: version %d (%s); %s. Send it under a new save id",
+		e.Key, e.SaveID, e.Version, e.Hash, this)
 }
 
 // Is makes errors.Is(err, ErrSaveIDReused) true.
@@ -36,17 +44,18 @@ func (e *SaveIDReusedError) Is(target error) bool { return target == ErrSaveIDRe
 
 // CheckRepeat checks req against rec, the version req's save id made (found elsewhere than by
 // Save: the daemon's stored result of an earlier delivery): nil if req would store the same
-// conversation, or if that cannot be told (the base of an append was removed by retention); a
-// *SaveIDReusedError if not; req's validation error if req is not a valid save.
-func (e *Engine) CheckRepeat(ctx context.Context, req SaveRequest, rec Record) error {
+// conversation; a *SaveIDReusedError if not; req's validation error if req is not a valid save.
+// Where it cannot be told for certain (an append whose base version retention removed), the
+// string says why (Saved.Unverified).
+func (e *Engine) CheckRepeat(ctx context.Context, req SaveRequest, rec Record) (string, error) {
 	if err := checkRequest(&req); err != nil {
-		return err
+		return "", err
 	}
 	s := e.session(req.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := e.load(ctx, s); err != nil {
-		return err
+		return "", err
 	}
 	return e.checkRepeat(ctx, s, req, rec)
 }
@@ -55,22 +64,79 @@ func (e *Engine) CheckRepeat(ctx context.Context, req SaveRequest, rec Record) e
 // conversation it would store hashes as rec's: a whole array, canonical or not, once parsed; an
 // append, its messages after those of its base version (read for it, unless the base is the
 // head or nothing). Only a repeat pays for this, never a new save.
-func (e *Engine) checkRepeat(ctx context.Context, s *session, req SaveRequest, rec Record) error {
+func (e *Engine) checkRepeat(ctx context.Context, s *session, req SaveRequest, rec Record) (string, error) {
 	if req.Import != nil {
-		return nil // an import is its version only with its number and hash (saveOnce)
+		return "", nil // an import is its version only with its number and hash (saveOnce)
 	}
-	sent, known, err := e.repeatHash(ctx, s, req, rec.Hash)
-	if err != nil || !known || sent == rec.Hash {
-		return err
+	if req.Base != nil && *req.Base != rec.Parent {
+		// An append is made onto its base, the head then (Parent): a repeat onto another base
+		// is another save, told without reading anything.
+		return "", &SaveIDReusedError{Key: req.Key, SaveID: req.SaveID, Version: rec.Version, Hash: rec.Hash,
+			Detail: fmt.Sprintf("that version was saved onto version %d, this save appends to version %d", rec.Parent, *req.Base)}
 	}
-	return &SaveIDReusedError{Key: req.Key, SaveID: req.SaveID, Version: rec.Version, Hash: rec.Hash, Sent: sent}
+	sent, known, err := e.repeatHash(ctx, s, req, rec)
+	switch {
+	case err != nil:
+		return "", err
+	case !known:
+		return e.checkRepeatWithoutBase(ctx, s, req, rec)
+	case sent == rec.Hash:
+		return "", nil
+	}
+	return "", &SaveIDReusedError{Key: req.Key, SaveID: req.SaveID, Version: rec.Version, Hash: rec.Hash, Sent: sent}
+}
+
+// checkRepeatWithoutBase checks an append's repeat whose base version retention removed, so that
+// the conversation it would store cannot be hashed. What can still be told is told: the save id's
+// version was made on another version than this repeat's base (an append is made on its base,
+// the head then: Parent), or does not end with the messages this repeat appends; either is
+// another save (save_id_reused). Otherwise the repeat is taken for the save, and the string says
+// that it was not compared whole: its base's messages were not read.
+func (e *Engine) checkRepeatWithoutBase(ctx context.Context, s *session, req SaveRequest, rec Record) (string, error) {
+	base := *req.Base // rec.Parent (checkRepeat)
+	refuse := func(detail string) (string, error) {
+		return "", &SaveIDReusedError{Key: req.Key, SaveID: req.SaveID, Version: rec.Version, Hash: rec.Hash, Detail: detail}
+	}
+	lim := req.Limits
+	lim.Continues = true // the base is no longer there to say; a version an append extends has messages as a rule
+	c, err := codec.ParseLimited(req.Payload, lim)
+	if err != nil {
+		return "", err
+	}
+	tail := c.Span(0, len(c.Messages))
+	if req.Memory != nil {
+		n := readBytes(rec)
+		if err := req.Memory.Reserve(n); err != nil {
+			return "", err
+		}
+		defer req.Memory.Release(n)
+	}
+	entries, err := e.entriesHolding(ctx, s.key, s.lastDeleted(), s.lastSeq, rec.Version)
+	if err != nil {
+		return "", err
+	}
+	// A version whose own entry still holds what its save stored (not packed, not a rewrite) says
+	// how many messages that save appended onto its parent.
+	if x := entries[len(entries)-1].meta; x.Kind == kindSave && x.Piece != nil && x.Piece.Keep == nil && x.Piece.Messages != len(c.Messages) {
+		return refuse(fmt.Sprintf("that version's save appended %d messages, this save appends %d", x.Piece.Messages, len(c.Messages)))
+	}
+	log, _, err := e.logOf(ctx, s.key, entries, rec.Version, 0)
+	if err != nil {
+		return "", err
+	}
+	msgs := log[1:] // "[" and the messages
+	if !bytes.Equal(msgs, tail) && !bytes.HasSuffix(msgs, append([]byte{','}, tail...)) {
+		return refuse(fmt.Sprintf("that version does not end with the %d messages this save appends", len(c.Messages)))
+	}
+	return fmt.Sprintf("version %d, the base this save appends to, was removed by retention: the save was taken for the one that made version %d (saved onto version %d and ending with these messages) without comparing the whole conversation", base, rec.Version, base), nil
 }
 
 // repeatHash is the hash of the conversation req would store, computed as Save's plan would
 // (the same parse, the same limits), and whether it could be told. want is the hash of the
 // version the save id made: a whole array sent in canonical form (as the SDKs send it) is
 // recognised by hashing it, without a parse.
-func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, want string) (string, bool, error) {
+func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, rec Record) (string, bool, error) {
+	want := rec.Hash
 	if req.Base == nil {
 		sum := sha256.Sum256(req.Payload)
 		if h := "sha256:" + hex.EncodeToString(sum[:]); h == want {
@@ -87,7 +153,7 @@ func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, wa
 		h, err := finish(state)
 		return h, err == nil, err
 	}
-	state, messages, known, err := e.stateAt(ctx, s, *req.Base)
+	state, messages, known, err := e.stateAt(ctx, s, *req.Base, req.Memory, readBytes(rec))
 	if err != nil || !known {
 		return "", false, err
 	}
@@ -110,14 +176,25 @@ func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, wa
 
 // stateAt returns the SHA-256 state after "[" and version v's messages (nil: v is 0, nothing
 // hashed yet), whether v has messages, and whether v could be read at all (not if retention
-// removed it).
-func (e *Engine) stateAt(ctx context.Context, s *session, v uint64) ([]byte, bool, bool, error) {
+// removed it). Reading a version other than the head costs its whole conversation: mem (nil: no
+// one) is told of size bytes first, before anything is read, and of their end after. The caller
+// bounds v's size by the version the repeat's save id made (readBytes): an append's base, which
+// it extends, is smaller.
+func (e *Engine) stateAt(ctx context.Context, s *session, v uint64, mem codec.Growth, size int64) ([]byte, bool, bool, error) {
 	h := s.last.Head
 	switch {
 	case v == 0:
 		return nil, false, true, nil
 	case v == h.Version:
 		return h.State, h.Counts.Messages > 0, true, nil
+	case v < max(h.FirstVersion, 1):
+		return nil, false, false, nil // removed by retention (its bytes may linger until a pack)
+	}
+	if mem != nil {
+		if err := mem.Reserve(size); err != nil {
+			return nil, false, false, err
+		}
+		defer mem.Release(size)
 	}
 	log, _, err := e.logAt(ctx, s.key, s.lastDeleted(), s.lastSeq, v)
 	if errors.Is(err, ErrNotFound) {
@@ -129,3 +206,7 @@ func (e *Engine) stateAt(ctx context.Context, s *session, v uint64) ([]byte, boo
 	state, err := extendHash(nil, log[1:])
 	return state, len(log) > 1, err == nil, err
 }
+
+// readBytes bounds what reading rec's conversation holds at once: the log built (its canonical
+// bytes) and the entries it is built from (compressed, so at most about as many again).
+func readBytes(rec Record) int64 { return 2*rec.RawBytes + 64<<10 }

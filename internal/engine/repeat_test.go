@@ -69,3 +69,90 @@ func TestSave_SaveIDReusedForOtherContent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, third.Record.Version, head.Version, "nothing stored past the third save")
 }
+
+// A repeat of an append's save id whose base version retention removed cannot be hashed (the
+// base's messages are gone). Before, it was answered as the duplicate whatever it appended. Now
+// what can still be told is: the save id's version was made onto another version than this
+// repeat's base, or does not end with the messages this repeat appends, is another save
+// (SaveIDReusedError), and so is one appending another number of messages than the save that made
+// the version (its entry says, until it is packed); otherwise the repeat is the duplicate, and
+// Saved.Unverified says it was not compared whole.
+func TestSave_RepeatOfAnAppendWhoseBaseWasRemoved(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	_, err := save(e, engine.SaveRequest{Key: k, SaveID: "a", Payload: conversation(2)})
+	require.NoError(t, err)
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: "b", Base: u64(1), Payload: array(2, 4)})
+	require.NoError(t, err)
+	made, err := save(e, engine.SaveRequest{Key: k, SaveID: "y", Base: u64(2), Payload: array(4, 6)})
+	require.NoError(t, err)
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: "z", Base: u64(3), Payload: array(6, 8)})
+	require.NoError(t, err)
+	pruned, err := e.Prune(ctx, k, engine.Retention{KeepLast: 2}, now, false)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 2}, pruned.Versions)
+	type repeat struct {
+		base    uint64
+		payload []byte
+		says    string // "" for the duplicate
+	}
+	check := func(cases []repeat) {
+		t.Helper()
+		for _, c := range cases {
+			s, err := save(e, engine.SaveRequest{Key: k, SaveID: "y", Base: u64(c.base), Payload: c.payload})
+			if c.says != "" {
+				var re *engine.SaveIDReusedError
+				require.ErrorAs(t, err, &re, "base %d %s", c.base, c.payload)
+				require.Equal(t, made.Record.Version, re.Version)
+				require.Contains(t, err.Error(), c.says)
+				continue
+			}
+			require.NoError(t, err, "base %d %s", c.base, c.payload)
+			require.True(t, s.Duplicate)
+			require.Equal(t, made.Record.Version, s.Record.Version)
+			require.Contains(t, s.Unverified, "version 2, the base this save appends to, was removed by retention")
+		}
+	}
+	for _, cold := range []bool{false, true} {
+		if cold {
+			e.Forget()
+		}
+		check([]repeat{
+			{2, array(4, 6), ""},
+			{2, spacedArray(4, 6), ""},
+			{2, array(5, 6), "that version's save appended 2 messages, this save appends 1"},
+			{2, array(4, 7), "appended 2 messages, this save appends 3"},
+			{2, array(6, 8), "does not end with the 2 messages"},
+			{1, array(4, 6), "saved onto version 2, this save appends to version 1"},
+		})
+	}
+	// Once packed, the version's entry no longer says how many messages its save appended: a
+	// repeat appending fewer of the same last messages is not told apart, and is answered
+	// Unverified.
+	_, err = e.Pack(ctx, k, true)
+	require.NoError(t, err)
+	e.Forget()
+	check([]repeat{
+		{2, array(4, 6), ""},
+		{2, array(5, 6), ""},
+		{2, array(4, 7), "does not end with the 3 messages"},
+		{1, array(4, 6), "saved onto version 2, this save appends to version 1"},
+	})
+	n := entries(t, log, k)
+	// The same through CheckRepeat (a delivery again found by its stored result).
+	unverified, err := e.CheckRepeat(ctx, engine.SaveRequest{Key: k, SaveID: "y", Base: u64(2), Payload: array(4, 6), Now: now}, made.Record)
+	require.NoError(t, err)
+	require.NotEmpty(t, unverified)
+	_, err = e.CheckRepeat(ctx, engine.SaveRequest{Key: k, SaveID: "y", Base: u64(2), Payload: array(4, 7), Now: now}, made.Record)
+	require.ErrorIs(t, err, engine.ErrSaveIDReused)
+	// A repeat whose base is still there is compared whole, and says nothing.
+	s, err := save(e, engine.SaveRequest{Key: k, SaveID: "z", Base: u64(3), Payload: array(6, 8)})
+	require.NoError(t, err)
+	require.True(t, s.Duplicate)
+	require.Empty(t, s.Unverified)
+	require.Equal(t, n, entries(t, log, k), "refusals and duplicates write nothing")
+}
+
+func spacedArray(from, to int) []byte {
+	return bytes.ReplaceAll(array(from, to), []byte(`},{`), []byte("},\n  {"))
+}

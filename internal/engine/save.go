@@ -30,6 +30,12 @@ type SaveRequest struct {
 	Payload  []byte
 	Limits   codec.Limits
 	Now      time.Time
+	// Memory, when set, is told of the storage a save reads for it beyond its own payload, before
+	// it is read: the messages of an append's base version that a repeat of its save id is compared
+	// against (repeat.go). The daemon passes the save's share of its ingest budget, so a flood of
+	// small repeats cannot make it hold many conversations at once; an error it returns (busy) is
+	// returned as it is.
+	Memory codec.Growth
 }
 
 // Import copies a version as it was elsewhere: its number (above the head's), creation time and
@@ -46,6 +52,9 @@ type Import struct {
 type Saved struct {
 	Record    Record
 	Duplicate bool // the save id was saved before (or the import is here): nothing was written
+	// Unverified, on a duplicate, says why the save could not be compared whole with the version
+	// its save id made (checkRepeatWithoutBase); "" when it was.
+	Unverified string
 	// PackDue says the session's entries since its last pack are due to be packed: the caller
 	// runs Pack after answering the save, off its latency.
 	PackDue bool
@@ -143,10 +152,11 @@ func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest, opti
 		if ok && (req.Import == nil || rec.Version == req.Import.Version && rec.Hash == req.Import.Hash) {
 			// The same save id with another conversation is not this save again: refused, or
 			// the writer would believe its conversation stored (docs/protocol.md §4.3).
-			if err := e.checkRepeat(ctx, s, req, rec); err != nil {
+			unverified, err := e.checkRepeat(ctx, s, req, rec)
+			if err != nil {
 				return Saved{}, err
 			}
-			return Saved{Record: rec, Duplicate: true}, nil
+			return Saved{Record: rec, Duplicate: true, Unverified: unverified}, nil
 		}
 	}
 	// Only a migration brings a moved session back; an import of a bundle does not.
@@ -167,10 +177,11 @@ func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest, opti
 		// A save retried after its outcome was lost finds the head moved on by its own version
 		// and later ones: that is a duplicate, not a conflict.
 		if rec, ok := e.savedAfter(ctx, s, *req.Expected, req.SaveID); ok {
-			if err := e.checkRepeat(ctx, s, req, rec); err != nil {
+			unverified, err := e.checkRepeat(ctx, s, req, rec)
+			if err != nil {
 				return Saved{}, err
 			}
-			return Saved{Record: rec, Duplicate: true}, nil
+			return Saved{Record: rec, Duplicate: true, Unverified: unverified}, nil
 		}
 		return Saved{}, &ConflictError{Key: req.Key, Expected: *req.Expected, Head: h.Version}
 	}

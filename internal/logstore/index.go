@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -21,7 +22,8 @@ import (
 // create appends a log's first entry: its index entry first, so that a crash between the two
 // leaves a listed session with an empty log (which Sessions' callers skip) rather than a session
 // nobody can list. The first entry names its index entry (Cp-Index). A creation that fails takes
-// its index entry back (unlist), unless its entry may still land.
+// its index entry back (unlist), unless its entry may still land or the log's first entry names
+// it; one that shared its index entry makes sure it is still there once its entry landed.
 func (l *Log) create(ctx context.Context, key engine.Key, subject string, data []byte) (uint64, error) {
 	idx, _ := indexSubject(key.Namespace) // the key is valid
 	if l.legacyIndex {
@@ -36,40 +38,179 @@ func (l *Log) create(ctx context.Context, key engine.Key, subject string, data [
 			return 0, fmt.Errorf("logstore: creating %s: %w", subject, err)
 		}
 	}
-	idxSeq, err := l.publish(ctx, idx, []byte(indexToken(key)), anyLastSeq, nil)
+	token := []byte(indexToken(key))
+	idxSeq, shared, err := l.list(ctx, idx, token)
 	if err != nil {
 		return 0, fmt.Errorf("logstore: listing %s: %w", subject, err)
 	}
 	hdr := nats.Header{indexHeader: []string{strconv.FormatUint(idxSeq, 10)}}
-	seq, err := l.publish(ctx, subject, data, lastSeqIs(0), hdr)
-	if err == nil || l.legacyIndex { // legacy servers never delete index entries (Log.legacyIndex)
-		return seq, err
+	var seq uint64
+	if l.beforeFirstEntry != nil {
+		err = l.beforeFirstEntry()
 	}
-	return l.unlist(ctx, subject, idx, idxSeq, err)
+	if err == nil {
+		seq, err = l.publish(ctx, subject, data, lastSeqIs(0), hdr)
+	}
+	switch {
+	case l.legacyIndex: // legacy servers never delete index entries (Log.legacyIndex)
+		return seq, err
+	case err != nil:
+		return l.unlist(ctx, subject, idx, token, idxSeq, shared, data, err)
+	case shared:
+		// Another creation wrote the index entry, and may have taken it back (unlist) before
+		// this one's first entry landed naming it.
+		if err := l.relistIfGone(ctx, idx, token, idxSeq); err != nil {
+			return 0, fmt.Errorf("logstore: %s created as entry %d, but its index entry %d is gone and listing it again failed: %w", subject, seq, idxSeq, err)
+		}
+	}
+	return seq, nil
 }
 
-// unlist deletes the index entry idxSeq of a creation whose first entry failed with err, so that
-// a creation tried again is not listed twice. If the server refused the entry (a lost
-// compare-and-swap: the winner wrote its own index entry; a full stream; ...), nothing was
-// stored. Otherwise (a timeout) the entry may have been stored, or may still be: the leader is
-// asked for the log's first entry. If it names idxSeq, the creation succeeded after all and its
-// sequence is returned; if it names another, another creation won; if the log is empty, the index
-// entry stays (an entry still under way would otherwise land unlisted): a retried creation is
-// then listed twice, which engine.Log allows (Sessions skips the second in one page).
-func (l *Log) unlist(ctx context.Context, subject, idx string, idxSeq uint64, err error) (uint64, error) {
-	if !refused(err) {
-		first, ferr := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, leaderOnly)
-		switch {
-		case errors.Is(ferr, engine.ErrNotFound):
-			return 0, fmt.Errorf("%w (its index entry %d stays: the entry may still land)", err, idxSeq)
-		case ferr != nil:
-			return 0, errors.Join(err, fmt.Errorf("logstore: its index entry %d stays: reading the log's first entry: %w", idxSeq, ferr))
-		case first.header.Get(indexHeader) == strconv.FormatUint(idxSeq, 10):
-			return first.seq, nil
+// list writes key's index entry (token) on idx for a creation, and returns its sequence and
+// whether another creation wrote it (shared). A creation tried again after one whose first entry
+// went unanswered (which keeps its index entry: its entry may still land) must not list the key a
+// second time, or a walk of the listing names it on two pages. So the index entry is published
+// with a message id of the key's: within the stream's duplicate window (2 minutes), JetStream
+// answers a repeat with the sequence of the entry already there, on any daemon, and the creations
+// share it (as do creations racing for one key). A repeat that finds its entry deleted since (a
+// Purge, or an unlist of a refused creation) lists the key anew, under an id of its own.
+func (l *Log) list(ctx context.Context, idx string, token []byte) (uint64, bool, error) {
+	id := idx + "/" + string(token)
+	seq, repeat, err := l.publishIndexEntry(ctx, idx, token, id)
+	if err != nil || !repeat {
+		return seq, false, err
+	}
+	holds, err := l.indexEntryIs(ctx, idx, token, seq)
+	if err != nil || holds {
+		return seq, true, err
+	}
+	seq, _, err = l.publishIndexEntry(ctx, idx, token, id+"/"+nuid.Next())
+	return seq, false, err
+}
+
+// indexEntryIs reports whether stream sequence seq still is the index entry token on idx, as the
+// leader says (a deleted entry is not).
+func (l *Log) indexEntryIs(ctx context.Context, idx string, token []byte, seq uint64) (bool, error) {
+	m, err := l.get(ctx, getRequest{Seq: seq}, leaderOnly)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return m.subject == idx && bytes.Equal(m.data, token), nil
+}
+
+// relistIfGone lists the key (token) again if its index entry idxSeq, which its log's first entry
+// names, was deleted: a creation that shared the entry and failed took it back (unlist) while
+// this one's first entry was under way. The new entry carries a message id made from idxSeq, so
+// that the two creations, each of which may find the entry gone, list the key once between them.
+// Purge finds it although the first entry names idxSeq (indexEntries).
+func (l *Log) relistIfGone(ctx context.Context, idx string, token []byte, idxSeq uint64) error {
+	holds, err := l.indexEntryIs(ctx, idx, token, idxSeq)
+	if err != nil || holds {
+		return err
+	}
+	_, _, err = l.publishIndexEntry(ctx, idx, token, idx+"/"+string(token)+"/relist/"+strconv.FormatUint(idxSeq, 10))
+	return err
+}
+
+// publishIndexEntry publishes token on idx with message id id, and says whether JetStream took it
+// for a repeat of a message it holds under that id (whose sequence it then returns). A clustered
+// stream still storing another publish of the id says so (10158): asked again shortly, it
+// answers the repeat.
+func (l *Log) publishIndexEntry(ctx context.Context, idx string, token []byte, id string) (uint64, bool, error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		seq, repeat, err := l.publishIndexEntryOnce(ctx, idx, token, id)
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.ErrCode != errCodeDuplicateInProcess {
+			return seq, repeat, err
 		}
+		select {
+		case <-ctx.Done():
+			return 0, false, fmt.Errorf("%w: %w", err, ctx.Err())
+		case <-time.After(time.Duration(min(attempt, 10)) * time.Millisecond):
+		}
+	}
+}
+
+func (l *Log) publishIndexEntryOnce(ctx context.Context, idx string, token []byte, id string) (uint64, bool, error) {
+	m := &nats.Msg{Subject: idx, Data: token, Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
+	resp, err := l.nc.RequestMsgWithContext(ctx, m)
+	if err = unavailable(err); err != nil {
+		return 0, false, fmt.Errorf("logstore: publishing to %s: %w", idx, err)
+	}
+	var ack struct {
+		Seq       uint64 `json:"seq"`
+		Duplicate bool   `json:"duplicate"`
+	}
+	if err := apiReply(resp, &ack); err != nil {
+		return 0, false, fmt.Errorf("logstore: publishing to %s: %w", idx, err)
+	}
+	if ack.Seq == 0 {
+		return 0, false, fmt.Errorf("logstore: publishing to %s: ack without a sequence %.200q", idx, resp.Data)
+	}
+	return ack.Seq, ack.Duplicate, nil
+}
+
+// unlist decides what becomes of the index entry idxSeq of a creation whose first entry (data)
+// failed with err. Creations of one key may share the entry (list), so it is never deleted while
+// the log's first entry names it: the leader is asked for that entry first.
+//   - It names idxSeq: the key is listed as it must be. If the server did not refuse this
+//     creation's entry (a timeout), it may be this one's, landed after all: with the same bytes,
+//     the creation succeeded and its sequence is returned; other bytes are another creation's,
+//     which won (engine.ErrConflict). A refusal is returned as it is.
+//   - It names another: another creation won with an entry of its own; idxSeq lists nothing and
+//     is deleted (no creation naming it can land on a log that has an entry).
+//   - It names none (the log's first entry was packed or deleted since, as a session's deletion
+//     does): an entry this creation wrote lists nothing and is deleted; a shared one may be the
+//     log's own listing, and stays.
+//   - The log is empty: after a timeout the entry stays (this creation's entry may still land,
+//     and must not land unlisted; a creation tried again within the duplicate window shares it,
+//     one tried later lists the key a second time, which engine.Log allows: Sessions skips the
+//     second in one page). After a refusal it is deleted, so that a refused creation lists
+//     nothing; a creation sharing it whose entry lands meanwhile lists the key again
+//     (relistIfGone), here if it landed before the delete, or itself if after.
+func (l *Log) unlist(ctx context.Context, subject, idx string, token []byte, idxSeq uint64, shared bool, data []byte, err error) (uint64, error) {
+	named := strconv.FormatUint(idxSeq, 10)
+	first, ferr := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, leaderOnly)
+	switch {
+	case ferr == nil && shared && first.header.Get(indexHeader) == "":
+		return 0, err // maybe the log's own index entry: it stays
+	case errors.Is(ferr, engine.ErrNotFound):
+		if !refused(err) {
+			return 0, fmt.Errorf("%w (its index entry %d stays: the entry may still land)", err, idxSeq)
+		}
+	case ferr != nil:
+		return 0, errors.Join(err, fmt.Errorf("logstore: its index entry %d stays: reading the log's first entry: %w", idxSeq, ferr))
+	case first.header.Get(indexHeader) == named && !refused(err) && bytes.Equal(first.data, data):
+		return first.seq, nil
+	case first.header.Get(indexHeader) == named && !refused(err):
+		return 0, fmt.Errorf("%w: %w (another creation's first entry %d, sharing its index entry %d, landed first)", engine.ErrConflict, err, first.seq, idxSeq)
+	case first.header.Get(indexHeader) == named:
+		return 0, err // the winner shares the index entry: it stays
+	}
+	if ferr != nil && l.beforeUnlistDelete != nil {
+		l.beforeUnlistDelete()
 	}
 	if derr := l.deleteSeqs(ctx, []uint64{idxSeq}); derr != nil {
 		return 0, errors.Join(err, fmt.Errorf("logstore: its index entry %d on %s stays: %w", idxSeq, idx, derr))
+	}
+	if ferr == nil {
+		return 0, err // the log has another creation's entry: nothing can land naming idxSeq
+	}
+	// The log was empty: a creation that shared idxSeq may have landed since.
+	first, ferr = l.get(ctx, getRequest{Seq: 1, NextFor: subject}, leaderOnly)
+	switch {
+	case errors.Is(ferr, engine.ErrNotFound):
+	case ferr != nil:
+		return 0, errors.Join(err, fmt.Errorf("logstore: its index entry %d was deleted, and reading the log's first entry again failed: %w", idxSeq, ferr))
+	case first.header.Get(indexHeader) == named:
+		if rerr := l.relistIfGone(ctx, idx, token, idxSeq); rerr != nil {
+			return 0, errors.Join(err, fmt.Errorf("logstore: listing %s again (another creation's entry %d landed naming index entry %d, deleted): %w", subject, first.seq, idxSeq, rerr))
+		}
 	}
 	return 0, err
 }
@@ -89,8 +230,13 @@ func (l *Log) indexEntries(ctx context.Context, key engine.Key, subject string) 
 	if err == nil {
 		if seq, perr := strconv.ParseUint(first.header.Get(indexHeader), 10, 64); perr == nil && seq > 0 {
 			m, err := l.get(ctx, getRequest{Seq: seq}, l.upToDate)
-			if err == nil && m.subject == idx && bytes.Equal(m.data, token) {
+			switch {
+			case err == nil && m.subject == idx && bytes.Equal(m.data, token):
 				return []uint64{seq}, nil
+			case errors.Is(err, engine.ErrNotFound):
+				// Deleted by a creation that shared it and failed: the key was listed again
+				// after the first entry (relistIfGone).
+				return l.indexEntriesAround(ctx, idx, token, first.seq)
 			}
 		}
 		return l.indexEntriesBefore(ctx, idx, token, first.seq, time.Time{})
@@ -118,6 +264,27 @@ func (l *Log) indexEntriesBefore(ctx context.Context, idx string, token []byte, 
 		return true
 	})
 	return seqs, err
+}
+
+// indexEntriesAround returns the sequences of idx's entries that hold token: all of those before
+// the log's first entry (bound), and those after it that are older than l.indexGrace (a listing
+// again of the log, relistIfGone); a younger one may be a creation's under way, after this Purge.
+func (l *Log) indexEntriesAround(ctx context.Context, idx string, token []byte, bound uint64) ([]uint64, error) {
+	now, err := l.streamTime(ctx)
+	if err != nil {
+		return nil, err
+	}
+	before, err := l.indexEntriesBefore(ctx, idx, token, bound, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	all, err := l.indexEntriesBefore(ctx, idx, token, 0, now.Add(-l.indexGrace))
+	for _, seq := range all {
+		if seq > bound {
+			before = append(before, seq)
+		}
+	}
+	return before, err
 }
 
 // streamTime is the time of the stream's last message, by the clocks of its leaders: an index

@@ -50,6 +50,12 @@ type Log struct {
 	// (creationGrace; tests lower it).
 	indexGrace time.Duration
 	maxEntry   int
+	// beforeFirstEntry, set by tests, runs in a creation between its two writes (index entry,
+	// first entry): an error it returns fails the first entry as if its publish had (not sent).
+	beforeFirstEntry func() error
+	// beforeUnlistDelete, set by tests, runs in a refused creation on an empty log between its
+	// read of the log's first entry and its delete of its index entry.
+	beforeUnlistDelete func()
 }
 
 // LogConfig configures a Log. The zero value of each field picks its default.

@@ -145,6 +145,9 @@ const (
 	// "no message found" (filestore: below the first sequence, or in a removed block) is a
 	// message already gone.
 	errCodeMessageDeleteFailed = 10057
+	// errCodeDuplicateInProcess: "duplicate message id is in process", what a clustered stream
+	// answers a publish whose message id another publish still being stored carries.
+	errCodeDuplicateInProcess = 10158
 )
 
 // msgNotFound is nats-server's ErrStoreMsgNotFound, as a 10057 describes it.

@@ -13,3 +13,8 @@ func HoldIngestBudget(d *Daemon, wait time.Duration) (release func()) { return d
 func SaveRequestPeakBytes(d *Daemon) int64 {
 	return d.saves.PeakBytes()
 }
+
+// HoldIngestBudgetBut is HoldIngestBudget leaving room bytes free.
+func HoldIngestBudgetBut(d *Daemon, room int64, wait time.Duration) (release func()) {
+	return d.budget.HoldAllBut(room, wait)
+}

@@ -285,8 +285,8 @@ func ParseForkRef(s string) (ForkRef, error) {
 		return ForkRef{}, fmt.Errorf("%w: fork reference %q has no version", ErrInvalidID, s)
 	}
 	n, err := strconv.ParseUint(s[i+1:], 10, 64)
-	if err != nil || n == 0 || n > MaxVersion {
-		return ForkRef{}, fmt.Errorf("%w: fork reference %q: the version is not an integer in 1..%d", ErrInvalidID, s, MaxVersion)
+	if err != nil || n == 0 || n > MaxVersion || strconv.FormatUint(n, 10) != s[i+1:] { // "007", "+7": not as String writes it
+		return ForkRef{}, fmt.Errorf("%w: fork reference %q: the version is not a plain decimal integer in 1..%d", ErrInvalidID, s, MaxVersion)
 	}
 	k, err := ParseToken(s[:i])
 	return ForkRef{Key: k, Version: n}, err
@@ -421,6 +421,11 @@ type SaveResult struct {
 	// read; absent on refusals decided from the headers alone, and on a duplicate whose chunks are
 	// gone.
 	Received string `json:"received,omitempty"`
+	// Unverified, on a duplicate, says why the daemon could not compare this save with the
+	// version its save id made (its chunks were removed when that version was stored; the base
+	// version of an append was removed by retention): the client checks what it can
+	// (docs/protocol.md §4.3). Absent when the save was compared whole.
+	Unverified string `json:"unverified,omitempty"`
 	// Seq is the CP_INGEST stream sequence of a save that could not be attributed (see
 	// UnattributedResultSubject).
 	Seq uint64 `json:"seq,omitempty"`

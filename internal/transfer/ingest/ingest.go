@@ -12,8 +12,8 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"math"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -409,7 +409,7 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 			// first sent there and retried as a request; a rare refusal path, so both look).
 			if hs.chunks > 0 {
 				if v, _, perr := in.prior(ctx, key, saveID); perr != nil || v != nil {
-					return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v}, 0, perr
+					return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Unverified: chunksGone}, 0, perr
 				}
 			}
 			return refuse(err)
@@ -422,6 +422,9 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	received := wire.HashBeside(payload)
 	req := hs.req
 	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
+	// A repeat of an append reads its base version: within the budget, like the body, but without
+	// waiting for it (the engine reads it with the session locked).
+	req.Memory = mem.withoutWaiting()
 	var saved engine.Saved
 	if path == pathIngest {
 		var v *wire.Version
@@ -429,17 +432,17 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 		if err == nil && v != nil {
 			// A redelivery is the save again only with the same conversation (the engine
 			// checks the same for the save ids it finds itself).
-			err = in.engine.CheckRepeat(ctx, req, saved.Record)
+			saved.Unverified, err = in.engine.CheckRepeat(ctx, req, saved.Record)
 		}
 		if err == nil && v != nil {
-			return wire.SaveResult{OK: true, Duplicate: true, Version: v, Received: received()}, hs.chunks, nil
+			return wire.SaveResult{OK: true, Duplicate: true, Version: v, Received: received(), Unverified: saved.Unverified}, hs.chunks, nil
 		}
 	}
 	if err == nil {
 		saved, err = in.engine.Save(ctx, req)
 	}
 	switch {
-	case edge.IsStorageRefusal(err):
+	case edge.IsStorageRefusal(err) || isBusy(err): // busy: no budget to read a repeat's base version
 		res, _, _ := refuse(err)
 		res.Received = received()
 		return res, 0, nil
@@ -451,14 +454,25 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 		in.packer.Due(req.Key) // packed after the save is answered, off its latency
 	}
 	v := edge.VersionOf(saved.Record)
-	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received()}, hs.chunks, nil
+	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received(), Unverified: saved.Unverified}, hs.chunks, nil
 }
+
+// chunksGone is the Unverified of a chunked save's repeat whose chunks are gone: the daemon
+// removes a save's chunks once it is settled, so a retry that sent them again under the same
+// message ids (dropped by JetStream as repeats) has no body left to compare.
+const chunksGone = "the save's chunks were removed when its save id's version was stored (a retry's chunks sent again under the same message ids are dropped as repeats): its body was not compared with that version"
 
 // isRefusal tells a body that cannot be read as sent (a refusal, part of the result) from storage
 // trouble (retried).
 func isRefusal(err error) bool {
 	var we *wire.Error // busy, or a header out of range
 	return errors.As(err, &we) || errors.Is(err, edge.ErrBadRequest) || errors.Is(err, codec.ErrTooLarge) || errors.Is(err, codec.ErrMalformed)
+}
+
+// isBusy reports whether err is the ingest budget's refusal (busySave).
+func isBusy(err error) bool {
+	var we *wire.Error
+	return errors.As(err, &we) && we.Code == wire.CodeBusy
 }
 
 // saveHeaders is what the headers of a save say, checked.
@@ -485,11 +499,11 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 		return hs, fmt.Errorf("%w: header %s: unknown reason %q (want turn, pause, migrate, import, manual or fork)", edge.ErrBadRequest, wire.HdrReason, r)
 	}
 	version := func(name string, lo uint64) (*uint64, error) {
-		s := h.Get(name)
-		if s == "" {
-			return nil, nil
+		s, sent, err := numericHeader(h, name)
+		if err != nil || !sent {
+			return nil, err
 		}
-		n, err := wire.ParseHeaderUint(name, s, lo, wire.MaxVersion)
+		n, err := wire.ParseHeaderCount(name, s, lo, wire.MaxVersion)
 		return &n, err
 	}
 	var err error
@@ -511,17 +525,21 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 		}
 		hs.req.ForkOf = edge.ForkRefOf(&ref)
 	}
-	if h.Get(wire.HdrImportVersion) != "" {
+	if _, sent, err := numericHeader(h, wire.HdrImportVersion); err != nil {
+		return hs, err
+	} else if sent {
 		if hs.req.Import, err = importHeaders(h, now); err != nil {
 			return hs, err
 		}
 	}
-	if s := h.Get(wire.HdrFormat); s != "" {
-		n, err := strconv.Atoi(s)
+	if s, sent, err := numericHeader(h, wire.HdrFormat); err != nil {
+		return hs, err
+	} else if sent {
+		n, err := wire.ParseHeaderCount(wire.HdrFormat, s, 0, math.MaxInt32)
 		if err != nil {
-			return hs, fmt.Errorf("%w: header %s: %q is not a number", edge.ErrBadRequest, wire.HdrFormat, s)
+			return hs, err
 		}
-		if err := codec.CheckFormatVersion(n); err != nil {
+		if err := codec.CheckFormatVersion(int(n)); err != nil {
 			var ve *codec.ValidationError
 			if errors.As(err, &ve) { // say where the format came from
 				named := *ve
@@ -541,7 +559,9 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 	default:
 		return hs, fmt.Errorf("%w: header %s: unknown encoding %q (want identity or zstd)", edge.ErrBadRequest, wire.HdrEncoding, enc)
 	}
-	if s := h.Get(wire.HdrChunks); s != "" {
+	if s, sent, err := numericHeader(h, wire.HdrChunks); err != nil {
+		return hs, err
+	} else if sent {
 		// More chunks than the size limit has bytes cannot be a real save, whatever their size.
 		n, err := wire.ParseHeaderCount(wire.HdrChunks, s, 1, uint64(maxBytes))
 		if err != nil {
@@ -552,9 +572,26 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 	return hs, nil
 }
 
+// numericHeader returns the value of header name, whether the save sent it at all, and a
+// bad_request if it was sent empty or more than once: an empty number is not 0, and of two values
+// the daemon would pick one the sender may not have meant (every number of a save is a plain
+// decimal, sent once: docs/protocol.md §4.1).
+func numericHeader(h nats.Header, name string) (string, bool, error) {
+	values, sent := h[name]
+	switch {
+	case !sent:
+		return "", false, nil
+	case len(values) != 1:
+		return "", true, fmt.Errorf("%w: header %s: sent %d times, at most once", edge.ErrBadRequest, name, len(values))
+	case values[0] == "":
+		return "", true, fmt.Errorf("%w: header %s: empty, want a plain decimal integer", edge.ErrBadRequest, name)
+	}
+	return values[0], true, nil
+}
+
 // importHeaders reads the headers of a save that copies a version from elsewhere.
 func importHeaders(h nats.Header, now time.Time) (*engine.Import, error) {
-	n, err := wire.ParseHeaderUint(wire.HdrImportVersion, h.Get(wire.HdrImportVersion), 1, wire.MaxVersion)
+	n, err := wire.ParseHeaderCount(wire.HdrImportVersion, h.Get(wire.HdrImportVersion), 1, wire.MaxVersion)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/housekeeping"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -49,12 +50,15 @@ func NewBudget(limit int64) *Budget {
 // Hold takes the whole budget, as the save in progress the longest would, and makes other saves
 // wait at most wait for room before they are refused busy; release gives it back. Tests use it to
 // see a daemon at its limit.
-func (b *Budget) Hold(wait time.Duration) (release func()) {
+func (b *Budget) Hold(wait time.Duration) (release func()) { return b.HoldAllBut(0, wait) }
+
+// HoldAllBut is Hold leaving room bytes of the budget free.
+func (b *Budget) HoldAllBut(room int64, wait time.Duration) (release func()) {
 	b.mu.Lock()
 	b.wait = wait
 	b.mu.Unlock()
 	r := b.begin(context.Background())
-	_ = r.Reserve(b.limit) // the oldest: never waits
+	_ = r.Reserve(b.limit - room) // the oldest: never waits
 	return r.end
 }
 
@@ -78,7 +82,20 @@ func (b *Budget) begin(ctx context.Context) *reservation {
 
 // Reserve takes n more bytes, waiting while the budget is spent; it refuses with a busy error once
 // the save has waited budgetWait in all.
-func (r *reservation) Reserve(n int64) error {
+func (r *reservation) Reserve(n int64) error { return r.reserve(n, true) }
+
+// withoutWaiting is r as a codec.Growth whose Reserve refuses busy at once when the budget is
+// spent, for reads made while the session is locked (the engine's repeat check): saves of one
+// session waiting for budget in turn, each holding the lock while it waits, would answer after
+// budgetWait times their number.
+func (r *reservation) withoutWaiting() codec.Growth { return noWait{r} }
+
+type noWait struct{ r *reservation }
+
+func (w noWait) Reserve(n int64) error { return w.r.reserve(n, false) }
+func (w noWait) Release(n int64)       { w.r.Release(n) }
+
+func (r *reservation) reserve(n int64, mayWait bool) error {
 	b := r.b
 	for {
 		b.mu.Lock()
@@ -90,6 +107,10 @@ func (r *reservation) Reserve(n int64) error {
 			return nil
 		}
 		freed, used := b.freed, b.used
+		if !mayWait {
+			b.mu.Unlock()
+			return busySave(used, b.limit, n)
+		}
 		if r.deadline.IsZero() {
 			r.deadline = time.Now().Add(b.wait)
 		}

@@ -79,3 +79,28 @@ func TestEagerGC_LargeSaveLowersUntilSettled(t *testing.T) {
 	mem.end()
 	require.Equal(t, 100, housekeeping.GCPercent(), "set back once settled")
 }
+
+// A read reserved withoutWaiting (the engine's, with a session locked) is refused busy at once
+// when the budget is spent, however long a save may otherwise wait, and does not start the save's
+// wait; the oldest save still takes what it needs.
+func TestIngestBudget_WithoutWaitingRefusesAtOnce(t *testing.T) {
+	b := NewBudget(100)
+	b.wait = time.Minute
+	ctx := context.Background()
+	first, second := b.begin(ctx), b.begin(ctx)
+	require.NoError(t, first.Reserve(90))
+	start := time.Now()
+	err := second.withoutWaiting().Reserve(20)
+	require.Less(t, time.Since(start), time.Second, "no wait")
+	var we *wire.Error
+	require.True(t, errors.As(err, &we), "%v", err)
+	require.Equal(t, wire.CodeBusy, we.Code)
+	require.True(t, second.deadline.IsZero(), "the save's own wait has not started")
+	require.NoError(t, second.withoutWaiting().Reserve(10), "what fits is taken")
+	require.NoError(t, first.withoutWaiting().Reserve(500), "the oldest save may exceed the budget")
+	first.withoutWaiting().Release(500)
+	require.Equal(t, int64(100), b.inUse())
+	first.end()
+	second.end()
+	require.Zero(t, b.inUse())
+}
