@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -23,6 +24,25 @@ func TestPeakRSS_GrowsWithWhatThisProcessTouches(t *testing.T) {
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, after-before, int64(32<<20))
 	runtime.KeepAlive(b)
+}
+
+func TestCPUTime_GrowsWithWhatThisProcessComputes(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc is Linux's")
+	}
+	before, err := CPUTime(0)
+	require.NoError(t, err)
+	var x uint64
+	for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
+		for i := range 1000 {
+			x += uint64(i) * x
+		}
+	}
+	after, err := CPUTime(os.Getpid())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, after-before, 100*time.Millisecond, "%d", x)
+	_, err = CPUTime(1 << 30) // no such process
+	require.Error(t, err)
 }
 
 func TestReadIO_CountsAFsyncedWrite(t *testing.T) {

@@ -22,8 +22,9 @@ import (
 // BenchmarkIngest_FiftyAgents is issue 12's ingest figure in process: 50 agents, each on its own
 // connection, append 2 small messages per save (checkpoint.Client.Append, one save after another)
 // for a phase, then publish the same bytes asynchronously to a plain stream (at most 256 in flight
-// each, every publish acknowledged) for as long. It prints saves/s, publishes/s and their ratio
-// (never asserted: the machine is shared). Run it with -benchtime 1x; CP_BENCH_SECONDS sets the
+// each, every publish acknowledged) for as long, then synchronously (each agent waiting for every
+// ack, as it waits for every save) for as long. It prints saves/s, publishes/s, their ratios and
+// the process's CPU per save and per publish (never asserted: the machine is shared). Run it with -benchtime 1x; CP_BENCH_SECONDS sets the
 // phase (default 3), CP_BENCH_CPUPROFILE=<file> profiles the saves' phase and
 // CP_BENCH_GOROUTINES=<file> dumps the goroutines in the middle of it.
 func BenchmarkIngest_FiftyAgents(b *testing.B) {
@@ -57,14 +58,20 @@ func BenchmarkIngest_FiftyAgents(b *testing.B) {
 		cpu1 := processCPU()
 		pubs, m := publishFlood50(b, ctx, streams, pair, phase)
 		cpu2 := processCPU()
-		perSave, perPub := (cpu1-cpu0)/time.Duration(max(n, 1)), (cpu2-cpu1)/time.Duration(max(m, 1))
+		syncPubs, k := syncPublishFlood50(b, ctx, streams, pair, phase)
+		cpu3 := processCPU()
+		perSave, perPub, perSync := (cpu1-cpu0)/time.Duration(max(n, 1)), (cpu2-cpu1)/time.Duration(max(m, 1)), (cpu3-cpu2)/time.Duration(max(k, 1))
 		b.Logf("%d agents appending 2 messages per save: %.0f saves/s (%v of CPU each, all in: agents, server, daemon); "+
-			"async publishes of the same bytes: %.0f/s (%v each); ratio %.1f %%", agents, saves, perSave, pubs, perPub, 100*saves/pubs)
+			"async publishes of the same bytes: %.0f/s (%v each), ratio %.1f %%; sync publishes, one after another per agent: "+
+			"%.0f/s (%v each), ratio %.1f %%", agents, saves, perSave, pubs, perPub, 100*saves/pubs, syncPubs, perSync, 100*saves/syncPubs)
 		b.ReportMetric(saves, "saves/s")
 		b.ReportMetric(pubs, "publishes/s")
+		b.ReportMetric(syncPubs, "sync-publishes/s")
 		b.ReportMetric(100*saves/pubs, "%_of_raw")
+		b.ReportMetric(100*saves/syncPubs, "%_of_sync")
 		b.ReportMetric(float64(perSave.Microseconds()), "cpu-µs/save")
 		b.ReportMetric(float64(perPub.Microseconds()), "cpu-µs/publish")
+		b.ReportMetric(float64(perSync.Microseconds()), "cpu-µs/sync-publish")
 	}
 }
 
@@ -151,6 +158,31 @@ func publishFlood50(b *testing.B, ctx context.Context, streams []jetstream.JetSt
 				case <-ctx.Done():
 					return
 				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(acked.Load()) / time.Since(start).Seconds(), acked.Load()
+}
+
+// syncPublishFlood50 has every agent publish pairs one after another for the phase, each waiting
+// for its ack; it returns the publishes per second and their number.
+func syncPublishFlood50(b *testing.B, ctx context.Context, streams []jetstream.JetStream, pair func(agent, n int) []byte, phase time.Duration) (float64, int64) {
+	var acked atomic.Int64
+	deadline := time.Now().Add(phase)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, js := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			subject := fmt.Sprintf("bench.ingest.sync%02d", i)
+			for n := 0; time.Now().Before(deadline); n++ {
+				if _, err := js.Publish(ctx, subject, pair(i, n)); err != nil {
+					b.Error(err)
+					return
+				}
+				acked.Add(1)
 			}
 		}()
 	}
