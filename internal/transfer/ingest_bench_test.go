@@ -26,7 +26,10 @@ import (
 // ack, as it waits for every save) for as long. It prints saves/s, publishes/s, their ratios and
 // the process's CPU per save and per publish (never asserted: the machine is shared). Run it with -benchtime 1x; CP_BENCH_SECONDS sets the
 // phase (default 3), CP_BENCH_CPUPROFILE=<file> profiles the saves' phase and
-// CP_BENCH_GOROUTINES=<file> dumps the goroutines in the middle of it.
+// CP_BENCH_GOROUTINES=<file> dumps the goroutines in the middle of it. CP_BENCH_GROUP=<k> makes
+// each append carry k pairs, counted as k saves: what today's engine would give if k saves of a
+// session went in one request and one entry (group commit, docs/format.md §8.15l), one version
+// standing for the k.
 func BenchmarkIngest_FiftyAgents(b *testing.B) {
 	const agents = 50
 	phase := 3 * time.Second
@@ -54,7 +57,7 @@ func BenchmarkIngest_FiftyAgents(b *testing.B) {
 	}
 	for b.Loop() {
 		cpu0 := processCPU()
-		saves, n := saveFlood50(b, ctx, clients, pair, phase)
+		saves, n := saveFlood50(b, ctx, clients, pair, phase, benchGroup())
 		cpu1 := processCPU()
 		pubs, m := publishFlood50(b, ctx, streams, pair, phase)
 		cpu2 := processCPU()
@@ -87,7 +90,7 @@ func processCPU() time.Duration {
 
 // saveFlood50 has every client append pairs one save after another for the phase, and returns the
 // saves per second and their number.
-func saveFlood50(b *testing.B, ctx context.Context, clients []*checkpoint.Client, pair func(agent, n int) []byte, phase time.Duration) (float64, int64) {
+func saveFlood50(b *testing.B, ctx context.Context, clients []*checkpoint.Client, pair func(agent, n int) []byte, phase time.Duration, group int) (float64, int64) {
 	if path := os.Getenv("CP_BENCH_CPUPROFILE"); path != "" {
 		f, err := os.Create(path)
 		require.NoError(b, err)
@@ -117,11 +120,11 @@ func saveFlood50(b *testing.B, ctx context.Context, clients []*checkpoint.Client
 				return
 			}
 			for n := 1; time.Now().Before(deadline); n++ {
-				if v, err = c.Append(ctx, key, v.Version, pair(i, n)); err != nil {
+				if v, err = c.Append(ctx, key, v.Version, pairs(pair, i, n*group, group)); err != nil {
 					b.Error(err)
 					return
 				}
-				done.Add(1)
+				done.Add(int64(group))
 			}
 		}()
 	}
@@ -188,4 +191,28 @@ func syncPublishFlood50(b *testing.B, ctx context.Context, streams []jetstream.J
 	}
 	wg.Wait()
 	return float64(acked.Load()) / time.Since(start).Seconds(), acked.Load()
+}
+
+// benchGroup is CP_BENCH_GROUP, the pairs per append (default 1).
+func benchGroup() int {
+	if k, err := strconv.Atoi(os.Getenv("CP_BENCH_GROUP")); err == nil && k > 0 {
+		return k
+	}
+	return 1
+}
+
+// pairs is the JSON array of the k pairs from the n-th on, one after another.
+func pairs(pair func(agent, n int) []byte, agent, n, k int) []byte {
+	if k == 1 {
+		return pair(agent, n)
+	}
+	out := []byte{'['}
+	for j := range k {
+		p := pair(agent, n+j)
+		if j > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, p[1:len(p)-1]...)
+	}
+	return append(out, ']')
 }

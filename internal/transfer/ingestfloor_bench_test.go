@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 )
 
 // BenchmarkIngest_Floor is what 50 agents saving by request and reply could reach on this machine
@@ -26,7 +27,8 @@ import (
 // of a save result's size from worker goroutines, as the daemon's:
 //
 //   - echo: request and reply, the responder answering at once (the floor of any save that is a
-//     request answered by a process: two hops each way);
+//     request answered by a process: two hops each way); also with the responder connected in
+//     process (nats.InProcessServer), as cmd/checkpointd connects (testenv's daemon uses TCP);
 //   - publish: the responder first publishes the body to a stream and waits for its ack (one
 //     durable write per save: the floor of today's save);
 //   - pipelined: as publish, but each agent keeps 8 saves in flight and the responder answers each
@@ -86,6 +88,9 @@ func BenchmarkIngest_Floor(b *testing.B) {
 			measure("echo: request/reply, answered at once", func() int64 {
 				return floodRequests(b, conns, "floor.echo", phase, func(i, n int) []byte { return pair(i, n) })
 			}),
+			measure("echo, the responder in process", func() int64 {
+				return floodRequests(b, conns, "floor.echoin", phase, func(i, n int) []byte { return pair(i, n) })
+			}),
 			measure("publish: request/reply, one sync publish each", func() int64 {
 				return floodRequests(b, conns, "floor.publish", phase, func(i, n int) []byte { return pair(i, n) })
 			}),
@@ -104,15 +109,16 @@ func BenchmarkIngest_Floor(b *testing.B) {
 				return n
 			}),
 		}
-		async := results[4]
+		async := results[5]
 		for _, x := range results {
 			b.Logf("%-52s %8.0f saves/s  %6.1f µs CPU each  %5.1f %% of async publish (CPU %.1f×)", x.name, x.saves,
 				float64(x.cpu)/float64(time.Microsecond), 100*x.saves/async.saves, float64(x.cpu)/float64(async.cpu))
 		}
 		b.ReportMetric(100*results[0].saves/async.saves, "%_echo")
-		b.ReportMetric(100*results[1].saves/async.saves, "%_publish")
-		b.ReportMetric(100*results[2].saves/async.saves, "%_pipelined")
-		b.ReportMetric(100*results[3].saves/async.saves, "%_grouped")
+		b.ReportMetric(100*results[1].saves/async.saves, "%_echo_in_process")
+		b.ReportMetric(100*results[2].saves/async.saves, "%_publish")
+		b.ReportMetric(100*results[3].saves/async.saves, "%_pipelined")
+		b.ReportMetric(100*results[4].saves/async.saves, "%_grouped")
 	}
 	r.stop()
 }
@@ -149,6 +155,11 @@ func startFloorResponder(b *testing.B, env *testenv.Env) *floorResponder {
 	}
 	echo, err := nc.QueueSubscribe("floor.echo.*", "floor", func(m *nats.Msg) { _ = m.Respond(floorReply) })
 	require.NoError(b, err)
+	inProcess, err := nats.Connect(embedded.InProcessURL(env.Server), nats.InProcessServer(env.Server))
+	require.NoError(b, err)
+	b.Cleanup(inProcess.Close)
+	echoIn, err := inProcess.QueueSubscribe("floor.echoin.*", "floor", func(m *nats.Msg) { _ = m.Respond(floorReply) })
+	require.NoError(b, err)
 	publish, err := nc.QueueSubscribe("floor.publish.*", "floor", func(m *nats.Msg) { r.work <- m })
 	require.NoError(b, err)
 	// Pipelined: published asynchronously as they come, answered in order as their acks come.
@@ -176,7 +187,7 @@ func startFloorResponder(b *testing.B, env *testenv.Env) *floorResponder {
 		}
 	})
 	require.NoError(b, err)
-	r.subs = []*nats.Subscription{echo, publish, pipelined}
+	r.subs = []*nats.Subscription{echo, echoIn, publish, pipelined}
 	r.stop = func() {
 		for _, s := range r.subs {
 			_ = s.Unsubscribe()
