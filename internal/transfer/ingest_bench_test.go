@@ -17,6 +17,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
 // BenchmarkIngest_FiftyAgents is issue 12's ingest figure in process: 50 agents, each on its own
@@ -29,14 +30,18 @@ import (
 // CP_BENCH_GOROUTINES=<file> dumps the goroutines in the middle of it. CP_BENCH_GROUP=<k> makes
 // each append carry k pairs, counted as k saves: what today's engine would give if k saves of a
 // session went in one request and one entry (group commit, docs/format.md §8.15l), one version
-// standing for the k.
+// standing for the k. CP_BENCH_NOPACK=1 and CP_BENCH_FASTSAVES=1 set the engine's NoPack and
+// FastSaves, to tell what packing and zstd's default level cost a save.
 func BenchmarkIngest_FiftyAgents(b *testing.B) {
 	const agents = 50
 	phase := 3 * time.Second
 	if s, err := strconv.Atoi(os.Getenv("CP_BENCH_SECONDS")); err == nil && s > 0 {
 		phase = time.Duration(s) * time.Second
 	}
-	env := testenv.Start(b)
+	env := testenv.Start(b, func(c *transfer.Config) {
+		c.Engine.NoPack = os.Getenv("CP_BENCH_NOPACK") == "1"
+		c.Engine.FastSaves = os.Getenv("CP_BENCH_FASTSAVES") == "1"
+	})
 	ctx := context.Background()
 	clients := make([]*checkpoint.Client, agents)
 	streams := make([]jetstream.JetStream, agents)
