@@ -3,9 +3,11 @@ package transfer_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,6 +37,9 @@ import (
 //     once its publish is acknowledged (an SDK whose appends return futures);
 //   - grouped: each request carries 8 saves, published as one message (group commit: several
 //     saves of a session in one request and one entry);
+//   - atomic: each request carries 8 saves, published as 8 messages in one JetStream atomic batch
+//     whose first carries the compare-and-swap (Nats-Expected-Last-Subject-Sequence) and whose
+//     last commits it (group commit keeping an entry per save);
 //   - async and sync publish of the same bytes by the agents, without a responder.
 //
 // CP_BENCH_SECONDS sets the phase (default 3). It prints saves/s, CPU per save (the process's:
@@ -55,8 +60,9 @@ func BenchmarkIngest_Floor(b *testing.B) {
 		require.NoError(b, err)
 		streams[i] = js
 	}
-	for name, subjects := range map[string]string{"BENCH_FLOOR": "bench.floor.>", "BENCH_INGEST": "bench.ingest.>"} { // the responder's; the agents' raw publishes
-		_, err := streams[0].CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subjects}, Storage: jetstream.FileStorage})
+	for name, subjects := range map[string]string{"BENCH_FLOOR": "bench.floor.>", "BENCH_INGEST": "bench.ingest.>", "BENCH_ATOMIC": "bench.atomic.>"} { // the responder's; the agents' raw publishes
+		_, err := streams[0].CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subjects}, Storage: jetstream.FileStorage,
+			AllowAtomicPublish: name == "BENCH_ATOMIC"})
 		require.NoError(b, err)
 	}
 	pair := func(agent, n int) []byte {
@@ -100,6 +106,9 @@ func BenchmarkIngest_Floor(b *testing.B) {
 			measure(fmt.Sprintf("grouped: %d saves per request, one publish", window), func() int64 {
 				return window * floodRequests(b, conns, "floor.publish", phase, group)
 			}),
+			measure(fmt.Sprintf("atomic: %d saves per request, one atomic batch", window), func() int64 {
+				return window * floodRequests(b, conns, "floor.atomic", phase, group)
+			}),
 			measure("async publish (issue 12's denominator)", func() int64 {
 				_, n := publishFlood50(b, ctx, streams, pair, phase)
 				return n
@@ -109,7 +118,7 @@ func BenchmarkIngest_Floor(b *testing.B) {
 				return n
 			}),
 		}
-		async := results[5]
+		async := results[6]
 		for _, x := range results {
 			b.Logf("%-52s %8.0f saves/s  %6.1f µs CPU each  %5.1f %% of async publish (CPU %.1f×)", x.name, x.saves,
 				float64(x.cpu)/float64(time.Microsecond), 100*x.saves/async.saves, float64(x.cpu)/float64(async.cpu))
@@ -119,6 +128,7 @@ func BenchmarkIngest_Floor(b *testing.B) {
 		b.ReportMetric(100*results[2].saves/async.saves, "%_publish")
 		b.ReportMetric(100*results[3].saves/async.saves, "%_pipelined")
 		b.ReportMetric(100*results[4].saves/async.saves, "%_grouped")
+		b.ReportMetric(100*results[5].saves/async.saves, "%_atomic")
 	}
 	r.stop()
 }
@@ -141,12 +151,19 @@ func startFloorResponder(b *testing.B, env *testenv.Env) *floorResponder {
 	js, err := jetstream.New(nc)
 	require.NoError(b, err)
 	r := &floorResponder{work: make(chan *nats.Msg, 1024)}
+	batches := &atomicBatches{nc: nc, last: map[string]uint64{}}
 	for range 64 {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			for m := range r.work {
-				if _, err := js.Publish(context.Background(), "bench.floor.publish", m.Data); err != nil {
+				var err error
+				if strings.HasPrefix(m.Subject, "floor.atomic.") {
+					err = batches.publish(m)
+				} else {
+					_, err = js.Publish(context.Background(), "bench.floor.publish", m.Data)
+				}
+				if err != nil {
 					b.Error(err)
 				}
 				_ = m.Respond(floorReply)
@@ -161,6 +178,8 @@ func startFloorResponder(b *testing.B, env *testenv.Env) *floorResponder {
 	echoIn, err := inProcess.QueueSubscribe("floor.echoin.*", "floor", func(m *nats.Msg) { _ = m.Respond(floorReply) })
 	require.NoError(b, err)
 	publish, err := nc.QueueSubscribe("floor.publish.*", "floor", func(m *nats.Msg) { r.work <- m })
+	require.NoError(b, err)
+	atomicSub, err := nc.QueueSubscribe("floor.atomic.*", "floor", func(m *nats.Msg) { r.work <- m })
 	require.NoError(b, err)
 	// Pipelined: published asynchronously as they come, answered in order as their acks come.
 	acks := make(chan func(), 4096)
@@ -187,7 +206,7 @@ func startFloorResponder(b *testing.B, env *testenv.Env) *floorResponder {
 		}
 	})
 	require.NoError(b, err)
-	r.subs = []*nats.Subscription{echo, echoIn, publish, pipelined}
+	r.subs = []*nats.Subscription{echo, echoIn, publish, atomicSub, pipelined}
 	r.stop = func() {
 		for _, s := range r.subs {
 			_ = s.Unsubscribe()
@@ -197,6 +216,56 @@ func startFloorResponder(b *testing.B, env *testenv.Env) *floorResponder {
 		r.wg.Wait()
 	}
 	return r
+}
+
+// atomicBatches publishes the saves of a request (lines of its body) to bench.atomic.<agent> as
+// one atomic batch, the first message expecting the subject's last sequence as the previous
+// batch left it, as a save's entry does.
+type atomicBatches struct {
+	nc   *nats.Conn
+	mu   sync.Mutex
+	last map[string]uint64 // subject → its last sequence (each agent's requests come one at a time)
+	n    atomic.Int64
+}
+
+func (a *atomicBatches) publish(m *nats.Msg) error {
+	subject := "bench.atomic." + strings.TrimPrefix(m.Subject, "floor.atomic.")
+	saves := bytes.Split(m.Data, []byte{'\n'})
+	id := "b" + strconv.FormatInt(a.n.Add(1), 10)
+	a.mu.Lock()
+	last := a.last[subject]
+	a.mu.Unlock()
+	for i, data := range saves {
+		msg := nats.NewMsg(subject)
+		msg.Data = data
+		msg.Header.Set("Nats-Batch-Id", id)
+		msg.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+		if i == 0 {
+			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+		}
+		if i < len(saves)-1 {
+			if err := a.nc.PublishMsg(msg); err != nil {
+				return err
+			}
+			continue
+		}
+		msg.Header.Set("Nats-Batch-Commit", "1")
+		resp, err := a.nc.RequestMsg(msg, time.Minute)
+		if err != nil {
+			return err
+		}
+		var ack struct {
+			Seq   uint64          `json:"seq"`
+			Error json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal(resp.Data, &ack); err != nil || ack.Error != nil || ack.Seq == 0 {
+			return fmt.Errorf("atomic batch %s on %s: %s", id, subject, resp.Data)
+		}
+		a.mu.Lock()
+		a.last[subject] = ack.Seq
+		a.mu.Unlock()
+	}
+	return nil
 }
 
 // floodRequests has every agent send requests on <prefix>.<agent> one after another for the
