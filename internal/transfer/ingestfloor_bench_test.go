@@ -141,6 +141,7 @@ var floorReply = bytes.Repeat([]byte("r"), 500)
 // daemon does.
 type floorResponder struct {
 	work chan *nats.Msg
+	done chan struct{} // closed by stop: the workers end (a callback still running may send after the unsubscribe)
 	wg   sync.WaitGroup
 	subs []*nats.Subscription
 	stop func() // unsubscribes and waits for the workers
@@ -150,13 +151,19 @@ func startFloorResponder(b *testing.B, env *testenv.Env) *floorResponder {
 	nc := env.Conn()
 	js, err := jetstream.New(nc)
 	require.NoError(b, err)
-	r := &floorResponder{work: make(chan *nats.Msg, 1024)}
+	r := &floorResponder{work: make(chan *nats.Msg, 1024), done: make(chan struct{})}
 	batches := &atomicBatches{nc: nc, last: map[string]uint64{}}
 	for range 64 {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			for m := range r.work {
+			for {
+				var m *nats.Msg
+				select {
+				case m = <-r.work:
+				case <-r.done:
+					return
+				}
 				var err error
 				if strings.HasPrefix(m.Subject, "floor.atomic.") {
 					err = batches.publish(m)
@@ -186,8 +193,13 @@ func startFloorResponder(b *testing.B, env *testenv.Env) *floorResponder {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		for answer := range acks {
-			answer()
+		for {
+			select {
+			case answer := <-acks:
+				answer()
+			case <-r.done:
+				return
+			}
 		}
 	}()
 	pipelined, err := nc.QueueSubscribe("floor.pipelined.*", "floor", func(m *nats.Msg) {
@@ -211,8 +223,7 @@ func startFloorResponder(b *testing.B, env *testenv.Env) *floorResponder {
 		for _, s := range r.subs {
 			_ = s.Unsubscribe()
 		}
-		close(r.work)
-		close(acks)
+		close(r.done)
 		r.wg.Wait()
 	}
 	return r
