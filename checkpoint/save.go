@@ -212,8 +212,8 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 }
 
 // compressFrom is the size from which a save's body travels compressed. Below it zstd costs more
-// than it saves: ~5 µs to compress and as much for the daemon to decode, whatever the size (the
-// frame's setup), ~10 µs of a save's ~200 µs of CPU with 50 agents saving at once
+// than it saves: ~5 µs to compress and ~5 µs for the daemon to decode whatever the size (the
+// frame's setup), ~15 µs of a save's ~230 µs of CPU with 50 agents saving at once
 // (BenchmarkIngest_FiftyAgents, docs/format.md §8.15l), for at most a few KB on the wire.
 const compressFrom = 4 << 10
 

@@ -3,8 +3,8 @@ package engine
 // recentRecords are the records of a session's last pack's versions and of the saves after it,
 // oldest first, so that a save delivered again is recognised without a read (docs/format.md
 // §8.5). Every save looks its save id up among them (savedBefore): with the default packs up to
-// ~500 records, which a scan compared one by one on every save (~12 µs a save, a twentieth of its
-// CPU with 50 agents saving at once: BenchmarkIngest_FiftyAgents, docs/format.md §8.15l). The
+// ~500 records, which a scan compared one by one on every save (~16 µs a save, 7 % of its CPU
+// with 50 agents saving at once: BenchmarkIngest_FiftyAgents, docs/format.md §8.15l). The
 // index by save id finds it at once.
 type recentRecords struct {
 	ok   bool // read since the session was loaded; until then, add does nothing
