@@ -191,7 +191,7 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	// return waits for it: the caller's bytes are not read after Save returns.
 	sent := wire.HashBeside(conversation)
 	defer sent()
-	body := codec.CompressBody(conversation) // in parallel frames when large
+	body := compressBody(hdr, conversation)
 	if size := pieces.Size(c.nc.MaxPayload(), pieces.ChunkRoom); int64(len(body)) > size {
 		n, err := c.publishChunks(ctx, key.Namespace, o.saveID, msgID, body, size)
 		if err != nil {
@@ -200,15 +200,32 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 		hdr.Set(wire.HdrChunks, strconv.Itoa(n))
 		body = nil
 	}
-	data, err := c.send(ctx, key, o.saveID, msgID, hdr, body)
+	res, err := c.send(ctx, key, o.saveID, msgID, hdr, body)
 	if err != nil {
 		return Version{}, err
 	}
-	v, duplicate, err := c.checkResult(ctx, data, key, o.saveID, sent())
+	v, duplicate, err := c.checkDecoded(ctx, res, key, o.saveID, sent())
 	if err == nil && duplicate && o.whole != nil {
 		err = checkRepeat(v, o)
 	}
 	return v, err
+}
+
+// compressFrom is the size from which a save's body travels compressed. Below it zstd costs more
+// than it saves: ~5 µs to compress and ~5 µs for the daemon to decode whatever the size (the
+// frame's setup), ~15 µs of a save's ~230 µs of CPU with 50 agents saving at once
+// (BenchmarkIngest_FiftyAgents, docs/format.md §8.15l), for at most a few KB on the wire.
+const compressFrom = 4 << 10
+
+// compressBody returns the body to send for conversation, and says its encoding in hdr: zstd
+// (in parallel frames when large), or the bytes as they are when small.
+func compressBody(hdr nats.Header, conversation []byte) []byte {
+	if len(conversation) < compressFrom {
+		hdr.Set(wire.HdrEncoding, wire.EncodingIdentity)
+		return conversation
+	}
+	hdr.Set(wire.HdrEncoding, wire.EncodingZstd)
+	return codec.CompressBody(conversation)
 }
 
 // checkRepeat checks a duplicate's version against the whole conversation this save stores: a
@@ -237,14 +254,18 @@ func checkRepeat(v Version, o saveOptions) error {
 // send delivers a save and returns its result: as a request to a daemon, answered once the save is
 // durable (docs/protocol.md §4.0), or, when no daemon answers requests (or WithIngestSaves), on the
 // ingest stream, which keeps the save until a daemon settles it (§4.1).
-func (c *Client) send(ctx context.Context, key Key, saveID, msgID string, hdr nats.Header, body []byte) ([]byte, error) {
+func (c *Client) send(ctx context.Context, key Key, saveID, msgID string, hdr nats.Header, body []byte) (wire.SaveResult, error) {
 	if !c.ingestOnly {
-		data, err := c.requestSave(ctx, key, saveID, hdr, body)
+		res, err := c.requestSave(ctx, key, saveID, hdr, body)
 		if !errors.Is(err, errNoDaemon) {
-			return data, err
+			return res, err
 		}
 	}
-	return c.ingestSave(ctx, key, saveID, msgID, hdr, body)
+	data, err := c.ingestSave(ctx, key, saveID, msgID, hdr, body)
+	if err != nil {
+		return wire.SaveResult{}, err
+	}
+	return decodeResult(data)
 }
 
 // saveHeaders are the headers of a save (docs/protocol.md §4.1), the same on both paths.
@@ -252,7 +273,6 @@ func saveHeaders(o saveOptions, base *uint64, writer string) nats.Header {
 	h := nats.Header{}
 	h.Set(wire.HdrSaveID, o.saveID)
 	h.Set(wire.HdrWriter, writer)
-	h.Set(wire.HdrEncoding, wire.EncodingZstd)
 	if o.reason != "" {
 		h.Set(wire.HdrReason, o.reason)
 	}
@@ -306,8 +326,8 @@ const (
 // returns the result the reply carries, once the save is durable. It returns errNoDaemon when
 // nobody listens. A request unanswered in time is sent again, and a busy or unavailable refusal
 // (nothing was stored) is retried after the wait it hints at, until ctx ends; then the last
-// refusal is returned as the result.
-func (c *Client) requestSave(ctx context.Context, key Key, saveID string, hdr nats.Header, body []byte) ([]byte, error) {
+// refusal is returned as the result. The reply is decoded once, here.
+func (c *Client) requestSave(ctx context.Context, key Key, saveID string, hdr nats.Header, body []byte) (wire.SaveResult, error) {
 	subject := wire.SaveSubject(key)
 	attempt := requestAttempt
 	if n, err := strconv.Atoi(hdr.Get(wire.HdrChunks)); err == nil {
@@ -319,24 +339,28 @@ func (c *Client) requestSave(ctx context.Context, key Key, saveID string, hdr na
 		cancel()
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
-			return nil, errNoDaemon
+			return wire.SaveResult{}, errNoDaemon
 		case err == nil:
-			wait, again := retryableRefusal(reply.Data, try)
+			res, err := decodeResult(reply.Data)
+			if err != nil {
+				return res, err
+			}
+			wait, again := retryableRefusal(res, try)
 			if !again || !sleepCtx(ctx, wait) {
-				return reply.Data, nil
+				return res, nil
 			}
 		case errors.Is(err, nats.ErrMaxPayload):
-			return nil, &Error{Code: wire.CodeTooLarge, Message: err.Error(), Index: -1, Offset: -1}
+			return wire.SaveResult{}, &Error{Code: wire.CodeTooLarge, Message: err.Error(), Index: -1, Offset: -1}
 		case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrBadSubscription):
-			return nil, unavailable("sending the save on %s: %v", subject, err)
+			return wire.SaveResult{}, unavailable("sending the save on %s: %v", subject, err)
 		case ctx.Err() != nil:
-			return nil, unavailable("no checkpointd answered the save on %s in time; its outcome is unknown: "+
+			return wire.SaveResult{}, unavailable("no checkpointd answered the save on %s in time; its outcome is unknown: "+
 				"restore the session to see it, or save again with the same save id (%s)", subject, saveID)
 		default:
 			// Unanswered in time (the daemon died, or is slow), or the connection is moving to
 			// another server: send it again, with the same save id.
 			if !sleepCtx(ctx, 50*time.Millisecond) {
-				return nil, unavailable("no checkpointd answered the save on %s in time (%v); save again with the same save id (%s)", subject, err, saveID)
+				return wire.SaveResult{}, unavailable("no checkpointd answered the save on %s in time (%v); save again with the same save id (%s)", subject, err, saveID)
 			}
 		}
 	}
@@ -345,11 +369,8 @@ func (c *Client) requestSave(ctx context.Context, key Key, saveID string, hdr na
 // retryableRefusal reports whether a save's result is a refusal that stored nothing and may go
 // through later (busy, or unavailable: a daemon shutting down, storage briefly away), and how long
 // to wait before the attempt after try.
-func retryableRefusal(data []byte, try int) (time.Duration, bool) {
-	var res struct {
-		Error *wire.Error `json:"error"`
-	}
-	if json.Unmarshal(data, &res) != nil || res.Error == nil {
+func retryableRefusal(res wire.SaveResult, try int) (time.Duration, bool) {
+	if res.Error == nil {
 		return 0, false
 	}
 	switch res.Error.Code {
@@ -554,10 +575,24 @@ func (c *Client) lookupResult(ctx context.Context, subject string) (data []byte,
 // and a refusal is not believed. Anything unconfirmed is ErrCorrupt, never a success. The bool
 // says the version is a duplicate (the save id made it before).
 func (c *Client) checkResult(ctx context.Context, data []byte, key Key, saveID, sent string) (Version, bool, error) {
+	res, err := decodeResult(data)
+	if err != nil {
+		return Version{}, false, err
+	}
+	return c.checkDecoded(ctx, res, key, saveID, sent)
+}
+
+// decodeResult decodes the result of a save, as it came.
+func decodeResult(data []byte) (wire.SaveResult, error) {
 	var res wire.SaveResult
 	if err := json.Unmarshal(data, &res); err != nil {
-		return Version{}, false, &Error{Code: wire.CodeInternal, Message: "save result: " + err.Error(), Index: -1, Offset: -1}
+		return wire.SaveResult{}, &Error{Code: wire.CodeInternal, Message: "save result: " + err.Error(), Index: -1, Offset: -1}
 	}
+	return res, nil
+}
+
+// checkDecoded is checkResult of a result already decoded.
+func (c *Client) checkDecoded(ctx context.Context, res wire.SaveResult, key Key, saveID, sent string) (Version, bool, error) {
 	corrupt := func(format string, args ...any) error {
 		return &Error{Code: wire.CodeCorrupt, Message: fmt.Sprintf("save %s of %s: ", saveID, key) + fmt.Sprintf(format, args...), Index: -1, Offset: -1}
 	}

@@ -9,11 +9,17 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/checkpointd/checkpointd/internal/procfs"
 )
 
 // runIngest: many agents saving at once, each appending 2 messages per save, against the same
-// agents publishing the same bytes asynchronously to a plain stream (issue 12, first table's last
-// row). Each agent has its own connection, as an agent process would; the two sides take turns.
+// agents publishing the same bytes to a plain stream (issue 12, first table's last row): once
+// asynchronously (the issue's target row) and once synchronously, each agent waiting for every
+// ack before its next publish, as it waits for every save. Each agent has its own connection, as
+// an agent process would; the three take turns. The CPU each save and each publish cost, agents,
+// daemon and its server together, is printed beside the rates: on a shared machine it is the
+// steadier figure.
 func runIngest(ctx context.Context, b *bench) error {
 	d, err := b.startDaemon(ctx, "ingest")
 	if err != nil {
@@ -33,37 +39,106 @@ func runIngest(ctx context.Context, b *bench) error {
 	for i, c := range agents {
 		appenders[i] = &appender{c: c, conv: b.corpus.large, prefix: fmt.Sprintf("agent%02d", i)}
 	}
-	var cpRates, rawRates []float64
+	cpu := cpuMeter{pid: d.pid()}
+	var cp, async, syncPub phases
 	var refused int64
 	for round := range sc.IngestRounds {
 		b.logf("ingest: round %d of %d, %d agents, %s each side", round+1, sc.IngestRounds, len(agents), sc.IngestPhase)
-		r, err := saveFlood(ctx, appenders, sc.IngestPhase)
-		if err != nil {
+		if err := cp.measure(cpu, func() (int64, time.Duration, error) { return saveFlood(ctx, appenders, sc.IngestPhase) }); err != nil {
 			return err
 		}
-		cpRates = append(cpRates, r)
-		r, n, err := publishFlood(ctx, agents, b.corpus.large, sc.IngestPhase)
-		if err != nil {
+		var n int64
+		if err := async.measure(cpu, func() (acked int64, took time.Duration, err error) {
+			acked, n, took, err = publishFlood(ctx, agents, b.corpus.large, sc.IngestPhase)
+			return acked, took, err
+		}); err != nil {
 			return err
 		}
-		rawRates, refused = append(rawRates, r), refused+n
+		refused += n
+		if err := syncPub.measure(cpu, func() (int64, time.Duration, error) {
+			return syncPublishFlood(ctx, agents, b.corpus.large, sc.IngestPhase)
+		}); err != nil {
+			return err
+		}
 	}
-	cp, raw := median(cpRates), median(rawRates)
 	t := b.report.add("ingest", fmt.Sprintf("Ingest: %d agents, each appending 2 messages per save", len(agents)),
-		"checkpointd", "raw JetStream", "checkpointd saves/s", "async publishes/s", "checkpointd / raw")
-	t.row("append 2 messages per save", "async publish of the same bytes", fmt.Sprintf("%.0f", cp), fmt.Sprintf("%.0f", raw), fmt.Sprintf("%.1f %%", 100*cp/raw)).
-		check("≥ 50 %", fmt.Sprintf("%.1f %%", 100*cp/raw), cp/raw >= 0.5).value("checkpointd_per_s", cp).value("raw_per_s", raw).value("ratio", cp/raw)
+		"checkpointd", "raw JetStream", "checkpointd saves/s", "raw publishes/s", "checkpointd / raw", "CPU per save / per publish")
+	row := func(raw string, r phases) *row {
+		ratio := cp.rate() / r.rate()
+		return t.row("append 2 messages per save", raw, fmt.Sprintf("%.0f", cp.rate()), fmt.Sprintf("%.0f", r.rate()),
+			fmt.Sprintf("%.1f %%", 100*ratio), fmt.Sprintf("%s / %s = %.1f×", micros(cp.cpuPerOp()), micros(r.cpuPerOp()), float64(cp.cpuPerOp())/float64(r.cpuPerOp()))).
+			value("checkpointd_per_s", cp.rate()).value("raw_per_s", r.rate()).value("ratio", ratio).
+			value("checkpointd_cpu_seconds_per_save", cp.cpuPerOp().Seconds()).value("raw_cpu_seconds_per_publish", r.cpuPerOp().Seconds())
+	}
+	asyncRatio := cp.rate() / async.rate()
+	row("async publish of the same bytes", async).check("≥ 50 %", fmt.Sprintf("%.1f %%", 100*asyncRatio), asyncRatio >= 0.5)
+	row("sync publish of the same bytes, one after another per agent", syncPub)
 	t.note("median of %d rounds; each round %s of saves (checkpoint.Client.Append, one after another per agent), then %s of "+
-		"jetstream.PublishAsync by the same agents on the same connections, every publish acknowledged. Rounds, saves/s: %v; publishes/s: %v.",
-		sc.IngestRounds, sc.IngestPhase, sc.IngestPhase, rounded(cpRates), rounded(rawRates))
+		"jetstream.PublishAsync by the same agents on the same connections, every publish acknowledged, then %s of "+
+		"jetstream.Publish, each agent waiting for every ack before its next publish, as it waits for every save. "+
+		"Rounds, saves/s: %v; async publishes/s: %v; sync publishes/s: %v.",
+		sc.IngestRounds, sc.IngestPhase, sc.IngestPhase, sc.IngestPhase, rounded(cp.rates), rounded(async.rates), rounded(syncPub.rates))
+	t.note("CPU per save or publish: the CPU time of the checkpointd process (daemon and its embedded server) and of this " +
+		"process (the agents) during the phase, over the saves or publishes acknowledged in it; median of the rounds.")
 	t.note("each agent keeps at most %d publishes in flight (nats.go's default, 4000, makes the server refuse some with 429); refused and not counted: %d.",
 		maxPendingPublishes, refused)
 	return d.stop()
 }
 
+// cpuMeter reads the CPU time the daemon (pid) and this process have used so far.
+type cpuMeter struct{ pid int }
+
+func (m cpuMeter) read() (time.Duration, error) {
+	d, err := procfs.CPUTime(m.pid)
+	if err != nil {
+		return 0, err
+	}
+	self, err := procfs.CPUTime(0)
+	return d + self, err
+}
+
+// phases is what one side of the ingest comparison measured, a phase per round.
+type phases struct {
+	rates []float64       // operations acknowledged per second
+	cpu   []time.Duration // CPU time per operation
+}
+
+// measure runs one phase, run returning the operations acknowledged and how long they took.
+func (p *phases) measure(m cpuMeter, run func() (int64, time.Duration, error)) error {
+	before, err := m.read()
+	if err != nil {
+		return err
+	}
+	n, took, err := run()
+	if err != nil {
+		return err
+	}
+	after, err := m.read()
+	if err != nil {
+		return err
+	}
+	p.rates = append(p.rates, float64(n)/took.Seconds())
+	p.cpu = append(p.cpu, (after-before)/time.Duration(max(n, 1)))
+	return nil
+}
+
+func (p phases) rate() float64 { return median(p.rates) }
+
+func (p phases) cpuPerOp() time.Duration {
+	xs := make([]float64, len(p.cpu))
+	for i, d := range p.cpu {
+		xs[i] = float64(d)
+	}
+	return time.Duration(median(xs))
+}
+
+func micros(d time.Duration) string {
+	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+}
+
 // saveFlood has every appender append pairs one save after another for the phase; it returns the
-// saves per second, counting the saves that finished within it.
-func saveFlood(ctx context.Context, appenders []*appender, phase time.Duration) (float64, error) {
+// saves made and how long they took.
+func saveFlood(ctx context.Context, appenders []*appender, phase time.Duration) (int64, time.Duration, error) {
 	var done atomic.Int64
 	errs := make(chan error, len(appenders))
 	deadline := time.Now().Add(phase)
@@ -87,17 +162,19 @@ func saveFlood(ctx context.Context, appenders []*appender, phase time.Duration) 
 		}()
 	}
 	wg.Wait()
+	took := time.Since(start)
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(done.Load()) / time.Since(start).Seconds(), nil
+	return done.Load(), took, nil
 }
 
 // publishFlood has every agent publish pairs asynchronously for the phase, then waits for every
-// acknowledgement; it returns the acknowledged publishes per second, waiting included, and how
-// many the server refused (a server past its limit of publishes in flight says 429: not counted).
-func publishFlood(ctx context.Context, agents []*conn, conv conversation, phase time.Duration) (float64, int64, error) {
+// acknowledgement; it returns the acknowledged publishes, how many the server refused (a server
+// past its limit of publishes in flight says 429: not counted) and how long they took, waiting
+// included.
+func publishFlood(ctx context.Context, agents []*conn, conv conversation, phase time.Duration) (int64, int64, time.Duration, error) {
 	var acked, refused atomic.Int64
 	errs := make(chan error, len(agents))
 	deadline := time.Now().Add(phase)
@@ -131,14 +208,47 @@ func publishFlood(ctx context.Context, agents []*conn, conv conversation, phase 
 		}()
 	}
 	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, 0, 0, err
+	}
+	if acked.Load() == 0 {
+		return 0, refused.Load(), 0, fmt.Errorf("none of %d publishes was acknowledged", refused.Load())
+	}
+	return acked.Load(), refused.Load(), took, nil
+}
+
+// syncPublishFlood has every agent publish pairs one after another for the phase, each waiting
+// for its ack before the next (jetstream.Publish), as an agent waits for every save; it returns
+// the publishes acknowledged and how long they took.
+func syncPublishFlood(ctx context.Context, agents []*conn, conv conversation, phase time.Duration) (int64, time.Duration, error) {
+	var acked atomic.Int64
+	errs := make(chan error, len(agents))
+	deadline := time.Now().Add(phase)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, c := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			subject := fmt.Sprintf("bench.ingest.sync%02d", i)
+			for n := 0; time.Now().Before(deadline); n++ {
+				if _, err := c.js.Publish(ctx, subject, conv.pair(n)); err != nil {
+					errs <- err
+					return
+				}
+				acked.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
 	close(errs)
 	if err := <-errs; err != nil {
 		return 0, 0, err
 	}
-	if acked.Load() == 0 {
-		return 0, refused.Load(), fmt.Errorf("none of %d publishes was acknowledged", refused.Load())
-	}
-	return float64(acked.Load()) / time.Since(start).Seconds(), refused.Load(), nil
+	return acked.Load(), took, nil
 }
 
 func median(xs []float64) float64 {

@@ -140,10 +140,8 @@ type session struct {
 	last    entryMeta // the last entry's meta (zero if none)
 	enc     *encoder
 	encRaw  int64 // bytes compressed by enc since its frame began (maxRun)
-	// recent holds the records of the last pack's versions and of the saves after it, oldest
-	// first, so that a save delivered again is recognised without a read (docs/format.md §8.5).
-	recent   []Record
-	recentOK bool
+	// recent holds the records of the last pack's versions and of the saves after it (recent.go).
+	recent recentRecords
 }
 
 // session returns key's cached session (not necessarily loaded), making it the most recent.
@@ -222,7 +220,8 @@ func (e *Engine) load(ctx context.Context, s *session) error {
 		s.lastSeq, s.last = last.Seq, m
 	}
 	s.dropEncoder()
-	s.loaded, s.recent, s.recentOK = true, nil, false
+	s.loaded = true
+	s.recent.reset(false)
 	return nil
 }
 
@@ -231,14 +230,16 @@ func (e *Engine) load(ctx context.Context, s *session) error {
 func (s *session) assumeEmpty() {
 	s.dropEncoder()
 	s.lastSeq, s.last = 0, entryMeta{Head: emptyHead()}
-	s.loaded, s.recent, s.recentOK = true, nil, true
+	s.loaded = true
+	s.recent.reset(true)
 }
 
 // unload forgets what assumeEmpty assumed (s.mu held): the next use reads the log.
 func (s *session) unload() {
 	s.dropEncoder()
 	s.lastSeq, s.last = 0, entryMeta{}
-	s.loaded, s.recent, s.recentOK = false, nil, false
+	s.loaded = false
+	s.recent.reset(false)
 }
 
 // again decides what an attempt's error means for the next: true to try again, after dropping the

@@ -159,9 +159,7 @@ func (e *Engine) writeForkOnce(ctx context.Context, s *session, req ForkRequest,
 	if err != nil {
 		return Saved{}, err
 	}
-	if s.recentOK {
-		s.recent = append(s.recent, rec)
-	}
+	s.recent.add(rec)
 	return Saved{Record: rec, PackDue: !e.cfg.NoPack}, nil
 }
 

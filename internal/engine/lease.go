@@ -177,7 +177,7 @@ func (e *Engine) writeDeletion(ctx context.Context, s *session, h headState) err
 		return err
 	}
 	s.dropEncoder()
-	s.recent, s.recentOK = nil, true
+	s.recent.reset(true)
 	return nil
 }
 

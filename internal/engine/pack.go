@@ -270,12 +270,12 @@ func (e *Engine) packed(s *session, m entryMeta) {
 	if !m.Open {
 		s.dropEncoder() // the next save starts a new frame: the pack replaced the frames it continued
 	}
-	if s.recentOK {
-		s.recent = s.recent[:0]
+	if s.recent.ok {
+		s.recent.reset(true)
 		for _, p := range m.Packed {
 			r := p.Record
 			r.Key = s.key
-			s.recent = append(s.recent, r)
+			s.recent.add(r)
 		}
 	}
 }

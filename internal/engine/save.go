@@ -200,23 +200,19 @@ func (e *Engine) savedBefore(ctx context.Context, s *session, saveID string) (Re
 		rec, err := recordOf(s.key, h)
 		return rec, true, err
 	}
-	if !s.recentOK {
+	if !s.recent.ok {
 		if s.lastSeq == 0 {
-			s.recent, s.recentOK = nil, true
+			s.recent.reset(true)
 		} else {
 			recs, _, _, err := e.tailRecords(ctx, s.key, ent{seq: s.lastSeq, meta: s.last})
 			if err != nil {
 				return Record{}, false, err
 			}
-			s.recent, s.recentOK = recs, true
+			s.recent.set(recs)
 		}
 	}
-	for i := len(s.recent) - 1; i >= 0; i-- {
-		if r := s.recent[i]; r.SaveID == saveID && r.Version >= max(h.FirstVersion, 1) && r.Version <= h.Version {
-			return r, true, nil
-		}
-	}
-	return Record{}, false, nil
+	rec, ok := s.recent.find(saveID, max(h.FirstVersion, 1), h.Version)
+	return rec, ok, nil
 }
 
 // maxDuplicateScan bounds how many versions after the expected one are searched for a save id.
@@ -535,9 +531,7 @@ func (e *Engine) commitHead(ctx context.Context, s *session, next headState, p s
 	if err != nil {
 		return Saved{}, err
 	}
-	if s.recentOK {
-		s.recent = append(s.recent, rec)
-	}
+	s.recent.add(rec)
 	return Saved{Record: rec, PackDue: e.packDue(m.Head)}, nil
 }
 

@@ -1,5 +1,6 @@
 // Package procfs reads what Linux says about a process and a directory tree: peak memory
-// (/proc/PID/status), bytes written to storage (/proc/PID/io) and the size of a tree on disk.
+// (/proc/PID/status), bytes written to storage (/proc/PID/io), CPU time (/proc/PID/stat) and the
+// size of a tree on disk.
 // Benchmarks and metrics measure the daemon with it; elsewhere than Linux every read fails.
 package procfs
 
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // PeakRSS returns the peak resident set size (VmHWM) of process pid, in bytes. pid 0 is this process.
@@ -46,6 +48,38 @@ func ReadIO(pid int) (IO, error) {
 	}
 	c, err := field(path, "cancelled_write_bytes:")
 	return IO{WriteBytes: w, CancelledWriteBytes: c}, err
+}
+
+// clockTicks is the unit of /proc/PID/stat's times (USER_HZ): 100 per second on every Linux
+// architecture Go supports (sysconf(_SC_CLK_TCK) needs cgo to ask).
+const clockTicks = 100
+
+// CPUTime returns the CPU time process pid (0: this process) has used so far, user and system,
+// all its threads; in steps of 10 ms.
+func CPUTime(pid int) (time.Duration, error) {
+	path := procPath(pid, "stat")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces: count from after it.
+	end := bytes.LastIndexByte(data, ')')
+	if end < 0 {
+		return 0, fmt.Errorf("%s: no command name", path)
+	}
+	f := bytes.Fields(data[end+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%s: %d fields after the command name, want at least 13", path, len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] { // utime and stime, fields 14 and 15
+		n, err := strconv.ParseInt(string(s), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", path, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
 // Usage is the size of a directory tree's regular files.

@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -23,6 +25,35 @@ func TestPeakRSS_GrowsWithWhatThisProcessTouches(t *testing.T) {
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, after-before, int64(32<<20))
 	runtime.KeepAlive(b)
+}
+
+func TestCPUTime_GrowsWithWhatThisProcessComputes(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc is Linux's")
+	}
+	before, err := CPUTime(0)
+	require.NoError(t, err)
+	// Compute until getrusage says this process used 300 ms more (however long that takes on a
+	// busy machine): /proc must say about as much, in its 10 ms steps.
+	start := rusageCPU(t)
+	var x uint64
+	for rusageCPU(t)-start < 300*time.Millisecond {
+		for i := range 100000 {
+			x += uint64(i) * x
+		}
+	}
+	after, err := CPUTime(os.Getpid())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, after-before, 250*time.Millisecond, "%d", x)
+	_, err = CPUTime(1 << 30) // no such process
+	require.Error(t, err)
+}
+
+// rusageCPU is this process's CPU time (user and system) as getrusage gives it.
+func rusageCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func TestReadIO_CountsAFsyncedWrite(t *testing.T) {

@@ -17,22 +17,31 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
 )
 
 // BenchmarkIngest_FiftyAgents is issue 12's ingest figure in process: 50 agents, each on its own
 // connection, append 2 small messages per save (checkpoint.Client.Append, one save after another)
 // for a phase, then publish the same bytes asynchronously to a plain stream (at most 256 in flight
-// each, every publish acknowledged) for as long. It prints saves/s, publishes/s and their ratio
-// (never asserted: the machine is shared). Run it with -benchtime 1x; CP_BENCH_SECONDS sets the
+// each, every publish acknowledged) for as long, then synchronously (each agent waiting for every
+// ack, as it waits for every save) for as long. It prints saves/s, publishes/s, their ratios and
+// the process's CPU per save and per publish (never asserted: the machine is shared). Run it with -benchtime 1x; CP_BENCH_SECONDS sets the
 // phase (default 3), CP_BENCH_CPUPROFILE=<file> profiles the saves' phase and
-// CP_BENCH_GOROUTINES=<file> dumps the goroutines in the middle of it.
+// CP_BENCH_GOROUTINES=<file> dumps the goroutines in the middle of it. CP_BENCH_GROUP=<k> makes
+// each append carry k pairs, counted as k saves: what today's engine would give if k saves of a
+// session went in one request and one entry (group commit, docs/format.md §8.15l), one version
+// standing for the k. CP_BENCH_NOPACK=1 and CP_BENCH_FASTSAVES=1 set the engine's NoPack and
+// FastSaves, to tell what packing and zstd's default level cost a save.
 func BenchmarkIngest_FiftyAgents(b *testing.B) {
 	const agents = 50
 	phase := 3 * time.Second
 	if s, err := strconv.Atoi(os.Getenv("CP_BENCH_SECONDS")); err == nil && s > 0 {
 		phase = time.Duration(s) * time.Second
 	}
-	env := testenv.Start(b)
+	env := testenv.Start(b, func(c *transfer.Config) {
+		c.Engine.NoPack = os.Getenv("CP_BENCH_NOPACK") == "1"
+		c.Engine.FastSaves = os.Getenv("CP_BENCH_FASTSAVES") == "1"
+	})
 	ctx := context.Background()
 	clients := make([]*checkpoint.Client, agents)
 	streams := make([]jetstream.JetStream, agents)
@@ -53,18 +62,24 @@ func BenchmarkIngest_FiftyAgents(b *testing.B) {
 	}
 	for b.Loop() {
 		cpu0 := processCPU()
-		saves, n := saveFlood50(b, ctx, clients, pair, phase)
+		saves, n := saveFlood50(b, ctx, clients, pair, phase, benchGroup())
 		cpu1 := processCPU()
 		pubs, m := publishFlood50(b, ctx, streams, pair, phase)
 		cpu2 := processCPU()
-		perSave, perPub := (cpu1-cpu0)/time.Duration(max(n, 1)), (cpu2-cpu1)/time.Duration(max(m, 1))
+		syncPubs, k := syncPublishFlood50(b, ctx, streams, pair, phase)
+		cpu3 := processCPU()
+		perSave, perPub, perSync := (cpu1-cpu0)/time.Duration(max(n, 1)), (cpu2-cpu1)/time.Duration(max(m, 1)), (cpu3-cpu2)/time.Duration(max(k, 1))
 		b.Logf("%d agents appending 2 messages per save: %.0f saves/s (%v of CPU each, all in: agents, server, daemon); "+
-			"async publishes of the same bytes: %.0f/s (%v each); ratio %.1f %%", agents, saves, perSave, pubs, perPub, 100*saves/pubs)
+			"async publishes of the same bytes: %.0f/s (%v each), ratio %.1f %%; sync publishes, one after another per agent: "+
+			"%.0f/s (%v each), ratio %.1f %%", agents, saves, perSave, pubs, perPub, 100*saves/pubs, syncPubs, perSync, 100*saves/syncPubs)
 		b.ReportMetric(saves, "saves/s")
 		b.ReportMetric(pubs, "publishes/s")
+		b.ReportMetric(syncPubs, "sync-publishes/s")
 		b.ReportMetric(100*saves/pubs, "%_of_raw")
+		b.ReportMetric(100*saves/syncPubs, "%_of_sync")
 		b.ReportMetric(float64(perSave.Microseconds()), "cpu-µs/save")
 		b.ReportMetric(float64(perPub.Microseconds()), "cpu-µs/publish")
+		b.ReportMetric(float64(perSync.Microseconds()), "cpu-µs/sync-publish")
 	}
 }
 
@@ -80,7 +95,7 @@ func processCPU() time.Duration {
 
 // saveFlood50 has every client append pairs one save after another for the phase, and returns the
 // saves per second and their number.
-func saveFlood50(b *testing.B, ctx context.Context, clients []*checkpoint.Client, pair func(agent, n int) []byte, phase time.Duration) (float64, int64) {
+func saveFlood50(b *testing.B, ctx context.Context, clients []*checkpoint.Client, pair func(agent, n int) []byte, phase time.Duration, group int) (float64, int64) {
 	if path := os.Getenv("CP_BENCH_CPUPROFILE"); path != "" {
 		f, err := os.Create(path)
 		require.NoError(b, err)
@@ -110,11 +125,11 @@ func saveFlood50(b *testing.B, ctx context.Context, clients []*checkpoint.Client
 				return
 			}
 			for n := 1; time.Now().Before(deadline); n++ {
-				if v, err = c.Append(ctx, key, v.Version, pair(i, n)); err != nil {
+				if v, err = c.Append(ctx, key, v.Version, pairs(pair, i, n*group, group)); err != nil {
 					b.Error(err)
 					return
 				}
-				done.Add(1)
+				done.Add(int64(group))
 			}
 		}()
 	}
@@ -156,4 +171,53 @@ func publishFlood50(b *testing.B, ctx context.Context, streams []jetstream.JetSt
 	}
 	wg.Wait()
 	return float64(acked.Load()) / time.Since(start).Seconds(), acked.Load()
+}
+
+// syncPublishFlood50 has every agent publish pairs one after another for the phase, each waiting
+// for its ack; it returns the publishes per second and their number.
+func syncPublishFlood50(b *testing.B, ctx context.Context, streams []jetstream.JetStream, pair func(agent, n int) []byte, phase time.Duration) (float64, int64) {
+	var acked atomic.Int64
+	deadline := time.Now().Add(phase)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, js := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			subject := fmt.Sprintf("bench.ingest.sync%02d", i)
+			for n := 0; time.Now().Before(deadline); n++ {
+				if _, err := js.Publish(ctx, subject, pair(i, n)); err != nil {
+					b.Error(err)
+					return
+				}
+				acked.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(acked.Load()) / time.Since(start).Seconds(), acked.Load()
+}
+
+// benchGroup is CP_BENCH_GROUP, the pairs per append (default 1).
+func benchGroup() int {
+	if k, err := strconv.Atoi(os.Getenv("CP_BENCH_GROUP")); err == nil && k > 0 {
+		return k
+	}
+	return 1
+}
+
+// pairs is the JSON array of the k pairs from the n-th on, one after another.
+func pairs(pair func(agent, n int) []byte, agent, n, k int) []byte {
+	if k == 1 {
+		return pair(agent, n)
+	}
+	out := []byte{'['}
+	for j := range k {
+		p := pair(agent, n+j)
+		if j > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, p[1:len(p)-1]...)
+	}
+	return append(out, ']')
 }
