@@ -117,9 +117,12 @@ func (e *Engine) readZstd(ctx context.Context, key Key, v uint64, found func(Rec
 // trust (not cached, the log moved on, found failed): the caller reads and asks as without a
 // cache. found may thus be asked about a head the log has moved past, and then again.
 func (e *Engine) headFromCache(ctx context.Context, key Key, v uint64, found func(Record) (bool, error)) (rec Record, done bool, err error) {
-	rec, at, ok := e.CachedHead(key)
-	if !ok || v != 0 && v != rec.Version {
+	s, seq, h, ok := e.cachedHead(key)
+	if !ok || v != 0 && v != h.Version {
 		return Record{}, false, nil
+	}
+	if rec, err = recordOf(key, h); err != nil {
+		return Record{}, false, nil // read as without a cache, which reports what is wrong
 	}
 	read, err := found(rec)
 	switch {
@@ -128,54 +131,14 @@ func (e *Engine) headFromCache(ctx context.Context, key Key, v uint64, found fun
 	case read:
 		return rec, false, nil
 	}
-	still, err := e.StillHead(ctx, key, at)
-	if err != nil || !still {
+	moved, err := e.log.Moved(ctx, key, seq)
+	if err != nil || moved {
+		if moved {
+			e.forgetStale(s, seq)
+		}
 		return Record{}, false, err
 	}
 	return rec, true, nil
-}
-
-// HeadMark is where the engine's cached head of a session stood when CachedHead gave it: what
-// StillHead asks the log about.
-type HeadMark struct {
-	s   *session
-	seq uint64 // the sequence of the session's last entry
-}
-
-// CachedHead returns the record of key's head as the engine's session cache holds it (a session
-// this daemon saved or loaded, not being written at that moment), without asking the log: it is
-// the head only if StillHead then says so. ok false: none held (not cached, a write under way, no
-// version, a head whose record does not build: a read as without a cache reports what is wrong).
-// A caller that has what it needs for this record asks StillHead and nothing else (a head restore
-// served from the daemon's read cache: one question of a few bytes, and the caller can send what
-// it must ask before it, such as the ingest queue's, right before it).
-func (e *Engine) CachedHead(key Key) (Record, HeadMark, bool) {
-	s, seq, h, ok := e.cachedHead(key)
-	if !ok {
-		return Record{}, HeadMark{}, false
-	}
-	rec, err := recordOf(key, h)
-	if err != nil {
-		return Record{}, HeadMark{}, false
-	}
-	return rec, HeadMark{s: s, seq: seq}, true
-}
-
-// StillHead reports whether the head CachedHead gave at is still key's head: whether the log has
-// no entry after it (Log.Moved). One the log moved past is dropped from the cache (forgetStale),
-// so that later reads do not ask about it again.
-func (e *Engine) StillHead(ctx context.Context, key Key, at HeadMark) (bool, error) {
-	if at.s == nil {
-		return false, nil
-	}
-	moved, err := e.log.Moved(ctx, key, at.seq)
-	if err != nil {
-		return false, err
-	}
-	if moved {
-		e.forgetStale(at.s, at.seq)
-	}
-	return !moved, nil
 }
 
 // forgetStale drops session s if it still holds the entry at seq, which the log has moved past

@@ -79,9 +79,9 @@ func TestRead_WaitsForTheSaveQueuedBeforeIt(t *testing.T) {
 }
 
 // A restore of a head whose body the daemon has cached, of a session its engine holds (it saved
-// it), is served with the ingest queue's question and the log's alone (service/readbody.go,
-// cachedHeadZstd); a save queued before it is still seen: the restore waits for it and returns it,
-// not the cached head.
+// it), is served with the ingest queue's question and the log's alone (docs/format.md §8.6: the
+// engine's cached head, Log.Moved); a save queued before it is still seen: the restore waits for
+// it and returns it, not the cached head.
 func TestRestore_CachedHeadWaitsForTheSaveQueuedBeforeIt(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := ctxT(t)

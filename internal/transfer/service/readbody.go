@@ -76,9 +76,6 @@ func (s *Service) headZstd(ctx context.Context, ns string, r wire.SessionRequest
 	if err != nil {
 		return readBody{}, wire.Version{}, err
 	}
-	if b, v, ok, err := s.cachedHeadZstd(ctx, key); ok || err != nil {
-		return b, v, err
-	}
 	var b readBody
 	var v wire.Version
 	taken := int64(0) // admitted for this request: a second read (saves were queued) takes only what it needs more
@@ -119,43 +116,6 @@ func (s *Service) headZstd(ctx context.Context, ns string, r wire.SessionRequest
 		return readBody{}, wire.Version{}, err
 	}
 	return b, v, nil
-}
-
-// cachedHeadZstd serves a head restore whose body the read cache holds, for a head the engine
-// holds for saves (engine.CachedHead), with the one wait it needs: everything is looked up in
-// memory first, then the ingest queue's question (afterQueued) and the log's (engine.StillHead:
-// has the log an entry after that head?) are sent one right after the other, so that they leave
-// together and their answers come back together (docs/format.md §8.15k). ok false with no error:
-// not served so (the engine holds no head, the cache has not its body, the queue cannot be asked
-// beside, the log moved on or saves are queued): headZstd then reads as it would have, asking
-// again. An error is the ingest queue's, which headZstd would not get past either.
-func (s *Service) cachedHeadZstd(ctx context.Context, key wire.Key) (readBody, wire.Version, bool, error) {
-	rec, at, ok := s.engine.CachedHead(edge.KeyOf(key))
-	if !ok {
-		return readBody{}, wire.Version{}, false, nil
-	}
-	v := edge.VersionOf(rec)
-	if v.RawBytes > s.cache.max {
-		return readBody{}, wire.Version{}, false, nil
-	}
-	b, hit := s.cache.Get(zstdConvKey(v))
-	if !hit {
-		return readBody{}, wire.Version{}, false, nil
-	}
-	p, ok := s.peekQueue(wire.IngestSubject(key))
-	if !ok {
-		return readBody{}, wire.Version{}, false, nil
-	}
-	still, err := s.engine.StillHead(ctx, edge.KeyOf(key), at)
-	upTo, qerr := p.lastSeq(ctx)
-	switch {
-	case qerr != nil:
-		return readBody{}, wire.Version{}, false, fmt.Errorf("%w: checking the ingest queue: %v", edge.ErrUnavailable, qerr)
-	case err != nil || !still || upTo != 0:
-		return readBody{}, wire.Version{}, false, nil
-	}
-	housekeeping.LargeRead(v.RawBytes) // as headZstd does for what it serves (housekeeping/eagergc.go)
-	return b, v, true, nil
 }
 
 // encode returns b, whose bytes are cached under key, in encoding enc: as it is for identity,
