@@ -77,3 +77,36 @@ func TestRead_WaitsForTheSaveQueuedBeforeIt(t *testing.T) {
 		})
 	}
 }
+
+// A restore of a head whose body the daemon has cached, of a session its engine holds (it saved
+// it), is served with the ingest queue's question and the log's alone (docs/format.md §8.6: the
+// engine's cached head, Log.Moved); a save queued before it is still seen: the restore waits for
+// it and returns it, not the cached head.
+func TestRestore_CachedHeadWaitsForTheSaveQueuedBeforeIt(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "cached, then queued"}
+	conv := turn(nil, "w", 1)
+	_, err := env.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+	for range 2 { // the first restore caches the body, the second is served from the cache
+		got, v, err := env.Client.Restore(ctx, key, 0)
+		require.NoError(t, err)
+		require.Equal(t, string(conv), string(got))
+		require.Equal(t, uint64(1), v.Version)
+	}
+	js, err := jetstream.New(env.Conn())
+	require.NoError(t, err)
+	release := transfer.HoldIngestBudget(env.Daemon, 10*time.Second) // the queued save waits for memory
+	conv = turn(conv, "w", 2)
+	m := nats.NewMsg(wire.IngestSubject(key.WithDefaults()))
+	m.Header.Set(wire.HdrSaveID, "queued")
+	m.Data = conv
+	_, err = js.PublishMsg(ctx, m, jetstream.WithMsgID("queued"))
+	require.NoError(t, err)
+	go func() { time.Sleep(300 * time.Millisecond); release() }()
+	got, v, err := env.Client.Restore(ctx, key, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), v.Version, "the save queued before the restore is seen")
+	require.Equal(t, string(conv), string(got))
+}

@@ -56,3 +56,24 @@ func TestASCIIJSON_SameValue(t *testing.T) {
 		require.Equal(t, want, got, "%q", s)
 	}
 }
+
+// recordHeaders gives each record its own header, as versionHeader builds it: records that differ
+// in any field (here the save id, or the room) do not share one, and it holds a bounded number.
+func TestRecordHeaders_EachRecordItsOwn(t *testing.T) {
+	var h recordHeaders
+	v := wire.Version{Format: wire.VersionFormat, Key: wire.Key{Namespace: "ns", Session: "s", Agent: "main"}, Version: 2,
+		Hash: "sha256:00", SaveID: "first", Created: time.Now(), RawBytes: 10}
+	other := v
+	other.SaveID = "second" // a session deleted and saved again: same number and hash
+	for range 2 {
+		require.Equal(t, versionHeader(v, 1<<20), h.of(v, 1<<20))
+		require.Equal(t, versionHeader(other, 1<<20), h.of(other, 1<<20))
+		require.Equal(t, "", h.of(v, 100), "no room for it")
+	}
+	require.NotEqual(t, h.of(v, 1<<20), h.of(other, 1<<20))
+	for i := range maxRecordHeaders + 10 {
+		v.Version = uint64(i + 3)
+		require.Equal(t, versionHeader(v, 1<<20), h.of(v, 1<<20))
+	}
+	require.LessOrEqual(t, len(h.m), maxRecordHeaders)
+}

@@ -54,7 +54,8 @@ type Service struct {
 	peeks   *peeks             // the ingest queue asked beside a read (queuepeek.go)
 	workers *admission.Workers // the goroutines that run the admitted requests
 
-	results resultCounts // requests by operation and result, for the service's stats ($SRV.STATS)
+	results resultCounts  // requests by operation and result, for the service's stats ($SRV.STATS)
+	headers recordHeaders // the Cp-Version headers built (readrecord.go)
 }
 
 // resultCounts counts requests by operation and result (ok or an error code: a bounded set), as
@@ -479,7 +480,7 @@ func (s *Service) version(ctx context.Context, ns string, r wire.SessionRequest,
 // (version 0) is held under the number of the version it found, which its later pieces ask for.
 func (s *Service) read(ctx context.Context, ns string, body []byte) (reply, error) {
 	var req wire.ReadRequest
-	if err := decodeRequest(body, &req); err != nil {
+	if err := decodeReadRequest(body, &req); err != nil {
 		return reply{}, err
 	}
 	enc := cmp.Or(req.Encoding, wire.EncodingIdentity)
@@ -504,7 +505,7 @@ func (s *Service) read(ctx context.Context, ns string, body []byte) (reply, erro
 	if len(req.Merge) == 0 {
 		req.Version = v.Version
 		if req.Offset == 0 {
-			record = versionHeader(v, s.maxReply())
+			record = s.headers.of(v, s.maxReply())
 		}
 	}
 	// The read's key is a digest (readKey): made only for a read that continues past this piece.
