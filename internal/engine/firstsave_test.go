@@ -10,6 +10,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
 
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/engine/memlog"
 )
@@ -251,4 +252,98 @@ func TestFirstSaveRace(t *testing.T) {
 			require.Equal(t, []engine.Key{k}, keys)
 		})
 	}
+}
+
+// creationLog records how a log's first entries are written: through a creation (engine.Creator,
+// which it offers by passing engine.Create on to the log it wraps) or by a plain Append after 0.
+type creationLog struct {
+	engine.Log
+	events []string
+}
+
+func (c *creationLog) Create(cx ctxT, k engine.Key) engine.Creation {
+	c.events = append(c.events, "create "+k.Session)
+	return recordedCreation{log: c, key: k, inner: engine.Create(cx, c.Log, k)}
+}
+
+func (c *creationLog) Append(cx ctxT, k engine.Key, data []byte, after uint64) (uint64, error) {
+	if after == 0 {
+		c.events = append(c.events, "append after 0 "+k.Session)
+	}
+	return c.Log.Append(cx, k, data, after)
+}
+
+type recordedCreation struct {
+	log   *creationLog
+	key   engine.Key
+	inner engine.Creation
+}
+
+func (r recordedCreation) Append(cx ctxT, data []byte) (uint64, error) {
+	seq, err := r.inner.Append(cx, data)
+	r.log.events = append(r.log.events, fmt.Sprintf("created %s: %v", r.key.Session, err))
+	return seq, err
+}
+
+func (r recordedCreation) Abandon(cx ctxT) error {
+	r.log.events = append(r.log.events, "abandon "+r.key.Session)
+	return r.inner.Abandon(cx)
+}
+
+// A save that creates its session (Expected 0, not cached) begins the log's creation before it
+// validates and compresses the conversation (engine.Creator: on JetStream the namespace's index
+// entry travels meanwhile, docs/format.md §8.15j), and appends its first entry through it, its
+// first part too when it is written in parts. A refused first save abandons the creation: nothing
+// is listed. A save of a session the engine has cached, or one that does not expect to create it,
+// begins none.
+func TestFirstSaveBeginsItsCreation(t *testing.T) {
+	log := &creationLog{Log: memlog.New(4 << 10)}
+	e := engine.New(log, engine.Config{})
+	key := func(s string) engine.Key { return engine.Key{Namespace: "n", Session: s, Agent: "a"} }
+	saves := 0
+	save := func(s string, expected *uint64, payload []byte) error {
+		log.events = nil
+		saves++
+		_, err := e.Save(ctx, engine.SaveRequest{Key: key(s), SaveID: fmt.Sprint("save-", saves), Expected: expected, Payload: payload, Now: now})
+		return err
+	}
+
+	require.NoError(t, save("new", u64(0), conversation(4)))
+	require.Equal(t, []string{"create new", "created new: <nil>"}, log.events)
+
+	for i, bad := range [][]byte{[]byte(`[{"role":"user","content":`), []byte(`{"role":"user"}`), []byte(`[{"role":"robot","content":"hi"}]`)} {
+		s := fmt.Sprint("refused", i)
+		err := save(s, u64(0), bad)
+		var ve *codec.ValidationError
+		require.ErrorAs(t, err, &ve, "%s", bad)
+		require.Equal(t, []string{"create " + s, "abandon " + s}, log.events, "%s", bad)
+	}
+	keys, _, err := log.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []engine.Key{key("new")}, keys, "a refused first save lists nothing")
+
+	// Incompressible text larger than an entry: its first part is the log's first entry.
+	conv := []byte(`[{"role":"user","content":"` + randomText(12<<10, 1) + `"}]`)
+	require.NoError(t, save("big", u64(0), conv))
+	require.Equal(t, []string{"create big", "created big: <nil>"}, log.events)
+	require.Greater(t, entries(t, log.Log.(*memlog.Log), key("big")), 1, "stored in parts")
+	got, _, err := e.Read(ctx, key("big"), 0, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(conv), string(got))
+
+	// Another engine, cold, creating a session that exists: its creation loses the
+	// compare-and-swap, and the save is decided again from the head (a conflict).
+	other := engine.New(log, engine.Config{})
+	log.events = nil
+	_, err = other.Save(ctx, engine.SaveRequest{Key: key("new"), SaveID: "y", Expected: u64(0), Payload: conversation(2), Now: now})
+	var conflict *engine.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, "create new", log.events[0])
+	require.Contains(t, log.events[1], "created new: ")
+	require.Len(t, log.events, 2)
+
+	require.NoError(t, save("new", u64(1), array(4, 6)), "cached: nothing to create")
+	require.Empty(t, log.events)
+	require.NoError(t, save("plain", nil, conversation(2)), "not expected to create it: the head is read")
+	require.Equal(t, []string{"append after 0 plain"}, log.events)
 }

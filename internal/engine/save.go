@@ -124,8 +124,14 @@ func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest, opti
 		// log is empty, so the head is not read first (one round trip less). Anything but success
 		// (a log that was not empty loses the compare-and-swap, or a refusal made from the assumed
 		// head) leaves the session unloaded, and Save's next attempt reads it.
+		//
+		// The log's creation begins now: on JetStream, its listing (the namespace's index entry)
+		// travels while the save is validated and compressed (docs/format.md §8.15j). A save that
+		// ends without appending abandons it, so that a refused first save lists nothing.
 		s.assumeEmpty()
+		s.creation = Create(ctx, e.log, req.Key)
 		defer func() {
+			err = s.endCreation(ctx, err)
 			if err != nil {
 				s.unload()
 			}

@@ -23,7 +23,6 @@ import (
 // nobody can list. The first entry names its index entry (Cp-Index). A creation that fails takes
 // its index entry back (unlist), unless its entry may still land.
 func (l *Log) create(ctx context.Context, key engine.Key, subject string, data []byte) (uint64, error) {
-	idx, _ := indexSubject(key.Namespace) // the key is valid
 	if l.legacyIndex {
 		// A legacy server keeps the index entry of a creation that fails, and the engine tries a
 		// creation without reading the head first (a first save it has not cached): look before
@@ -36,17 +35,95 @@ func (l *Log) create(ctx context.Context, key engine.Key, subject string, data [
 			return 0, fmt.Errorf("logstore: creating %s: %w", subject, err)
 		}
 	}
-	idxSeq, err := l.publish(ctx, idx, []byte(indexToken(key)), anyLastSeq, nil)
-	if err != nil {
-		return 0, fmt.Errorf("logstore: listing %s: %w", subject, err)
+	c := l.newCreation(key, subject)
+	c.list(ctx)
+	return c.Append(ctx, data)
+}
+
+// Create begins the creation of key's log (engine.Creator): its index entry is published at once,
+// on a goroutine of its own, while the caller makes the first entry; Append then waits for its
+// sequence (Cp-Index) and publishes the entry, as create does, in the same order. A creation that
+// appends nothing (Abandon) deletes its index entry, as a creation whose entry failed does. On a
+// server older than 2.11 nothing is begun early (a creation there reads the head before it
+// lists: create), and a key that is not valid gets its error from Append.
+func (l *Log) Create(ctx context.Context, key engine.Key) engine.Creation {
+	subject, err := logSubject(key)
+	if err != nil || l.legacyIndex {
+		return appendOnly{l: l, key: key}
 	}
-	hdr := nats.Header{indexHeader: []string{strconv.FormatUint(idxSeq, 10)}}
-	seq, err := l.publish(ctx, subject, data, lastSeqIs(0), hdr)
-	if err == nil || l.legacyIndex { // legacy servers never delete index entries (Log.legacyIndex)
+	c := l.newCreation(key, subject)
+	go c.list(ctx)
+	return c
+}
+
+// creation is a log's creation under way: its index entry published, or being published, and its
+// first entry not yet.
+type creation struct {
+	l            *Log
+	key          engine.Key
+	subject, idx string
+	listed       chan struct{} // closed once the index entry's publish returned: idxSeq, listErr
+	idxSeq       uint64
+	listErr      error
+}
+
+func (l *Log) newCreation(key engine.Key, subject string) *creation {
+	idx, _ := indexSubject(key.Namespace) // the key is valid
+	return &creation{l: l, key: key, subject: subject, idx: idx, listed: make(chan struct{})}
+}
+
+// list publishes the log's index entry (no compare-and-swap: every creation of the namespace
+// appends to its index).
+func (c *creation) list(ctx context.Context) {
+	defer close(c.listed)
+	c.idxSeq, c.listErr = c.l.publish(ctx, c.idx, []byte(indexToken(c.key)), anyLastSeq, nil)
+}
+
+// Append publishes the log's first entry, naming its index entry, once that is stored.
+func (c *creation) Append(ctx context.Context, data []byte) (uint64, error) {
+	if len(data) > c.l.maxEntry {
+		err := fmt.Errorf("logstore: appending %d bytes to %s: %w (max %d)", len(data), c.subject, engine.ErrTooLarge, c.l.maxEntry)
+		return 0, errors.Join(err, c.Abandon(ctx))
+	}
+	<-c.listed
+	if c.listErr != nil {
+		return 0, fmt.Errorf("logstore: listing %s: %w", c.subject, c.listErr)
+	}
+	hdr := nats.Header{indexHeader: []string{strconv.FormatUint(c.idxSeq, 10)}}
+	seq, err := c.l.publish(ctx, c.subject, data, lastSeqIs(0), hdr)
+	if err == nil || c.l.legacyIndex { // legacy servers never delete index entries (Log.legacyIndex)
 		return seq, err
 	}
-	return l.unlist(ctx, subject, idx, idxSeq, err)
+	return c.l.unlist(ctx, c.subject, c.idx, c.idxSeq, err)
 }
+
+// Abandon deletes the index entry of a creation that appends nothing. An index entry whose publish
+// went unanswered may have been stored, and stays listed (the error says so).
+func (c *creation) Abandon(ctx context.Context) error {
+	<-c.listed
+	switch {
+	case c.listErr != nil && refused(c.listErr):
+		return nil // nothing was stored
+	case c.listErr != nil:
+		return fmt.Errorf("logstore: abandoning the creation of %s: its index entry may stay: %w", c.subject, c.listErr)
+	}
+	if err := c.l.deleteSeqs(ctx, []uint64{c.idxSeq}); err != nil {
+		return fmt.Errorf("logstore: abandoning the creation of %s: its index entry %d on %s stays: %w", c.subject, c.idxSeq, c.idx, err)
+	}
+	return nil
+}
+
+// appendOnly is a creation that begins nothing before its Append (Create on a legacy server).
+type appendOnly struct {
+	l   *Log
+	key engine.Key
+}
+
+func (c appendOnly) Append(ctx context.Context, data []byte) (uint64, error) {
+	return c.l.Append(ctx, c.key, data, 0)
+}
+
+func (appendOnly) Abandon(context.Context) error { return nil }
 
 // unlist deletes the index entry idxSeq of a creation whose first entry failed with err, so that
 // a creation tried again is not listed twice. If the server refused the entry (a lost
