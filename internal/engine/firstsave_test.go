@@ -1,9 +1,13 @@
 package engine_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -346,4 +350,80 @@ func TestFirstSaveBeginsItsCreation(t *testing.T) {
 	require.Empty(t, log.events)
 	require.NoError(t, save("plain", nil, conversation(2)), "not expected to create it: the head is read")
 	require.Equal(t, []string{"append after 0 plain"}, log.events)
+}
+
+// A large first save is compressed while it is validated (compressAhead), on the guess that its
+// piece is the payload's messages as sent. Where the guess is wrong the piece is compressed again
+// from what the plan made of the payload, and what is stored reads back as that conversation: white
+// space past the bytes the guess looks at (the canonical form is a copy), a value stored apart (an
+// inline image), an image path the daemon redacts; a payload refused at its end stores nothing and
+// leaves no encoder state behind for the next save.
+func TestFirstSaveCompressedAhead(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{})
+	// Strings of hex under ValueMinBytes each (hex is base64: longer ones would be values).
+	text := func(seed uint64) string { return randomText(20<<10, seed) }
+	turns := func(sep string, seed uint64) []byte {
+		var b strings.Builder
+		b.WriteString("[")
+		for i := range uint64(4) {
+			if i > 0 {
+				b.WriteString("," + sep)
+			}
+			b.WriteString(`{"role":"user","content":"` + text(seed+2*i) + `"},` + sep + `{"role":` + sep + `"assistant","content":[{"type":"text","text":"` + text(seed+2*i+1) + `"}]}`)
+		}
+		return []byte(b.String() + "]")
+	}
+	compactConv, spaced := turns("", 1), turns(" ", 11)
+	image := strings.Repeat("QUJD", 12<<10) // base64: a value of 48 KiB
+	withImage := []byte(`[{"role":"user","content":[{"type":"text","text":"` + text(21) + `"},{"type":"image","data":"` + image + `","mimeType":"image/png"}]},` +
+		string(turns("", 22)[1:]))
+	withPath := []byte(`[{"role":"user","content":[{"type":"text","text":"` + text(31) + `"},{"type":"image","mimeType":"image/png","url":"file:///home/someone/shot.png"}]},` +
+		string(turns("", 32)[1:]))
+	bad := append(slices.Clone(compactConv[:len(compactConv)-1]), `,{"role":"robot","content":"x"}]`...)
+
+	save := func(s string, payload []byte, lim codec.Limits) (engine.Saved, error) {
+		return e.Save(ctx, engine.SaveRequest{Key: engine.Key{Namespace: "n", Session: s, Agent: "a"}, SaveID: s,
+			Expected: u64(0), Payload: payload, Limits: lim, Now: now})
+	}
+	reads := func(s string, want []byte) {
+		t.Helper()
+		got, _, err := e.Read(ctx, engine.Key{Namespace: "n", Session: s, Agent: "a"}, 0, engine.ReadOptions{Verify: true})
+		require.NoError(t, err, s)
+		require.Equal(t, string(want), string(got), s)
+	}
+	compact := func(b []byte) []byte {
+		var out bytes.Buffer
+		require.NoError(t, json.Compact(&out, b))
+		return out.Bytes()
+	}
+
+	_, err := save("refused", bad, codec.Limits{})
+	var ve *codec.ValidationError
+	require.ErrorAs(t, err, &ve)
+	_, err = e.Head(ctx, engine.Key{Namespace: "n", Session: "refused", Agent: "a"})
+	require.ErrorIs(t, err, engine.ErrNotFound, "a refused save stores nothing")
+
+	for name, c := range map[string]struct {
+		payload, want []byte
+		lim           codec.Limits
+	}{
+		"compact":    {compactConv, compactConv, codec.Limits{}},
+		"spaced":     {spaced, compact(spaced), codec.Limits{}},
+		"image":      {withImage, withImage, codec.Limits{}},
+		"image path": {withPath, nil, codec.Limits{ImagePaths: codec.ImagePathsRedact}},
+	} {
+		saved, err := save(name, c.payload, c.lim)
+		require.NoError(t, err, name)
+		if c.want == nil { // redacted: not the payload
+			got, _, err := e.Read(ctx, engine.Key{Namespace: "n", Session: name, Agent: "a"}, 0, engine.ReadOptions{Verify: true})
+			require.NoError(t, err, name)
+			require.NotContains(t, string(got), "/home/someone", name)
+			continue
+		}
+		require.Equal(t, hashOf(c.want), saved.Record.Hash, name)
+		reads(name, c.want)
+	}
+	keys, _, err := log.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Len(t, keys, 4, "the refused save is not listed: %v", keys)
 }
