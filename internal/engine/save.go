@@ -701,16 +701,20 @@ func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte) ([]byte
 		s.dropEncoder() // the run would decode to too much at once: a new frame
 	}
 	piece.Frame = s.enc == nil
+	large := piece.Frame && len(stripped) >= 2*splitBytes
 	if piece.Frame {
+		// A session's first piece, when large, at the fastest level: commitHead gives its encoder
+		// back right after (handOverBytes), so the session's next saves are at the default one.
+		fast := e.cfg.FastSaves || large && s.last.Head.Version == 0
 		var err error
-		if s.enc, err = newEncoder(e.cfg.Window, e.cfg.FastSaves); err != nil {
+		if s.enc, err = newEncoder(e.cfg.Window, fast); err != nil {
 			return nil, err
 		}
 		s.encRaw = 0
 	}
 	s.encRaw += int64(len(stripped))
 	add := s.enc.add
-	if piece.Frame && len(stripped) >= 2*splitBytes && runtime.GOMAXPROCS(0) > 1 {
+	if large && runtime.GOMAXPROCS(0) > 1 {
 		add = s.enc.addSplit // a large first piece: on two cores
 	}
 	data, err := add(stripped)
