@@ -2,11 +2,14 @@ package transfer_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -61,4 +64,37 @@ func TestSaveRequest_RefusedFirstSavesListNothing(t *testing.T) {
 	require.Equal(t, wire.CodeConflict, again.Error.Code, again.Error.Message)
 	idx := "cp.idx." + wire.EncodeID(wire.DefaultNamespace) // docs/format.md §8.2
 	require.Equal(t, map[string]uint64{idx: 1}, indexEntries(), "the session is listed once")
+}
+
+// The SDK sends a body under 32 KiB as it is (Cp-Encoding: identity) and a larger one compressed
+// (zstd): compressing a small body costs the writer and the daemon more than its bytes cost the
+// link (docs/format.md §8.15j). Both are stored and read back alike. Seen by a plain subscriber
+// of the save subjects, which gets a copy of every request.
+func TestSDK_SmallBodiesGoAsTheyAre(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	sub, err := env.Conn().SubscribeSync(wire.SaveSubjectPrefix + ">")
+	require.NoError(t, err)
+	require.NoError(t, env.Conn().Flush())
+	small := []byte(`[{"role":"user","content":"` + strings.Repeat("small ", 100) + `"}]`)
+	large := []byte(`[{"role":"user","content":"` + strings.Repeat("large ", 8<<10) + `"}]`)
+	for _, c := range []struct {
+		conv     []byte
+		encoding string
+	}{{small, wire.EncodingIdentity}, {large, wire.EncodingZstd}} {
+		key := checkpoint.Key{Session: c.encoding}
+		_, err := env.Client.Save(ctx, key, c.conv, checkpoint.ExpectVersion(0))
+		require.NoError(t, err)
+		m, err := sub.NextMsg(10 * time.Second)
+		require.NoError(t, err)
+		require.Equal(t, c.encoding, m.Header.Get(wire.HdrEncoding), "%d bytes", len(c.conv))
+		if c.encoding == wire.EncodingIdentity {
+			require.Equal(t, string(c.conv), string(m.Data))
+		} else {
+			require.Less(t, len(m.Data), len(c.conv)/10)
+		}
+		got, _, err := env.Client.Restore(ctx, key, 0)
+		require.NoError(t, err)
+		require.Equal(t, string(c.conv), string(got))
+	}
 }
