@@ -56,6 +56,8 @@ type Client struct {
 	maxRestore int64
 	// ingestOnly: saves skip the request to the daemons and go to the ingest stream (WithIngestSaves).
 	ingestOnly bool
+	// compressFrom is the body size from which saves travel compressed (WithCompressFrom).
+	compressFrom int
 
 	mu   sync.Mutex
 	last map[Key]lastSave // the last save of each session, for sending only what grew
@@ -76,6 +78,11 @@ func WithMaxRestoreBytes(n int64) Option { return func(c *Client) { c.maxRestore
 // before checkpointd 0.4. Slower: it is for comparing the two paths (checkpointbench).
 func WithIngestSaves() Option { return func(c *Client) { c.ingestOnly = true } }
 
+// WithCompressFrom sets the size from which a save's body travels zstd-compressed (default
+// DefaultCompressFrom, 32 KiB); smaller bodies go as they are. Lower it on a slow link to the NATS
+// servers, where bytes cost more than the CPU to compress them; 0 compresses every body.
+func WithCompressFrom(bytes int) Option { return func(c *Client) { c.compressFrom = max(bytes, 0) } }
+
 // WithWriter names this process in the versions it writes (default "host/pid").
 func WithWriter(name string) Option { return func(c *Client) { c.writer = name } }
 
@@ -87,7 +94,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	}
 	host, _ := os.Hostname()
 	c := &Client{nc: nc, js: js, timeout: 30 * time.Second, maxRestore: 1 << 30, writer: cmp.Or(host, "unknown") + "/" + strconv.Itoa(os.Getpid()),
-		last: map[Key]lastSave{}}
+		compressFrom: DefaultCompressFrom, last: map[Key]lastSave{}}
 	for _, o := range opts {
 		o(c)
 	}

@@ -191,7 +191,7 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	// return waits for it: the caller's bytes are not read after Save returns.
 	sent := wire.HashBeside(conversation)
 	defer sent()
-	body := compressBody(hdr, conversation)
+	body := compressBody(hdr, conversation, c.compressFrom)
 	if size := pieces.Size(c.nc.MaxPayload(), pieces.ChunkRoom); int64(len(body)) > size {
 		n, err := c.publishChunks(ctx, key.Namespace, o.saveID, msgID, body, size)
 		if err != nil {
@@ -211,16 +211,17 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	return v, err
 }
 
-// compressFrom is the size from which a save's body travels compressed. Below it zstd costs more
-// than it saves: ~5 µs to compress and ~5 µs for the daemon to decode whatever the size (the
-// frame's setup), ~15 µs of a save's ~230 µs of CPU with 50 agents saving at once
-// (BenchmarkIngest_FiftyAgents, docs/format.md §8.15l), for at most a few KB on the wire.
-const compressFrom = 4 << 10
+// DefaultCompressFrom is the size from which a save's body travels compressed unless
+// WithCompressFrom says otherwise. Below it zstd costs the writer more than the bytes cost a local
+// network: ~5 µs to compress and ~5 µs for the daemon to decode whatever the size (the frame's
+// setup), and for the corpus's 19.5 KB ~0.1–0.25 ms with its match tables cold between saves
+// (docs/format.md §8.15j, §8.15l); the daemon compresses what it stores anyway.
+const DefaultCompressFrom = 32 << 10
 
 // compressBody returns the body to send for conversation, and says its encoding in hdr: zstd
-// (in parallel frames when large), or the bytes as they are when small.
-func compressBody(hdr nats.Header, conversation []byte) []byte {
-	if len(conversation) < compressFrom {
+// (in parallel frames when large) from `from` bytes on, the bytes as they are below it.
+func compressBody(hdr nats.Header, conversation []byte, from int) []byte {
+	if len(conversation) < from {
 		hdr.Set(wire.HdrEncoding, wire.EncodingIdentity)
 		return conversation
 	}

@@ -158,6 +158,11 @@ func compact(payload []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// LooksCompact reports whether b, a payload or the start of one, has no white space outside
+// strings (a string b cuts short counts to b's end): a guess, for a caller deciding whether to work
+// on a payload's bytes before ParseLimited says what its canonical form is. Nothing is validated.
+func LooksCompact(b []byte) bool { return isCompact(b) }
+
 // isCompact reports whether payload has no white space outside strings.
 func isCompact(payload []byte) bool {
 	for i := 0; i < len(payload); i++ {

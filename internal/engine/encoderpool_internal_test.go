@@ -40,3 +40,26 @@ func TestEncoderReused(t *testing.T) {
 	// may miss the pool if the goroutine moved to another processor meanwhile).
 	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(rounds<<20), "allocated by %d encoders", rounds)
 }
+
+// A session's first piece, when large (addSplit's size), is compressed at zstd's fastest level: the
+// encoder goes back to its pool right after (handOverBytes), and the session's next frame is at the
+// default level (docs/format.md §8.15j). A large piece that starts a frame later (an eviction, a
+// lost compare-and-swap) and a small first piece are at the default level.
+func TestLargeFirstPieceAtTheFastestLevel(t *testing.T) {
+	e := &Engine{cfg: Config{}.withDefaults(), maxRun: maxRun} // compress needs no log
+	large := make([]byte, 2*splitBytes)
+	for i := range large {
+		large[i] = 'a' + byte(i%7)
+	}
+	level := func(version uint64, piece []byte) bool {
+		s := &session{last: entryMeta{Head: emptyHead()}}
+		s.last.Head.Version = version
+		_, err := e.compress(s, &pieceInfo{}, piece)
+		require.NoError(t, err)
+		defer s.dropEncoder()
+		return s.enc.fast
+	}
+	require.True(t, level(0, large), "a large first piece")
+	require.False(t, level(0, large[:splitBytes]), "a first piece below the split size")
+	require.False(t, level(3, large), "a large piece starting a frame after version 3")
+}

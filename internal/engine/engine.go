@@ -142,6 +142,9 @@ type session struct {
 	encRaw  int64 // bytes compressed by enc since its frame began (maxRun)
 	// recent holds the records of the last pack's versions and of the saves after it (recent.go).
 	recent recentRecords
+	// creation is the creation of the log under way while a save that creates it is made
+	// (saveOnce): the log's first Append goes through it.
+	creation Creation
 }
 
 // session returns key's cached session (not necessarily loaded), making it the most recent.
@@ -232,6 +235,21 @@ func (s *session) assumeEmpty() {
 	s.lastSeq, s.last = 0, entryMeta{Head: emptyHead()}
 	s.loaded = true
 	s.recent.reset(true)
+}
+
+// endCreation abandons the creation of the log a save began (s.mu held) if the save did not append
+// (err is the save's outcome, returned as it is unless the abandon fails on a save that was not
+// refused: a refusal is the answer about the request, whatever the store then says).
+func (s *session) endCreation(ctx context.Context, err error) error {
+	c := s.creation
+	if c == nil {
+		return err
+	}
+	s.creation = nil
+	if aerr := c.Abandon(ctx); aerr != nil && err != nil && !IsRefusal(err) {
+		return errors.Join(err, aerr)
+	}
+	return err
 }
 
 // unload forgets what assumeEmpty assumed (s.mu held): the next use reads the log.
@@ -350,12 +368,22 @@ func (e *Engine) writeBy(ctx context.Context, s *session, m entryMeta, data []by
 	if !deadline.IsZero() && e.cfg.Clock().After(deadline) {
 		return 0, fmt.Errorf("%w: session %s: the write took longer than its grace (%s: for its values, or its fork's pin); send it again", ErrBusy, s.key, e.cfg.ValueGrace)
 	}
-	seq, err := e.log.Append(ctx, s.key, body, after)
+	seq, err := e.append(ctx, s, body, after)
 	if err != nil {
 		return 0, err
 	}
 	s.lastSeq, s.last = seq, m
 	return seq, nil
+}
+
+// append appends body to s's log after sequence after: through the creation under way when it is
+// the log's first entry (after 0) and there is one (saveOnce), which it ends.
+func (e *Engine) append(ctx context.Context, s *session, body []byte, after uint64) (uint64, error) {
+	if c := s.creation; c != nil && after == 0 {
+		s.creation = nil
+		return c.Append(ctx, body)
+	}
+	return e.log.Append(ctx, s.key, body, after)
 }
 
 // encodedSize is the size of the entry of m and data written after the session's last entry (its
@@ -418,7 +446,7 @@ func (e *Engine) writeParts(ctx context.Context, s *session, m *entryMeta, data 
 	}
 	after := s.lastSeq
 	for _, p := range parts {
-		seq, err := e.log.Append(ctx, s.key, append(hdr[:len(hdr):len(hdr)], p...), after)
+		seq, err := e.append(ctx, s, append(hdr[:len(hdr):len(hdr)], p...), after)
 		if err != nil {
 			return 0, nil, err
 		}

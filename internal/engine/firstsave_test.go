@@ -1,15 +1,20 @@
 package engine_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
 
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/engine/memlog"
 )
@@ -251,4 +256,174 @@ func TestFirstSaveRace(t *testing.T) {
 			require.Equal(t, []engine.Key{k}, keys)
 		})
 	}
+}
+
+// creationLog records how a log's first entries are written: through a creation (engine.Creator,
+// which it offers by passing engine.Create on to the log it wraps) or by a plain Append after 0.
+type creationLog struct {
+	engine.Log
+	events []string
+}
+
+func (c *creationLog) Create(cx ctxT, k engine.Key) engine.Creation {
+	c.events = append(c.events, "create "+k.Session)
+	return recordedCreation{log: c, key: k, inner: engine.Create(cx, c.Log, k)}
+}
+
+func (c *creationLog) Append(cx ctxT, k engine.Key, data []byte, after uint64) (uint64, error) {
+	if after == 0 {
+		c.events = append(c.events, "append after 0 "+k.Session)
+	}
+	return c.Log.Append(cx, k, data, after)
+}
+
+type recordedCreation struct {
+	log   *creationLog
+	key   engine.Key
+	inner engine.Creation
+}
+
+func (r recordedCreation) Append(cx ctxT, data []byte) (uint64, error) {
+	seq, err := r.inner.Append(cx, data)
+	r.log.events = append(r.log.events, fmt.Sprintf("created %s: %v", r.key.Session, err))
+	return seq, err
+}
+
+func (r recordedCreation) Abandon(cx ctxT) error {
+	r.log.events = append(r.log.events, "abandon "+r.key.Session)
+	return r.inner.Abandon(cx)
+}
+
+// A save that creates its session (Expected 0, not cached) begins the log's creation before it
+// validates and compresses the conversation (engine.Creator: on JetStream the namespace's index
+// entry travels meanwhile, docs/format.md §8.15j), and appends its first entry through it, its
+// first part too when it is written in parts. A refused first save abandons the creation: nothing
+// is listed. A save of a session the engine has cached, or one that does not expect to create it,
+// begins none.
+func TestFirstSaveBeginsItsCreation(t *testing.T) {
+	log := &creationLog{Log: memlog.New(4 << 10)}
+	e := engine.New(log, engine.Config{})
+	key := func(s string) engine.Key { return engine.Key{Namespace: "n", Session: s, Agent: "a"} }
+	saves := 0
+	save := func(s string, expected *uint64, payload []byte) error {
+		log.events = nil
+		saves++
+		_, err := e.Save(ctx, engine.SaveRequest{Key: key(s), SaveID: fmt.Sprint("save-", saves), Expected: expected, Payload: payload, Now: now})
+		return err
+	}
+
+	require.NoError(t, save("new", u64(0), conversation(4)))
+	require.Equal(t, []string{"create new", "created new: <nil>"}, log.events)
+
+	for i, bad := range [][]byte{[]byte(`[{"role":"user","content":`), []byte(`{"role":"user"}`), []byte(`[{"role":"robot","content":"hi"}]`)} {
+		s := fmt.Sprint("refused", i)
+		err := save(s, u64(0), bad)
+		var ve *codec.ValidationError
+		require.ErrorAs(t, err, &ve, "%s", bad)
+		require.Equal(t, []string{"create " + s, "abandon " + s}, log.events, "%s", bad)
+	}
+	keys, _, err := log.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []engine.Key{key("new")}, keys, "a refused first save lists nothing")
+
+	// Incompressible text larger than an entry: its first part is the log's first entry.
+	conv := []byte(`[{"role":"user","content":"` + randomText(12<<10, 1) + `"}]`)
+	require.NoError(t, save("big", u64(0), conv))
+	require.Equal(t, []string{"create big", "created big: <nil>"}, log.events)
+	require.Greater(t, entries(t, log.Log.(*memlog.Log), key("big")), 1, "stored in parts")
+	got, _, err := e.Read(ctx, key("big"), 0, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(conv), string(got))
+
+	// Another engine, cold, creating a session that exists: its creation loses the
+	// compare-and-swap, and the save is decided again from the head (a conflict).
+	other := engine.New(log, engine.Config{})
+	log.events = nil
+	_, err = other.Save(ctx, engine.SaveRequest{Key: key("new"), SaveID: "y", Expected: u64(0), Payload: conversation(2), Now: now})
+	var conflict *engine.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, "create new", log.events[0])
+	require.Contains(t, log.events[1], "created new: ")
+	require.Len(t, log.events, 2)
+
+	require.NoError(t, save("new", u64(1), array(4, 6)), "cached: nothing to create")
+	require.Empty(t, log.events)
+	require.NoError(t, save("plain", nil, conversation(2)), "not expected to create it: the head is read")
+	require.Equal(t, []string{"append after 0 plain"}, log.events)
+}
+
+// A large first save is compressed while it is validated (compressAhead), on the guess that its
+// piece is the payload's messages as sent. Where the guess is wrong the piece is compressed again
+// from what the plan made of the payload, and what is stored reads back as that conversation: white
+// space past the bytes the guess looks at (the canonical form is a copy), a value stored apart (an
+// inline image), an image path the daemon redacts; a payload refused at its end stores nothing and
+// leaves no encoder state behind for the next save.
+func TestFirstSaveCompressedAhead(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{})
+	// Strings of hex under ValueMinBytes each (hex is base64: longer ones would be values).
+	text := func(seed uint64) string { return randomText(20<<10, seed) }
+	turns := func(sep string, seed uint64) []byte {
+		var b strings.Builder
+		b.WriteString("[")
+		for i := range uint64(4) {
+			if i > 0 {
+				b.WriteString("," + sep)
+			}
+			b.WriteString(`{"role":"user","content":"` + text(seed+2*i) + `"},` + sep + `{"role":` + sep + `"assistant","content":[{"type":"text","text":"` + text(seed+2*i+1) + `"}]}`)
+		}
+		return []byte(b.String() + "]")
+	}
+	compactConv, spaced := turns("", 1), turns(" ", 11)
+	image := strings.Repeat("QUJD", 12<<10) // base64: a value of 48 KiB
+	withImage := []byte(`[{"role":"user","content":[{"type":"text","text":"` + text(21) + `"},{"type":"image","data":"` + image + `","mimeType":"image/png"}]},` +
+		string(turns("", 22)[1:]))
+	withPath := []byte(`[{"role":"user","content":[{"type":"text","text":"` + text(31) + `"},{"type":"image","mimeType":"image/png","url":"file:///home/someone/shot.png"}]},` +
+		string(turns("", 32)[1:]))
+	bad := append(slices.Clone(compactConv[:len(compactConv)-1]), `,{"role":"robot","content":"x"}]`...)
+
+	save := func(s string, payload []byte, lim codec.Limits) (engine.Saved, error) {
+		return e.Save(ctx, engine.SaveRequest{Key: engine.Key{Namespace: "n", Session: s, Agent: "a"}, SaveID: s,
+			Expected: u64(0), Payload: payload, Limits: lim, Now: now})
+	}
+	reads := func(s string, want []byte) {
+		t.Helper()
+		got, _, err := e.Read(ctx, engine.Key{Namespace: "n", Session: s, Agent: "a"}, 0, engine.ReadOptions{Verify: true})
+		require.NoError(t, err, s)
+		require.Equal(t, string(want), string(got), s)
+	}
+	compact := func(b []byte) []byte {
+		var out bytes.Buffer
+		require.NoError(t, json.Compact(&out, b))
+		return out.Bytes()
+	}
+
+	_, err := save("refused", bad, codec.Limits{})
+	var ve *codec.ValidationError
+	require.ErrorAs(t, err, &ve)
+	_, err = e.Head(ctx, engine.Key{Namespace: "n", Session: "refused", Agent: "a"})
+	require.ErrorIs(t, err, engine.ErrNotFound, "a refused save stores nothing")
+
+	for name, c := range map[string]struct {
+		payload, want []byte
+		lim           codec.Limits
+	}{
+		"compact":    {compactConv, compactConv, codec.Limits{}},
+		"spaced":     {spaced, compact(spaced), codec.Limits{}},
+		"image":      {withImage, withImage, codec.Limits{}},
+		"image path": {withPath, nil, codec.Limits{ImagePaths: codec.ImagePathsRedact}},
+	} {
+		saved, err := save(name, c.payload, c.lim)
+		require.NoError(t, err, name)
+		if c.want == nil { // redacted: not the payload
+			got, _, err := e.Read(ctx, engine.Key{Namespace: "n", Session: name, Agent: "a"}, 0, engine.ReadOptions{Verify: true})
+			require.NoError(t, err, name)
+			require.NotContains(t, string(got), "/home/someone", name)
+			continue
+		}
+		require.Equal(t, hashOf(c.want), saved.Record.Hash, name)
+		reads(name, c.want)
+	}
+	keys, _, err := log.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Len(t, keys, 4, "the refused save is not listed: %v", keys)
 }

@@ -124,8 +124,14 @@ func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest, opti
 		// log is empty, so the head is not read first (one round trip less). Anything but success
 		// (a log that was not empty loses the compare-and-swap, or a refusal made from the assumed
 		// head) leaves the session unloaded, and Save's next attempt reads it.
+		//
+		// The log's creation begins now: on JetStream, its listing (the namespace's index entry)
+		// travels while the save is validated and compressed (docs/format.md §8.15j). A save that
+		// ends without appending abandons it, so that a refused first save lists nothing.
 		s.assumeEmpty()
+		s.creation = Create(ctx, e.log, req.Key)
 		defer func() {
+			err = s.endCreation(ctx, err)
 			if err != nil {
 				s.unload()
 			}
@@ -185,11 +191,13 @@ func (e *Engine) saveOnce(ctx context.Context, s *session, req SaveRequest, opti
 		}
 		return Saved{}, &ConflictError{Key: req.Key, Expected: *req.Expected, Head: h.Version}
 	}
+	ahead := e.compressAhead(s, req) // while plan validates the payload
 	p, err := e.plan(ctx, s, req)
 	if err != nil {
+		ahead.abandon(s)
 		return Saved{}, err
 	}
-	return e.commit(ctx, s, req, p)
+	return e.commit(ctx, s, req, p, ahead)
 }
 
 // savedBefore finds the version save id made among the head, the last pack and the saves after
@@ -463,10 +471,11 @@ func addCounts(c Counts, s codec.Stats) Counts {
 }
 
 // commit compresses the plan's new messages, builds the entry and appends it. A large save's
-// compression starts first, beside the head's hash (nextHead: another pass over the same bytes).
-func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p savePlan) (Saved, error) {
+// compression starts first, beside the head's hash (nextHead: another pass over the same bytes),
+// unless it started before the plan (ahead, compressAhead) and compressed these very bytes.
+func (e *Engine) commit(ctx context.Context, s *session, req SaveRequest, p savePlan, ahead *compression) (Saved, error) {
 	raw := p.newBytes()
-	early := e.compressBeside(s, p, raw)
+	early := e.compressBeside(s, p, raw, ahead)
 	next, err := nextHead(s, req, p, raw)
 	if err != nil {
 		early.abandon(s)
@@ -590,6 +599,7 @@ const handOverBytes = 16 << 10
 
 // compression is a save's compression running beside the rest of its commit (compressBeside).
 type compression struct {
+	raw   []byte // what it compresses
 	done  chan struct{}
 	piece pieceInfo // only its Frame is set
 	data  []byte
@@ -598,18 +608,61 @@ type compression struct {
 
 // compressBeside starts compressing raw, a save's new bytes, as compress does, on a goroutine of its
 // own, when they are large and hold no value to store apart (storeValues then returns raw itself,
-// which is what is compressed); otherwise it returns nil. s.mu is held: until wait or abandon the
-// session's encoder is the goroutine's.
-func (e *Engine) compressBeside(s *session, p savePlan, raw []byte) *compression {
+// which is what is compressed); otherwise it returns nil. A compression begun ahead of the plan
+// (compressAhead) is that compression if it compresses raw itself, and is abandoned otherwise.
+// s.mu is held: until wait or abandon the session's encoder is the goroutine's.
+func (e *Engine) compressBeside(s *session, p savePlan, raw []byte, ahead *compression) *compression {
 	if len(raw) < besideBytes || len(valueSpans(raw, p.largeStrings(raw))) > 0 {
+		ahead.abandon(s)
 		return nil
 	}
-	c := &compression{done: make(chan struct{})}
+	if ahead.holds(raw) {
+		return ahead
+	}
+	ahead.abandon(s)
+	return e.compressOn(s, raw)
+}
+
+// compressOn compresses raw, as compress does, on a goroutine of its own.
+func (e *Engine) compressOn(s *session, raw []byte) *compression {
+	c := &compression{done: make(chan struct{}), raw: raw}
 	go func() {
 		defer close(c.done)
 		c.data, c.err = e.compress(s, &c.piece, raw)
 	}()
 	return c
+}
+
+// compressAhead starts compressing a save's messages before the plan has validated them, when the
+// piece the save stores is most likely the payload's messages as sent: the session's head has no
+// message and no frame under way (a first save), and the payload looks canonical (its first
+// aheadProbe bytes have no white space outside strings; the SDK's JSON and JSON.stringify's have
+// none), as most large first saves are. Validation then runs beside the compression instead of
+// before it (docs/format.md §8.15j). compressBeside uses it only if the plan's new bytes are those
+// very bytes (the same memory: a payload the parse had to copy, or changed, or one holding values
+// to store apart, is compressed again and this is abandoned); a refused save abandons it. Payloads
+// from besideBytes to maxAheadBytes only: a refused one has cost its compression, which a larger
+// one would make long.
+func (e *Engine) compressAhead(s *session, req SaveRequest) *compression {
+	pl := req.Payload
+	if s.last.Head.Counts.Messages > 0 || s.enc != nil || len(pl) < besideBytes+2 || len(pl) > maxAheadBytes ||
+		pl[0] != '[' || pl[len(pl)-1] != ']' || !codec.LooksCompact(pl[:min(len(pl), aheadProbe)]) {
+		return nil
+	}
+	return e.compressOn(s, pl[1:len(pl)-1])
+}
+
+// aheadProbe is how much of a payload compressAhead reads to guess that it is canonical, and
+// maxAheadBytes the largest payload it compresses before validation.
+const (
+	aheadProbe    = 4 << 10
+	maxAheadBytes = 8 << 20
+)
+
+// holds reports whether c compresses raw itself (the same bytes in the same memory). nil holds
+// nothing.
+func (c *compression) holds(raw []byte) bool {
+	return c != nil && len(raw) > 0 && len(c.raw) == len(raw) && &c.raw[0] == &raw[0]
 }
 
 // wait returns the compressed bytes and whether they start a frame (pieceInfo.Frame).
@@ -644,16 +697,20 @@ func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte) ([]byte
 		s.dropEncoder() // the run would decode to too much at once: a new frame
 	}
 	piece.Frame = s.enc == nil
+	large := piece.Frame && len(stripped) >= 2*splitBytes
 	if piece.Frame {
+		// A session's first piece, when large, at the fastest level: commitHead gives its encoder
+		// back right after (handOverBytes), so the session's next saves are at the default one.
+		fast := e.cfg.FastSaves || large && s.last.Head.Version == 0
 		var err error
-		if s.enc, err = newEncoder(e.cfg.Window, e.cfg.FastSaves); err != nil {
+		if s.enc, err = newEncoder(e.cfg.Window, fast); err != nil {
 			return nil, err
 		}
 		s.encRaw = 0
 	}
 	s.encRaw += int64(len(stripped))
 	add := s.enc.add
-	if piece.Frame && len(stripped) >= 2*splitBytes && runtime.GOMAXPROCS(0) > 1 {
+	if large && runtime.GOMAXPROCS(0) > 1 {
 		add = s.enc.addSplit // a large first piece: on two cores
 	}
 	data, err := add(stripped)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
 	"github.com/checkpointd/checkpointd/internal/logstore"
@@ -80,4 +81,29 @@ func TestEngine_FirstSaveOfASessionThatExistsOldNATS(t *testing.T) {
 		cursor = next
 	}
 	require.Equal(t, []engine.Key{k}, listed, "the session is listed once")
+}
+
+// A first save begins its log's creation before it validates the conversation: the namespace's
+// index entry is published at once (engine.Creator, docs/format.md §8.15j). A first save refused
+// (not JSON, not an array, a message no dialect knows) deletes it again: the raw index lists
+// nothing, and the key is listed once when it is saved.
+func TestEngine_RefusedFirstSaveListsNothing(t *testing.T) {
+	e, l := startEngine(t, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	for i, bad := range []string{`[{"role":"user","content":`, `{"role":"user"}`, `[{"role":"robot","content":"hi"}]`} {
+		key := k
+		key.Session = fmt.Sprint("refused-", i)
+		_, err := e.Save(ctx, engine.SaveRequest{Key: key, SaveID: "x", Expected: enginetest.U64(0), Payload: []byte(bad), Now: now})
+		var ve *codec.ValidationError
+		require.ErrorAs(t, err, &ve, "%s", bad)
+	}
+	keys, _, err := l.Sessions(ctx, "n", 0, 10) // the index itself, not the engine's filtered listing
+	require.NoError(t, err)
+	require.Empty(t, keys, "a refused first save lists nothing")
+
+	_, err = e.Save(ctx, engine.SaveRequest{Key: k, SaveID: "x", Expected: enginetest.U64(0), Payload: enginetest.Conversation(2), Now: now})
+	require.NoError(t, err)
+	keys, _, err = l.Sessions(ctx, "n", 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []engine.Key{k}, keys)
 }

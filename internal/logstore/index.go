@@ -25,7 +25,6 @@ import (
 // its index entry back (unlist), unless its entry may still land or the log's first entry names
 // it; one that shared its index entry makes sure it is still there once its entry landed.
 func (l *Log) create(ctx context.Context, key engine.Key, subject string, data []byte) (uint64, error) {
-	idx, _ := indexSubject(key.Namespace) // the key is valid
 	if l.legacyIndex {
 		// A legacy server keeps the index entry of a creation that fails, and the engine tries a
 		// creation without reading the head first (a first save it has not cached): look before
@@ -38,33 +37,119 @@ func (l *Log) create(ctx context.Context, key engine.Key, subject string, data [
 			return 0, fmt.Errorf("logstore: creating %s: %w", subject, err)
 		}
 	}
-	token := []byte(indexToken(key))
-	idxSeq, shared, err := l.list(ctx, idx, token)
-	if err != nil {
-		return 0, fmt.Errorf("logstore: listing %s: %w", subject, err)
+	c := l.newCreation(key, subject)
+	c.list(ctx)
+	return c.Append(ctx, data)
+}
+
+// Create begins the creation of key's log (engine.Creator): its index entry is published at once,
+// on a goroutine of its own, while the caller makes the first entry; Append then waits for its
+// sequence (Cp-Index) and publishes the entry, as create does, in the same order. A creation that
+// appends nothing (Abandon) takes its index entry back as a refused creation does (unlist: never
+// one that another creation's first entry names). On a server older than 2.11 nothing is begun
+// early (a creation there reads the head before it lists: create), and a key that is not valid
+// gets its error from Append.
+func (l *Log) Create(ctx context.Context, key engine.Key) engine.Creation {
+	subject, err := logSubject(key)
+	if err != nil || l.legacyIndex {
+		return appendOnly{l: l, key: key}
 	}
-	hdr := nats.Header{indexHeader: []string{strconv.FormatUint(idxSeq, 10)}}
+	c := l.newCreation(key, subject)
+	go c.list(ctx)
+	return c
+}
+
+// creation is a log's creation under way: its index entry published, or being published, and its
+// first entry not yet.
+type creation struct {
+	l            *Log
+	subject, idx string
+	token        []byte
+	listed       chan struct{} // closed once the index entry's publish returned: idxSeq, shared, listErr
+	idxSeq       uint64
+	shared       bool // another creation wrote the index entry (list)
+	listErr      error
+}
+
+func (l *Log) newCreation(key engine.Key, subject string) *creation {
+	idx, _ := indexSubject(key.Namespace) // the key is valid
+	return &creation{l: l, subject: subject, idx: idx, token: []byte(indexToken(key)), listed: make(chan struct{})}
+}
+
+// list publishes the log's index entry, or finds the one a creation of the same key wrote (list).
+func (c *creation) list(ctx context.Context) {
+	defer close(c.listed)
+	c.idxSeq, c.shared, c.listErr = c.l.list(ctx, c.idx, c.token)
+}
+
+// Append publishes the log's first entry, naming its index entry, once that is stored.
+func (c *creation) Append(ctx context.Context, data []byte) (uint64, error) {
+	l := c.l
+	if len(data) > l.maxEntry {
+		err := fmt.Errorf("logstore: appending %d bytes to %s: %w (max %d)", len(data), c.subject, engine.ErrTooLarge, l.maxEntry)
+		return 0, errors.Join(err, c.Abandon(ctx))
+	}
+	<-c.listed
+	if c.listErr != nil {
+		return 0, fmt.Errorf("logstore: listing %s: %w", c.subject, c.listErr)
+	}
+	hdr := nats.Header{indexHeader: []string{strconv.FormatUint(c.idxSeq, 10)}}
 	var seq uint64
+	var err error
 	if l.beforeFirstEntry != nil {
 		err = l.beforeFirstEntry()
 	}
 	if err == nil {
-		seq, err = l.publish(ctx, subject, data, lastSeqIs(0), hdr)
+		seq, err = l.publish(ctx, c.subject, data, lastSeqIs(0), hdr)
 	}
 	switch {
 	case l.legacyIndex: // legacy servers never delete index entries (Log.legacyIndex)
 		return seq, err
 	case err != nil:
-		return l.unlist(ctx, subject, idx, token, idxSeq, shared, data, err)
-	case shared:
+		return l.unlist(ctx, c.subject, c.idx, c.token, c.idxSeq, c.shared, data, err)
+	case c.shared:
 		// Another creation wrote the index entry, and may have taken it back (unlist) before
 		// this one's first entry landed naming it.
-		if err := l.relistIfGone(ctx, idx, token, idxSeq); err != nil {
-			return 0, fmt.Errorf("logstore: %s created as entry %d, but its index entry %d is gone and listing it again failed: %w", subject, seq, idxSeq, err)
+		if err := l.relistIfGone(ctx, c.idx, c.token, c.idxSeq); err != nil {
+			return 0, fmt.Errorf("logstore: %s created as entry %d, but its index entry %d is gone and listing it again failed: %w", c.subject, seq, c.idxSeq, err)
 		}
 	}
 	return seq, nil
 }
+
+// errAbandoned is the outcome unlist is given for a creation that appended nothing: a refusal
+// (refused), so its index entry is taken back unless another creation's first entry names it.
+var errAbandoned = errors.New("logstore: creation abandoned")
+
+// Abandon takes back the index entry of a creation that appends nothing, as unlist does for a
+// refused creation. An index entry whose publish went unanswered may have been stored, and stays
+// listed (the error says so).
+func (c *creation) Abandon(ctx context.Context) error {
+	<-c.listed
+	switch {
+	case c.listErr != nil && refused(c.listErr):
+		return nil // nothing was stored
+	case c.listErr != nil:
+		return fmt.Errorf("logstore: abandoning the creation of %s: its index entry may stay: %w", c.subject, c.listErr)
+	}
+	_, err := c.l.unlist(ctx, c.subject, c.idx, c.token, c.idxSeq, c.shared, nil, errAbandoned)
+	if err == errAbandoned { // unlist's answer when nothing went wrong beside the abandon itself
+		return nil
+	}
+	return fmt.Errorf("logstore: abandoning the creation of %s: %w", c.subject, err)
+}
+
+// appendOnly is a creation that begins nothing before its Append (Create on a legacy server).
+type appendOnly struct {
+	l   *Log
+	key engine.Key
+}
+
+func (c appendOnly) Append(ctx context.Context, data []byte) (uint64, error) {
+	return c.l.Append(ctx, c.key, data, 0)
+}
+
+func (appendOnly) Abandon(context.Context) error { return nil }
 
 // list writes key's index entry (token) on idx for a creation, and returns its sequence and
 // whether another creation wrote it (shared). A creation tried again after one whose first entry

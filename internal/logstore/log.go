@@ -90,7 +90,10 @@ const (
 	apiPrefix   = "$JS.API."
 )
 
-var _ engine.Log = (*Log)(nil)
+var (
+	_ engine.Log     = (*Log)(nil)
+	_ engine.Creator = (*Log)(nil)
+)
 
 // OpenLog creates (or updates) the stream and returns a Log on it.
 func OpenLog(ctx context.Context, nc *nats.Conn, cfg LogConfig) (*Log, error) {

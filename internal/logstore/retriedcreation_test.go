@@ -187,3 +187,31 @@ func TestCreate_SharerLandingWhileTheRefusedWriterTakesTheEntryBackIsListed(t *t
 		requireListed(t, "n", nil, a, b)
 	})
 }
+
+// A first save that begins its creation early (Log.Create) and is then refused before it appends
+// (invalid bytes: Abandon) shares its index entry with a creation of the same key on another
+// daemon. Whichever order the two take, the winner stays listed once: an abandon must not take
+// back an entry the winner's first entry names (the reverted 911a8a9's bug, in Abandon's path),
+// and a winner landing after the abandon took it back lists the key again.
+func TestCreate_AbandonedCreationLeavesTheSharedIndexEntryOfTheWinner(t *testing.T) {
+	for _, winnerFirst := range []bool{true, false} {
+		t.Run(fmt.Sprint("winner first ", winnerFirst), func(t *testing.T) {
+			twoLogs(t, func(t *testing.T, a, b *logstore.Log) {
+				ctx := context.Background()
+				k := engine.Key{Namespace: "n", Session: "abandon", Agent: "main"}
+				ca := a.Create(ctx, k) // a's index entry, published at once
+				cb := b.Create(ctx, k) // b's: the same entry, shared (Nats-Msg-Id)
+				if winnerFirst {
+					_, err := cb.Append(ctx, []byte("b"))
+					require.NoError(t, err)
+					require.NoError(t, ca.Abandon(ctx))
+				} else {
+					require.NoError(t, ca.Abandon(ctx))
+					_, err := cb.Append(ctx, []byte("b"))
+					require.NoError(t, err)
+				}
+				requireListed(t, "n", []engine.Key{k}, a, b)
+			})
+		})
+	}
+}

@@ -177,9 +177,9 @@ func (e *apiError) mapped() error {
 
 // refused reports whether err says the server did not store the message: it answered with an
 // error (a JetStream API error: a lost compare-and-swap, a full stream, ...), nobody received it
-// (no responders), or it was never sent (too large). Otherwise (a timeout, a lost connection) the
+// (no responders), or it was never sent (too large, or a creation abandoned). Otherwise (a timeout, a lost connection) the
 // message may have been stored, or may still be.
 func refused(err error) bool {
 	var api *apiError
-	return errors.As(err, &api) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, engine.ErrTooLarge)
+	return errors.As(err, &api) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, engine.ErrTooLarge) || errors.Is(err, errAbandoned)
 }

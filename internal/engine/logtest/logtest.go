@@ -52,6 +52,10 @@ func Run(t *testing.T, newLog func(t *testing.T) engine.Log, options ...Options)
 		{"Append/SequencesGrowAcrossLogs", plain(testSequencesGrow)},
 		{"Append/KeepsItsOwnCopy", plain(testAppendCopies)},
 		{"Append/RefusedCreationTriedAgainListedOnce", testRefusedCreationRetried},
+		{"Create/AppendedListedOnce", plain(testCreateAppended)},
+		{"Create/AbandonedListsNothing", plain(testCreateAbandoned)},
+		{"Create/OfALogThatExistsListedOnce", plain(testCreateExisting)},
+		{"Create/RacingCreationsOneWins", plain(testCreateRacing)},
 		{"Last/ReadYourWrites", plain(testLastReadYourWrites)},
 		{"Lasts/HeadsInTheOrderOfKeys", plain(testLastsOrder)},
 		{"Moved/OnlyItsOwnLogAfterTheSequence", plain(testMoved)},
@@ -662,6 +666,79 @@ func testSessionsConcurrentCreation(t *testing.T, l engine.Log) {
 		require.Equal(t, 3, lost)
 	}
 	soon(t, sessionsAre(l, "n", 100, want...))
+}
+
+// A creation begun (engine.Create: the log's own Creator, or a plain Append) and appended is the
+// log's first Append: the entry stored, the key listed once.
+func testCreateAppended(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	k := key("n", "created")
+	c := engine.Create(ctx, l, k)
+	seq, err := c.Append(ctx, []byte("first"))
+	require.NoError(t, err)
+	require.NotZero(t, seq)
+	requireEntries(t, []engine.Entry{{Seq: seq, Data: []byte("first")}}, rangeAll(t, l, k, 0, 0))
+	soon(t, sessionsAre(l, "n", 10, k))
+	appendN(t, l, k, "then", 2)
+	soon(t, sessionsAre(l, "n", 10, k))
+}
+
+// A creation abandoned (its save refused) leaves nothing: no entry, no listing, for a key that
+// has none and beside one that has; the key can be created after it, listed once.
+func testCreateAbandoned(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	other, k := key("n", "other"), key("n", "refused")
+	appendN(t, l, other, "e", 1)
+	for range 3 {
+		require.NoError(t, engine.Create(ctx, l, k).Abandon(ctx))
+	}
+	_, err := l.Last(ctx, k)
+	require.ErrorIs(t, err, engine.ErrNotFound, "an abandoned creation wrote no entry")
+	soon(t, sessionsAre(l, "n", 10, other))
+	seq, err := engine.Create(ctx, l, k).Append(ctx, []byte("now"))
+	require.NoError(t, err)
+	requireEntries(t, []engine.Entry{{Seq: seq, Data: []byte("now")}}, rangeAll(t, l, k, 0, 0))
+	soon(t, sessionsAre(l, "n", 10, other, k))
+}
+
+// A creation of a log that has entries (another writer created it) is a lost compare-and-swap,
+// as Append after 0 is: nothing written, the key still listed once.
+func testCreateExisting(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	k := key("n", "exists")
+	want := appendN(t, l, k, "e", 2)
+	_, err := engine.Create(ctx, l, k).Append(ctx, []byte("again"))
+	require.ErrorIs(t, err, engine.ErrConflict)
+	requireEntries(t, want, rangeAll(t, l, k, 0, 0))
+	soon(t, sessionsAre(l, "n", 10, k))
+}
+
+// Creations racing on one new key, begun at once and appended at once: one wins, the others lose
+// their compare-and-swap, and the key is listed once.
+func testCreateRacing(t *testing.T, l engine.Log) {
+	ctx := ctxOf(t)
+	k := key("n", "race")
+	creations := make([]engine.Creation, 4)
+	for i := range creations {
+		creations[i] = engine.Create(ctx, l, k)
+	}
+	errs := make([]error, len(creations))
+	var wg sync.WaitGroup
+	for i, c := range creations {
+		wg.Go(func() { _, errs[i] = c.Append(ctx, []byte(fmt.Sprint("creation ", i))) })
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		if err == nil {
+			won++
+		} else {
+			require.ErrorIs(t, err, engine.ErrConflict)
+		}
+	}
+	require.Equal(t, 1, won)
+	require.Len(t, rangeAll(t, l, k, 0, 0), 1)
+	soon(t, sessionsAre(l, "n", 10, k))
 }
 
 // Namespaces lists every namespace with a session, sorted, each once.

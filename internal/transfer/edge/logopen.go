@@ -149,3 +149,33 @@ func (l BoundedLog) ReadData(ctx context.Context, key engine.Key, after uint64, 
 	defer cancel()
 	return engine.ReadData(ctx, l.Log, key, after, n, fn)
 }
+
+var _ engine.Creator = BoundedLog{}
+
+// Create passes a first save's creation (engine.Creator) to the log: what it publishes first is
+// bounded like the Append it precedes, and so is the Append that ends it.
+func (l BoundedLog) Create(ctx context.Context, key engine.Key) engine.Creation {
+	ctx, cancel := bounded(ctx, OpTimeout)
+	return boundedCreation{inner: engine.Create(ctx, l.Log, key), cancel: cancel}
+}
+
+// boundedCreation bounds each request of a creation by OpTimeout; cancel ends the bound of what
+// Create began.
+type boundedCreation struct {
+	inner  engine.Creation
+	cancel context.CancelFunc
+}
+
+func (c boundedCreation) Append(ctx context.Context, data []byte) (uint64, error) {
+	defer c.cancel()
+	ctx, cancel := bounded(ctx, OpTimeout)
+	defer cancel()
+	return c.inner.Append(ctx, data)
+}
+
+func (c boundedCreation) Abandon(ctx context.Context) error {
+	defer c.cancel()
+	ctx, cancel := bounded(ctx, OpTimeout)
+	defer cancel()
+	return c.inner.Abandon(ctx)
+}
