@@ -480,36 +480,3 @@ func TestSDK_BusySaveRequestIsRetried(t *testing.T) {
 	}
 }
 
-// The SDK sends a small body as it is (identity) and a larger one compressed: below 4 KiB zstd's
-// per-frame cost on both sides is more than the bytes it saves. The daemon stores both alike.
-func TestSDK_SmallBodiesTravelUncompressed(t *testing.T) {
-	env := testenv.Start(t)
-	ctx := ctxT(t)
-	seen := make(chan *nats.Msg, 4)
-	nc := env.Conn()
-	sub, err := nc.Subscribe(wire.SaveSubjectPrefix+">", func(m *nats.Msg) { seen <- m }) // beside the daemon
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
-	require.NoError(t, nc.Flush())
-
-	small := turn(nil, "small", 1)
-	large := bigConversation(8 << 10)
-	for _, tc := range []struct {
-		conv []byte
-		enc  string
-	}{{small, wire.EncodingIdentity}, {large, wire.EncodingZstd}} {
-		key := checkpoint.Key{Session: fmt.Sprintf("encoded %d", len(tc.conv))}
-		_, err := env.Client.Save(ctx, key, tc.conv)
-		require.NoError(t, err)
-		m := <-seen
-		require.Equal(t, tc.enc, m.Header.Get(wire.HdrEncoding), "a body of %d bytes", len(tc.conv))
-		if tc.enc == wire.EncodingIdentity {
-			require.Equal(t, string(tc.conv), string(m.Data))
-		} else {
-			require.Less(t, len(m.Data), len(tc.conv))
-		}
-		got, _, err := env.Client.Restore(ctx, key, 0)
-		require.NoError(t, err)
-		require.Equal(t, string(tc.conv), string(got))
-	}
-}
