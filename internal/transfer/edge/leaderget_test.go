@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
+	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // A leader get tells "no such message" (10037: a large save's chunk missing, which refuses the
@@ -48,4 +50,15 @@ func TestReader_LeaderGetStreamNotFoundIsUnavailableNotMissing(t *testing.T) {
 	require.True(t, edge.IsTransient(err))
 	_, err = r.Last(ctx, st, "gone.a")
 	require.ErrorIs(t, err, edge.ErrUnavailable, "%v", err)
+}
+
+// A cluster electing a leader answers API requests 10008, "JetStream system temporarily
+// unavailable" (TestRun_Cluster: creating CP_LOG at start-up under load): the daemon's start-up
+// retries it, and a request's refusal says unavailable, as for any election.
+func TestIsTransient_ClusterNotAvailable(t *testing.T) {
+	err := fmt.Errorf("logstore: creating stream CP_LOG: %w",
+		&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"})
+	require.True(t, edge.IsTransient(err))
+	require.Equal(t, wire.CodeUnavailable, edge.ToWireError(err).Code)
+	require.False(t, edge.IsTransient(&jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use"}))
 }
