@@ -3,6 +3,7 @@ package logstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -66,7 +67,7 @@ func (l *Log) get(ctx context.Context, req getRequest, from replica) (msg, error
 		} `json:"message"`
 	}
 	if err := apiReply(reply, &resp); err != nil {
-		return msg{}, fmt.Errorf("stream leader get %s: %w", body, err)
+		return msg{}, fmt.Errorf("stream leader get %s: %w", body, streamNotFoundUnavailable(err))
 	}
 	if resp.Message == nil {
 		return msg{}, fmt.Errorf("stream leader get %s: a reply without a message", body)
@@ -78,6 +79,23 @@ func (l *Log) get(ctx context.Context, req getRequest, from replica) (msg, error
 		}
 	}
 	return m, nil
+}
+
+// streamNotFoundUnavailable marks a leader get's "stream not found" (10059) as ErrUnavailable. A
+// leader get is answered by whichever server answers first of those that may: the stream's leader,
+// a replica that knows the group has no leader (10008), and the meta leader, "stream not found",
+// whenever it holds no assignment of the stream (nats-server's jsMsgGetRequest; its monitorCluster
+// holds the assignments a restarted node recovers aside until its recovery ends). In a cluster
+// losing and restarting nodes under load, CP_LOG's leader gets were answered so while the stream
+// was there before and after (TestCluster_Harness: "lease-1: resume: ... stream not found"). The
+// stream this Log was opened on is then unavailable for now, as it is to a direct get nobody
+// answers (directMsg), not gone for good.
+func streamNotFoundUnavailable(err error) error {
+	var api *apiError
+	if errors.As(err, &api) && api.ErrCode == errCodeStreamNotFound {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // directOne sends an unbatched direct get ($JS.API.DIRECT.GET, answered by any replica) and returns

@@ -135,6 +135,7 @@ const (
 	// a write in process (publish).
 	errCodeWrongLastSequenceClustered = 10164
 	errCodeNoMessageFound             = 10037
+	errCodeStreamNotFound             = 10059
 	errCodeSequenceNotFound           = 10043
 	errCodeMessageTooLarge            = 10054
 	// errCodeClusterNotAvailable: "JetStream system temporarily unavailable" (no leader).

@@ -287,7 +287,7 @@ func (h *harness) save(key checkpoint.Key, conv []byte, do func(context.Context)
 		h.acks = append(h.acks, acked{key, v.Version, v.Hash, conv})
 		return v, nil, false
 	case errors.Is(err, checkpoint.ErrUnavailable):
-		h.unwanted = append(h.unwanted, fmt.Errorf("%s: save unavailable after %s: %w", key.Session, end.Sub(start).Round(time.Millisecond), err))
+		h.unwanted = append(h.unwanted, fmt.Errorf("%s: save unavailable after %s (sent %s): %w", key.Session, end.Sub(start).Round(time.Millisecond), start.Format("15:04:05.000"), err))
 		// Saved or not, the writer does not know: it tries the same save again, until a while
 		// after the run has stopped (then the cluster is not coming back).
 		return v, err, !h.stop.Load() || time.Since(h.stoppedAt()) < time.Minute
@@ -301,7 +301,9 @@ func (h *harness) save(key checkpoint.Key, conv []byte, do func(context.Context)
 			return v, err, false
 		}
 	}
-	h.unwanted = append(h.unwanted, fmt.Errorf("%s: unintended refusal: %w", key.Session, err))
+	// When it was sent and how long it took place it among the kills (the rounds' log lines).
+	h.unwanted = append(h.unwanted, fmt.Errorf("%s: unintended refusal (sent %s, took %s): %w", key.Session,
+		start.Format("15:04:05.000"), end.Sub(start).Round(time.Millisecond), err))
 	return v, err, false
 }
 
@@ -408,7 +410,7 @@ func (h *harness) leaseWriter(c *checkpoint.Client, key checkpoint.Key, name str
 		})
 		if err != nil {
 			h.mu.Lock()
-			h.unwanted = append(h.unwanted, fmt.Errorf("%s: resume: %w", name, err))
+			h.unwanted = append(h.unwanted, fmt.Errorf("%s: resume (given up at %s): %w", name, time.Now().Format("15:04:05.000"), err))
 			h.mu.Unlock()
 			return
 		}

@@ -51,7 +51,14 @@ func TestRun_Cluster(t *testing.T) {
 	lease, err := snapshotAcquire(ctx, st, leased)
 	require.NoError(t, err)
 
+	// Under load the cluster may be electing its meta leader again when CP_LOG is made (10008,
+	// "JetStream system temporarily unavailable"): the daemon's start-up retries that
+	// (transfer.OpenEngine), and so does the test.
 	log, err := logstore.OpenLog(ctx, nc, logstore.LogConfig{Replicas: 3})
+	for attempt := 1; err != nil && Transient(err) && attempt < 120; attempt++ { // up to 30 s, as long as an election under load took
+		time.Sleep(250 * time.Millisecond)
+		log, err = logstore.OpenLog(ctx, nc, logstore.LogConfig{Replicas: 3})
+	}
 	require.NoError(t, err)
 	opts := testOptions()
 	opts.step = func(n int, _ string) error {

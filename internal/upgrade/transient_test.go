@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
@@ -17,6 +18,8 @@ func TestTransient(t *testing.T) {
 		fmt.Errorf("reading its history in format 2: %w", nats.ErrNoResponders),
 		fmt.Errorf("copying: %w", engine.ErrUnavailable),
 		nats.ErrTimeout,
+		// What a cluster answers while it elects its meta leader (TestRun_Cluster under load).
+		fmt.Errorf("logstore: creating stream CP_LOG: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}),
 	} {
 		require.True(t, Transient(err), "%v", err)
 	}

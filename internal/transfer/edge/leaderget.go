@@ -40,6 +40,22 @@ func (r Reader) Next(ctx context.Context, s jetstream.Stream, seq uint64, subjec
 	return r.apiGet(ctx, s, map[string]any{"seq": seq, "next_by_subj": subject})
 }
 
+// The JetStream errors a leader get tells apart (nats-server's errors.json).
+const (
+	// errCodeNoMessageFound: the stream has no such message. It is the only "404" that means so.
+	errCodeNoMessageFound = 10037
+	// errCodeStreamNotFound: "stream not found", also a 404. A leader get is answered by whichever
+	// server answers first of those that may (jsMsgGetRequest): the stream's leader; a replica
+	// that knows the group has no leader (503); and the meta leader, with "stream not found",
+	// whenever it holds no assignment of the stream (nats-server's monitorCluster holds the
+	// assignments a restarted node recovers aside until its recovery ends). Under load, in a cluster losing and restarting nodes, CP_LOG's leader
+	// gets were answered so while the stream was there before and after (TestCluster_Harness:
+	// "lease-1: resume: ... stream not found (JetStream 404/10059)"). For a stream the daemon
+	// set up, that is storage unavailable for now, as a direct get nobody answers is; never "no
+	// message", which made a large save's chunks missing (bad_request).
+	errCodeStreamNotFound = 10059
+)
+
 // apiGet asks the stream leader for one message ($JS.API.STREAM.MSG.GET).
 func (r Reader) apiGet(ctx context.Context, s jetstream.Stream, req map[string]any) (*jetstream.RawStreamMsg, error) {
 	body, _ := json.Marshal(req)
@@ -67,10 +83,12 @@ func (r Reader) apiGet(ctx context.Context, s jetstream.Stream, req map[string]a
 		return nil, fmt.Errorf("stream %s: message get reply: %w", s.CachedInfo().Config.Name, err)
 	}
 	if resp.Error != nil {
-		if resp.Error.Code == 404 {
+		switch {
+		case resp.Error.ErrCode == errCodeNoMessageFound:
 			return nil, jetstream.ErrMsgNotFound
-		}
-		if resp.Error.Code == 503 { // no leader yet (an election): the client may retry
+		case resp.Error.Code == 503, resp.Error.ErrCode == errCodeStreamNotFound:
+			// No leader yet (an election), or a stream the daemon set up answered as not found
+			// (see errCodeStreamNotFound): the client may retry.
 			return nil, fmt.Errorf("stream %s: message get: %s (%d): %w", s.CachedInfo().Config.Name, resp.Error.Description, resp.Error.ErrCode, ErrUnavailable)
 		}
 		return nil, fmt.Errorf("stream %s: message get: %s (%d)", s.CachedInfo().Config.Name, resp.Error.Description, resp.Error.ErrCode)

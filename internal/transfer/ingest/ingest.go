@@ -405,10 +405,9 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	if err != nil {
 		if isRefusal(err) {
 			// A retry of a chunked save already settled finds its chunks removed: it is the
-			// duplicate of what it made (found by its stored result: off the stream, or a save
-			// first sent there and retried as a request; a rare refusal path, so both look).
+			// duplicate of what it made.
 			if hs.chunks > 0 {
-				if v, _, perr := in.prior(ctx, key, saveID); perr != nil || v != nil {
+				if v, perr := in.settledBefore(ctx, key, saveID); perr != nil || v != nil {
 					return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Unverified: chunksGone}, 0, perr
 				}
 			}
@@ -455,6 +454,24 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	}
 	v := edge.VersionOf(saved.Record)
 	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received(), Unverified: saved.Unverified}, hs.chunks, nil
+}
+
+// settledBefore finds the version a save made before, for a chunked save whose chunks are gone
+// (a rare refusal path, so every place is looked in): by its stored result (a save off the stream,
+// or first sent there and retried as a request: prior), or among the session's newest versions (a
+// save sent as a request, whose result is never stored, sent again after the first send was stored
+// and its chunks removed: the SDK sends a request again when the reply does not come in time, and
+// another daemon of the queue group may take it). nil if neither has it.
+func (in *Ingester) settledBefore(ctx context.Context, key wire.Key, saveID string) (*wire.Version, error) {
+	if v, _, err := in.prior(ctx, key, saveID); err != nil || v != nil {
+		return v, err
+	}
+	rec, ok, err := in.engine.SavedBy(ctx, edge.KeyOf(key), saveID)
+	if err != nil || !ok {
+		return nil, err
+	}
+	v := edge.VersionOf(rec)
+	return &v, nil
 }
 
 // chunksGone is the Unverified of a chunked save's repeat whose chunks are gone: the daemon
