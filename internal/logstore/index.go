@@ -123,7 +123,9 @@ var errAbandoned = errors.New("logstore: creation abandoned")
 
 // Abandon takes back the index entry of a creation that appends nothing, as unlist does for a
 // refused creation. An index entry whose publish went unanswered may have been stored, and stays
-// listed (the error says so).
+// listed (the error says so); one it shared with a creation still under way, or timed out, is
+// left to that creation (unlist), the key listed with an empty log meanwhile (Sessions' callers
+// skip it).
 func (c *creation) Abandon(ctx context.Context) error {
 	<-c.listed
 	switch {
