@@ -123,7 +123,9 @@ var errAbandoned = errors.New("logstore: creation abandoned")
 
 // Abandon takes back the index entry of a creation that appends nothing, as unlist does for a
 // refused creation. An index entry whose publish went unanswered may have been stored, and stays
-// listed (the error says so).
+// listed (the error says so); one it shared with a creation still under way, or timed out, is
+// left to that creation (unlist), the key listed with an empty log meanwhile (Sessions' callers
+// skip it).
 func (c *creation) Abandon(ctx context.Context) error {
 	<-c.listed
 	switch {
@@ -257,17 +259,26 @@ func (l *Log) publishIndexEntryOnce(ctx context.Context, idx string, token []byt
 //     one tried later lists the key a second time, which engine.Log allows: Sessions skips the
 //     second in one page). After a refusal it is deleted, so that a refused creation lists
 //     nothing; a creation sharing it whose entry lands meanwhile lists the key again
-//     (relistIfGone), here if it landed before the delete, or itself if after.
+//     (relistIfGone), here if it landed before the delete, or itself if after. A refused
+//     creation that shared the entry leaves it to the creation that wrote it, which may still
+//     land (and then does not look again).
 func (l *Log) unlist(ctx context.Context, subject, idx string, token []byte, idxSeq uint64, shared bool, data []byte, err error) (uint64, error) {
 	named := strconv.FormatUint(idxSeq, 10)
 	first, ferr := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, leaderOnly)
 	switch {
 	case ferr == nil && shared && first.header.Get(indexHeader) == "":
 		return 0, err // maybe the log's own index entry: it stays
+	case errors.Is(ferr, engine.ErrNotFound) && !refused(err):
+		return 0, fmt.Errorf("%w (its index entry %d stays: the entry may still land)", err, idxSeq)
+	case errors.Is(ferr, engine.ErrNotFound) && shared:
+		// The creation that wrote the entry may still be under way, and its first entry land
+		// after this one's delete, naming it: that writer does not look whether its entry is still
+		// there (only sharers do, relistIfGone), so its session would be stored but never listed.
+		// The writer takes the entry back itself if it fails; if it timed out, the entry stays,
+		// as it would have without this creation.
+		return 0, err
 	case errors.Is(ferr, engine.ErrNotFound):
-		if !refused(err) {
-			return 0, fmt.Errorf("%w (its index entry %d stays: the entry may still land)", err, idxSeq)
-		}
+		// refused, and this creation wrote the entry: deleted below
 	case ferr != nil:
 		return 0, errors.Join(err, fmt.Errorf("logstore: its index entry %d stays: reading the log's first entry: %w", idxSeq, ferr))
 	case first.header.Get(indexHeader) == named && !refused(err) && bytes.Equal(first.data, data):

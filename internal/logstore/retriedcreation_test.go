@@ -215,3 +215,30 @@ func TestCreate_AbandonedCreationLeavesTheSharedIndexEntryOfTheWinner(t *testing
 		})
 	}
 }
+
+// The creation that wrote the index entry is still under way (its first entry not yet sent) when a
+// creation of the same key on another daemon shares the entry and is abandoned (a first save
+// refused: a hostile client's invalid body). The abandoned sharer must leave the entry: the
+// writer's first entry, landing after the abandon, names it, and the writer (not a sharer) does
+// not look whether it is still there. Before, the sharer deleted it, and the writer's session was
+// stored but never listed.
+func TestCreate_AbandonedSharerLeavesTheEntryOfTheWriterUnderWay(t *testing.T) {
+	twoLogs(t, func(t *testing.T, a, b *logstore.Log) {
+		ctx := context.Background()
+		k := engine.Key{Namespace: "n", Session: "writer-under-way", Agent: "main"}
+		aListed, bAbandoned := make(chan struct{}), make(chan struct{})
+		logstore.SetBeforeFirstEntry(a, func() error { close(aListed); <-bAbandoned; return nil })
+		ca := a.Create(ctx, k) // a writes the index entry
+		landed := make(chan error, 1)
+		go func() { _, err := ca.Append(ctx, []byte("a")); landed <- err }()
+		<-aListed // a's index entry is stored; its first entry waits
+		require.NoError(t, b.Create(ctx, k).Abandon(ctx))
+		close(bAbandoned)
+		require.NoError(t, <-landed)
+		requireListed(t, "n", []engine.Key{k}, a, b)
+
+		logstore.SetIndexGrace(b, 0)
+		require.NoError(t, b.Purge(ctx, k))
+		requireListed(t, "n", nil, a, b)
+	})
+}

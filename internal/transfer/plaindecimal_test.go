@@ -58,6 +58,8 @@ func TestSaveHeaders_NumbersArePlainDecimalsSentOnce(t *testing.T) {
 		{"chunks empty", wire.HdrChunks, []string{""}, next},
 		{"chunks twice", wire.HdrChunks, []string{"1", "2"}, nil},
 		{"fork version leading zero", wire.HdrForkOf, []string{wk.Token() + ".01"}, next},
+		{"fork empty", wire.HdrForkOf, []string{""}, next},
+		{"fork twice", wire.HdrForkOf, []string{wk.Token() + ".1", wk.Token() + ".2"}, next},
 		{"import version leading zero", wire.HdrImportVersion, []string{"02"}, next},
 	}
 	for i, c := range cases {

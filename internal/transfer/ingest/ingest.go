@@ -535,7 +535,9 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 	} else if epoch != nil {
 		hs.req.Epoch = *epoch
 	}
-	if s := h.Get(wire.HdrForkOf); s != "" {
+	if s, sent, err := singleHeader(h, wire.HdrForkOf, "a fork reference <session>.<agent>.<version>"); err != nil {
+		return hs, err
+	} else if sent {
 		ref, err := wire.ParseForkRef(s)
 		if err != nil {
 			return hs, fmt.Errorf("%w: header %s: %v", edge.ErrBadRequest, wire.HdrForkOf, err)
@@ -594,6 +596,12 @@ func parseSaveHeaders(h nats.Header, key wire.Key, saveID string, now time.Time,
 // the daemon would pick one the sender may not have meant (every number of a save is a plain
 // decimal, sent once: docs/protocol.md §4.1).
 func numericHeader(h nats.Header, name string) (string, bool, error) {
+	return singleHeader(h, name, "a plain decimal integer")
+}
+
+// singleHeader is numericHeader for a header whose value is want (for the error): Cp-Fork-Of, which
+// carries a version too, sent twice or empty was taken as its first value or as not sent.
+func singleHeader(h nats.Header, name, want string) (string, bool, error) {
 	values, sent := h[name]
 	switch {
 	case !sent:
@@ -601,7 +609,7 @@ func numericHeader(h nats.Header, name string) (string, bool, error) {
 	case len(values) != 1:
 		return "", true, fmt.Errorf("%w: header %s: sent %d times, at most once", edge.ErrBadRequest, name, len(values))
 	case values[0] == "":
-		return "", true, fmt.Errorf("%w: header %s: empty, want a plain decimal integer", edge.ErrBadRequest, name)
+		return "", true, fmt.Errorf("%w: header %s: empty, want %s", edge.ErrBadRequest, name, want)
 	}
 	return values[0], true, nil
 }
