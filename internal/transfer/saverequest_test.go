@@ -479,4 +479,3 @@ func TestSDK_BusySaveRequestIsRetried(t *testing.T) {
 		require.Equal(t, string(conv), string(got))
 	}
 }
-
