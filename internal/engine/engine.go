@@ -272,6 +272,8 @@ func (e *Engine) again(ctx context.Context, s *session, err error) bool {
 	case errors.Is(err, ErrConflict) || errors.Is(err, errShort):
 		e.forget(s)
 		return true
+	case errors.Is(err, errNoRoom): // the caller's budget refused a read: nothing about the session
+		return false
 	case IsRefusal(err) || errors.Is(err, ErrNotFound) || errors.Is(err, errUnchanged) || errors.Is(err, ErrBusy):
 		if e.stale(ctx, s) {
 			e.forget(s)

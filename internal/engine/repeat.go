@@ -106,7 +106,7 @@ func (e *Engine) checkRepeatWithoutBase(ctx context.Context, s *session, req Sav
 	tail := c.Span(0, len(c.Messages))
 	if req.Memory != nil {
 		n := readBytes(rec)
-		if err := req.Memory.Reserve(n); err != nil {
+		if err := reserveForRepeat(req.Memory, n); err != nil {
 			return "", err
 		}
 		defer req.Memory.Release(n)
@@ -191,7 +191,7 @@ func (e *Engine) stateAt(ctx context.Context, s *session, v uint64, mem codec.Gr
 		return nil, false, false, nil // removed by retention (its bytes may linger until a pack)
 	}
 	if mem != nil {
-		if err := mem.Reserve(size); err != nil {
+		if err := reserveForRepeat(mem, size); err != nil {
 			return nil, false, false, err
 		}
 		defer mem.Release(size)
@@ -210,3 +210,16 @@ func (e *Engine) stateAt(ctx context.Context, s *session, v uint64, mem codec.Gr
 // readBytes bounds what reading rec's conversation holds at once: the log built (its canonical
 // bytes) and the entries it is built from (compressed, so at most about as many again).
 func readBytes(rec Record) int64 { return 2*rec.RawBytes + 64<<10 }
+
+// errNoRoom marks a repeat refused because its caller's memory budget had no room for the read of
+// its base (SaveRequest.Memory): the session is as cached, so the refusal keeps the cache (again).
+var errNoRoom = errors.New("engine: no room in the memory budget to read a repeat's base")
+
+// reserveForRepeat reserves n bytes of mem for a repeat's read; a refusal is returned as mem gave
+// it (the caller's own error, which the edge answers), marked errNoRoom.
+func reserveForRepeat(mem codec.Growth, n int64) error {
+	if err := mem.Reserve(n); err != nil {
+		return fmt.Errorf("%w: %w", errNoRoom, err)
+	}
+	return nil
+}

@@ -2,11 +2,13 @@ package engine_test
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/memlog"
 )
 
 // A save id sent again with another conversation is not that save again: it is refused with a
@@ -155,4 +157,34 @@ func TestSave_RepeatOfAnAppendWhoseBaseWasRemoved(t *testing.T) {
 
 func spacedArray(from, to int) []byte {
 	return bytes.ReplaceAll(array(from, to), []byte(`},{`), []byte("},\n  {"))
+}
+
+// noRoom is a memory budget with no room left, as the ingest's is when a flood of repeats holds it.
+type noRoom struct{}
+
+func (noRoom) Reserve(int64) error { return errors.New("busy: no room") }
+func (noRoom) Release(int64)       {}
+
+// A repeat refused because the caller's budget has no room to read its base is answered with the
+// budget's own error, and the session stays cached: the next save reads nothing to load it (it
+// was forgotten, so loaded again, when the refusal went through the default branch of again).
+func TestSave_RepeatRefusedForMemoryKeepsTheSessionCached(t *testing.T) {
+	log := &countingLog{Log: memlog.New(1 << 20)}
+	e := engine.New(log, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	_, err := save(e, engine.SaveRequest{Key: k, SaveID: "a", Payload: conversation(2)})
+	require.NoError(t, err)
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: "b", Base: u64(1), Payload: array(2, 4)})
+	require.NoError(t, err)
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: "c", Base: u64(2), Payload: array(4, 6)})
+	require.NoError(t, err)
+
+	// "b" again with other messages: telling needs version 1's state, which the budget refuses.
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: "b", Base: u64(1), Payload: array(2, 5), Memory: noRoom{}})
+	require.ErrorContains(t, err, "busy: no room")
+
+	log.reads = 0
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: "d", Base: u64(3), Payload: array(6, 8)})
+	require.NoError(t, err)
+	require.Zero(t, log.reads, "the session was dropped from the cache by a refusal about memory")
 }
