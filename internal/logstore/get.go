@@ -104,26 +104,9 @@ func streamNotFoundUnavailable(err error) error {
 // (nats.go's 64 Ki slots: 512 KiB allocated and cleared) on every read, which was half the CPU of
 // the read of a session saved once (docs/format.md §8.15c).
 func (l *Log) directOne(ctx context.Context, req getRequest) (msg, error) {
-	body, _ := json.Marshal(req)
-	return l.directBody(ctx, body)
-}
-
-// nextAfter is the body of getRequest{Seq: seq + 1, NextFor: subject} as encoding/json writes it,
-// without it (Log.Moved, on every head restore the read cache serves: docs/format.md §8.15k). A
-// log's subject needs no escape: its tokens are EncodeID's letters, digits, '-', '_' and '='.
-func nextAfter(seq uint64, subject string) []byte {
-	b := make([]byte, 0, len(`{"seq":,"next_by_subj":""}`)+20+len(subject))
-	b = append(b, `{"seq":`...)
-	b = strconv.AppendUint(b, seq+1, 10)
-	b = append(b, `,"next_by_subj":"`...)
-	b = append(b, subject...)
-	return append(b, `"}`...)
-}
-
-// directBody is directOne of a request already encoded.
-func (l *Log) directBody(ctx context.Context, body []byte) (msg, error) {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
+	body, _ := json.Marshal(req)
 	reply, err := l.nc.RequestWithContext(ctx, apiPrefix+"DIRECT.GET."+l.cfg.Stream, body)
 	if err != nil {
 		return msg{}, fmt.Errorf("direct get %s: %w", body, unavailable(err))

@@ -184,12 +184,7 @@ func (l *Log) Moved(ctx context.Context, key engine.Key, seq uint64) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	var m msg
-	if l.upToDate == anyReplica {
-		m, err = l.directBody(ctx, nextAfter(seq, subject)) // asked on every head restore served from the cache
-	} else {
-		m, err = l.get(ctx, getRequest{Seq: seq + 1, NextFor: subject}, l.upToDate)
-	}
+	m, err := l.get(ctx, getRequest{Seq: seq + 1, NextFor: subject}, l.upToDate)
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
 		return false, nil
