@@ -158,12 +158,14 @@ func (h *healthMonitor) run() {
 }
 
 // checkConsumer stops the consume if its consumer is gone (deleted while no pull was waiting, so
-// the consume was not told): the loop then recreates it.
+// the consume was not told), or if the consumer of its name is not one it can pull from (a push
+// consumer put in its place: pulls to it are never answered, and the consume, missing heartbeats,
+// would wait on it for ever): the loop then recreates it, and says so while it cannot.
 func (h *healthMonitor) checkConsumer() {
 	ctx, cancel := context.WithTimeout(context.Background(), edge.OpTimeout)
 	defer cancel()
 	_, err := h.st.Ingest.Consumer(ctx, edge.IngestConsumer)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrNotPullConsumer) {
 		if cc := h.in.Consuming(); cc != nil {
 			cc.Stop()
 		}
