@@ -139,21 +139,29 @@ func micros(d time.Duration) string {
 // saveFlood has every appender append pairs one save after another for the phase; it returns the
 // saves made and how long they took.
 func saveFlood(ctx context.Context, appenders []*appender, phase time.Duration) (int64, time.Duration, error) {
+	return oneAfterAnother(len(appenders), phase, func(i, _ int) error {
+		if err := appenders[i].prepare(ctx); err != nil {
+			return err
+		}
+		return appenders[i].append(ctx)
+	})
+}
+
+// oneAfterAnother runs op for each of n agents in a loop of its own until the phase is over, each
+// call after the one before returned (op(agent, call)); it returns the calls that succeeded and how
+// long they all took. An agent stops at its first error, which is returned.
+func oneAfterAnother(n int, phase time.Duration, op func(agent, call int) error) (int64, time.Duration, error) {
 	var done atomic.Int64
-	errs := make(chan error, len(appenders))
+	errs := make(chan error, n)
 	deadline := time.Now().Add(phase)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for _, a := range appenders {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(deadline) {
-				if err := a.prepare(ctx); err != nil {
-					errs <- err
-					return
-				}
-				if err := a.append(ctx); err != nil {
+			for call := 0; time.Now().Before(deadline); call++ {
+				if err := op(i, call); err != nil {
 					errs <- err
 					return
 				}
@@ -223,32 +231,14 @@ func publishFlood(ctx context.Context, agents []*conn, conv conversation, phase 
 // for its ack before the next (jetstream.Publish), as an agent waits for every save; it returns
 // the publishes acknowledged and how long they took.
 func syncPublishFlood(ctx context.Context, agents []*conn, conv conversation, phase time.Duration) (int64, time.Duration, error) {
-	var acked atomic.Int64
-	errs := make(chan error, len(agents))
-	deadline := time.Now().Add(phase)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i, c := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			subject := fmt.Sprintf("bench.ingest.sync%02d", i)
-			for n := 0; time.Now().Before(deadline); n++ {
-				if _, err := c.js.Publish(ctx, subject, conv.pair(n)); err != nil {
-					errs <- err
-					return
-				}
-				acked.Add(1)
-			}
-		}()
+	subjects := make([]string, len(agents))
+	for i := range agents {
+		subjects[i] = fmt.Sprintf("bench.ingest.sync%02d", i)
 	}
-	wg.Wait()
-	took := time.Since(start)
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, 0, err
-	}
-	return acked.Load(), took, nil
+	return oneAfterAnother(len(agents), phase, func(i, n int) error {
+		_, err := agents[i].js.Publish(ctx, subjects[i], conv.pair(n))
+		return err
+	})
 }
 
 func median(xs []float64) float64 {
