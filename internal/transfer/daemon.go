@@ -209,6 +209,11 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := cfg.Metrics.Register(newStateCollector(d)); err != nil { // state.go
 		cfg.Logger.Warn("metrics: the daemon's state is not reported (a daemon opened before on the same registry reports its own)", "err", err)
 	}
+	// The subscriptions above are sent to the server asynchronously: a writer asking right after
+	// Open returns would otherwise find no responder and take the ingest stream's slower path.
+	if err := nc.FlushWithContext(ctx); err != nil {
+		cfg.Logger.Warn("the server did not confirm the daemon's subscriptions yet; they take effect when it does", "err", err)
+	}
 	d.ready.Store(true)
 	d.guard = watchServer(nc, cfg.Logger, func() { d.ready.Store(false) })
 	return d, nil

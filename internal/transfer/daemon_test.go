@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -485,4 +486,20 @@ func TestDaemon_TooSmallMaxPayloadSaysWhatToRaise(t *testing.T) {
 	_, err = transfer.Open(context.Background(), nc, cfg)
 	require.ErrorContains(t, err, "max_payload is 16384 bytes; checkpointd needs at least 32768")
 	require.ErrorContains(t, err, "raise max_payload")
+}
+
+// Open returns once the server has the daemon's subscriptions: a save or a read asked right after
+// it is answered by the daemon, not refused for want of responders (which made the SDK fall back
+// to the slower ingest stream).
+func TestDaemon_OpenReturnsSubscribed(t *testing.T) {
+	env := testenv.Start(t)
+	for i := 0; i < 20; i++ {
+		env.StopDaemon()
+		env.StartDaemon()
+		for _, subject := range []string{wire.SaveSubject(wire.Key{Namespace: wire.DefaultNamespace, Session: "s", Agent: "a"})} {
+			sz, err := env.Server.Subsz(&server.SubszOptions{Subscriptions: true, Test: subject})
+			require.NoError(t, err)
+			require.NotEmpty(t, sz.Subs, "restart %d: no subscription on %s when Open returned", i, subject)
+		}
+	}
 }

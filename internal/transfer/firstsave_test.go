@@ -73,9 +73,10 @@ func TestSaveRequest_RefusedFirstSavesListNothing(t *testing.T) {
 func TestSDK_SmallBodiesGoAsTheyAre(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := ctxT(t)
-	sub, err := env.Conn().SubscribeSync(wire.SaveSubjectPrefix + ">")
+	watcher := env.Conn()
+	sub, err := watcher.SubscribeSync(wire.SaveSubjectPrefix + ">")
 	require.NoError(t, err)
-	require.NoError(t, env.Conn().Flush())
+	require.NoError(t, watcher.Flush()) // the subscription is on the server before the first save
 	small := []byte(`[{"role":"user","content":"` + strings.Repeat("small ", 100) + `"}]`)
 	large := []byte(`[{"role":"user","content":"` + strings.Repeat("large ", 8<<10) + `"}]`)
 	always, err := checkpoint.New(env.Conn(), checkpoint.WithCompressFrom(0)) // a slow link's setting
