@@ -130,6 +130,10 @@ func (sr *SaveRequests) handle(msg *nats.Msg) {
 	}
 	sr.in.m.ReceivedBytes.Add(float64(len(msg.Data)))
 	t, err := sr.adm.Admit(admission.ClassSave, int64(len(msg.Data)+headerBytes(msg.Header)))
+	if err != nil && isGroup(msg.Header) {
+		sr.answerGroupRefusal(msg, err)
+		return
+	}
 	if err != nil {
 		key, saveID, _ := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
 		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: edge.ToWireError(err)}, start)
@@ -137,6 +141,10 @@ func (sr *SaveRequests) handle(msg *nats.Msg) {
 	}
 	sr.workers.Run(func() {
 		defer func() { t.Done(sr.in.now().Sub(start)) }()
+		if isGroup(msg.Header) {
+			sr.serveGroup(msg, start) // savegroup.go
+			return
+		}
 		sr.serve(msg, start)
 	})
 }

@@ -1,0 +1,240 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/transfer/edge"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// Group saves (docs/protocol.md §4.0.1): a request on a session's save subject whose Cp-Group
+// header says its body holds k saves of that session (wire.ParseGroup). The daemon checks each
+// save as it checks one sent alone, stores them in order with Engine.SaveGroup (one entry, so a
+// burst of one session's appends costs one compare-and-swap), and replies with their k results.
+// A save refused stops the group: those before it are stored, those after it are refused as
+// conflicts (their bases no longer hold) without being stored. The request is admitted as a
+// single save is (its whole body within the admission budget), so a group costs no more memory
+// than a save of its size.
+
+// isGroup reports whether a save request is a group.
+func isGroup(h nats.Header) bool {
+	_, ok := h[wire.HdrGroup]
+	return ok
+}
+
+// answerGroupRefusal replies to a group refused whole before any of its saves was read.
+func (sr *SaveRequests) answerGroupRefusal(msg *nats.Msg, err error) {
+	we := edge.ToWireError(err)
+	sr.in.m.Saves.WithLabelValues(pathRequest, we.Code).Inc()
+	sr.reply(msg, wire.GroupReply{Error: we})
+}
+
+// serveGroup settles an admitted group request and answers it.
+func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
+	key, items, err := parseGroupRequest(msg)
+	if err != nil {
+		sr.answerGroupRefusal(msg, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)
+	defer cancel()
+	results, err := sr.in.settleGroup(ctx, key, msg.Header, items)
+	if err != nil { // nothing stored: the writer sends the group again
+		sr.answerGroupRefusal(msg, err)
+		return
+	}
+	for _, res := range results {
+		sr.in.observe(pathRequest, res, start)
+	}
+	if !sr.reply(msg, wire.GroupReply{Results: results}) {
+		return
+	}
+	for _, res := range results {
+		if res.Error != nil && (res.Error.Code == wire.CodeBusy || res.Error.Code == wire.CodeUnavailable) {
+			continue // not an outcome: the writer sends it again
+		}
+		data, err := json.Marshal(res)
+		if err == nil {
+			err = sr.in.announceResult(res, data)
+		}
+		if err != nil {
+			sr.in.log.Warn("save group: announcing a result failed (the writer has its reply)", "session", key, "save", res.SaveID, "err", err)
+		}
+	}
+}
+
+// reply sends v as the reply's JSON, and reports whether it went.
+func (sr *SaveRequests) reply(msg *nats.Msg, v any) bool {
+	data, err := json.Marshal(v)
+	if err == nil {
+		err = msg.Respond(data)
+	}
+	if err != nil {
+		sr.in.log.Warn("save group: reply failed", "subject", msg.Subject, "err", err)
+	}
+	return err == nil
+}
+
+// parseGroupRequest reads a group request's subject, headers and framing. Every error is a
+// bad_request that says what and where.
+func parseGroupRequest(msg *nats.Msg) (wire.Key, []wire.GroupItem, error) {
+	key, err := wire.ParseToken(strings.TrimPrefix(msg.Subject, wire.SaveSubjectPrefix))
+	if err != nil {
+		return key, nil, fmt.Errorf("%w: subject %q is not %s<namespace>.<session>.<agent> with encoded ids (docs/protocol.md §2): %v", edge.ErrBadRequest, msg.Subject, wire.SaveSubjectPrefix, err)
+	}
+	if n := headerBytes(msg.Header); n > maxHeaderBytes {
+		return key, nil, fmt.Errorf("%w: headers of %d bytes, at most %d", edge.ErrBadRequest, n, maxHeaderBytes)
+	}
+	for name := range msg.Header {
+		if strings.HasPrefix(name, "Cp-") && !groupShared(name) {
+			return key, nil, fmt.Errorf("%w: header %s on a group: each save's own fields go in its item (%v), and a chunked, forked or imported save is sent alone", edge.ErrBadRequest, name, wire.GroupItemFields)
+		}
+	}
+	s, _, err := singleHeader(msg.Header, wire.HdrGroup, "the number of saves in the body, 1 to 64")
+	if err != nil {
+		return key, nil, err
+	}
+	k, err := wire.ParseGroupCount(s)
+	if err != nil {
+		return key, nil, err
+	}
+	items, err := wire.ParseGroup(msg.Data, k)
+	return key, items, err
+}
+
+func groupShared(name string) bool {
+	for _, s := range wire.GroupSharedHeaders {
+		if name == s {
+			return true
+		}
+	}
+	return false
+}
+
+// groupSave is one save of a group once checked and read.
+type groupSave struct {
+	saveID   string
+	req      engine.SaveRequest
+	received func() string
+}
+
+// settleGroup checks and reads the saves of a group, stores those before the first refused one
+// with Engine.SaveGroup, and returns one result per item. An error (busy or unavailable before
+// anything was stored) refuses the whole group: the writer sends it again.
+func (in *Ingester) settleGroup(ctx context.Context, key wire.Key, shared nats.Header, items []wire.GroupItem) ([]wire.SaveResult, error) {
+	mem := in.budget.begin(ctx)
+	defer mem.end()
+	results := make([]wire.SaveResult, len(items))
+	saves := make([]groupSave, 0, len(items))
+	refusedAt := len(items)
+	for i, item := range items {
+		s, err := in.readGroupSave(ctx, key, shared, item, mem)
+		results[i].SaveID, results[i].Key = s.saveID, key
+		if err != nil && !isRefusal(err) || isBusy(err) {
+			waitHashes(saves)
+			return nil, err // storage trouble, or no memory: nothing stored yet
+		}
+		if err != nil {
+			results[i].Error = itemError(i, err)
+			refusedAt = i
+			break
+		}
+		saves = append(saves, s)
+	}
+	reqs := make([]engine.SaveRequest, len(saves))
+	for i, s := range saves {
+		reqs[i] = s.req
+	}
+	var stored []engine.GroupResult
+	if len(reqs) > 0 {
+		stored = in.engine.SaveGroup(ctx, reqs)
+	}
+	for i, g := range stored {
+		results[i] = in.groupResult(key, saves[i], g)
+	}
+	for i := refusedAt + 1; i < len(items); i++ {
+		results[i].SaveID, results[i].Key = firstField(items[i], wire.HdrSaveID), key
+		results[i].Error = &wire.Error{Code: wire.CodeConflict,
+			Message: fmt.Sprintf("not stored: save %d of its group, before this one, was refused", refusedAt)}
+	}
+	return results, nil
+}
+
+// firstField is an item's field name, "" if it has none.
+func firstField(item wire.GroupItem, name string) string {
+	if v := item.Fields[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// waitHashes waits for the hashing of saves already read, before their buffers go back.
+func waitHashes(saves []groupSave) {
+	for _, s := range saves {
+		s.received()
+	}
+}
+
+// itemError is a refusal of save i of a group, its message saying which one.
+func itemError(i int, err error) *wire.Error {
+	we := edge.ToWireError(err)
+	we.Message = fmt.Sprintf("group save %d: %s", i, we.Message)
+	return we
+}
+
+// readGroupSave checks one item of a group as a save sent alone is checked (its fields with the
+// group's shared headers), and reads its body.
+func (in *Ingester) readGroupSave(ctx context.Context, key wire.Key, shared nats.Header, item wire.GroupItem, mem *reservation) (groupSave, error) {
+	h := nats.Header(item.Fields)
+	for _, name := range []string{wire.HdrWriter, wire.HdrDialect, wire.HdrFormat} {
+		if v, ok := shared[name]; ok {
+			h[name] = v
+		}
+	}
+	_, saveID, err := attribute(wire.SaveSubjectPrefix, wire.SaveSubject(key), h.Get(wire.HdrSaveID))
+	s := groupSave{saveID: saveID}
+	if err != nil {
+		return s, err
+	}
+	hs, err := parseSaveHeaders(h, key, saveID, in.now(), in.maxBytes)
+	if err != nil {
+		return s, err
+	}
+	payload, err := in.readBody(ctx, hs, item.Body, mem)
+	if err != nil {
+		return s, err
+	}
+	s.received = wire.HashBeside(payload)
+	s.req = hs.req
+	s.req.Payload = payload
+	s.req.Limits = codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
+	s.req.Memory = mem.withoutWaiting()
+	return s, nil
+}
+
+// groupResult is the result of one stored (or refused) save of a group.
+func (in *Ingester) groupResult(key wire.Key, s groupSave, g engine.GroupResult) wire.SaveResult {
+	res := wire.SaveResult{SaveID: s.saveID, Key: key, Received: s.received()}
+	switch {
+	case g.Err == nil:
+		if g.Saved.PackDue {
+			in.packer.Due(s.req.Key)
+		}
+		v := edge.VersionOf(g.Saved.Record)
+		res.OK, res.Duplicate, res.Version, res.Unverified = true, g.Saved.Duplicate, &v, g.Saved.Unverified
+	case edge.IsStorageRefusal(g.Err) || isBusy(g.Err):
+		res.Error = edge.ToWireError(g.Err)
+	default: // storage trouble: nothing decided for this save; the writer sends it again
+		res.Error = &wire.Error{Code: wire.CodeUnavailable,
+			Message: fmt.Sprintf("storage: %v; try again with the same save id", storageCause(g.Err))}
+	}
+	return res
+}
