@@ -61,6 +61,8 @@ type Client struct {
 
 	mu   sync.Mutex
 	last map[Key]lastSave // the last save of each session, for sending only what grew
+
+	appends appendQueues // AppendAsync's queues, by session (appendasync.go)
 }
 
 // Option configures a Client.

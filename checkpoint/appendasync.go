@@ -1,0 +1,370 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/checkpointd/checkpointd/internal/codec"
+	"github.com/checkpointd/checkpointd/internal/pieces"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// Appends without waiting: group commit (docs/protocol.md §4.0.1).
+//
+// AppendAsync queues an append behind the session's earlier ones and returns at once. Per session
+// the client keeps one request in flight; the appends queued meanwhile go together as the next
+// request, a group of up to 64 saves (wire.MaxGroupSaves) within one message, which the daemon
+// stores as consecutive versions (in one entry of its log). Each save of a group names the version
+// it appends to: the session's head for the first, the version of the save before it for the
+// others; the client learns the head once (a get) and follows it from the results.
+//
+// A save that fails ends the session's run: the appends after it (sent or still queued) fail with
+// ErrConflict, as does every later AppendAsync of the session, until the caller restarts it with
+// ExpectVersion(head) (the head it learned: Error.Head, or a restore). Without that rule a later
+// append would be stored after a gap, without the messages of the one that failed.
+
+// AppendFuture is the outcome of one AppendAsync, known once the save is durable or refused.
+type AppendFuture struct {
+	done chan struct{}
+	v    Version
+	err  error
+}
+
+// Done is closed once the outcome is known.
+func (f *AppendFuture) Done() <-chan struct{} { return f.done }
+
+// Wait returns the save's version once it is durable, or its error; or ctx's error, if ctx ends
+// first (the save goes on: wait again, or see it with Restore).
+func (f *AppendFuture) Wait(ctx context.Context) (Version, error) {
+	select {
+	case <-f.done:
+		return f.v, f.err
+	case <-ctx.Done():
+		return Version{}, ctx.Err()
+	}
+}
+
+func (f *AppendFuture) resolve(v Version, err error) {
+	f.v, f.err = v, err
+	close(f.done)
+}
+
+// asyncAppend is one queued append.
+type asyncAppend struct {
+	ctx      context.Context
+	saveID   string
+	reason   string
+	epoch    uint64
+	messages []byte
+	f        *AppendFuture
+}
+
+// appendQueue is one session's appends not yet answered.
+type appendQueue struct {
+	queued  []*asyncAppend // not sent yet
+	sending bool           // a goroutine is sending the queue's groups
+	head    uint64         // the version the next append extends, when known
+	known   bool
+	failed  error // the failure that ended the session's run (see above)
+}
+
+// appendQueues are a client's queues, by session.
+type appendQueues struct {
+	mu sync.Mutex
+	q  map[Key]*appendQueue
+}
+
+// AppendAsync stores messages (a JSON array of the messages appended) as the session's next
+// version, after every earlier AppendAsync of the same session, without waiting: the future
+// resolves once the save is durable. Options: WithSaveID (each append has one; by default a fresh
+// one), WithReason, WithEpoch, and ExpectVersion(n), which restarts the session's run from version
+// n: allowed only when none of the session's appends is pending. ctx bounds the sending of the
+// group it travels in (the oldest of its saves' ctx).
+func (c *Client) AppendAsync(ctx context.Context, key Key, messages []byte, opts ...SaveOption) *AppendFuture {
+	f := &AppendFuture{done: make(chan struct{})}
+	key, err := checkKey(key)
+	if err != nil {
+		f.resolve(Version{}, err)
+		return f
+	}
+	o := parseSaveOptions(opts)
+	if err := checkAsyncOptions(o); err != nil {
+		f.resolve(Version{}, err)
+		return f
+	}
+	a := &asyncAppend{ctx: ctx, saveID: o.saveID, reason: o.reason, epoch: o.epoch, messages: messages, f: f}
+	qs := &c.appends
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.q == nil {
+		qs.q = map[Key]*appendQueue{}
+	}
+	q := qs.q[key]
+	if q == nil {
+		q = &appendQueue{}
+		qs.q[key] = q
+	}
+	if o.expected != nil {
+		if q.sending || len(q.queued) > 0 {
+			f.resolve(Version{}, &Error{Code: wire.CodeBadRequest, Index: -1, Offset: -1,
+				Message: "AppendAsync with ExpectVersion restarts a session's appends: wait for its pending ones first"})
+			return f
+		}
+		q.head, q.known, q.failed = *o.expected, true, nil
+	}
+	if q.failed != nil {
+		f.resolve(Version{}, runEnded(q.failed))
+		return f
+	}
+	q.queued = append(q.queued, a)
+	if !q.sending {
+		q.sending = true
+		go c.sendAppends(key, q)
+	}
+	return f
+}
+
+// checkAsyncOptions refuses what AppendAsync cannot send in a group.
+func checkAsyncOptions(o saveOptions) error {
+	if err := wire.ValidateID(o.saveID); err != nil {
+		return &Error{Code: wire.CodeBadRequest, Message: "save id: " + err.Error(), Index: -1, Offset: -1}
+	}
+	if o.forkOf != nil || o.imported != nil || (o.dialect != "" && o.dialect != codec.DialectNative) {
+		return &Error{Code: wire.CodeBadRequest, Message: "AppendAsync takes native appends only (no fork, import or dialect): use Append", Index: -1, Offset: -1}
+	}
+	return nil
+}
+
+// runEnded is the error of an append refused because an earlier one of its session failed.
+func runEnded(cause error) error {
+	return &Error{Code: wire.CodeConflict, Index: -1, Offset: -1, Cause: cause,
+		Message: fmt.Sprintf("not sent: an earlier append of this session failed (%v); restart with AppendAsync(..., ExpectVersion(head))", cause)}
+}
+
+// sendAppends sends the queue's groups, one at a time, until it is empty or the run ends.
+func (c *Client) sendAppends(key Key, q *appendQueue) {
+	for {
+		batch, head, known := c.nextGroup(q)
+		if batch == nil {
+			return
+		}
+		if !known {
+			var err error
+			if head, err = c.headOf(batch[0].ctx, key); err != nil {
+				c.endRun(q, batch, 0, err)
+				continue
+			}
+		}
+		done, v, err := c.sendGroup(key, head, batch)
+		if err != nil {
+			c.endRun(q, batch, done, err)
+			continue
+		}
+		c.appends.mu.Lock()
+		q.head, q.known = v, true
+		c.appends.mu.Unlock()
+	}
+}
+
+// nextGroup takes the next group off q: up to wire.MaxGroupSaves appends within one message (at
+// least one). nil when q is empty (q.sending is cleared then).
+func (c *Client) nextGroup(q *appendQueue) ([]*asyncAppend, uint64, bool) {
+	c.appends.mu.Lock()
+	defer c.appends.mu.Unlock()
+	if len(q.queued) == 0 {
+		q.sending = false
+		return nil, 0, false
+	}
+	room := c.groupRoom()
+	n, size := 0, 0
+	for n < len(q.queued) && n < wire.MaxGroupSaves {
+		size += len(q.queued[n].messages) + groupItemOverhead
+		if n > 0 && size > room {
+			break
+		}
+		n++
+	}
+	batch := q.queued[:n:n]
+	q.queued = q.queued[n:]
+	return batch, q.head, q.known
+}
+
+// groupItemOverhead is about what an item's framing and fields take beyond its messages.
+const groupItemOverhead = 512
+
+// groupRoom is the most a group's body may hold: one message, less room for its headers.
+func (c *Client) groupRoom() int {
+	return int(pieces.Size(c.nc.MaxPayload(), pieces.ChunkRoom)) - 8<<10
+}
+
+// endRun fails the appends of batch from done on with err, and every append still queued with a
+// conflict: the session's run ended (see above).
+func (c *Client) endRun(q *appendQueue, batch []*asyncAppend, done int, err error) {
+	c.appends.mu.Lock()
+	rest := q.queued
+	q.queued, q.known, q.failed = nil, false, err
+	c.appends.mu.Unlock()
+	batch[done].f.resolve(Version{}, err)
+	for _, a := range batch[done+1:] {
+		a.f.resolve(Version{}, runEnded(err))
+	}
+	for _, a := range rest {
+		a.f.resolve(Version{}, runEnded(err))
+	}
+}
+
+// headOf is the session's head version, 0 when it has none.
+func (c *Client) headOf(ctx context.Context, key Key) (uint64, error) {
+	v, err := c.Get(ctx, key, 0)
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil
+	}
+	return v.Version, err
+}
+
+// sendGroup stores batch onto version head and resolves the futures of the saves stored. It
+// returns how many were, and the version of the last; on an error, the save at that index failed
+// with it (the caller fails the rest). A single save, or a group no daemon answers (none runs:
+// each then goes to the ingest stream), is sent alone with Append.
+func (c *Client) sendGroup(key Key, head uint64, batch []*asyncAppend) (int, uint64, error) {
+	done := 0
+	for done < len(batch) {
+		rest := batch[done:]
+		if len(rest) == 1 {
+			return done, head, c.sendAlone(key, &head, rest[0])
+		}
+		n, err := c.requestGroup(key, &head, rest)
+		done += n
+		if errors.Is(err, errNoDaemon) {
+			for _, a := range batch[done:] {
+				if err := c.sendAlone(key, &head, a); err != nil {
+					return done, head, err
+				}
+				done++
+			}
+			return done, head, nil
+		}
+		if err != nil {
+			return done, head, err
+		}
+	}
+	return done, head, nil
+}
+
+// sendAlone stores one append onto *head with Append (chunked if large, on the ingest stream if
+// no daemon answers) and moves *head on.
+func (c *Client) sendAlone(key Key, head *uint64, a *asyncAppend) error {
+	opts := []SaveOption{WithSaveID(a.saveID), WithReason(a.reason), WithEpoch(a.epoch)}
+	v, err := c.Append(a.ctx, key, *head, a.messages, opts...)
+	if err != nil {
+		return err
+	}
+	*head = v.Version
+	a.f.resolve(v, nil)
+	return nil
+}
+
+// requestGroup sends the saves of group (at least two) as one request onto *head, retrying it
+// whole while no reply comes or the daemon refuses it busy or unavailable (the saves already
+// stored are then its duplicates). It resolves the futures of the saves stored, in order, moving
+// *head on, and returns how many; an error is the failure of the save after them (or errNoDaemon:
+// nobody answers group requests, nothing was sent).
+func (c *Client) requestGroup(key Key, head *uint64, group []*asyncAppend) (int, error) {
+	ctx, cancel := c.withTimeout(group[0].ctx)
+	defer cancel()
+	msg, sent := c.groupMessage(key, *head, group)
+	for try := 1; ; try++ {
+		actx, acancel := context.WithTimeout(ctx, requestAttempt)
+		reply, err := c.nc.RequestMsgWithContext(actx, msg)
+		acancel()
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			return 0, errNoDaemon
+		case err == nil:
+			n, again, err := c.takeGroupReply(ctx, key, head, group, sent, reply.Data, try)
+			if again == 0 || n > 0 || err != nil {
+				return n, err
+			}
+			if !sleepCtx(ctx, again) {
+				return 0, unavailable("the daemon kept refusing the group of %d saves of %s (busy or unavailable); its saves were not stored", len(group), key)
+			}
+		case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrBadSubscription):
+			return 0, unavailable("sending a group of saves on %s: %v", msg.Subject, err)
+		case ctx.Err() != nil:
+			return 0, unavailable("no checkpointd answered the group of %d saves on %s in time; their outcome is unknown: restore the session to see it", len(group), msg.Subject)
+		default: // unanswered in time: send it again, the same saves
+			if !sleepCtx(ctx, 50*time.Millisecond) {
+				return 0, unavailable("no checkpointd answered the group of saves on %s in time (%v)", msg.Subject, err)
+			}
+		}
+	}
+}
+
+// groupMessage is the request of a group onto version head (docs/protocol.md §4.0.1), and the hash
+// of each save's messages, which its result must carry.
+func (c *Client) groupMessage(key Key, head uint64, group []*asyncAppend) (*nats.Msg, []string) {
+	size := 0
+	for _, a := range group {
+		size += len(a.messages) + groupItemOverhead
+	}
+	body := make([]byte, 0, size)
+	sent := make([]string, len(group))
+	for i, a := range group {
+		fields := [][2]string{{wire.HdrSaveID, a.saveID}, {wire.HdrBaseVersion, strconv.FormatUint(head+uint64(i), 10)}}
+		if a.reason != "" {
+			fields = append(fields, [2]string{wire.HdrReason, a.reason})
+		}
+		if a.epoch != 0 {
+			fields = append(fields, [2]string{wire.HdrEpoch, strconv.FormatUint(a.epoch, 10)})
+		}
+		h := nats.Header{}
+		data := compressBody(h, a.messages, c.compressFrom)
+		fields = append(fields, [2]string{wire.HdrEncoding, h.Get(wire.HdrEncoding)})
+		body = wire.AppendGroupItem(body, fields, data)
+		sent[i] = wire.Hash(a.messages)
+	}
+	msg := nats.NewMsg(wire.SaveSubject(key))
+	msg.Header.Set(wire.HdrGroup, strconv.Itoa(len(group)))
+	msg.Header.Set(wire.HdrWriter, c.writer)
+	msg.Data = body
+	return msg, sent
+}
+
+// takeGroupReply reads the reply to a group: it resolves the futures of the saves stored, in
+// order, and returns how many, and the error of the first save that failed. A refusal of the whole
+// group, or a first save refused busy or unavailable, is retryable: again says how long to wait.
+func (c *Client) takeGroupReply(ctx context.Context, key Key, head *uint64, group []*asyncAppend, sent []string, data []byte, try int) (n int, again time.Duration, err error) {
+	var rep wire.GroupReply
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return 0, 0, &Error{Code: wire.CodeInternal, Message: "group reply: " + err.Error(), Index: -1, Offset: -1}
+	}
+	if rep.Error != nil {
+		if wait, ok := retryableRefusal(wire.SaveResult{Error: rep.Error}, try); ok {
+			return 0, wait, nil
+		}
+		return 0, 0, fromWire(rep.Error)
+	}
+	if len(rep.Results) != len(group) {
+		return 0, 0, &Error{Code: wire.CodeCorrupt, Index: -1, Offset: -1,
+			Message: fmt.Sprintf("group reply: %d results for %d saves of %s", len(rep.Results), len(group), key)}
+	}
+	for i, res := range rep.Results {
+		if wait, ok := retryableRefusal(res, try); ok {
+			return i, wait, nil // stored up to here: the rest is sent again
+		}
+		v, _, err := c.checkDecoded(ctx, res, key, group[i].saveID, sent[i])
+		if err != nil {
+			return i, 0, err
+		}
+		*head = v.Version
+		group[i].f.resolve(v, nil)
+	}
+	return len(group), 0, nil
+}
