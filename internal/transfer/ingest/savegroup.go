@@ -158,7 +158,7 @@ func (in *Ingester) settleGroup(ctx context.Context, key wire.Key, shared nats.H
 		stored = in.engine.SaveGroup(ctx, reqs)
 	}
 	for i, g := range stored {
-		results[i] = in.groupResult(key, saves[i], g)
+		results[i] = in.groupResult(key, i, saves[i], g)
 	}
 	for i := refusedAt + 1; i < len(items); i++ {
 		results[i].SaveID, results[i].Key = firstField(items[i], wire.HdrSaveID), key
@@ -221,7 +221,7 @@ func (in *Ingester) readGroupSave(ctx context.Context, key wire.Key, shared nats
 }
 
 // groupResult is the result of one stored (or refused) save of a group.
-func (in *Ingester) groupResult(key wire.Key, s groupSave, g engine.GroupResult) wire.SaveResult {
+func (in *Ingester) groupResult(key wire.Key, i int, s groupSave, g engine.GroupResult) wire.SaveResult {
 	res := wire.SaveResult{SaveID: s.saveID, Key: key, Received: s.received()}
 	switch {
 	case g.Err == nil:
@@ -231,7 +231,7 @@ func (in *Ingester) groupResult(key wire.Key, s groupSave, g engine.GroupResult)
 		v := edge.VersionOf(g.Saved.Record)
 		res.OK, res.Duplicate, res.Version, res.Unverified = true, g.Saved.Duplicate, &v, g.Saved.Unverified
 	case edge.IsStorageRefusal(g.Err) || isBusy(g.Err):
-		res.Error = edge.ToWireError(g.Err)
+		res.Error = itemError(i, g.Err)
 	default: // storage trouble: nothing decided for this save; the writer sends it again
 		res.Error = &wire.Error{Code: wire.CodeUnavailable,
 			Message: fmt.Sprintf("storage: %v; try again with the same save id", storageCause(g.Err))}
