@@ -1,0 +1,185 @@
+package transfer_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// countRequests counts the save requests (single or group) on cp.save.>, on a connection of its
+// own, and the saves they carry.
+func countRequests(t *testing.T, env *testenv.Env) (requests, groups *atomic.Int64) {
+	t.Helper()
+	requests, groups = new(atomic.Int64), new(atomic.Int64)
+	nc := env.Conn()
+	_, err := nc.Subscribe(wire.SaveSubjectPrefix+">", func(m *nats.Msg) {
+		requests.Add(1)
+		if m.Header.Get(wire.HdrGroup) != "" {
+			groups.Add(1)
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	return requests, groups
+}
+
+// wholeOf is the conversation of the first n appends of oneMessage(who, i).
+func wholeOf(who string, n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = strings.TrimSuffix(strings.TrimPrefix(string(oneMessage(who, i)), "["), "]")
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// 200 appends of one session, none waited for: 200 versions in order, each the conversation so
+// far byte for byte, sent in far fewer than 200 requests (the appends that queued while one
+// request was in flight went together as the next).
+func TestAppendAsync_GroupsABurstOfOneSession(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	requests, groups := countRequests(t, env)
+	key := checkpoint.Key{Session: "burst"}
+	const n = 200
+	futures := make([]*checkpoint.AppendFuture, n)
+	for i := range futures {
+		futures[i] = env.Client.AppendAsync(ctx, key, oneMessage("b", i))
+	}
+	for i, f := range futures {
+		v, err := f.Wait(ctx)
+		require.NoError(t, err, "append %d", i)
+		require.Equal(t, uint64(i+1), v.Version, "append %d", i)
+	}
+	for i := 0; i < n; i++ {
+		got, v, err := env.Client.Restore(ctx, key, uint64(i+1))
+		require.NoError(t, err)
+		require.Equal(t, uint64(i+1), v.Version)
+		require.Equal(t, wholeOf("b", i+1), string(got), "version %d", i+1)
+	}
+	require.Less(t, requests.Load(), int64(n/4), "requests sent for %d appends", n)
+	require.Positive(t, groups.Load())
+	t.Logf("%d appends in %d requests (%d groups)", n, requests.Load(), groups.Load())
+
+	// More appends later go on from the head the client follows.
+	v, err := env.Client.AppendAsync(ctx, key, oneMessage("b", n)).Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(n+1), v.Version)
+}
+
+// A refused append ends its session's run: its future has its refusal, every later one (sent in
+// its group, queued, or asked for afterwards) fails as a conflict without being stored, until
+// ExpectVersion restarts the run from the head.
+func TestAppendAsync_AFailureEndsTheRunUntilRestarted(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "failing"}
+	var futures []*checkpoint.AppendFuture
+	for i := 0; i < 30; i++ {
+		msg := oneMessage("f", i)
+		if i == 10 {
+			msg = []byte(`[{"role":"user","content":`)
+		}
+		futures = append(futures, env.Client.AppendAsync(ctx, key, msg))
+	}
+	for i, f := range futures {
+		v, err := f.Wait(ctx)
+		switch {
+		case i < 10:
+			require.NoError(t, err, "append %d", i)
+			require.Equal(t, uint64(i+1), v.Version)
+		case i == 10:
+			require.ErrorIs(t, err, checkpoint.ErrInvalid, "append %d", i)
+		default:
+			require.ErrorIs(t, err, checkpoint.ErrConflict, "append %d", i)
+		}
+	}
+	_, err := env.Client.AppendAsync(ctx, key, oneMessage("f", 99)).Wait(ctx)
+	require.ErrorIs(t, err, checkpoint.ErrConflict, "the run stays ended")
+	require.Contains(t, err.Error(), "ExpectVersion")
+	head, err := env.Client.Get(ctx, key, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(10), head.Version, "nothing after the refused append was stored")
+
+	v, err := env.Client.AppendAsync(ctx, key, oneMessage("f", 10), checkpoint.ExpectVersion(head.Version)).Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(11), v.Version)
+	got, _, err := env.Client.Restore(ctx, key, 0)
+	require.NoError(t, err)
+	require.Equal(t, wholeOf("f", 11), string(got))
+}
+
+// The daemon stops (gracefully, or its connection dies) while a session's appends are in flight,
+// and comes back: every future resolves, each to its own version, in order, none lost and none
+// stored twice (the groups are sent again with the same save ids; while no daemon answers, the
+// appends go one by one to the ingest stream).
+func TestAppendAsync_DaemonRestartLosesNothing(t *testing.T) {
+	for _, mode := range []string{"graceful", "crash"} {
+		t.Run(mode, func(t *testing.T) {
+			env := testenv.Start(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			key := checkpoint.Key{Session: "restart " + mode}
+			const n = 600
+			futures := make([]*checkpoint.AppendFuture, n)
+			for i := range futures {
+				futures[i] = env.Client.AppendAsync(ctx, key, oneMessage("r", i))
+				if i == n/3 {
+					_, err := futures[i/2].Wait(ctx) // some are stored, many in flight or queued
+					require.NoError(t, err)
+					if mode == "graceful" {
+						env.StopDaemon()
+					} else {
+						env.CrashDaemon()
+					}
+				}
+				if i == n/2 {
+					env.StartDaemon()
+				}
+			}
+			for i, f := range futures {
+				v, err := f.Wait(ctx)
+				require.NoError(t, err, "append %d", i)
+				require.Equal(t, uint64(i+1), v.Version, "append %d", i)
+			}
+			hist, err := env.Client.History(ctx, key)
+			require.NoError(t, err)
+			require.Len(t, hist, n)
+			got, _, err := env.Client.Restore(ctx, key, 0)
+			require.NoError(t, err)
+			require.Equal(t, wholeOf("r", n), string(got))
+		})
+	}
+}
+
+// Appends of many sessions at once each keep their own order.
+func TestAppendAsync_SessionsKeepTheirOwnOrder(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	const sessions, each = 8, 40
+	futures := map[int][]*checkpoint.AppendFuture{}
+	for i := 0; i < each; i++ {
+		for s := 0; s < sessions; s++ {
+			futures[s] = append(futures[s], env.Client.AppendAsync(ctx, checkpoint.Key{Session: fmt.Sprint("s", s)}, oneMessage(fmt.Sprint("s", s), i)))
+		}
+	}
+	for s := 0; s < sessions; s++ {
+		for i, f := range futures[s] {
+			v, err := f.Wait(ctx)
+			require.NoError(t, err)
+			require.Equal(t, uint64(i+1), v.Version)
+		}
+		got, _, err := env.Client.Restore(ctx, checkpoint.Key{Session: fmt.Sprint("s", s)}, 0)
+		require.NoError(t, err)
+		require.Equal(t, wholeOf(fmt.Sprint("s", s), each), string(got))
+	}
+}
