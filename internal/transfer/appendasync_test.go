@@ -13,6 +13,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -118,31 +119,53 @@ func TestAppendAsync_AFailureEndsTheRunUntilRestarted(t *testing.T) {
 	require.Equal(t, wholeOf("f", 11), string(got))
 }
 
-// The daemon stops (gracefully, or its connection dies) while a session's appends are in flight,
-// and comes back: every future resolves, each to its own version, in order, none lost and none
-// stored twice (the groups are sent again with the same save ids; while no daemon answers, the
-// appends go one by one to the ingest stream).
+// The daemon stops (gracefully, or its connection dies with a group in its hands, unanswered)
+// while a session's appends are in flight, and comes back: every future resolves, each to its own
+// version, in order, none lost and none stored twice (a group unanswered is sent again with the
+// same save ids; while no daemon answers, the appends go one by one to the ingest stream).
 func TestAppendAsync_DaemonRestartLosesNothing(t *testing.T) {
 	for _, mode := range []string{"graceful", "crash"} {
 		t.Run(mode, func(t *testing.T) {
 			env := testenv.Start(t)
+			var requests *atomic.Int64
+			if mode == "crash" {
+				// (Not while no daemon runs: a subscriber on cp.save.> would take the "no
+				// responders" away from the writers, who then wait for a reply.)
+				requests, _ = countRequests(t, env)
+			}
+			ingested := new(atomic.Int64)
+			watcher := env.Conn()
+			_, err := watcher.Subscribe(wire.IngestSubjectPrefix+">", func(*nats.Msg) { ingested.Add(1) })
+			require.NoError(t, err)
+			require.NoError(t, watcher.Flush())
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			key := checkpoint.Key{Session: "restart " + mode}
 			const n = 600
 			futures := make([]*checkpoint.AppendFuture, n)
+			var sent int64
 			for i := range futures {
 				futures[i] = env.Client.AppendAsync(ctx, key, oneMessage("r", i))
-				if i == n/3 {
+				switch {
+				case i == n/3 && mode == "graceful":
 					_, err := futures[i/2].Wait(ctx) // some are stored, many in flight or queued
 					require.NoError(t, err)
-					if mode == "graceful" {
-						env.StopDaemon()
-					} else {
-						env.CrashDaemon()
-					}
-				}
-				if i == n/2 {
+					env.StopDaemon()
+				case i == n/3:
+					_, err := futures[i].Wait(ctx)
+					require.NoError(t, err)
+					// The daemon will take the next request and hold it, waiting for memory.
+					release := transfer.HoldIngestBudget(env.Daemon, time.Minute)
+					t.Cleanup(release)
+					sent = requests.Load()
+				case i == n/2 && mode == "crash":
+					require.Eventually(t, func() bool { return requests.Load() > sent }, 10*time.Second, time.Millisecond)
+					time.Sleep(50 * time.Millisecond) // taken by the daemon, and held
+					env.CrashDaemon()                 // which dies without answering it
+					env.StartDaemon()
+				case i == n/2:
+					// Meanwhile the appends went to the ingest stream, one by one.
+					require.Eventually(t, func() bool { return ingested.Load() > 0 }, 10*time.Second, time.Millisecond)
 					env.StartDaemon()
 				}
 			}
