@@ -289,11 +289,14 @@ func (c *Client) requestGroup(key Key, head *uint64, group []*asyncAppend) (int,
 			return 0, errNoDaemon
 		case err == nil:
 			n, again, err := c.takeGroupReply(ctx, key, head, group, sent, reply.Data, try)
-			if again == 0 || n > 0 || err != nil {
+			if again == 0 || err != nil {
 				return n, err
 			}
-			if !sleepCtx(ctx, again) {
+			if !sleepCtx(ctx, again) && n == 0 {
 				return 0, unavailable("the daemon kept refusing the group of %d saves of %s (busy or unavailable); its saves were not stored", len(group), key)
+			}
+			if n > 0 { // the saves after those stored go as a group of their own
+				return n, nil
 			}
 		case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrBadSubscription):
 			return 0, unavailable("sending a group of saves on %s: %v", msg.Subject, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/checkpointd/checkpointd/checkpoint"
 	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
@@ -230,4 +231,34 @@ func TestSaveGroup_HostileGroupsAreRefusedWhole(t *testing.T) {
 	v, err := env.Client.Save(ctx, checkpoint.Key{Session: "after"}, oneMessage("y", 0))
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), v.Version)
+}
+
+// A group that finds no memory to read its saves is refused busy whole, nothing stored, with a
+// hint of when to come back; the SDK sends it again until it goes through.
+func TestSaveGroup_BusyIsRefusedWholeAndRetried(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	nc := env.Conn()
+	key := checkpoint.Key{Session: "busy group"}.WithDefaults()
+	release := transfer.HoldIngestBudget(env.Daemon, 20*time.Millisecond)
+	rep := requestGroup(t, nc, wire.SaveSubject(key), map[string]string{wire.HdrGroup: "2"},
+		groupBody(appendItem("a", 0, oneMessage("x", 0)), appendItem("b", 1, oneMessage("x", 1))))
+	require.Empty(t, rep.Results)
+	require.NotNil(t, rep.Error)
+	require.Equal(t, wire.CodeBusy, rep.Error.Code, rep.Error.Message)
+	require.NotNil(t, rep.Error.RetryAfterMillis)
+	_, err := env.Client.Get(ctx, key, 0)
+	require.ErrorIs(t, err, checkpoint.ErrNotFound, "nothing stored")
+
+	var futures []*checkpoint.AppendFuture
+	for i := 0; i < 50; i++ {
+		futures = append(futures, env.Client.AppendAsync(ctx, key, oneMessage("x", i)))
+	}
+	time.AfterFunc(300*time.Millisecond, release)
+	for i, f := range futures {
+		v, err := f.Wait(ctx)
+		require.NoError(t, err, "append %d", i)
+		require.Equal(t, uint64(i+1), v.Version)
+	}
+	require.Positive(t, opsSample(t, env.Registry, "checkpointd_saves_total", map[string]string{"path": "request", "result": "busy"}))
 }
