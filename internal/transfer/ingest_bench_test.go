@@ -31,7 +31,7 @@ import (
 // the row issue 12's target is read from: the same appends with AppendAsync, up to 256 in flight
 // per agent as for the async publishes (group commit, docs/format.md §8.15n), with the saves per
 // request seen. Run it with -benchtime 1x; CP_BENCH_SECONDS sets the
-// phase (default 3), CP_BENCH_CPUPROFILE=<file> profiles the saves' phase and
+// phase (default 3), CP_BENCH_CPUPROFILE=<file> profiles the saves' phase (CP_BENCH_ASYNC_CPUPROFILE the async saves') and
 // CP_BENCH_GOROUTINES=<file> dumps the goroutines in the middle of it. CP_BENCH_GROUP=<k> makes
 // each append carry k pairs, counted as k saves: what today's engine would give if k saves of a
 // session went in one request and one entry (group commit, docs/format.md §8.15l), one version
@@ -217,6 +217,12 @@ func syncPublishFlood50(b *testing.B, ctx context.Context, streams []jetstream.J
 // 256 in flight (as publishFlood50 keeps its publishes), then waits for every future; it returns
 // the durable saves per second and their number.
 func asyncSaveFlood50(b *testing.B, ctx context.Context, clients []*checkpoint.Client, pair func(agent, n int) []byte, phase time.Duration) (float64, int64) {
+	if path := os.Getenv("CP_BENCH_ASYNC_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		require.NoError(b, err)
+		require.NoError(b, pprof.StartCPUProfile(f))
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	var done atomic.Int64
 	deadline := time.Now().Add(phase)
 	start := time.Now()

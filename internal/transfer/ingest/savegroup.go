@@ -54,21 +54,38 @@ func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
 	for _, res := range results {
 		sr.in.observe(pathRequest, res, start)
 	}
-	if !sr.reply(msg, wire.GroupReply{Results: results}) {
+	encoded, reply := encodeGroupReply(results)
+	if err := msg.Respond(reply); err != nil {
+		sr.in.log.Warn("save group: reply failed", "subject", msg.Subject, "err", err)
 		return
 	}
-	for _, res := range results {
+	for i, res := range results {
 		if res.Error != nil && (res.Error.Code == wire.CodeBusy || res.Error.Code == wire.CodeUnavailable) {
 			continue // not an outcome: the writer sends it again
 		}
-		data, err := json.Marshal(res)
-		if err == nil {
-			err = sr.in.announceResult(res, data)
-		}
-		if err != nil {
+		if err := sr.in.announceResult(res, encoded[i]); err != nil {
 			sr.in.log.Warn("save group: announcing a result failed (the writer has its reply)", "session", key, "save", res.SaveID, "err", err)
 		}
 	}
+}
+
+// encodeGroupReply encodes each result once: the reply (a wire.GroupReply) is made of the same
+// bytes as the results announced on cp.saved.
+func encodeGroupReply(results []wire.SaveResult) ([][]byte, []byte) {
+	encoded := make([][]byte, len(results))
+	reply := []byte(`{"results":[`)
+	for i, res := range results {
+		data, err := json.Marshal(res)
+		if err != nil { // cannot happen: a SaveResult is plain data
+			data = []byte(`{"ok":false,"error":{"code":"internal","message":"result not encodable"}}`)
+		}
+		encoded[i] = data
+		if i > 0 {
+			reply = append(reply, ',')
+		}
+		reply = append(reply, data...)
+	}
+	return encoded, append(reply, "]}"...)
 }
 
 // reply sends v as the reply's JSON, and reports whether it went.
