@@ -41,7 +41,7 @@ func (e *Engine) SaveGroup(ctx context.Context, reqs []SaveRequest) []GroupResul
 func refuseRest(out []GroupResult, reqs []SaveRequest, i int, err error) {
 	for j := range out {
 		if IsRefusal(err) {
-			out[j].Err = &ConflictError{Key: reqs[j].Key, Detail: fmt.Sprintf("not stored: save %d of its group, before it, was refused (%v)", i, err)}
+			out[j].Err = &ConflictError{Key: reqs[j].Key, Detail: fmt.Sprintf("an earlier save of the group was refused (save %d: %v)", i, err)}
 		} else {
 			out[j].Err = err
 		}

@@ -152,7 +152,7 @@ func TestSaveGroup_BadSaveInTheMiddle(t *testing.T) {
 			}
 			requireRefused(t, rep.Results[2], c.code, c.says)
 			for i := 3; i < 5; i++ {
-				requireRefused(t, rep.Results[i], wire.CodeConflict, "not stored")
+				requireRefused(t, rep.Results[i], wire.CodeConflict, "an earlier save of the group was refused")
 				require.Equal(t, string(rune('a'+i)), rep.Results[i].SaveID)
 			}
 			head, err := env.Client.Get(ctx, key, 0)

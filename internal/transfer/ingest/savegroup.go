@@ -180,7 +180,7 @@ func (in *Ingester) settleGroup(ctx context.Context, key wire.Key, shared nats.H
 	for i := refusedAt + 1; i < len(items); i++ {
 		results[i].SaveID, results[i].Key = firstField(items[i], wire.HdrSaveID), key
 		results[i].Error = &wire.Error{Code: wire.CodeConflict,
-			Message: fmt.Sprintf("not stored: save %d of its group, before this one, was refused", refusedAt)}
+			Message: fmt.Sprintf("an earlier save of the group was refused (save %d): not stored", refusedAt)}
 	}
 	return results, nil
 }
