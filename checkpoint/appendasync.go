@@ -232,7 +232,7 @@ func (c *Client) headOf(ctx context.Context, key Key) (uint64, error) {
 // sendGroup stores batch onto version head and resolves the futures of the saves stored. It
 // returns how many were, and the version of the last; on an error, the save at that index failed
 // with it (the caller fails the rest). A single save, or a group no daemon answers (none runs:
-// each then goes to the ingest stream), is sent alone with Append.
+// each then goes to the ingest stream) or takes (an older daemon), is sent alone with Append.
 func (c *Client) sendGroup(key Key, head uint64, batch []*asyncAppend) (int, uint64, error) {
 	done := 0
 	for done < len(batch) {
@@ -242,7 +242,7 @@ func (c *Client) sendGroup(key Key, head uint64, batch []*asyncAppend) (int, uin
 		}
 		n, err := c.requestGroup(key, &head, rest)
 		done += n
-		if errors.Is(err, errNoDaemon) {
+		if errors.Is(err, errNoDaemon) || errors.Is(err, errNoGroups) {
 			for _, a := range batch[done:] {
 				if err := c.sendAlone(key, &head, a); err != nil {
 					return done, head, err
@@ -257,6 +257,9 @@ func (c *Client) sendGroup(key Key, head uint64, batch []*asyncAppend) (int, uin
 	}
 	return done, head, nil
 }
+
+// errNoGroups is requestGroup's "this daemon does not take groups" (before checkpointd 0.5).
+var errNoGroups = errors.New("the daemon does not take groups of saves")
 
 // sendAlone stores one append onto *head with Append (chunked if large, on the ingest stream if
 // no daemon answers) and moves *head on.
@@ -344,9 +347,17 @@ func (c *Client) groupMessage(key Key, head uint64, group []*asyncAppend) (*nats
 // order, and returns how many, and the error of the first save that failed. A refusal of the whole
 // group, or a first save refused busy or unavailable, is retryable: again says how long to wait.
 func (c *Client) takeGroupReply(ctx context.Context, key Key, head *uint64, group []*asyncAppend, sent []string, data []byte, try int) (n int, again time.Duration, err error) {
-	var rep wire.GroupReply
+	var rep struct {
+		wire.GroupReply
+		Key *wire.Key `json:"key"` // only in a single save's result: a daemon that does not know groups
+	}
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return 0, 0, &Error{Code: wire.CodeInternal, Message: "group reply: " + err.Error(), Index: -1, Offset: -1}
+	}
+	if rep.Key != nil {
+		// A daemon before groups took the request for a save without a save id and refused it,
+		// storing nothing: the saves go one by one.
+		return 0, 0, errNoGroups
 	}
 	if rep.Error != nil {
 		if wait, ok := retryableRefusal(wire.SaveResult{Error: rep.Error}, try); ok {

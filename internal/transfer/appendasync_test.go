@@ -2,6 +2,7 @@ package transfer_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -205,4 +206,45 @@ func TestAppendAsync_SessionsKeepTheirOwnOrder(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, wholeOf(fmt.Sprint("s", s), each), string(got))
 	}
+}
+
+// A daemon before groups (simulated by a responder that answers as it did: a group is a save
+// without Cp-Save-Id, refused bad_request in a single save's result) makes the client send the
+// saves one by one; each still resolves to its own version.
+func TestAppendAsync_OlderDaemonGetsTheSavesOneByOne(t *testing.T) {
+	env := testenv.Start(t)
+	env.StopDaemon()
+	ctx := ctxT(t)
+	nc := env.Conn()
+	var groups, singles atomic.Int64
+	head := uint64(0)
+	_, err := nc.QueueSubscribe(wire.SaveSubjectPrefix+">", wire.ServiceName, func(m *nats.Msg) {
+		key, _ := wire.ParseToken(strings.TrimPrefix(m.Subject, wire.SaveSubjectPrefix))
+		res := wire.SaveResult{Key: key, SaveID: m.Header.Get(wire.HdrSaveID)}
+		if res.SaveID == "" {
+			groups.Add(1)
+			res.Error = &wire.Error{Code: wire.CodeBadRequest, Message: "bad request: header Cp-Save-Id: missing"}
+		} else {
+			singles.Add(1)
+			head++
+			res.OK, res.Received = true, wire.Hash(m.Data)
+			res.Version = &wire.Version{Key: key, Version: head, SaveID: res.SaveID}
+		}
+		data, _ := json.Marshal(res)
+		_ = m.Respond(data)
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	key := checkpoint.Key{Session: "older"}
+	futures := []*checkpoint.AppendFuture{env.Client.AppendAsync(ctx, key, oneMessage("o", 0), checkpoint.ExpectVersion(0))}
+	for i := 1; i < 20; i++ {
+		futures = append(futures, env.Client.AppendAsync(ctx, key, oneMessage("o", i)))
+	}
+	for i, f := range futures {
+		v, err := f.Wait(ctx)
+		require.NoError(t, err, "append %d", i)
+		require.Equal(t, uint64(i+1), v.Version)
+	}
+	require.Positive(t, groups.Load(), "a group was tried")
+	require.Equal(t, int64(20), singles.Load())
 }
