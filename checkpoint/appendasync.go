@@ -28,7 +28,9 @@ import (
 // A save that fails ends the session's run: the appends after it (sent or still queued) fail with
 // ErrConflict, as does every later AppendAsync of the session, until the caller restarts it with
 // ExpectVersion(head) (the head it learned: Error.Head, or a restore). Without that rule a later
-// append would be stored after a gap, without the messages of the one that failed.
+// append would be stored after a gap, without the messages of the one that failed. The client
+// follows the head its own appends make: a session saved meanwhile by other means (another
+// writer, or Save on this client) makes the next group a conflict, which ends the run too.
 
 // AppendFuture is the outcome of one AppendAsync, known once the save is durable or refused.
 type AppendFuture struct {
@@ -112,7 +114,9 @@ func (c *Client) AppendAsync(ctx context.Context, key Key, messages []byte, opts
 		qs.q[key] = q
 	}
 	if o.expected != nil {
-		if q.sending || len(q.queued) > 0 {
+		// A run that ended has nothing in flight (its sender may still be winding down, and
+		// takes this append next).
+		if len(q.queued) > 0 || q.sending && q.failed == nil {
 			f.resolve(Version{}, &Error{Code: wire.CodeBadRequest, Index: -1, Offset: -1,
 				Message: "AppendAsync with ExpectVersion restarts a session's appends: wait for its pending ones first"})
 			return f
