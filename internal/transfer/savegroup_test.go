@@ -262,3 +262,61 @@ func TestSaveGroup_BusyIsRefusedWholeAndRetried(t *testing.T) {
 	}
 	require.Positive(t, opsSample(t, env.Registry, "checkpointd_saves_total", map[string]string{"path": "request", "result": "busy"}))
 }
+
+// With tenants, a group is a save request like any other: it reaches only the login's own
+// namespace (another's save subject has no responders), its reply goes back to the requester's
+// account wherever the reply subject points, and the SDK's AppendAsync works through the imports
+// a login already has.
+func TestTenancy_SaveGroups(t *testing.T) {
+	f, e := startTenancy(t)
+	bobC := e.Client(f.asBob(t))
+	before := tenSessionState(t, bobC, tenBobKey)
+	alice, err := e.Conn(asAlice())
+	require.NoError(t, err)
+	group := func(subject, reply string, ids ...string) *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Reply = reply
+		m.Header.Set(wire.HdrGroup, strconv.Itoa(len(ids)))
+		var items []groupItem
+		for _, id := range ids {
+			items = append(items, groupItem{fields: [][2]string{{wire.HdrSaveID, id}}, body: []byte(`[{"role":"user","content":"alice-marker"}]`)})
+		}
+		m.Data = groupBody(items...)
+		return m
+	}
+	_, err = alice.RequestMsg(group(wire.SaveSubject(tenBobKey), "", "g1", "g2"), 5*time.Second)
+	require.ErrorIs(t, err, nats.ErrNoResponders, "another namespace's save subject does not exist for alice")
+
+	stolen := checkpoint.Key{Namespace: "bob", Session: "stolen", Agent: "main"}
+	for i, reply := range []string{wire.IngestSubject(stolen), "$JS.API.STREAM.PURGE." + wire.StreamIngest} {
+		sub, err := alice.SubscribeSync(reply)
+		require.NoError(t, err)
+		require.NoError(t, alice.PublishMsg(group(wire.SaveSubject(tenAliceKey), reply, fmt.Sprint("deputy-a", i), fmt.Sprint("deputy-b", i))))
+		got, err := sub.NextMsg(5 * time.Second)
+		require.NoError(t, err, "the reply aimed at %s", reply)
+		var rep wire.GroupReply
+		require.NoError(t, json.Unmarshal(got.Data, &rep))
+		require.Len(t, rep.Results, 2)
+		for _, res := range rep.Results {
+			require.True(t, res.OK, "%+v", res.Error)
+			require.Equal(t, tenAliceKey, res.Key)
+		}
+		require.NoError(t, sub.Unsubscribe())
+	}
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, before, tenSessionState(t, bobC, tenBobKey))
+	_, err = bobC.Get(tenCtx(t), stolen, 0)
+	require.ErrorIs(t, err, checkpoint.ErrNotFound)
+
+	aliceC := e.Client(asAlice())
+	key := checkpoint.Key{Namespace: "alice", Session: "async"}
+	var futures []*checkpoint.AppendFuture
+	for i := 0; i < 40; i++ {
+		futures = append(futures, aliceC.AppendAsync(tenCtx(t), key, oneMessage("a", i)))
+	}
+	for i, fu := range futures {
+		v, err := fu.Wait(tenCtx(t))
+		require.NoError(t, err)
+		require.Equal(t, uint64(i+1), v.Version)
+	}
+}
