@@ -51,9 +51,7 @@ func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
 		sr.answerGroupRefusal(msg, err)
 		return
 	}
-	for _, res := range results {
-		sr.in.observe(pathRequest, res, start)
-	}
+	sr.observeGroup(key, results, start)
 	encoded, reply := encodeGroupReply(results)
 	if err := msg.Respond(reply); err != nil {
 		sr.in.log.Warn("save group: reply failed", "subject", msg.Subject, "err", err)
@@ -66,6 +64,27 @@ func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
 		if err := sr.in.announceResult(res, encoded[i]); err != nil {
 			sr.in.log.Warn("save group: announcing a result failed (the writer has its reply)", "session", key, "save", res.SaveID, "err", err)
 		}
+	}
+}
+
+// observeGroup counts every save of a group as a save of the request path. The saves refused
+// because one before them was are counted, but logged once, with the refusal that stopped them:
+// a hostile group of 64 would otherwise write 64 log lines.
+func (sr *SaveRequests) observeGroup(key wire.Key, results []wire.SaveResult, start time.Time) {
+	stop := len(results)
+	for i, res := range results {
+		if i > stop && res.Error != nil {
+			sr.in.m.SaveSeconds.Observe(sr.in.now().Sub(start).Seconds())
+			sr.in.m.Saves.WithLabelValues(pathRequest, res.Error.Code).Inc()
+			continue
+		}
+		sr.in.observe(pathRequest, res, start)
+		if res.Error != nil && stop == len(results) {
+			stop = i
+		}
+	}
+	if n := len(results) - stop - 1; n > 0 {
+		sr.in.log.Info("save group: saves after a refused one not stored", "session", key, "refused", stop, "not stored", n)
 	}
 }
 
