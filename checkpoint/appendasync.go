@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -351,11 +350,8 @@ func (c *Client) groupMessage(key Key, head uint64, group []*asyncAppend) (*nats
 // order, and returns how many, and the error of the first save that failed. A refusal of the whole
 // group, or a first save refused busy or unavailable, is retryable: again says how long to wait.
 func (c *Client) takeGroupReply(ctx context.Context, key Key, head *uint64, group []*asyncAppend, sent []string, data []byte, try int) (n int, again time.Duration, err error) {
-	var rep struct {
-		wire.GroupReply
-		Key *wire.Key `json:"key"` // only in a single save's result: a daemon that does not know groups
-	}
-	if err := json.Unmarshal(data, &rep); err != nil {
+	var rep groupReply
+	if err := decodeGroupReply(data, &rep); err != nil {
 		return 0, 0, &Error{Code: wire.CodeInternal, Message: "group reply: " + err.Error(), Index: -1, Offset: -1}
 	}
 	if rep.Key != nil {
