@@ -94,10 +94,7 @@ func encodeGroupReply(results []wire.SaveResult) ([][]byte, []byte) {
 	encoded := make([][]byte, len(results))
 	reply := []byte(`{"results":[`)
 	for i, res := range results {
-		data, err := json.Marshal(res)
-		if err != nil { // cannot happen: a SaveResult is plain data
-			data = []byte(`{"ok":false,"error":{"code":"internal","message":"result not encodable"}}`)
-		}
+		data := appendResult(nil, res) // resultjson.go
 		encoded[i] = data
 		if i > 0 {
 			reply = append(reply, ',')

@@ -1,0 +1,50 @@
+package ingest
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+func sampleResult(s string, n uint64, at time.Time) wire.SaveResult {
+	key := wire.Key{Namespace: "ns" + s, Session: s, Agent: "main"}
+	return wire.SaveResult{SaveID: s, Key: key, OK: true, Duplicate: n%2 == 0, Received: "sha256:" + s, Unverified: s,
+		Version: &wire.Version{Format: 1, Key: key, Version: n, Parent: n / 2, Hash: "sha256:" + s, SaveID: s, Writer: s,
+			Reason: "turn", Created: at, RawBytes: int64(n), StoredBytes: -int64(n % 7), Gen: n * 3, Dialect: s,
+			Counts: wire.Counts{Messages: int(n % 1000), User: 1, Assistant: 2, ToolResult: 3, Extension: 4, ToolCalls: 5, System: int(n % 2)}}}
+}
+
+// A result written by hand is byte for byte what encoding/json writes.
+func TestAppendResult_WritesWhatEncodingJSONWrites(t *testing.T) {
+	zone := time.FixedZone("x", -7*3600)
+	for _, r := range []wire.SaveResult{
+		sampleResult("plain", 7, time.Date(2026, 11, 24, 12, 0, 1, 0, time.UTC)),
+		sampleResult(`quote " back \ <html> & é`+"\u2028\x01", 1<<53-1, time.Date(2026, 1, 2, 3, 4, 5, 600, zone)),
+		sampleResult("", 0, time.Time{}),
+		{SaveID: "x", Error: &wire.Error{Code: "invalid", Message: "m"}},
+	} {
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendResult(nil, r); string(got) != string(want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	}
+}
+
+func FuzzAppendResult(f *testing.F) {
+	f.Add("plain", uint64(7), int64(1764000000), int64(5))
+	f.Fuzz(func(t *testing.T, s string, n uint64, sec, nsec int64) {
+		r := sampleResult(s, n, time.Unix(sec, nsec).UTC())
+		want, err := json.Marshal(r)
+		if err != nil {
+			return // a time outside years 0-9999: encoding/json refuses it, and so does appendResult's fallback
+		}
+		if got := appendResult(nil, r); string(got) != string(want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	})
+}
