@@ -48,3 +48,24 @@ func FuzzAppendResult(f *testing.F) {
 		}
 	})
 }
+
+// A group's reply is {"results":[...]} of the results as encoding/json writes them, and each
+// result announced is its own slice of it.
+func TestEncodeGroupReply(t *testing.T) {
+	results := []wire.SaveResult{sampleResult("a", 1, time.Unix(1, 0).UTC()), {SaveID: "b", Error: &wire.Error{Code: "conflict", Message: "m"}},
+		sampleResult("c", 3, time.Unix(3, 0).UTC())}
+	encoded, reply := encodeGroupReply(results)
+	want, err := json.Marshal(wire.GroupReply{Results: results})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(reply) != string(want) {
+		t.Fatalf("\n got %s\nwant %s", reply, want)
+	}
+	for i, r := range results {
+		one, _ := json.Marshal(r)
+		if string(encoded[i]) != string(one) {
+			t.Fatalf("result %d: %s, want %s", i, encoded[i], one)
+		}
+	}
+}

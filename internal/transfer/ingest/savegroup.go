@@ -88,20 +88,30 @@ func (sr *SaveRequests) observeGroup(key wire.Key, results []wire.SaveResult, st
 	}
 }
 
-// encodeGroupReply encodes each result once: the reply (a wire.GroupReply) is made of the same
-// bytes as the results announced on cp.saved.
+// encodeGroupReply encodes each result once, into the reply (a wire.GroupReply): the results
+// announced on cp.saved are slices of it.
 func encodeGroupReply(results []wire.SaveResult) ([][]byte, []byte) {
-	encoded := make([][]byte, len(results))
-	reply := []byte(`{"results":[`)
+	bounds := make([]int, len(results)+1)
+	reply := make([]byte, 0, 16+len(results)*1024) // a stored save's result is ~700-1000 bytes
+	reply = append(reply, `{"results":[`...)
 	for i, res := range results {
-		data := appendResult(nil, res) // resultjson.go
-		encoded[i] = data
 		if i > 0 {
 			reply = append(reply, ',')
 		}
-		reply = append(reply, data...)
+		bounds[i] = len(reply)
+		reply = appendResult(reply, res) // resultjson.go
 	}
-	return encoded, append(reply, "]}"...)
+	bounds[len(results)] = len(reply)
+	reply = append(reply, "]}"...)
+	encoded := make([][]byte, len(results))
+	for i := range results {
+		end := bounds[i+1]
+		if i+1 < len(results) {
+			end-- // the comma before the next one
+		}
+		encoded[i] = reply[bounds[i]:end:end]
+	}
+	return encoded, reply
 }
 
 // reply sends v as the reply's JSON, and reports whether it went.
