@@ -217,7 +217,9 @@ func (e *Engine) entriesHolding(ctx context.Context, key Key, from, upTo, v uint
 func holds(v uint64) func(ent) bool {
 	return func(x ent) bool {
 		switch x.meta.Kind {
-		case kindSave, kindFork:
+		case kindSave:
+			return firstVersion(x.meta) <= v && v <= x.meta.Head.Version // a group's versions too
+		case kindFork:
 			return x.meta.Head.Version == v
 		case kindPack:
 			p := x.meta.Packed
@@ -227,13 +229,24 @@ func holds(v uint64) func(ent) bool {
 	}
 }
 
-// recordIn returns version v's record from the entry holding it, and its index in a pack.
+// recordIn returns version v's record from the entry holding it, and its index in a pack or a
+// group entry (entryVersions).
 func recordIn(key Key, x ent, v uint64) (Record, int, error) {
 	if x.meta.Kind == kindPack {
 		i := int(v - x.meta.Packed[0].Record.Version)
 		r := x.meta.Packed[i].Record
 		r.Key = key
 		return r, i, nil
+	}
+	if g := x.meta.Group; len(g) > 0 && v < x.meta.Head.Version {
+		i := int(v - g[0].Record.Version)
+		r := g[i].Record
+		r.Key = key
+		return r, i, nil
+	}
+	if len(x.meta.Group) > 0 {
+		r, err := recordOf(key, x.meta.Head)
+		return r, len(x.meta.Group), err
 	}
 	r, err := recordOf(key, x.meta.Head)
 	return r, 0, err
@@ -335,7 +348,7 @@ func (e *Engine) holding(ctx context.Context, key Key, last ent, v uint64) ([]en
 	}
 	upTo := upToFor(last, v)
 	h := last.meta.Head
-	if p := lastPackOf(last); p != 0 && h.Version <= uint64(e.cfg.PackEntries)+uint64(h.TailEntries) {
+	if p := lastPackOf(last); p != 0 && h.Version <= uint64(e.cfg.PackEntries)+uint64(h.TailEntries+h.TailExtra) {
 		chain, err := e.packChain(ctx, key, last, p)
 		if err != nil {
 			return nil, err
@@ -375,11 +388,12 @@ func alone(last ent, v uint64) bool {
 // upToFor is how far a read of version v must go, given the log's last entry: up to the last
 // pack if v is in it or before it, so that the saves after it are not fetched; up to the last
 // entry otherwise. Every entry after the last pack adds at most one version (versions have no
-// gaps once a log has one, and a pack is only made of versions), so the last pack holds version
-// head − TailEntries or a later one.
+// gaps once a log has one, and a pack is only made of versions) beyond those TailExtra counts (a
+// group entry's earlier versions), so the last pack holds version head − TailEntries − TailExtra
+// or a later one.
 func upToFor(last ent, v uint64) uint64 {
 	h := last.meta.Head
-	if p := lastPackOf(last); p != 0 && p != last.seq && h.TailEntries >= 0 && v+uint64(h.TailEntries) <= h.Version {
+	if p := lastPackOf(last); p != 0 && p != last.seq && h.TailEntries >= 0 && h.TailExtra >= 0 && v+uint64(h.TailEntries+h.TailExtra) <= h.Version {
 		return p
 	}
 	return last.seq
@@ -508,7 +522,20 @@ func (e *Engine) logOf(ctx context.Context, key Key, entries []ent, v uint64, de
 				lb.out = append(lb.out, src...)
 			}
 		case kindSave:
-			err = lb.add(x.meta.Piece, x.data)
+			if len(x.meta.Group) == 0 {
+				err = lb.add(x.meta.Piece, x.data)
+				break
+			}
+			ps, ds := groupPieces(x.meta, x.data)
+			if x.seq == target.seq && n+1 < len(ps) {
+				// Read up to a version inside the group: its run decodes whole, the rest dropped.
+				ps, ds, lb.partial = ps[:n+1], ds[:n+1], true
+			}
+			for i := range ps {
+				if err = lb.add(ps[i], ds[i]); err != nil {
+					break
+				}
+			}
 		case kindPack:
 			packed := x.meta.Packed
 			if x.seq == target.seq {
@@ -732,6 +759,11 @@ func records(key Key, entries []ent) ([]Record, error) {
 				out = append(out, r)
 			}
 		case kindSave, kindFork:
+			for _, g := range x.meta.Group { // a group entry's earlier versions
+				r := g.Record
+				r.Key = key
+				out = append(out, r)
+			}
 			r, err := recordOf(key, x.meta.Head)
 			if err != nil {
 				return nil, err

@@ -117,8 +117,8 @@ func (e *Engine) checkRepeatWithoutBase(ctx context.Context, s *session, req Sav
 	}
 	// A version whose own entry still holds what its save stored (not packed, not a rewrite) says
 	// how many messages that save appended onto its parent.
-	if x := entries[len(entries)-1].meta; x.Kind == kindSave && x.Piece != nil && x.Piece.Keep == nil && x.Piece.Messages != len(c.Messages) {
-		return refuse(fmt.Sprintf("that version's save appended %d messages, this save appends %d", x.Piece.Messages, len(c.Messages)))
+	if p := savePiece(entries[len(entries)-1].meta, rec.Version); p != nil && p.Keep == nil && p.Messages != len(c.Messages) {
+		return refuse(fmt.Sprintf("that version's save appended %d messages, this save appends %d", p.Messages, len(c.Messages)))
 	}
 	log, _, err := e.logOf(ctx, s.key, entries, rec.Version, 0)
 	if err != nil {
