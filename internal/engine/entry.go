@@ -159,9 +159,9 @@ type packedVersion struct {
 
 // entryMeta is an entry's fields.
 type entryMeta struct {
-	Kind   entryKind
-	Head   headState
-	Piece  *pieceInfo      // saves
+	Kind  entryKind
+	Head  headState
+	Piece *pieceInfo // saves
 	// Group, on a save written by SaveGroup (group.go), holds the versions of the entry before
 	// its head version (Head.Version - len(Group) to Head.Version - 1), each with its record and
 	// piece; the data holds their pieces then Piece's, back to back in one run of the stream.
