@@ -159,13 +159,9 @@ type packedVersion struct {
 
 // entryMeta is an entry's fields.
 type entryMeta struct {
-	Kind  entryKind
-	Head  headState
-	Piece *pieceInfo // saves
-	// Group, on a save written by SaveGroup (group.go), holds the versions of the entry before
-	// its head version (Head.Version - len(Group) to Head.Version - 1), each with its record and
-	// piece; the data holds their pieces then Piece's, back to back in one run of the stream.
-	Group  []packedVersion
+	Kind   entryKind
+	Head   headState
+	Piece  *pieceInfo      // saves
 	Packed []packedVersion // packs
 	Open   bool            // packs: the data is the packed saves' stored bytes, its last frame open
 	Parts  int             // saves and packs: part entries before it holding the first bytes of its data
@@ -180,6 +176,10 @@ type entryMeta struct {
 	// instead of a read of every entry since the last pack (back.go).
 	Back    uint64
 	HasBack bool
+	// Group, on a save written by SaveGroup (group.go), holds the versions of the entry before
+	// its head version (Head.Version - len(Group) to Head.Version - 1), each with its record and
+	// piece; the data holds their pieces then Piece's, back to back in one run of the stream.
+	Group []packedVersion
 }
 
 const (
