@@ -1,7 +1,14 @@
 package engine_test
 
 import (
+	"bytes"
+	"fmt"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
 
 	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
 	"github.com/checkpointd/checkpointd/internal/engine/memlog"
@@ -11,4 +18,39 @@ import (
 // JetStream.
 func TestEngine_Groups(t *testing.T) {
 	enginetest.RunGroups(t, memlog.New(1<<20))
+}
+
+// A group whose saves hold values (large strings stored apart): the sweep finds them referred to
+// by the group entry's earlier versions as by its head, and every version reads after it.
+func TestSaveGroup_ValuesSurviveTheSweep(t *testing.T) {
+	const grace = time.Minute
+	clk := &clock{t: now}
+	log := memlog.New(1 << 20)
+	cfg := engine.Config{ValueGrace: grace, Clock: clk.now}
+	e := engine.New(log, cfg)
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	img1, img2 := image(30<<10), image(31<<10)
+	msgs := [][]byte{imageMessage(0, img1), imageMessage(1, img2), message(2)}
+	var reqs []engine.SaveRequest
+	for i, m := range msgs {
+		reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("v", i+1), Base: u64(uint64(i)),
+			Payload: []byte("[" + string(m) + "]"), Now: now})
+	}
+	for i, r := range e.SaveGroup(ctx, reqs) {
+		require.NoError(t, r.Err, "save %d", i)
+	}
+	require.Equal(t, 1, entries(t, log, k))
+	require.Equal(t, 2, valueCount(t, log, "n"))
+	for range 2 {
+		clk.add(3 * grace)
+		res, err := e.SweepValues(ctx, "n")
+		require.NoError(t, err)
+		require.Equal(t, engine.ValueSweep{}, res, "every value is referred to")
+	}
+	for v := 1; v <= 3; v++ {
+		got, _, err := engine.New(log, cfg).Read(ctx, k, uint64(v), engine.ReadOptions{Verify: true})
+		require.NoError(t, err)
+		want := "[" + string(bytes.Join(msgs[:v], []byte(","))) + "]"
+		require.True(t, want == string(got), "version %d", v)
+	}
 }

@@ -1,12 +1,14 @@
 package enginetest
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
@@ -33,6 +35,8 @@ func RunGroups(t *testing.T, l engine.Log) {
 		{"RefusalInTheMiddle", groupRefusalInTheMiddle},
 		{"ForkInsideAGroup", groupFork},
 		{"PacksAndTails", groupPacksAndTails},
+		{"LongTailAndLeases", groupLongTailAndLeases},
+		{"WholeArrays", groupWholeArrays},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			sc.fn(t, l, engine.Key{Namespace: "group-" + sc.name, Session: "s", Agent: "a"}, &groups{msgs: msgs})
@@ -290,6 +294,104 @@ func groupPacksAndTails(t *testing.T, l engine.Log, k engine.Key, g *groups) {
 		require.NoError(t, r.Err)
 	}
 	g.checkAll(t, engine.New(l, engine.Config{PackEntries: 100}), k, 1, v+6, id)
+}
+
+// groupLongTailAndLeases: a tail of many entries (default packs), groups between single saves
+// and lease renewals (state entries, one right after each group), so that the newest pages are
+// walked by back pointer through group entries and state entries that name them; every save of a
+// group checked against the lease: a group whose 3rd save carries an old epoch stores 2 and
+// refuses the rest.
+func groupLongTailAndLeases(t *testing.T, l engine.Log, k engine.Key, g *groups) {
+	e := engine.New(l, engine.Config{})
+	ls, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "me", TTL: time.Hour, Now: Now})
+	require.NoError(t, err)
+	renew := func() {
+		_, err := e.Renew(ctx, engine.LeaseRequest{Key: k, Epoch: ls.Lease.Epoch, TTL: time.Hour, Now: Now})
+		require.NoError(t, err)
+	}
+	withEpoch := func(reqs []engine.SaveRequest) []engine.SaveRequest {
+		for i := range reqs {
+			reqs[i].Epoch = ls.Lease.Epoch
+		}
+		return reqs
+	}
+	v := uint64(0)
+	for round := range 12 {
+		size := uint64(1 + round%4)
+		g.saveGroup(t, e, withEpoch(g.appends(k, "g", v, v+size)))
+		v += size
+		renew()
+		if round%3 == 2 {
+			CheckHistory(t, e, k, 1, v)
+		}
+	}
+	id := func(v uint64) string { return fmt.Sprint("g-", v) }
+	g.checkAll(t, engine.New(l, engine.Config{}), k, 1, v, id)
+	reqs := withEpoch(g.appends(k, "g", v, v+5))
+	reqs[2].Epoch = 0 // a writer without the lease
+	res := e.SaveGroup(ctx, reqs)
+	require.NoError(t, res[0].Err)
+	require.NoError(t, res[1].Err)
+	require.ErrorIs(t, res[2].Err, engine.ErrLeased)
+	require.ErrorIs(t, res[3].Err, engine.ErrVersionConflict)
+	require.ErrorIs(t, res[4].Err, engine.ErrVersionConflict)
+	g.checkAll(t, e, k, 1, v+2, id)
+}
+
+// groupWholeArrays: a group of saves each sending the whole conversation (no base: recognised as
+// extending the head before it in canonical form), then the same group again: duplicates found
+// by save id alone (the records of the group's versions are the session's recent records), not
+// rewrites; and a group whose 3rd save rewrites the conversation (it drops a message): stored in
+// an entry of its own, after the first two.
+func groupWholeArrays(t *testing.T, l engine.Log, k engine.Key, g *groups) {
+	e := engine.New(l, engine.Config{})
+	var reqs []engine.SaveRequest
+	for v := uint64(1); v <= 8; v++ {
+		reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("w-", v), Payload: g.version(v), Now: Now})
+	}
+	res := e.SaveGroup(ctx, reqs)
+	for i, r := range res {
+		require.NoError(t, r.Err)
+		require.Equal(t, uint64(i+1), r.Saved.Record.Version)
+	}
+	n := Entries(t, l, k)
+	require.Equal(t, 1, n)
+	for _, en := range []*engine.Engine{e, engine.New(l, engine.Config{})} {
+		for i, r := range en.SaveGroup(ctx, reqs) {
+			require.NoError(t, r.Err)
+			require.True(t, r.Saved.Duplicate, "save %d", i)
+			require.Equal(t, uint64(i+1), r.Saved.Record.Version)
+		}
+		require.Equal(t, n, Entries(t, l, k))
+	}
+	id := func(v uint64) string { return fmt.Sprint("w-", v) }
+	g.checkAll(t, e, k, 1, 8, id)
+	more := []engine.SaveRequest{
+		{Key: k, SaveID: "w-9", Payload: g.version(9), Now: Now},
+		{Key: k, SaveID: "w-10", Payload: g.version(10), Now: Now},
+		{Key: k, SaveID: "rewrite", Payload: g.array(1, 20), Now: Now},
+		{Key: k, SaveID: "after", Payload: append(bytes.TrimSuffix(g.array(1, 20), []byte("]")), append([]byte{','}, g.array(20, 22)[1:]...)...), Now: Now},
+	}
+	res = e.SaveGroup(ctx, more)
+	for i, r := range res {
+		require.NoError(t, r.Err, "save %d", i)
+		require.Equal(t, uint64(9+i), r.Saved.Record.Version)
+	}
+	require.Equal(t, n+2, Entries(t, l, k))
+	got, _, err := engine.New(l, engine.Config{}).Read(ctx, k, 11, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(g.array(1, 20)), string(got))
+	got, _, err = engine.New(l, engine.Config{}).Read(ctx, k, 12, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(g.array(1, 22)), string(got))
+	cold := engine.New(l, engine.Config{})
+	for v := uint64(1); v <= 10; v++ {
+		got, rec, err := cold.Read(ctx, k, v, engine.ReadOptions{Verify: true})
+		require.NoError(t, err)
+		require.Equal(t, id(v), rec.SaveID)
+		require.True(t, string(g.version(v)) == string(got), "version %d", v)
+	}
+	CheckHistory(t, cold, k, 1, 12)
 }
 
 // hash is the record hash of a conversation.

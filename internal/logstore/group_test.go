@@ -1,0 +1,58 @@
+package logstore_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
+	"github.com/checkpointd/checkpointd/internal/logstore"
+)
+
+// The group commit scenarios (enginetest.RunGroups: one entry for k saves, each version read
+// back, duplicates, a refusal in the middle, a fork inside a group, packs and tails of groups) on
+// the embedded server.
+func TestEngine_Groups(t *testing.T) {
+	_, l := startEngine(t, engine.Config{})
+	enginetest.RunGroups(t, l)
+}
+
+// Groups of 8 appends written, packed and written again, then the server restarted on the same
+// directory: a new engine (nothing cached) reads every version back, by number and by history.
+func TestEngine_GroupsAfterARestart(t *testing.T) {
+	dir := t.TempDir()
+	s, err := logstore.StartEmbedded(dir)
+	require.NoError(t, err)
+	e, _ := openEngine(t, logstore.Connect(t, s.ClientURL()), logstore.LogConfig{}, engine.Config{PackEntries: 16})
+	k := engine.Key{Namespace: "n", Session: "restart", Agent: "a"}
+	for g := range 5 {
+		var reqs []engine.SaveRequest
+		for v := 8*g + 1; v <= 8*g+8; v++ {
+			reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("s-", v), Base: enginetest.U64(uint64(v - 1)),
+				Payload: enginetest.Array(2*(v-1), 2*v), Now: now})
+		}
+		for i, r := range e.SaveGroup(ctx, reqs) {
+			require.NoError(t, r.Err, "group %d save %d", g, i)
+			if r.Saved.PackDue {
+				_, err := e.Pack(ctx, k, false)
+				require.NoError(t, err)
+			}
+		}
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+
+	s, err = logstore.StartEmbedded(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	e, _ = openEngine(t, logstore.Connect(t, s.ClientURL()), logstore.LogConfig{}, engine.Config{PackEntries: 16})
+	for v := 1; v <= 40; v++ {
+		got, rec, err := e.Read(ctx, k, uint64(v), engine.ReadOptions{Verify: true})
+		require.NoError(t, err, "version %d", v)
+		require.Equal(t, fmt.Sprint("s-", v), rec.SaveID)
+		require.Equal(t, string(enginetest.Conversation(2*v)), string(got), "version %d", v)
+	}
+	enginetest.CheckHistory(t, e, k, 1, 40)
+}
