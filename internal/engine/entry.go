@@ -47,8 +47,9 @@ import (
 //	save          piece: messages, rawBytes, CRC-32C (4 bytes, big-endian), parts, keep if flag 1,
 //	              values if flag 6: count, then per value at, size, id (32 bytes: SHA-256);
 //	              group if flags2 bit 2: the versions of the entry before its head version, as a
-//	              pack's records (count, then delta-coded records with their pieces); the data
-//	              is their pieces then the head's, back to back in the session's stream
+//	              pack's records (count, then delta-coded records with their pieces), then each
+//	              one's piece messages; the data is their pieces then the head's, back to back in
+//	              the session's stream
 //	pack          parts, count, then per version: version, messages, rawBytes (brackets included),
 //	              hash (32 bytes), counts (6), parent, saveId, writer, reason, dialect, created,
 //	              storedBytes, extras; piece rawBytes, piece CRC-32C, piece flags (bit 0 frame, bit 1

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"time"
@@ -387,11 +388,21 @@ func groupEntry(s *session, pend []pendingSave, pieces []pieceInfo, added []int6
 // appendGroup writes a group entry's earlier versions (entryMeta.Group) as a pack writes its
 // records (appendPacked: delta-coded, with their pieces); they must end right below the head
 // version head.
+//
+// Then each version's piece's message count (a varint each; a pack does not keep them): how many
+// messages its save appended, which a repeat of its save id is checked against (repeat.go).
 func appendGroup(out []byte, group []packedVersion, head uint64) ([]byte, error) {
 	if v := group[len(group)-1].Record.Version; v+1 != head {
 		return nil, fmt.Errorf("engine: a group ending at version %d in an entry of version %d", v, head)
 	}
-	return appendPacked(out, group)
+	out, err := appendPacked(out, group)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range group {
+		out = binary.AppendUvarint(out, uint64(p.Piece.Messages))
+	}
+	return out, nil
 }
 
 // group reads a group entry's earlier versions (appendGroup) for an entry of head version head.
@@ -404,6 +415,9 @@ func (r *reader) group(head uint64) []packedVersion {
 		r.fail("a group of %d versions", len(g))
 	case g[len(g)-1].Record.Version+1 != head:
 		r.fail("a group ending at version %d in an entry of version %d", g[len(g)-1].Record.Version, head)
+	}
+	for i := range g {
+		g[i].Piece.Messages = int(r.uint("group piece messages", maxCount))
 	}
 	return g
 }

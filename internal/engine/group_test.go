@@ -54,3 +54,32 @@ func TestSaveGroup_ValuesSurviveTheSweep(t *testing.T) {
 		require.True(t, want == string(got), "version %d", v)
 	}
 }
+
+// A save of a group delivered again after retention removed the version it appended to: the
+// engine cannot rebuild what it would make, and checks it against what that version's save
+// appended, which the group entry keeps per version: the same messages are a duplicate, fewer of
+// them are refused (ErrSaveIDReused), as for saves stored one by one.
+func TestSaveGroup_RepeatAfterRetention(t *testing.T) {
+	e, _ := newEngine(t, 1<<20, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	var reqs []engine.SaveRequest
+	for v := 1; v <= 6; v++ {
+		reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("v", v), Base: u64(uint64(v - 1)),
+			Payload: array(2*(v-1), 2*v), Now: now})
+	}
+	for i, r := range e.SaveGroup(ctx, reqs) {
+		require.NoError(t, r.Err, "save %d", i)
+	}
+	_, err := e.Prune(ctx, k, engine.Retention{KeepLast: 3}, now, false)
+	require.NoError(t, err)
+	again := reqs[3] // version 4, whose base (3) is gone
+	saved, err := e.Save(ctx, again)
+	require.NoError(t, err)
+	require.True(t, saved.Duplicate)
+	require.Equal(t, uint64(4), saved.Record.Version)
+	fewer := again
+	fewer.Payload = array(7, 8) // the last of the 2 messages it appended
+	_, err = e.Save(ctx, fewer)
+	require.ErrorIs(t, err, engine.ErrSaveIDReused)
+	require.ErrorContains(t, err, "appended 2 messages, this save appends 1")
+}

@@ -1,6 +1,8 @@
 package logstore_test
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"testing"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
 	"github.com/checkpointd/checkpointd/internal/logstore"
+	"github.com/checkpointd/checkpointd/internal/sealing"
 )
 
 // The group commit scenarios (enginetest.RunGroups: one entry for k saves, each version read
@@ -17,6 +20,17 @@ import (
 func TestEngine_Groups(t *testing.T) {
 	_, l := startEngine(t, engine.Config{})
 	enginetest.RunGroups(t, l)
+}
+
+// The same, every namespace sealed (--namespace-keys): group entries are sealed and opened as
+// any entry.
+func TestEngine_GroupsSealed(t *testing.T) {
+	_, l := startEngine(t, engine.Config{})
+	k := make([]byte, 32)
+	_, _ = rand.Read(k)
+	keys, err := sealing.ParseKeys([]byte(`{"*":"` + base64.StdEncoding.EncodeToString(k) + `"}`))
+	require.NoError(t, err)
+	enginetest.RunGroups(t, sealing.NewLog(l, keys))
 }
 
 // Groups of 8 appends written, packed and written again, then the server restarted on the same
