@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -82,4 +83,54 @@ func TestSaveGroup_RepeatAfterRetention(t *testing.T) {
 	_, err = e.Save(ctx, fewer)
 	require.ErrorIs(t, err, engine.ErrSaveIDReused)
 	require.ErrorContains(t, err, "appended 2 messages, this save appends 1")
+}
+
+// A group past the bytes one group entry takes (maxGroupBytes, 1 MiB of new bytes) goes in
+// several entries, each its own compare-and-swap, and an entry past the log's largest is written
+// in parts: every version reads back, from a cold engine too.
+func TestSaveGroup_LargeGroupsInSeveralEntriesAndParts(t *testing.T) {
+	e, log := newEngine(t, 64<<10, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	text := func() string { // hardly compressible: zstd keeps most of it
+		b := make([]byte, 300<<10)
+		for i := range b {
+			b[i] = "abcdefghijklmnopqrstuvwxyz0123456789 "[rnd.IntN(37)]
+		}
+		return string(b)
+	}
+	var msgs [][]byte
+	var reqs []engine.SaveRequest
+	for v := 1; v <= 8; v++ {
+		m := []byte(fmt.Sprintf(`{"role":"user","content":%q}`, text()))
+		msgs = append(msgs, m)
+		reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("v", v), Base: u64(uint64(v - 1)),
+			Payload: []byte("[" + string(m) + "]"), Now: now})
+	}
+	for i, r := range e.SaveGroup(ctx, reqs) {
+		require.NoError(t, r.Err, "save %d", i)
+		require.Equal(t, uint64(i+1), r.Saved.Record.Version)
+	}
+	n := entries(t, log, k)
+	require.Greater(t, n, 3, "3 entries (3, 3 and 2 saves of 300 KB), in parts of at most 64 KiB")
+	for _, en := range []*engine.Engine{e, engine.New(log, engine.Config{})} {
+		for v := 1; v <= 8; v++ {
+			got, rec, err := en.Read(ctx, k, uint64(v), engine.ReadOptions{Verify: true})
+			require.NoError(t, err, "version %d", v)
+			require.Equal(t, fmt.Sprint("v", v), rec.SaveID)
+			require.True(t, "["+string(bytes.Join(msgs[:v], []byte(",")))+"]" == string(got), "version %d", v)
+		}
+		checkVersionsOf(t, en, k, 8)
+	}
+}
+
+// checkVersionsOf checks k's history lists versions 1..head, each once.
+func checkVersionsOf(t *testing.T, e *engine.Engine, k engine.Key, head uint64) {
+	t.Helper()
+	all, err := e.History(ctx, k)
+	require.NoError(t, err)
+	require.Len(t, all, int(head))
+	for i, r := range all {
+		require.Equal(t, uint64(i+1), r.Version)
+	}
 }

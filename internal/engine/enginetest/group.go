@@ -37,6 +37,7 @@ func RunGroups(t *testing.T, l engine.Log) {
 		{"PacksAndTails", groupPacksAndTails},
 		{"LongTailAndLeases", groupLongTailAndLeases},
 		{"WholeArrays", groupWholeArrays},
+		{"RetentionCopyDelete", groupRetentionCopyDelete},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			sc.fn(t, l, engine.Key{Namespace: "group-" + sc.name, Session: "s", Agent: "a"}, &groups{msgs: msgs})
@@ -392,6 +393,46 @@ func groupWholeArrays(t *testing.T, l engine.Log, k engine.Key, g *groups) {
 		require.True(t, string(g.version(v)) == string(got), "version %d", v)
 	}
 	CheckHistory(t, cold, k, 1, 12)
+}
+
+// groupRetentionCopyDelete: SavedBy finds every save of a group; retention that keeps the last
+// versions from the middle of a group (its first versions pruned, the entry kept); a copy of the
+// session version by version (as migrate copies it: History, Read, CopyVersion) into another; a
+// deletion, and a group saved again after it.
+func groupRetentionCopyDelete(t *testing.T, l engine.Log, k engine.Key, g *groups) {
+	e := engine.New(l, engine.Config{})
+	g.saveGroup(t, e, g.appends(k, "g", 0, 8))
+	g.saveGroup(t, e, g.appends(k, "g", 8, 12))
+	id := func(v uint64) string { return fmt.Sprint("g-", v) }
+	cold := engine.New(l, engine.Config{})
+	for v := uint64(1); v <= 12; v++ {
+		rec, ok, err := cold.SavedBy(ctx, k, id(v))
+		require.NoError(t, err)
+		require.True(t, ok, "save id of version %d", v)
+		require.Equal(t, v, rec.Version)
+	}
+	_, err := e.Prune(ctx, k, engine.Retention{KeepLast: 7}, Now, false)
+	require.NoError(t, err)
+	_, _, err = e.Read(ctx, k, 5, engine.ReadOptions{})
+	require.ErrorIs(t, err, engine.ErrNotFound, "pruned")
+	g.checkAll(t, engine.New(l, engine.Config{}), k, 6, 12, id)
+
+	to := engine.Key{Namespace: k.Namespace, Session: "copy", Agent: k.Agent}
+	recs, err := e.History(ctx, k)
+	require.NoError(t, err)
+	for _, r := range recs {
+		conv, _, err := e.Read(ctx, k, r.Version, engine.ReadOptions{})
+		require.NoError(t, err)
+		r.Key = to
+		_, err = e.CopyVersion(ctx, r, conv)
+		require.NoError(t, err, "copying version %d", r.Version)
+	}
+	g.checkAll(t, engine.New(l, engine.Config{}), to, 6, 12, id)
+
+	_, err = e.Delete(ctx, k, nil)
+	require.NoError(t, err)
+	g.saveGroup(t, e, g.appends(k, "again", 0, 5))
+	g.checkAll(t, engine.New(l, engine.Config{}), k, 1, 5, func(v uint64) string { return fmt.Sprint("again-", v) })
 }
 
 // hash is the record hash of a conversation.
