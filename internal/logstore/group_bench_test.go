@@ -21,7 +21,8 @@ import (
 // engine in this process over the JetStream log of an embedded server (no request/reply hop:
 // the storage's share of a save), in three phases run in turn, CP_BENCH_ROUNDS rounds (default
 // 2) of CP_BENCH_SECONDS each (default 2); the odd rounds append small pairs instead (enginetest's
-// messages, ~330 B a pair, as BenchmarkIngest_FiftyAgents in internal/transfer does):
+// messages, ~330 B a pair, as BenchmarkIngest_FiftyAgents in internal/transfer does;
+// CP_BENCH_PAIRS=small or corpus: every round):
 //
 //   - the raw floor: the same pairs' JSON published to a plain stream, asynchronously, each agent
 //     keeping up to 256 publishes in flight (the denominator);
@@ -48,7 +49,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 	phase := time.Duration(seconds) * time.Second
 	for round := range rounds {
 		pairs := pairsOf(c)
-		if round%2 == 1 {
+		if only := os.Getenv("CP_BENCH_PAIRS"); only == "small" || only != "corpus" && round%2 == 1 {
 			pairs = smallPairs()
 		}
 		raw := measure(b, phase, func(a int, stop *atomic.Bool) int { return asyncPublishes(b, js, pairs, a, stop) })
