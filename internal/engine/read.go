@@ -527,8 +527,10 @@ func (e *Engine) logOf(ctx context.Context, key Key, entries []ent, v uint64, de
 				break
 			}
 			ps, ds := groupPieces(x.meta, x.data)
-			if x.seq == target.seq && n+1 < len(ps) {
+			if i == len(entries)-1 && n+1 < len(ps) {
 				// Read up to a version inside the group: its run decodes whole, the rest dropped.
+				// (By place, not sequence: the entries after the last pack may come without
+				// their sequences, tailData.)
 				ps, ds, lb.partial = ps[:n+1], ds[:n+1], true
 			}
 			for i := range ps {

@@ -35,6 +35,7 @@ func RunGroups(t *testing.T, l engine.Log) {
 		{"RefusalInTheMiddle", groupRefusalInTheMiddle},
 		{"ForkInsideAGroup", groupFork},
 		{"PacksAndTails", groupPacksAndTails},
+		{"TailAfterOnePack", groupTailAfterOnePack},
 		{"LongTailAndLeases", groupLongTailAndLeases},
 		{"WholeArrays", groupWholeArrays},
 		{"RetentionCopyDelete", groupRetentionCopyDelete},
@@ -295,6 +296,20 @@ func groupPacksAndTails(t *testing.T, l engine.Log, k engine.Key, g *groups) {
 		require.NoError(t, r.Err)
 	}
 	g.checkAll(t, engine.New(l, engine.Config{PackEntries: 100}), k, 1, v+6, id)
+}
+
+// groupTailAfterOnePack: one pack, then a tail of two groups and a save: a read fetches the pack
+// alone and the tail without sequences where the Log can (DataReader), so each version inside a
+// group is found by its entry's place in the tail.
+func groupTailAfterOnePack(t *testing.T, l engine.Log, k engine.Key, g *groups) {
+	e := engine.New(l, engine.Config{})
+	g.saveGroup(t, e, g.appends(k, "g", 0, 4))
+	_, err := e.Pack(ctx, k, true)
+	require.NoError(t, err)
+	g.saveGroup(t, e, g.appends(k, "g", 4, 7))
+	g.saveGroup(t, e, g.appends(k, "g", 7, 10))
+	g.saveGroup(t, e, g.appends(k, "g", 10, 11))
+	g.checkAll(t, engine.New(l, engine.Config{}), k, 1, 11, func(v uint64) string { return fmt.Sprint("g-", v) })
 }
 
 // groupLongTailAndLeases: a tail of many entries (default packs), groups between single saves
