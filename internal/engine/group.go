@@ -62,14 +62,25 @@ func (e *Engine) SaveGroup(ctx context.Context, reqs []SaveRequest) []GroupResul
 			n = e.saveRun(ctx, reqs[i:], out[i:])
 		}
 		i += n
-		if out[i-1].Err != nil {
+		if err := out[i-1].Err; err != nil {
 			for j := i; j < len(reqs); j++ {
-				out[j].Err = &ConflictError{Key: reqs[j].Key, Detail: errGroupRefused}
+				out[j].Err = notAttempted(reqs[j].Key, err)
 			}
 			break
 		}
 	}
 	return out
+}
+
+// notAttempted is what a save after a failed one of its group is told, without being stored:
+// after a refusal, a conflict (its base no longer holds); after any other failure (the store
+// unavailable, a write whose outcome is unknown), that failure, so that a caller retries as it
+// would retry the failed save.
+func notAttempted(key Key, err error) error {
+	if IsRefusal(err) {
+		return &ConflictError{Key: key, Detail: errGroupRefused}
+	}
+	return fmt.Errorf("session %s: not stored, an earlier save of the group failed: %w", key, err)
 }
 
 // saveRun stores the longest prefix of reqs that one entry takes (at least one save is decided),

@@ -134,3 +134,59 @@ func checkVersionsOf(t *testing.T, e *engine.Engine, k engine.Key, head uint64) 
 		require.Equal(t, uint64(i+1), r.Version)
 	}
 }
+
+// A group whose second entry fails to be written (the store failing, not a refusal): the saves
+// of the first entry are stored, the failed one carries the store's error, and the ones after it
+// are told that same error (not stored, not a conflict: the caller retries as for the failed
+// one); the group sent again stores the rest and answers the first ones as duplicates.
+func TestSaveGroup_StoreFailureInTheMiddle(t *testing.T) {
+	log := &failingLog{Log: memlog.New(1 << 20), fail: 2}
+	e := engine.New(log, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	reqs := []engine.SaveRequest{
+		{Key: k, SaveID: "1", Base: u64(0), Payload: array(0, 2), Now: now},
+		{Key: k, SaveID: "2", Base: u64(1), Payload: array(2, 4), Now: now},
+		{Key: k, SaveID: "3", Payload: array(1, 4), Now: now}, // a rewrite: the next entry
+		{Key: k, SaveID: "4", Base: u64(3), Payload: array(4, 6), Now: now},
+		{Key: k, SaveID: "5", Base: u64(4), Payload: array(6, 8), Now: now},
+	}
+	res := e.SaveGroup(ctx, reqs)
+	require.NoError(t, res[0].Err)
+	require.NoError(t, res[1].Err)
+	for i := 2; i < 5; i++ {
+		require.ErrorIs(t, res[i].Err, errInjected, "save %d", i+1)
+		require.NotErrorIs(t, res[i].Err, engine.ErrVersionConflict, "save %d", i+1)
+	}
+	res = e.SaveGroup(ctx, reqs)
+	for i, r := range res {
+		require.NoError(t, r.Err, "save %d", i+1)
+		require.Equal(t, i < 2, r.Saved.Duplicate, "save %d", i+1)
+		require.Equal(t, uint64(i+1), r.Saved.Record.Version)
+	}
+	got, _, err := engine.New(log, engine.Config{}).Read(ctx, k, 5, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, string(array(1, 8)), string(got))
+}
+
+// A group entry stored whose acknowledgement was lost: every save of it is told the store's
+// error (its outcome unknown), and the group sent again finds them all stored (duplicates),
+// writing nothing more.
+func TestSaveGroup_LostAcknowledgement(t *testing.T) {
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	log := &lostAckLog{Log: memlog.New(1 << 20), failKey: &k}
+	e := engine.New(log, engine.Config{})
+	var reqs []engine.SaveRequest
+	for v := 1; v <= 8; v++ {
+		reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint(v), Base: u64(uint64(v - 1)), Payload: array(2*(v-1), 2*v), Now: now})
+	}
+	for i, r := range e.SaveGroup(ctx, reqs) {
+		require.ErrorContains(t, r.Err, "timeout", "save %d", i+1)
+	}
+	n := entries(t, log.Log, k)
+	for i, r := range e.SaveGroup(ctx, reqs) {
+		require.NoError(t, r.Err, "save %d", i+1)
+		require.True(t, r.Saved.Duplicate, "save %d", i+1)
+		require.Equal(t, uint64(i+1), r.Saved.Record.Version)
+	}
+	require.Equal(t, n, entries(t, log.Log, k))
+}
