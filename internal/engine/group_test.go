@@ -147,12 +147,13 @@ func TestSaveGroup_StoreFailureInTheMiddle(t *testing.T) {
 		{Key: k, SaveID: "1", Base: u64(0), Payload: array(0, 2), Now: now},
 		{Key: k, SaveID: "2", Base: u64(1), Payload: array(2, 4), Now: now},
 		{Key: k, SaveID: "3", Payload: array(1, 4), Now: now}, // a rewrite: the next entry
-		{Key: k, SaveID: "4", Base: u64(3), Payload: array(4, 6), Now: now},
-		{Key: k, SaveID: "5", Base: u64(4), Payload: array(6, 8), Now: now},
+		{Key: k, SaveID: "4", Payload: array(2, 5), Now: now}, // another: the entry after
+		{Key: k, SaveID: "5", Base: u64(4), Payload: array(5, 7), Now: now},
 	}
 	res := e.SaveGroup(ctx, reqs)
 	require.NoError(t, res[0].Err)
 	require.NoError(t, res[1].Err)
+	require.Equal(t, 2, log.n, "saves 4 and 5 were not attempted")
 	for i := 2; i < 5; i++ {
 		require.ErrorIs(t, res[i].Err, errInjected, "save %d", i+1)
 		require.NotErrorIs(t, res[i].Err, engine.ErrVersionConflict, "save %d", i+1)
@@ -165,7 +166,7 @@ func TestSaveGroup_StoreFailureInTheMiddle(t *testing.T) {
 	}
 	got, _, err := engine.New(log, engine.Config{}).Read(ctx, k, 5, engine.ReadOptions{Verify: true})
 	require.NoError(t, err)
-	require.Equal(t, string(array(1, 8)), string(got))
+	require.Equal(t, string(array(2, 7)), string(got))
 }
 
 // A group entry stored whose acknowledgement was lost: every save of it is told the store's
