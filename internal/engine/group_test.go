@@ -191,3 +191,45 @@ func TestSaveGroup_LostAcknowledgement(t *testing.T) {
 	}
 	require.Equal(t, n, entries(t, log.Log, k))
 }
+
+// Two engines (daemons) on one log take turns with groups: each one's cache goes stale when the
+// other writes, its group loses the compare-and-swap, reads the head again and is decided again
+// (stored, not refused); a group built on a head another engine moved past is refused as a
+// conflict, first save and all after it, writing nothing.
+func TestSaveGroup_TwoEnginesTakeTurns(t *testing.T) {
+	log := memlog.New(1 << 20)
+	engines := []*engine.Engine{engine.New(log, engine.Config{PackEntries: 10}), engine.New(log, engine.Config{PackEntries: 10})}
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	group := func(from, to int) []engine.SaveRequest {
+		var reqs []engine.SaveRequest
+		for v := from + 1; v <= to; v++ {
+			reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint(v), Base: u64(uint64(v - 1)), Payload: array(2*(v-1), 2*v), Now: now})
+		}
+		return reqs
+	}
+	for turn := range 6 {
+		e := engines[turn%2]
+		for i, r := range e.SaveGroup(ctx, group(4*turn, 4*turn+4)) {
+			require.NoError(t, r.Err, "turn %d save %d", turn, i)
+			require.Equal(t, uint64(4*turn+i+1), r.Saved.Record.Version)
+			if r.Saved.PackDue {
+				_, err := e.Pack(ctx, k, false)
+				require.NoError(t, err)
+			}
+		}
+	}
+	n := entries(t, log, k)
+	stale := group(20, 24) // on version 20, under new save ids: the head is 24
+	for i := range stale {
+		stale[i].SaveID = fmt.Sprint("other-", i)
+	}
+	res := engines[0].SaveGroup(ctx, stale)
+	for i, r := range res {
+		require.ErrorIs(t, r.Err, engine.ErrVersionConflict, "save %d", i)
+	}
+	require.Equal(t, n, entries(t, log, k))
+	for _, e := range engines {
+		e.Forget()
+		checkVersions(t, e, k, 24)
+	}
+}

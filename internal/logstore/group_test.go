@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/checkpointd/checkpointd/internal/engine/enginetest"
 	"github.com/checkpointd/checkpointd/internal/logstore"
 	"github.com/checkpointd/checkpointd/internal/sealing"
+	"github.com/checkpointd/checkpointd/internal/testenv"
 )
 
 // The group commit scenarios (enginetest.RunGroups: one entry for k saves, each version read
@@ -69,4 +71,43 @@ func TestEngine_GroupsAfterARestart(t *testing.T) {
 		require.Equal(t, string(enginetest.Conversation(2*v)), string(got), "version %d", v)
 	}
 	enginetest.CheckHistory(t, e, k, 1, 40)
+}
+
+// Groups on an R3 cluster through two engines, one on the stream's leader and one on a follower,
+// taking turns: each group after the other engine's loses its compare-and-swap (the cache is
+// stale), reads the head again and is stored; every version reads back from both, cold; the
+// group scenarios then run on the cluster's log.
+func TestEngine_GroupsCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	c := testenv.StartCluster(t, 3)
+	lcfg := logstore.LogConfig{Replicas: 3}
+	cfg := engine.Config{PackEntries: 12}
+	logstore.OpenFresh(t, logstore.Connect(t, c.URLs()), lcfg)
+	leader := c.StreamLeader(logstore.StreamOf(lcfg), 10*time.Second)
+	a, la := openEngine(t, logstore.Connect(t, "nats://"+c.Node(leader).Listen), lcfg, cfg)
+	b, _ := openEngine(t, logstore.Connect(t, followerURL(c, logstore.StreamOf(lcfg))), lcfg, cfg)
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	for turn := range 6 {
+		e := []*engine.Engine{a, b}[turn%2]
+		var reqs []engine.SaveRequest
+		for v := 5*turn + 1; v <= 5*turn+5; v++ {
+			reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("s-", v), Base: enginetest.U64(uint64(v - 1)),
+				Payload: enginetest.Array(2*(v-1), 2*v), Now: now})
+		}
+		for i, r := range e.SaveGroup(ctx, reqs) {
+			require.NoError(t, r.Err, "turn %d save %d", turn, i)
+			require.Equal(t, uint64(5*turn+i+1), r.Saved.Record.Version)
+			if r.Saved.PackDue {
+				_, err := e.Pack(ctx, k, false)
+				require.NoError(t, err)
+			}
+		}
+	}
+	for _, e := range []*engine.Engine{a, b} {
+		e.Forget()
+		enginetest.CheckVersions(t, e, k, 30)
+	}
+	enginetest.RunGroups(t, la)
 }
