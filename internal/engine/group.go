@@ -42,8 +42,10 @@ const errGroupRefused = "an earlier save of the group was refused"
 // set) must be the version reqs[i-1] makes, or that save is a conflict. A save refused (invalid,
 // conflict, fenced, save id reused...) fails that save; the saves after it in the group are
 // refused as conflicts ("an earlier save of the group was refused") without being stored; the
-// saves before it are stored. A save id already saved is a duplicate (as Save) and the group goes
-// on from that version. len(result) == len(reqs) always.
+// saves before it are stored. (A save that fails for the store's sake instead, unavailable or its
+// outcome unknown, gives the saves after it that error, not a conflict: notAttempted.) A save id
+// already saved is a duplicate (as Save) and the group goes on from that version.
+// len(result) == len(reqs) always.
 //
 // Each save is decided as Save decides it, against the head the saves before it make. A save
 // that needs the head's messages read to be planned (a whole array that does not extend the head
