@@ -58,10 +58,8 @@ func (e *Engine) SaveGroup(ctx context.Context, reqs []SaveRequest) []GroupResul
 		var n int
 		if e.invalid != nil {
 			out[i].Err, n = e.invalid, 1
-		} else if reqs[i].Key != reqs[0].Key {
-			out[i].Err, n = fmt.Errorf("%w: a group of saves of session %s holds a save of %s", ErrBadRequest, reqs[0].Key, reqs[i].Key), 1
 		} else {
-			n = e.saveRun(ctx, reqs[i:], out[i:])
+			n = e.saveRun(ctx, reqs[i:], out[i:]) // (a save of another session is refused: decide)
 		}
 		i += n
 		if err := out[i-1].Err; err != nil {
@@ -176,6 +174,9 @@ func (e *Engine) runOnce(ctx context.Context, s *session, reqs []SaveRequest) ([
 // run). A save that joins the entry under way is added to g.pending and moves g.head on.
 func (e *Engine) decide(ctx context.Context, s *session, g *groupRun, req SaveRequest, j int, cached bool) (GroupResult, groupStep) {
 	refused := func(err error) (GroupResult, groupStep) { return GroupResult{Err: err}, stepRefused }
+	if req.Key != s.key {
+		return refused(fmt.Errorf("%w: a group of saves of session %s holds a save of %s", ErrBadRequest, s.key, req.Key))
+	}
 	if err := checkRequest(&req); err != nil {
 		return refused(err)
 	}

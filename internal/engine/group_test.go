@@ -233,3 +233,26 @@ func TestSaveGroup_TwoEnginesTakeTurns(t *testing.T) {
 		checkVersions(t, e, k, 24)
 	}
 }
+
+// A group holding a save of another session: that save is refused (ErrBadRequest), the ones
+// before it stored in their own session, the ones after it refused, and the other session
+// untouched.
+func TestSaveGroup_ASaveOfAnotherSession(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	other := engine.Key{Namespace: "n", Session: "other", Agent: "a"}
+	var reqs []engine.SaveRequest
+	for v := 1; v <= 5; v++ {
+		reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint(v), Base: u64(uint64(v - 1)), Payload: array(2*(v-1), 2*v), Now: now})
+	}
+	reqs[2].Key = other
+	res := e.SaveGroup(ctx, reqs)
+	require.NoError(t, res[0].Err)
+	require.NoError(t, res[1].Err)
+	require.ErrorIs(t, res[2].Err, engine.ErrBadRequest)
+	require.ErrorIs(t, res[3].Err, engine.ErrVersionConflict)
+	require.ErrorIs(t, res[4].Err, engine.ErrVersionConflict)
+	require.Equal(t, 1, entries(t, log, k))
+	require.Zero(t, entries(t, log, other))
+	checkVersions(t, e, k, 2)
+}
