@@ -254,5 +254,8 @@ func TestSaveGroup_ASaveOfAnotherSession(t *testing.T) {
 	require.ErrorIs(t, res[4].Err, engine.ErrVersionConflict)
 	require.Equal(t, 1, entries(t, log, k))
 	require.Zero(t, entries(t, log, other))
-	checkVersions(t, e, k, 2)
+	got, rec, err := e.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), rec.Version)
+	require.Equal(t, string(conversation(4)), string(got))
 }
