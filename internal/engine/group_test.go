@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,4 +259,49 @@ func TestSaveGroup_ASaveOfAnotherSession(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), rec.Version)
 	require.Equal(t, string(conversation(4)), string(got))
+}
+
+// Groups of saves that add nothing (appends of no message) among others, and one of nothing but
+// those: entries with empty pieces (no data at all, for the latter); every version reads, warm,
+// cold and after a pack.
+func TestSaveGroup_EmptyPieces(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	var want []string
+	save := func(msgs ...int) []engine.SaveRequest {
+		var reqs []engine.SaveRequest
+		for _, n := range msgs {
+			v := len(want)
+			from := 0
+			if v > 0 {
+				from = strings.Count(want[v-1], `"role"`)
+			}
+			reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint(v + 1), Base: u64(uint64(v)), Payload: array(from, from+n), Now: now})
+			want = append(want, string(conversation(from+n)))
+		}
+		return reqs
+	}
+	for _, group := range [][]engine.SaveRequest{save(0, 2, 0), save(0, 0, 0), save(3, 0, 1)} {
+		for i, r := range e.SaveGroup(ctx, group) {
+			require.NoError(t, r.Err, "save %d", i)
+		}
+	}
+	require.Equal(t, 3, entries(t, log, k))
+	check := func(e *engine.Engine) {
+		for v, w := range want {
+			got, _, err := e.Read(ctx, k, uint64(v+1), engine.ReadOptions{Verify: true})
+			require.NoError(t, err, "version %d", v+1)
+			require.Equal(t, w, string(got), "version %d", v+1)
+			z, _, err := e.ReadZstd(ctx, k, uint64(v+1))
+			require.NoError(t, err, "version %d", v+1)
+			plain, err := zstdDecoder.DecodeAll(z, nil)
+			require.NoError(t, err)
+			require.Equal(t, w, string(plain), "version %d as zstd", v+1)
+		}
+	}
+	check(e)
+	check(engine.New(log, engine.Config{}))
+	_, err := e.Pack(ctx, k, true)
+	require.NoError(t, err)
+	check(engine.New(log, engine.Config{}))
 }
