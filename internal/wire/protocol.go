@@ -196,6 +196,13 @@ type Version struct {
 	// Dialect is the conversation's shape (docs/format.md, "Dialects"); "" for native, so records
 	// written before dialects existed read as native and native records are unchanged.
 	Dialect string `json:"dialect,omitempty"`
+	// Unverified is no part of the record (never stored, sent or decoded): the Go SDK sets it on
+	// the Version a save returns when that save was a duplicate (its save id had made this
+	// version) which could not be compared with it, to the sentence saying why (the result's
+	// unverified, docs/protocol.md §4.3): its chunks were removed, or the base of its append was
+	// removed by retention. Empty when the daemon compared the repeat whole, or the SDK did (a
+	// Save of a whole array whose hash is the version's).
+	Unverified string `json:"-"`
 }
 
 // Origin records that a version was copied from another deployment (Via "migrate") or from a
