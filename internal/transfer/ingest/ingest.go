@@ -119,7 +119,7 @@ func (in *Ingester) Consume(ctx context.Context) error {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		MaxAckPending: 1024,
-		FilterSubject: "cp.ingest.>",
+		FilterSubject: wire.EverySubject(wire.IngestSubjectPrefix),
 	})
 	if err != nil {
 		return fmt.Errorf("ingest consumer: %w", err)
