@@ -47,6 +47,8 @@ type Ingester struct {
 	packer *housekeeping.Packer
 	// budget bounds the bytes of the saves being settled (ingestbudget.go).
 	budget *Budget
+	// requests notices namespaces saving off the stream while requests work (requestwatch.go).
+	requests requestWatch
 
 	lanes []chan jetstream.Msg
 	wg    sync.WaitGroup
@@ -208,6 +210,13 @@ func (in *Ingester) handle(msg jetstream.Msg) {
 		// its refusal goes where the publisher can find it from its PubAck (docs/protocol.md §4.4).
 		in.refuseUnattributed(msg, meta.Sequence.Stream, key.Namespace, err, start)
 		return
+	}
+	if in.requests.ingested(key.Namespace, meta.Timestamp) {
+		in.log.Warn("saves of this namespace come off the ingest stream while save requests work for other namespaces: "+
+			"its writers get no responders on cp.save.<namespace>.>, so every save takes the slower path. Likeliest cause: "+
+			"its tenant account was configured from a --print-nats-config of checkpointd before 0.4, without the cp.save import "+
+			"(install the current printout; README, upgrade notes); or its writers use an SDK before 0.4, or WithIngestSaves. "+
+			"Said once per namespace", "namespace", key.Namespace, "session", key, "save", saveID)
 	}
 	ctx, cancel := context.WithTimeout(in.ctx, 30*time.Second)
 	defer cancel()

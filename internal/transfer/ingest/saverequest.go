@@ -157,6 +157,7 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: edge.ToWireError(err)}, start)
 		return
 	}
+	sr.in.requests.request(key.Namespace, start)
 	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)
 	defer cancel()
 	res, chunks, err := sr.in.settle(ctx, key, saveID, msg.Header, msg.Data, pathRequest)
