@@ -205,8 +205,15 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 		return Version{}, err
 	}
 	v, duplicate, err := c.checkDecoded(ctx, res, key, o.saveID, sent())
-	if err == nil && duplicate && o.whole != nil {
-		err = checkRepeat(v, o)
+	if err != nil || !duplicate {
+		return v, err
+	}
+	v.Unverified = res.Unverified // what the daemon could not compare, said to the caller
+	if o.whole != nil {
+		var compared bool
+		if compared, err = checkRepeat(v, o); compared {
+			v.Unverified = "" // the SDK compared what the daemon could not
+		}
 	}
 	return v, err
 }
@@ -234,22 +241,23 @@ func compressBody(hdr nats.Header, conversation []byte, from int) []byte {
 // that itself (save_id_reused) whenever it reads the body; this covers what it cannot tell (a
 // chunked save whose chunks it already removed) and daemons before that check. The SDK can tell
 // only when it knows the conversation as the daemon would store it: not when the daemon would
-// refuse it, nor when it names local image files (the daemon may redact them).
-func checkRepeat(v Version, o saveOptions) error {
+// refuse it, nor when it names local image files (the daemon may redact them). compared says it
+// could tell (and the conversation is the version's, when err is nil).
+func checkRepeat(v Version, o saveOptions) (compared bool, err error) {
 	if wire.Hash(o.whole) == v.Hash {
-		return nil
+		return true, nil
 	}
 	c, err := codec.ParseLimited(o.whole, codec.Limits{Dialect: o.dialect, ImagePaths: codec.ImagePathsRefuse})
 	if err != nil {
-		return nil // cannot tell
+		return false, nil // cannot tell
 	}
 	canonical := append(append([]byte{'['}, c.Span(0, len(c.Messages))...), ']')
 	if sent := wire.Hash(canonical); sent != v.Hash {
-		return &Error{Code: wire.CodeSaveIDReused, Version: v.Version, Index: -1, Offset: -1,
+		return true, &Error{Code: wire.CodeSaveIDReused, Version: v.Version, Index: -1, Offset: -1,
 			Message: fmt.Sprintf("save id %q was already used for another conversation: version %d (%s) of %s; this conversation hashes to %s. Save it under a new save id",
 				o.saveID, v.Version, v.Hash, v.Key, sent)}
 	}
-	return nil
+	return true, nil
 }
 
 // send delivers a save and returns its result: as a request to a daemon, answered once the save is

@@ -38,14 +38,14 @@ func (e *Engine) entriesFor(ctx context.Context, key Key, from, upTo uint64, nee
 }
 
 func (e *Engine) read1(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool, needData bool) ([]ent, error) {
-	raw, stopped, err := e.rangeDecoded(ctx, key, from, upTo, stop, nil)
+	raw, stopped, err := e.rangeDecodedKeeping(ctx, key, from, upTo, stop, nil, needData)
 	if err != nil {
 		return nil, err
 	}
 	if stopped && !gapless(raw, from) && lastSeqOf(raw) < upTo {
 		// Entries before the one we stopped at are gone: a pack after it may cover them all
 		// (it deleted what it packed). Read on to the end, and let the pack answer.
-		if raw, _, err = e.rangeDecoded(ctx, key, lastSeqOf(raw)+1, upTo, nil, raw); err != nil {
+		if raw, _, err = e.rangeDecodedKeeping(ctx, key, lastSeqOf(raw)+1, upTo, nil, raw, needData); err != nil {
 			return nil, err
 		}
 		stopped = false
@@ -104,6 +104,15 @@ func gapless(raw []ent, from uint64) bool {
 // rangeDecoded appends key's entries in [from, upTo] to raw, decoded, stopping after the first
 // for which stop returns true (stop may be nil), and says whether it stopped.
 func (e *Engine) rangeDecoded(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool, raw []ent) ([]ent, bool, error) {
+	return e.rangeDecodedKeeping(ctx, key, from, upTo, stop, raw, true)
+}
+
+// rangeDecodedKeeping is rangeDecoded; without keepData the entries are kept without their data
+// (their metadata is all the caller wants: records, pieces, heads), so the read holds one entry's
+// bytes at a time, not the whole range's. The save-id lookup (tailRecords, once per session load)
+// reads the last pack and the saves after it this way: outside the ingest budget, but bounded by
+// the metadata of at most about 512 versions (docs/format.md §8.7) plus one entry.
+func (e *Engine) rangeDecodedKeeping(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool, raw []ent, keepData bool) ([]ent, bool, error) {
 	var derr error
 	stopped := false
 	err := e.log.Range(ctx, key, from, upTo, func(en Entry) bool {
@@ -113,6 +122,9 @@ func (e *Engine) rangeDecoded(ctx context.Context, key Key, from, upTo uint64, s
 			return false
 		}
 		x := ent{seq: en.Seq, meta: m, data: data}
+		if !keepData {
+			x.data = nil
+		}
 		raw = append(raw, x)
 		if stop != nil && stop(x) {
 			stopped = true
@@ -151,8 +163,8 @@ func lastSeqOf(es []ent) uint64 {
 // resolve joins parts to their save or pack, drops parts nothing took and state entries, restarts
 // at a deletion (a state entry of version 0), and drops what a pack covers (a crash between a pack's commit and
 // its deletes leaves them: a pack covers every entry between the pack before it and itself).
-// Without needData, a save or pack whose parts were not read (before the range) is kept with its
-// data incomplete: its records are all the caller wants.
+// Without needData, the entries were read without their data (rangeDecodedKeeping) and a save or
+// pack is kept without it, its parts read or not: its records are all the caller wants.
 func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 	var out []ent
 	var parts []ent
@@ -162,7 +174,7 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 			parts = append(parts, x)
 			continue
 		case x.meta.Parts > 0:
-			if len(parts) < x.meta.Parts && !needData {
+			if !needData {
 				x.data = nil
 				break
 			}

@@ -17,7 +17,7 @@ import type { ConversationInput } from "./bytes.js";
 import { decoders, nodeZstdEncoder } from "./encoding.js";
 import type { Encoder } from "./encoding.js";
 import { KNOWN_RECORD_FORMATS } from "./types.js";
-import type { Head, LeaseState, PruneReply, SaveResult, VersionRecord } from "./types.js";
+import type { Head, LeaseState, PruneReply, SaveResult, SavedVersion, VersionRecord } from "./types.js";
 
 export interface ClientOptions {
   /** Longest any one operation may take, retries included (default 30 s). */
@@ -147,7 +147,7 @@ export class Client {
   // Saving (§4)
 
   /** Saves the whole conversation as the session's next version and returns its record. */
-  async save(key: KeyLike, conversation: ConversationInput, opts: SaveOptions = {}): Promise<VersionRecord> {
+  async save(key: KeyLike, conversation: ConversationInput, opts: SaveOptions = {}): Promise<SavedVersion> {
     return this.publishSave(toKey(key), toBytes(conversation), undefined, opts);
   }
 
@@ -160,7 +160,7 @@ export class Client {
     baseVersion: number,
     messages: ConversationInput,
     opts: SaveOptions = {},
-  ): Promise<VersionRecord> {
+  ): Promise<SavedVersion> {
     checkRange("baseVersion", baseVersion, 0);
     return this.publishSave(toKey(key), toBytes(messages), baseVersion, opts);
   }
@@ -170,7 +170,7 @@ export class Client {
     body: Uint8Array,
     baseVersion: number | undefined,
     opts: SaveOptions,
-  ): Promise<VersionRecord> {
+  ): Promise<SavedVersion> {
     const saveId = opts.saveId ?? randomToken();
     checkId("saveId", saveId);
     const hdrs = this.saveHeaders(saveId, baseVersion, opts);
@@ -242,7 +242,7 @@ export class Client {
     payload: Uint8Array,
     sent: string,
     deadline: number,
-  ): Promise<VersionRecord> {
+  ): Promise<SavedVersion> {
     // Listen before publishing (§4.3), and make sure the server has the subscription first.
     const resultSubject = subjects.result(key.namespace, saveId);
     const results = new Inbox(this.nc.subscribe(resultSubject));
@@ -420,7 +420,7 @@ export class Client {
    * `received` must be the hash of what was sent. A success without that hash is believed only once
    * a `get` shows the version it names was made by this save id. Anything else is `corrupt`.
    */
-  private async checkResult(data: Uint8Array, key: Key, saveId: string, sent: string, deadline: number): Promise<VersionRecord> {
+  private async checkResult(data: Uint8Array, key: Key, saveId: string, sent: string, deadline: number): Promise<SavedVersion> {
     let res: SaveResult;
     try {
       res = JSON.parse(utf8Decode(data)) as SaveResult;
@@ -440,7 +440,9 @@ export class Client {
     if (!res.ok || !res.version || typeof res.version.version !== "number") {
       throw internal(`${where}: the result has neither a version nor an error`);
     }
-    if (res.received === sent) return checkRecord(res.version);
+    // A duplicate the daemon could not compare says so; the caller learns it with the record.
+    const unverified = res.duplicate && typeof res.unverified === "string" && res.unverified !== "" ? { unverified: res.unverified } : {};
+    if (res.received === sent) return { ...checkRecord(res.version), ...unverified };
     // No hash, or another one (an earlier attempt that sent the body differently, a duplicate of a
     // chunked save whose chunks are gone, or a result the daemon did not write): ask the daemon.
     let v: VersionRecord;
@@ -455,7 +457,7 @@ export class Client {
     if (v.saveId !== saveId) {
       throw corrupt(`${where}: the result names version ${v.version}, which save ${JSON.stringify(v.saveId)} made`);
     }
-    return v;
+    return { ...v, ...unverified };
   }
 
   // ---------------------------------------------------------------------------------------------

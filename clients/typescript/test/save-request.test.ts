@@ -62,6 +62,24 @@ test("a save id sent again with another conversation is refused save_id_reused, 
   assert.equal((await c.get(key)).version, second.version, "nothing stored");
 });
 
+test("an append sent again after retention removed its base is the duplicate, with unverified saying what was not compared", async () => {
+  const key = { session: "unverified" };
+  let v = await c.save(key, joinRaw([msg(1)]));
+  for (const i of [2, 3, 4]) {
+    v = await c.append(key, v.version, joinRaw([msg(i)]), { saveId: `append-${i}` });
+    assert.equal(v.unverified, undefined, "a new version");
+  }
+  const compared = await c.append(key, 3, joinRaw([msg(4)]), { saveId: "append-4" });
+  assert.equal(compared.version, 4);
+  assert.equal(compared.unverified, undefined, "compared by the daemon");
+
+  await c.prune("default", { session: key.session, keepLast: 2 }); // versions 1 and 2 removed
+  const again = await c.append(key, 2, joinRaw([msg(3)]), { saveId: "append-3" });
+  assert.equal(again.version, 3);
+  assert.equal(again.saveId, "append-3");
+  assert.match(again.unverified ?? "", /removed by retention/);
+});
+
 test("with no daemon answering, a save goes to the ingest stream and is settled when a daemon starts", async () => {
   await d!.stop();
   d = undefined;

@@ -55,19 +55,19 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, re
 	cfgs := []jetstream.StreamConfig{{
 		Name:        wire.StreamIngest,
 		Description: "checkpointd: saves waiting to be versioned",
-		Subjects:    []string{"cp.ingest.>"},
+		Subjects:    []string{wire.EverySubject(wire.IngestSubjectPrefix)},
 		Retention:   jetstream.WorkQueuePolicy,
 		Duplicates:  dedupWindow,
 	}, {
 		Name:        wire.StreamChunks,
 		Description: "checkpointd: pieces of large saves",
-		Subjects:    []string{"cp.chunk.>"},
+		Subjects:    []string{wire.EverySubject(wire.ChunkSubjectPrefix)},
 		MaxAge:      24 * time.Hour,
 		Duplicates:  dedupWindow,
 	}, {
 		Name:              wire.StreamResults,
 		Description:       "checkpointd: the outcome of each save",
-		Subjects:          []string{"cp.result.>"},
+		Subjects:          []string{wire.EverySubject(wire.ResultSubjectPrefix)},
 		MaxAge:            resultTTL,
 		MaxMsgsPerSubject: 1,
 	}}
