@@ -166,8 +166,9 @@ func settleStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 // (have). A setting checkpointd leaves unset the server stores as its default (MaxMsgsPerSubject
 // -1, no limit; Duplicates its dedup window, 2 min or MaxAge if shorter): that is no difference.
 // Counting it as one made every daemon send an update of CP_INGEST and CP_CHUNKS when it started,
-// and of CP_RESULTS when it first stored a result another daemon's had made: an update is a
-// request only the meta leader answers, so after its death that save waited out its deadline.
+// and of CP_RESULTS when it first opened it after another daemon had made it: an update is a
+// request only the meta leader answers, so after its death the save waiting on it waited out its
+// deadline.
 func sameSettings(have, want jetstream.StreamConfig) bool {
 	dups := have.Duplicates
 	if want.Duplicates == 0 {
