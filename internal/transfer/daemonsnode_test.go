@@ -64,12 +64,19 @@ func TestCluster_IngestSaveSettlesAfterMetaAndResultsLeaderDie(t *testing.T) {
 	key := checkpoint.Key{Session: "after-the-kill"}
 	killed := time.Now()
 	cl.Kill(victim)
+	elected := make(chan time.Duration, 1) // for the log: how long the elections took
+	go func() {
+		cl.MetaLeader(time.Minute)
+		cl.StreamLeader(wire.StreamResults, time.Minute)
+		elected <- time.Since(killed)
+	}()
 	sctx, cancel := context.WithTimeout(context.Background(), 25*time.Second) // elections take 4-9 s
 	defer cancel()
 	v, err := c.Save(sctx, key, turn(nil, "agent", 0))
 	require.NoError(t, err, "a save off the ingest stream %s after the node leading the meta group and CP_RESULTS died", time.Since(killed).Round(time.Millisecond))
 	require.Equal(t, uint64(1), v.Version)
-	t.Logf("settled %s after the kill", time.Since(killed).Round(time.Millisecond))
+	settled := time.Since(killed)
+	t.Logf("settled %s after the kill, the leaders elected after %s", settled.Round(time.Millisecond), (<-elected).Round(time.Millisecond))
 }
 
 // otherNode names a live node of cl other than not.
