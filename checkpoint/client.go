@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -58,6 +59,9 @@ type Client struct {
 	ingestOnly bool
 	// compressFrom is the body size from which saves travel compressed (WithCompressFrom).
 	compressFrom int
+	// answered: a daemon answered a save request, and has not been missing for longer than
+	// noRespondersWindow since; "no responders" then means the daemons are reconnecting (save.go).
+	answered atomic.Bool
 
 	mu   sync.Mutex
 	last map[Key]lastSave // the last save of each session, for sending only what grew

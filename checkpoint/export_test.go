@@ -4,7 +4,7 @@ package checkpoint
 var CheckResult = (*Client).checkResult
 
 // CheckRepeat exposes checkRepeat: the SDK's own check of a duplicate's version against the
-// whole conversation a Save stores.
-func CheckRepeat(v Version, whole []byte) error {
+// whole conversation a Save stores, and whether it could tell.
+func CheckRepeat(v Version, whole []byte) (bool, error) {
 	return checkRepeat(v, saveOptions{saveID: "turn-1", whole: whole})
 }

@@ -16,10 +16,17 @@ import (
 func TestCheckRepeat(t *testing.T) {
 	first := []byte(`[{"role":"user","content":"first"}]`)
 	v := checkpoint.Version{Version: 3, Hash: wire.Hash(first)}
-	require.NoError(t, checkpoint.CheckRepeat(v, first))
-	require.NoError(t, checkpoint.CheckRepeat(v, []byte("[\n  {\"role\": \"user\", \"content\": \"first\"}\n]")), "the same, not canonical")
+	requireCompared := func(whole []byte, msg string) {
+		t.Helper()
+		compared, err := checkpoint.CheckRepeat(v, whole)
+		require.NoError(t, err, msg)
+		require.True(t, compared, msg)
+	}
+	requireCompared(first, "the same")
+	requireCompared([]byte("[\n  {\"role\": \"user\", \"content\": \"first\"}\n]"), "the same, not canonical")
 
-	err := checkpoint.CheckRepeat(v, []byte(`[{"role":"user","content":"other"}]`))
+	compared, err := checkpoint.CheckRepeat(v, []byte(`[{"role":"user","content":"other"}]`))
+	require.True(t, compared)
 	require.ErrorIs(t, err, checkpoint.ErrSaveIDReused)
 	require.ErrorIs(t, err, checkpoint.ErrConflict)
 	var e *checkpoint.Error
@@ -28,5 +35,7 @@ func TestCheckRepeat(t *testing.T) {
 	require.Contains(t, e.Message, `"turn-1"`)
 
 	local := []byte(`[{"role":"user","content":[{"type":"image","mimeType":"image/png","url":"file:///Users/alice/a.png"}]}]`)
-	require.NoError(t, checkpoint.CheckRepeat(v, local), "a daemon may have redacted the path: cannot tell")
+	compared, err = checkpoint.CheckRepeat(v, local)
+	require.NoError(t, err)
+	require.False(t, compared, "a daemon may have redacted the path: cannot tell")
 }

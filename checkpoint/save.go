@@ -72,6 +72,11 @@ func Dialects() []string { return codec.Dialects() }
 //
 // The client remembers the bytes of its last save of each session: when the new array extends them,
 // only the new messages travel (as an Append), so a save costs the same at any conversation size.
+//
+// The save goes to a daemon as a request (docs/protocol.md §4.0). When no daemon listens, it is
+// queued on the ingest stream until one settles it (§4.1); but a client that a daemon has answered
+// before asks again for up to 2 s first, since nobody listening is then most likely the daemons
+// reconnecting (a server lost, a rolling restart).
 func (c *Client) Save(ctx context.Context, key Key, conversation []byte, opts ...SaveOption) (Version, error) {
 	conversation = bytes.TrimRight(conversation, " \t\r\n")
 	k := key.WithDefaults()
@@ -205,8 +210,15 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 		return Version{}, err
 	}
 	v, duplicate, err := c.checkDecoded(ctx, res, key, o.saveID, sent())
-	if err == nil && duplicate && o.whole != nil {
-		err = checkRepeat(v, o)
+	if err != nil || !duplicate {
+		return v, err
+	}
+	v.Unverified = res.Unverified // what the daemon could not compare, said to the caller
+	if o.whole != nil {
+		var compared bool
+		if compared, err = checkRepeat(v, o); compared {
+			v.Unverified = "" // the SDK compared what the daemon could not
+		}
 	}
 	return v, err
 }
@@ -234,22 +246,23 @@ func compressBody(hdr nats.Header, conversation []byte, from int) []byte {
 // that itself (save_id_reused) whenever it reads the body; this covers what it cannot tell (a
 // chunked save whose chunks it already removed) and daemons before that check. The SDK can tell
 // only when it knows the conversation as the daemon would store it: not when the daemon would
-// refuse it, nor when it names local image files (the daemon may redact them).
-func checkRepeat(v Version, o saveOptions) error {
+// refuse it, nor when it names local image files (the daemon may redact them). compared says it
+// could tell (and the conversation is the version's, when err is nil).
+func checkRepeat(v Version, o saveOptions) (compared bool, err error) {
 	if wire.Hash(o.whole) == v.Hash {
-		return nil
+		return true, nil
 	}
 	c, err := codec.ParseLimited(o.whole, codec.Limits{Dialect: o.dialect, ImagePaths: codec.ImagePathsRefuse})
 	if err != nil {
-		return nil // cannot tell
+		return false, nil // cannot tell
 	}
 	canonical := append(append([]byte{'['}, c.Span(0, len(c.Messages))...), ']')
 	if sent := wire.Hash(canonical); sent != v.Hash {
-		return &Error{Code: wire.CodeSaveIDReused, Version: v.Version, Index: -1, Offset: -1,
+		return true, &Error{Code: wire.CodeSaveIDReused, Version: v.Version, Index: -1, Offset: -1,
 			Message: fmt.Sprintf("save id %q was already used for another conversation: version %d (%s) of %s; this conversation hashes to %s. Save it under a new save id",
 				o.saveID, v.Version, v.Hash, v.Key, sent)}
 	}
-	return nil
+	return true, nil
 }
 
 // send delivers a save and returns its result: as a request to a daemon, answered once the save is
@@ -314,6 +327,47 @@ func saveHeaders(o saveOptions, base *uint64, writer string) nats.Header {
 // or one too old to take saves as requests). The save goes to the ingest stream instead.
 var errNoDaemon = errors.New("no checkpointd answers save requests")
 
+// A client that has had a save request answered, and then gets "no responders", most likely sees
+// the daemons reconnecting (the server they were on died, a rolling restart): for the moment that
+// takes, nobody is subscribed. It sends the request again for up to noRespondersWindow, pausing
+// noRespondersFirstWait at first and twice as long each time (at most noRespondersMaxWait), before
+// falling back to the ingest stream: a save there waits for a daemon to pull it, and settling it
+// needs more of the cluster (its consumer, CP_RESULTS) than a request does. A client that never had
+// an answer (daemons that do not take requests) falls back at once, and so does one whose window
+// ran out once, until a daemon answers it again. (CI: TestCluster_Harness, a save sent 14 ms
+// after the kill of the node both daemons were connected to.)
+const (
+	noRespondersWindow    = 2 * time.Second
+	noRespondersFirstWait = 50 * time.Millisecond
+	noRespondersMaxWait   = 500 * time.Millisecond
+)
+
+// noResponders is one save's run of "no responders" answers.
+type noResponders struct {
+	since time.Time     // the first
+	wait  time.Duration // the pause before the next attempt
+}
+
+// again reports whether the request should be sent again after "no responders", having waited
+// for it; false: fall back to the ingest stream.
+func (n *noResponders) again(ctx context.Context, c *Client) bool {
+	if !c.answered.Load() {
+		return false
+	}
+	if n.since.IsZero() {
+		n.since, n.wait = time.Now(), noRespondersFirstWait
+	}
+	if time.Since(n.since)+n.wait > noRespondersWindow {
+		c.answered.Store(false) // no daemon came back: the next saves fall back at once
+		return false
+	}
+	if !sleepCtx(ctx, n.wait) {
+		return false
+	}
+	n.wait = min(2*n.wait, noRespondersMaxWait)
+	return true
+}
+
 // requestAttempt bounds one save request, and requestAttemptPerChunk adds to it for each chunk
 // the daemon reads; a request unanswered in that time is sent again with the same save id (the
 // daemon recognises the repeat). maxRequestAttempt is the daemon's own bound on settling one.
@@ -325,23 +379,28 @@ const (
 
 // requestSave sends the save as a core NATS request to the daemons (docs/protocol.md §4.0) and
 // returns the result the reply carries, once the save is durable. It returns errNoDaemon when
-// nobody listens. A request unanswered in time is sent again, and a busy or unavailable refusal
-// (nothing was stored) is retried after the wait it hints at, until ctx ends; then the last
-// refusal is returned as the result. The reply is decoded once, here.
+// nobody listens (after a short while, if daemons answered this client before: see
+// noRespondersWindow). A request unanswered in time is sent again, and a busy or unavailable
+// refusal (nothing was stored) is retried after the wait it hints at, until ctx ends; then the
+// last refusal is returned as the result. The reply is decoded once, here.
 func (c *Client) requestSave(ctx context.Context, key Key, saveID string, hdr nats.Header, body []byte) (wire.SaveResult, error) {
 	subject := wire.SaveSubject(key)
 	attempt := requestAttempt
 	if n, err := strconv.Atoi(hdr.Get(wire.HdrChunks)); err == nil {
 		attempt = min(attempt+time.Duration(n)*requestAttemptPerChunk, maxRequestAttempt)
 	}
+	var quiet noResponders
 	for try := 1; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		reply, err := c.nc.RequestMsgWithContext(actx, &nats.Msg{Subject: subject, Header: hdr, Data: body})
 		cancel()
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
-			return wire.SaveResult{}, errNoDaemon
+			if !quiet.again(ctx, c) {
+				return wire.SaveResult{}, errNoDaemon
+			}
 		case err == nil:
+			c.answered.Store(true)
 			res, err := decodeResult(reply.Data)
 			if err != nil {
 				return res, err

@@ -92,6 +92,12 @@ func (e *Engine) backPointers(ctx context.Context, key Key, last ent, need int, 
 				return 0, true, err
 			}
 			given++
+			for i := len(x.meta.Group) - 1; i >= 0; i-- { // a group entry's earlier versions
+				if goOn, err := w.give(x.meta.Group[i].Record, 0); err != nil || !goOn {
+					return 0, true, err
+				}
+				given++
+			}
 		}
 		if !x.meta.HasBack {
 			return 0, false, nil

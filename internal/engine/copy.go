@@ -106,7 +106,7 @@ func (e *Engine) commitCopy(ctx context.Context, s *session, rec Record, p saveP
 	next.Pack, next.Deleted = s.lastPack(), s.lastDeleted()
 	next.TailEntries, next.TailBytes = h.TailEntries+1, h.TailBytes
 	if s.last.Kind == kindPack {
-		next.TailEntries, next.TailBytes = 1, 0
+		next.TailEntries, next.TailBytes, next.TailExtra = 1, 0, 0
 	}
 	saved, err := e.commitHead(ctx, s, next, p, raw, nil)
 	return saved.Record, err

@@ -402,6 +402,7 @@ func (s *session) encodedSize(m entryMeta, data []byte) (int64, error) {
 // before back pointers: readers then read the tail as before, until the next pack).
 func (s *session) withBack(m entryMeta) entryMeta {
 	v, lv := m.Head.Version, s.last.Head.Version
+	first := v - uint64(len(m.Group)) // the entry's first version (a group's: group.go)
 	m.Back, m.HasBack = 0, true
 	switch {
 	case m.Kind == kindPack:
@@ -409,10 +410,12 @@ func (s *session) withBack(m entryMeta) entryMeta {
 	case v == 0 || m.Deletion || lv == 0:
 		// no version before this entry's head version in the log (an empty or deleted session,
 		// a first save, a fork's entry, an import starting at its version)
-	case v == lv+1:
+	case first == lv+1:
 		m.Back = s.lastSeq // every entry holds its head version's record
-	case v == lv && s.last.Kind == kindPack:
-		m.Back = s.lastSeq // the pack holds the version before (or names the pack that does)
+	case v == lv && (s.last.Kind == kindPack || len(s.last.Group) > 0):
+		// The pack holds the version before (or names the pack that does); a group entry holds
+		// it among its versions (its own pointer skips them).
+		m.Back = s.lastSeq
 	case v == lv:
 		m.Back, m.HasBack = s.last.Back, s.last.HasBack // same head: same way back
 	default:

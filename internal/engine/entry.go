@@ -26,13 +26,16 @@ import (
 //	              deletion (state); bit 6: values listed (save); bit 7: back present (not on
 //	              packs); others 0
 //	flags2   1    if kind bit 7: bit 0: the state is compact; bit 1 (packs only): the packed
-//	              records are delta-coded; others 0
+//	              records are delta-coded; bit 2 (saves only): a group entry (group below);
+//	              bit 3: tailExtra present (not on packs); others 0
 //	head          version, messages, rawBytes (of the messages joined by ",", no brackets),
 //	              state (108 bytes, crypto/sha256 MarshalBinary after "[" and those bytes; compact,
 //	              flags2 bit 0: its 32 bytes of chaining value, then its nx = (rawBytes + 1) mod
 //	              64 bytes of pending input: compactState),
 //	              counts (user, assistant, toolResult, extension, toolCalls, system),
-//	              firstVersion, pack, tailEntries, tailBytes, deleted, pins (count, then
+//	              firstVersion, pack, tailEntries, tailBytes, tailExtra if flags2 bit 3 (the
+//	              versions the entries since the last pack hold beyond one each: group
+//	              entries' earlier versions), deleted, pins (count, then
 //	              per pin: the fork's namespace, session, agent, the version it reads, and
 //	              when the pin was written (time)),
 //	              back if flag 7: b, the back pointer (0 if b is 0, else pack + b - 1),
@@ -42,7 +45,11 @@ import (
 //	              dialect, created (time), storedBytes, extras (a string holding a JSON object,
 //	              empty when there are none: {"forkOf":{...},"origin":{...}})
 //	save          piece: messages, rawBytes, CRC-32C (4 bytes, big-endian), parts, keep if flag 1,
-//	              values if flag 6: count, then per value at, size, id (32 bytes: SHA-256)
+//	              values if flag 6: count, then per value at, size, id (32 bytes: SHA-256);
+//	              group if flags2 bit 2: the versions of the entry before its head version, as a
+//	              pack's records (count, then delta-coded records with their pieces), then each
+//	              one's piece messages; the data is their pieces then the head's, back to back in
+//	              the session's stream
 //	pack          parts, count, then per version: version, messages, rawBytes (brackets included),
 //	              hash (32 bytes), counts (6), parent, saveId, writer, reason, dialect, created,
 //	              storedBytes, extras; piece rawBytes, piece CRC-32C, piece flags (bit 0 frame, bit 1
@@ -106,6 +113,11 @@ type headState struct {
 	Pack        uint64
 	TailEntries int
 	TailBytes   int64
+	// TailExtra counts the versions the entries since the last pack hold beyond one each: the
+	// earlier versions of group entries (group.go). Every entry after the last pack adds
+	// 1 + its group's versions, so the last pack holds version Version - TailEntries - TailExtra
+	// or a later one (read.go upToFor).
+	TailExtra int
 	// Deleted is the sequence of the session's last deletion before the entry (0: none): the
 	// entries before it are not this session's (a crash kept them from being deleted).
 	Deleted uint64
@@ -165,6 +177,10 @@ type entryMeta struct {
 	// instead of a read of every entry since the last pack (back.go).
 	Back    uint64
 	HasBack bool
+	// Group, on a save written by SaveGroup (group.go), holds the versions of the entry before
+	// its head version (Head.Version - len(Group) to Head.Version - 1), each with its record and
+	// piece; the data holds their pieces then Piece's, back to back in one run of the stream.
+	Group []packedVersion
 }
 
 const (
@@ -201,8 +217,13 @@ const (
 	// save id's shared prefix left out, writer, reason and dialect "as before" when unchanged.
 	// Consecutive versions share most of those: 105 -> 65 bytes per packed version on the
 	// corpus (docs/format.md §8.15f).
-	flag2Delta  = 1 << 1
-	flags2Known = flag2Compact | flag2Delta
+	flag2Delta = 1 << 1
+	// flag2Group, on saves only (since s21-gengine): the entry holds a group of versions
+	// (entryMeta.Group), written by SaveGroup with one compare-and-swap (docs/format.md §8.15m).
+	flag2Group = 1 << 2
+	// flag2Extra: the head's TailExtra is present (not 0).
+	flag2Extra  = 1 << 3
+	flags2Known = flag2Compact | flag2Delta | flag2Group | flag2Extra
 )
 
 // encodeEntry builds an entry's bytes.
@@ -250,6 +271,18 @@ func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 	if m.Kind == kindPack {
 		flags2 |= flag2Delta
 	}
+	if len(m.Group) > 0 {
+		if m.Kind != kindSave || len(m.Group) >= maxGroup {
+			return nil, fmt.Errorf("engine: a group of %d versions in an entry of kind %d", len(m.Group), m.Kind)
+		}
+		flags2 |= flag2Group
+	}
+	if h.TailExtra != 0 {
+		if m.Kind == kindPack || h.TailExtra < 0 {
+			return nil, fmt.Errorf("engine: %d extra tail versions in an entry of kind %d", h.TailExtra, m.Kind)
+		}
+		flags2 |= flag2Extra
+	}
 	out := make([]byte, 0, 256+len(data))
 	out = append(out, entryMagic[:]...)
 	if flags2 != 0 {
@@ -270,6 +303,9 @@ func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 	out = binary.AppendUvarint(out, h.Pack)
 	out = binary.AppendUvarint(out, uint64(h.TailEntries))
 	out = binary.AppendUvarint(out, uint64(h.TailBytes))
+	if h.TailExtra != 0 {
+		out = binary.AppendUvarint(out, uint64(h.TailExtra))
+	}
 	out = binary.AppendUvarint(out, h.Deleted)
 	out = binary.AppendUvarint(out, uint64(len(h.Pins)))
 	for _, p := range h.Pins {
@@ -320,6 +356,11 @@ func encodeEntry(m entryMeta, data []byte) ([]byte, error) {
 		var err error
 		if out, err = appendValues(out, p.Values); err != nil {
 			return nil, err
+		}
+		if len(m.Group) > 0 {
+			if out, err = appendGroup(out, m.Group, h.Version); err != nil {
+				return nil, err
+			}
 		}
 	case kindFork:
 		var err error
@@ -767,7 +808,8 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 	if m.Kind != kindSave && m.Kind != kindState && m.Kind != kindPack && m.Kind != kindPart && m.Kind != kindFork {
 		return m, nil, fmt.Errorf("%w: unknown entry kind %d", ErrCorrupt, m.Kind)
 	}
-	if m.Kind != kindPack && flags2&flag2Delta != 0 {
+	if m.Kind != kindPack && flags2&flag2Delta != 0 || m.Kind != kindSave && flags2&flag2Group != 0 ||
+		m.Kind == kindPack && flags2&flag2Extra != 0 {
 		return m, nil, fmt.Errorf("%w: second flags %#x in an entry of kind %d", ErrCorrupt, flags2, m.Kind)
 	}
 	if flags&^flagsKnown != 0 || m.Kind != kindSave && m.Kind != kindPack && flags&flagFrame != 0 ||
@@ -791,6 +833,12 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 	h.Pack = r.uint("pack", maxSize)
 	h.TailEntries = int(r.uint("tail entries", maxCount))
 	h.TailBytes = r.int("tail bytes", maxSize)
+	if flags2&flag2Extra != 0 {
+		h.TailExtra = int(r.uint("tail extra", maxCount))
+		if r.err == nil && h.TailExtra == 0 {
+			r.fail("tail extra 0 written")
+		}
+	}
 	h.Deleted = r.uint("deleted", maxSize)
 	pins := r.uint("pins", maxPins)
 	for range pins {
@@ -829,6 +877,9 @@ func decodeEntry(b []byte) (entryMeta, []byte, error) {
 		}
 		if flags&flagValues != 0 {
 			m.Piece.Values = r.values()
+		}
+		if flags2&flag2Group != 0 {
+			m.Group = r.group(h.Version)
 		}
 	case kindFork:
 		m.Source = &forkPin{Fork: r.key("fork source")}

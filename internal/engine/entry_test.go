@@ -66,7 +66,21 @@ func testEntries(t testing.TB) map[string]struct {
 			{Record: Record{Version: 9, Parent: 8, SaveID: "b", Created: created, Counts: Counts{Messages: 20, System: 1}, RawBytes: 1001, Hash: hash,
 				ForkOf: forked.ForkOf, Origin: forked.Origin}, Piece: pieceInfo{RawBytes: 99, Keep: &keep,
 				Values: []valueRef{{At: 9, Size: 40000, ID: strings.Repeat("0f", 32)}}}}}}, "frames"},
+		// A group entry (group.go): versions 1 and 2 before its head version 3.
+		"group": {entryMeta{Kind: kindSave, Head: withExtra(rec, 2), Piece: &pieceInfo{Messages: 2, RawBytes: 300, CRC: 3},
+			HasBack: true, Back: 20, Group: []packedVersion{
+				{Record: Record{Version: 1, SaveID: "g-1", Writer: "w", Created: created, Counts: Counts{Messages: 2, User: 1}, RawBytes: 90, Hash: hash},
+					Piece: pieceInfo{Messages: 2, RawBytes: 88, Frame: true, CRC: 1}},
+				{Record: Record{Version: 2, Parent: 1, SaveID: "g-2", Writer: "w", Created: created, Counts: Counts{Messages: 4, User: 2}, RawBytes: 200, Hash: hash},
+					Piece: pieceInfo{Messages: 2, RawBytes: 109, CRC: 2, Values: []valueRef{{At: 9, Size: 40000, ID: strings.Repeat("0f", 32)}}}}}}, "zstd bytes"},
+		"state after a group": {entryMeta{Kind: kindState, Head: withExtra(leased, 7)}, ""},
 	}
+}
+
+// withExtra is h with TailExtra n.
+func withExtra(h headState, n int) headState {
+	h.TailExtra = n
+	return h
 }
 
 // compactHead is h with the state of a head of n raw bytes.

@@ -128,3 +128,21 @@ func SaveFrames(b []byte) (int, error) {
 	}
 	return frames, nil
 }
+
+// SaveIDLookupHolds reads key's tail as the save-id lookup does (tailRecords' read) and returns
+// how many records it found and the bytes of entry data the read kept.
+func SaveIDLookupHolds(ctx context.Context, e *Engine, key Key) (records int, data int, err error) {
+	last, err := e.last(ctx, key)
+	if err != nil {
+		return 0, 0, err
+	}
+	entries, err := e.entriesFor(ctx, key, max(lastPackOf(last), sinceOf(last)), last.seq, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, x := range entries {
+		data += len(x.data)
+	}
+	recs, _, _, err := e.tailRecords(ctx, key, last)
+	return len(recs), data, err
+}

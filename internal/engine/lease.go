@@ -157,7 +157,7 @@ func (e *Engine) writeState(ctx context.Context, s *session, h headState) error 
 	h.Pack, h.Deleted = s.lastPack(), s.lastDeleted()
 	h.TailEntries++
 	if s.last.Kind == kindPack {
-		h.TailEntries, h.TailBytes = 1, 0
+		h.TailEntries, h.TailBytes, h.TailExtra = 1, 0, 0
 	}
 	m := entryMeta{Kind: kindState, Head: h}
 	size, err := s.encodedSize(m, nil)
@@ -172,7 +172,7 @@ func (e *Engine) writeState(ctx context.Context, s *session, h headState) error 
 // writeDeletion appends a state entry that deletes the session, holding head h (s.mu held): the
 // log starts again after it, with no pack before.
 func (e *Engine) writeDeletion(ctx context.Context, s *session, h headState) error {
-	h.Pack, h.TailEntries, h.TailBytes, h.Deleted = 0, 0, 0, s.lastDeleted()
+	h.Pack, h.TailEntries, h.TailBytes, h.TailExtra, h.Deleted = 0, 0, 0, 0, s.lastDeleted()
 	if _, err := e.write(ctx, s, entryMeta{Kind: kindState, Head: h, Deletion: true}, nil); err != nil {
 		return err
 	}

@@ -102,7 +102,7 @@ func (e *Engine) pack(ctx context.Context, s *session) (PackResult, error) {
 		return PackResult{}, fmt.Errorf("session %s: packing: %w", s.key, err)
 	}
 	m := entryMeta{Kind: kindPack, Head: s.last.Head, Packed: c.packed, Open: open}
-	m.Head.Pack, m.Head.TailEntries, m.Head.TailBytes, m.Head.Deleted = t.prev, 0, 0, s.lastDeleted()
+	m.Head.Pack, m.Head.TailEntries, m.Head.TailBytes, m.Head.TailExtra, m.Head.Deleted = t.prev, 0, 0, 0, s.lastDeleted()
 	seq, err := e.write(ctx, s, m, data)
 	if err != nil {
 		return PackResult{}, err
@@ -134,7 +134,7 @@ func (e *Engine) packState(ctx context.Context, s *session, dead []uint64) (Pack
 		return PackResult{}, nil // the last entry alone: nothing to gain
 	}
 	m := entryMeta{Kind: kindState, Head: s.last.Head}
-	m.Head.Pack, m.Head.Deleted, m.Head.TailEntries, m.Head.TailBytes = s.lastPack(), s.lastDeleted(), 0, 0
+	m.Head.Pack, m.Head.Deleted, m.Head.TailEntries, m.Head.TailBytes, m.Head.TailExtra = s.lastPack(), s.lastDeleted(), 0, 0, 0
 	seq, err := e.write(ctx, s, m, nil)
 	if err != nil {
 		return PackResult{}, err
@@ -241,12 +241,13 @@ func (e *Engine) collect(ctx context.Context, key Key, live []ent) (collected, e
 				RawBytes: int64(len(prefix)), CRC: crc32.Checksum(prefix, castagnoli), Frame: true}})
 			c.prefix, c.source = prefix, x.meta.Source
 		case kindSave:
-			rec, err := recordOf(Key{}, x.meta.Head)
+			versions, err := entryVersions(x) // a group entry's versions, or the save's one
 			if err != nil {
 				return c, err
 			}
-			c.packed = append(c.packed, packedVersion{Record: rec, Piece: *x.meta.Piece})
-			c.pieces, c.datas = append(c.pieces, x.meta.Piece), append(c.datas, x.data)
+			c.packed = append(c.packed, versions...)
+			ps, ds := groupPieces(x.meta, x.data)
+			c.pieces, c.datas = append(c.pieces, ps...), append(c.datas, ds...)
 		case kindPack:
 			return c, fmt.Errorf("session %s entry %d: %w: a pack after the last pack", key, x.seq, ErrCorrupt)
 		}

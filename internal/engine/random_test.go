@@ -36,12 +36,37 @@ func TestEngine_RandomAgainstAModel(t *testing.T) {
 	}
 	for i, c := range configs {
 		for seed := range seeds {
-			t.Run(fmt.Sprintf("%s/%d", c.name, seed), func(t *testing.T) { randomSession(t, uint64(100*i+seed), c.maxEntry, c.cfg) })
+			t.Run(fmt.Sprintf("%s/%d", c.name, seed), func(t *testing.T) { randomSession(t, uint64(100*i+seed), c.maxEntry, c.cfg, false) })
 		}
 	}
 }
 
-func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config) {
+// The same with groups of saves among the steps (SaveGroup: appends, grown whole arrays, rewrites
+// and repeats of the head, 2 to 9 in a group), with other seeds.
+func TestEngine_RandomGroupsAgainstAModel(t *testing.T) {
+	configs := []struct {
+		name     string
+		maxEntry int
+		cfg      engine.Config
+	}{
+		{"small packs", 1 << 20, engine.Config{PackEntries: 5}},
+		{"open packs", 1 << 20, engine.Config{PackEntries: 4, PackOpen: true}},
+		{"parts", 2048, engine.Config{PackEntries: 6}},
+		{"no packs, one cache", 1 << 20, engine.Config{NoPack: true, Sessions: 1}},
+	}
+	seeds := 2
+	if s := os.Getenv("CP_RANDOM_SEEDS"); s != "" {
+		seeds, _ = strconv.Atoi(s)
+	}
+	for i, c := range configs {
+		for seed := range seeds {
+			t.Run(fmt.Sprintf("%s/%d", c.name, seed), func(t *testing.T) { randomSession(t, uint64(1000+100*i+seed), c.maxEntry, c.cfg, true) })
+		}
+	}
+}
+
+// randomSession runs 120 random steps on one session against a model; groups adds groups of saves.
+func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config, groups bool) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	log := memlog.New(maxEntry)
 	clk := &clock{t: now}
@@ -71,7 +96,25 @@ func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config) {
 		e := engines[rng.IntN(2)]
 		req := engine.SaveRequest{Key: k, SaveID: fmt.Sprint("s", step), Now: now, Epoch: epoch}
 		next := append([]string(nil), model...)
-		switch op := rng.IntN(15); {
+		ops := 15
+		if groups {
+			ops = 18
+		}
+		switch op := rng.IntN(ops); {
+		case op >= 15: // a group of saves (SaveGroup), each against the head the ones before make
+			reqs, nexts := randomGroup(rng, k, step, epoch, len(versions), model, msg)
+			for j, r := range e.SaveGroup(ctx, reqs) {
+				require.NoError(t, r.Err, "step %d, save %d of the group", step, j)
+				require.Equal(t, uint64(len(versions)+1), r.Saved.Record.Version, "step %d, save %d", step, j)
+				model = nexts[j]
+				versions = append(versions, arr(model))
+				require.Equal(t, hashOf([]byte(versions[len(versions)-1])), r.Saved.Record.Hash, "step %d, save %d", step, j)
+				if r.Saved.PackDue && rng.IntN(4) > 0 {
+					_, err := e.Pack(ctx, k, false)
+					require.NoError(t, err)
+				}
+			}
+			continue
 		case op < 4: // an append of 1-3 messages
 			var add []string
 			for range 1 + rng.IntN(3) {
@@ -169,6 +212,38 @@ func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config) {
 		require.NoError(t, err, "fork %s", f.key)
 		require.True(t, f.want == string(got), "fork %s", f.key)
 	}
+}
+
+// randomGroup makes a group of 2-9 saves onto head (version v, messages model): appends of 1-3
+// messages, grown whole arrays, rewrites and the same array again; and each save's messages.
+func randomGroup(rng *rand.Rand, k engine.Key, step int, epoch uint64, v int, model []string, msg func() string) ([]engine.SaveRequest, [][]string) {
+	arr := func(ms []string) string { return "[" + strings.Join(ms, ",") + "]" }
+	var reqs []engine.SaveRequest
+	var nexts [][]string
+	cur := model
+	for j := range 2 + rng.IntN(8) {
+		req := engine.SaveRequest{Key: k, SaveID: fmt.Sprintf("s%d-%d", step, j), Now: now, Epoch: epoch}
+		next := append([]string(nil), cur...)
+		switch rng.IntN(6) {
+		case 0, 1, 2: // an append
+			var add []string
+			for range 1 + rng.IntN(3) {
+				add = append(add, msg())
+			}
+			next = append(next, add...)
+			req.Base, req.Payload = u64(uint64(v+j)), []byte(arr(add))
+		case 3: // the whole array, grown
+			next = append(next, msg())
+			req.Payload = []byte(arr(next))
+		case 4: // a rewrite
+			next = append(next[:rng.IntN(len(next)+1)], msg())
+			req.Payload = []byte(arr(next))
+		default: // the same array again
+			req.Payload = []byte(arr(next))
+		}
+		reqs, nexts, cur = append(reqs, req), append(nexts, next), next
+	}
+	return reqs, nexts
 }
 
 func checkModel(t *testing.T, e *engine.Engine, k engine.Key, versions []string, first int) {

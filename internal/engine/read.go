@@ -38,14 +38,14 @@ func (e *Engine) entriesFor(ctx context.Context, key Key, from, upTo uint64, nee
 }
 
 func (e *Engine) read1(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool, needData bool) ([]ent, error) {
-	raw, stopped, err := e.rangeDecoded(ctx, key, from, upTo, stop, nil)
+	raw, stopped, err := e.rangeDecodedKeeping(ctx, key, from, upTo, stop, nil, needData)
 	if err != nil {
 		return nil, err
 	}
 	if stopped && !gapless(raw, from) && lastSeqOf(raw) < upTo {
 		// Entries before the one we stopped at are gone: a pack after it may cover them all
 		// (it deleted what it packed). Read on to the end, and let the pack answer.
-		if raw, _, err = e.rangeDecoded(ctx, key, lastSeqOf(raw)+1, upTo, nil, raw); err != nil {
+		if raw, _, err = e.rangeDecodedKeeping(ctx, key, lastSeqOf(raw)+1, upTo, nil, raw, needData); err != nil {
 			return nil, err
 		}
 		stopped = false
@@ -104,6 +104,15 @@ func gapless(raw []ent, from uint64) bool {
 // rangeDecoded appends key's entries in [from, upTo] to raw, decoded, stopping after the first
 // for which stop returns true (stop may be nil), and says whether it stopped.
 func (e *Engine) rangeDecoded(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool, raw []ent) ([]ent, bool, error) {
+	return e.rangeDecodedKeeping(ctx, key, from, upTo, stop, raw, true)
+}
+
+// rangeDecodedKeeping is rangeDecoded; without keepData the entries are kept without their data
+// (their metadata is all the caller wants: records, pieces, heads), so the read holds one entry's
+// bytes at a time, not the whole range's. The save-id lookup (tailRecords, once per session load)
+// reads the last pack and the saves after it this way: outside the ingest budget, but bounded by
+// the metadata of at most about 512 versions (docs/format.md §8.7) plus one entry.
+func (e *Engine) rangeDecodedKeeping(ctx context.Context, key Key, from, upTo uint64, stop func(ent) bool, raw []ent, keepData bool) ([]ent, bool, error) {
 	var derr error
 	stopped := false
 	err := e.log.Range(ctx, key, from, upTo, func(en Entry) bool {
@@ -113,6 +122,9 @@ func (e *Engine) rangeDecoded(ctx context.Context, key Key, from, upTo uint64, s
 			return false
 		}
 		x := ent{seq: en.Seq, meta: m, data: data}
+		if !keepData {
+			x.data = nil
+		}
 		raw = append(raw, x)
 		if stop != nil && stop(x) {
 			stopped = true
@@ -151,8 +163,8 @@ func lastSeqOf(es []ent) uint64 {
 // resolve joins parts to their save or pack, drops parts nothing took and state entries, restarts
 // at a deletion (a state entry of version 0), and drops what a pack covers (a crash between a pack's commit and
 // its deletes leaves them: a pack covers every entry between the pack before it and itself).
-// Without needData, a save or pack whose parts were not read (before the range) is kept with its
-// data incomplete: its records are all the caller wants.
+// Without needData, the entries were read without their data (rangeDecodedKeeping) and a save or
+// pack is kept without it, its parts read or not: its records are all the caller wants.
 func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 	var out []ent
 	var parts []ent
@@ -162,7 +174,7 @@ func resolve(key Key, raw []ent, needData bool) ([]ent, error) {
 			parts = append(parts, x)
 			continue
 		case x.meta.Parts > 0:
-			if len(parts) < x.meta.Parts && !needData {
+			if !needData {
 				x.data = nil
 				break
 			}
@@ -217,7 +229,9 @@ func (e *Engine) entriesHolding(ctx context.Context, key Key, from, upTo, v uint
 func holds(v uint64) func(ent) bool {
 	return func(x ent) bool {
 		switch x.meta.Kind {
-		case kindSave, kindFork:
+		case kindSave:
+			return firstVersion(x.meta) <= v && v <= x.meta.Head.Version // a group's versions too
+		case kindFork:
 			return x.meta.Head.Version == v
 		case kindPack:
 			p := x.meta.Packed
@@ -227,13 +241,24 @@ func holds(v uint64) func(ent) bool {
 	}
 }
 
-// recordIn returns version v's record from the entry holding it, and its index in a pack.
+// recordIn returns version v's record from the entry holding it, and its index in a pack or a
+// group entry (entryVersions).
 func recordIn(key Key, x ent, v uint64) (Record, int, error) {
 	if x.meta.Kind == kindPack {
 		i := int(v - x.meta.Packed[0].Record.Version)
 		r := x.meta.Packed[i].Record
 		r.Key = key
 		return r, i, nil
+	}
+	if g := x.meta.Group; len(g) > 0 && v < x.meta.Head.Version {
+		i := int(v - g[0].Record.Version)
+		r := g[i].Record
+		r.Key = key
+		return r, i, nil
+	}
+	if len(x.meta.Group) > 0 {
+		r, err := recordOf(key, x.meta.Head)
+		return r, len(x.meta.Group), err
 	}
 	r, err := recordOf(key, x.meta.Head)
 	return r, 0, err
@@ -335,7 +360,7 @@ func (e *Engine) holding(ctx context.Context, key Key, last ent, v uint64) ([]en
 	}
 	upTo := upToFor(last, v)
 	h := last.meta.Head
-	if p := lastPackOf(last); p != 0 && h.Version <= uint64(e.cfg.PackEntries)+uint64(h.TailEntries) {
+	if p := lastPackOf(last); p != 0 && h.Version <= uint64(e.cfg.PackEntries)+uint64(h.TailEntries+h.TailExtra) {
 		chain, err := e.packChain(ctx, key, last, p)
 		if err != nil {
 			return nil, err
@@ -375,11 +400,12 @@ func alone(last ent, v uint64) bool {
 // upToFor is how far a read of version v must go, given the log's last entry: up to the last
 // pack if v is in it or before it, so that the saves after it are not fetched; up to the last
 // entry otherwise. Every entry after the last pack adds at most one version (versions have no
-// gaps once a log has one, and a pack is only made of versions), so the last pack holds version
-// head − TailEntries or a later one.
+// gaps once a log has one, and a pack is only made of versions) beyond those TailExtra counts (a
+// group entry's earlier versions), so the last pack holds version head − TailEntries − TailExtra
+// or a later one.
 func upToFor(last ent, v uint64) uint64 {
 	h := last.meta.Head
-	if p := lastPackOf(last); p != 0 && p != last.seq && h.TailEntries >= 0 && v+uint64(h.TailEntries) <= h.Version {
+	if p := lastPackOf(last); p != 0 && p != last.seq && h.TailEntries >= 0 && h.TailExtra >= 0 && v+uint64(h.TailEntries+h.TailExtra) <= h.Version {
 		return p
 	}
 	return last.seq
@@ -508,7 +534,22 @@ func (e *Engine) logOf(ctx context.Context, key Key, entries []ent, v uint64, de
 				lb.out = append(lb.out, src...)
 			}
 		case kindSave:
-			err = lb.add(x.meta.Piece, x.data)
+			if len(x.meta.Group) == 0 {
+				err = lb.add(x.meta.Piece, x.data)
+				break
+			}
+			ps, ds := groupPieces(x.meta, x.data)
+			if i == len(entries)-1 && n+1 < len(ps) {
+				// Read up to a version inside the group: its run decodes whole, the rest dropped.
+				// (By place, not sequence: the entries after the last pack may come without
+				// their sequences, tailData.)
+				ps, ds, lb.partial = ps[:n+1], ds[:n+1], true
+			}
+			for i := range ps {
+				if err = lb.add(ps[i], ds[i]); err != nil {
+					break
+				}
+			}
 		case kindPack:
 			packed := x.meta.Packed
 			if x.seq == target.seq {
@@ -732,6 +773,11 @@ func records(key Key, entries []ent) ([]Record, error) {
 				out = append(out, r)
 			}
 		case kindSave, kindFork:
+			for _, g := range x.meta.Group { // a group entry's earlier versions
+				r := g.Record
+				r.Key = key
+				out = append(out, r)
+			}
 			r, err := recordOf(key, x.meta.Head)
 			if err != nil {
 				return nil, err

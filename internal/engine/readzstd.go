@@ -207,7 +207,7 @@ func passThrough(out []byte, entries []ent) ([]byte, bool) {
 		if len(x.data) == 0 || x.meta.Kind != kindSave && x.meta.Kind != kindPack {
 			continue // adds no bytes
 		}
-		starts := x.meta.Kind == kindSave && x.meta.Piece.Frame || x.meta.Kind == kindPack && startsFrame(x.meta.Packed)
+		starts := x.meta.Kind == kindSave && saveStartsFrame(x.meta) || x.meta.Kind == kindPack && startsFrame(x.meta.Packed)
 		if starts && open {
 			out = append(out, frameEnd...)
 		}
@@ -351,8 +351,8 @@ func blockEnd(blocks []int, i, end int) int {
 // is: every piece appended (no rewrite), none with values, the first starting a frame, and the
 // version the last of its entry.
 func storedAsIs(entries []ent, target ent, n int) bool {
-	if target.meta.Kind == kindPack && n != len(target.meta.Packed)-1 {
-		return false
+	if target.meta.Kind == kindPack && n != len(target.meta.Packed)-1 || target.meta.Kind == kindSave && n != len(target.meta.Group) {
+		return false // a version inside a pack or a group entry: its data holds the versions after it too
 	}
 	return streamAsIs(entries)
 }
@@ -367,7 +367,10 @@ func streamAsIs(entries []ent) bool {
 		case kindFork:
 			return false
 		case kindSave:
-			pieces = []pieceInfo{*x.meta.Piece}
+			for _, p := range x.meta.Group {
+				pieces = append(pieces, p.Piece)
+			}
+			pieces = append(pieces, *x.meta.Piece)
 		case kindPack:
 			for _, p := range x.meta.Packed {
 				pieces = append(pieces, p.Piece)
@@ -376,7 +379,7 @@ func streamAsIs(entries []ent) bool {
 			continue
 		}
 		if len(x.data) > 0 && first {
-			if x.meta.Kind == kindSave && !pieces[0].Frame || x.meta.Kind == kindPack && !startsFrame(x.meta.Packed) {
+			if x.meta.Kind == kindSave && !saveStartsFrame(x.meta) || x.meta.Kind == kindPack && !startsFrame(x.meta.Packed) {
 				return false
 			}
 			first = false

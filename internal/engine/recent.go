@@ -57,3 +57,16 @@ func (r *recentRecords) find(saveID string, lo, hi uint64) (Record, bool) {
 	}
 	return Record{}, false
 }
+
+// version returns the record of version v, if the records are known and hold it.
+func (r *recentRecords) version(v uint64) (Record, bool) {
+	if !r.ok {
+		return Record{}, false
+	}
+	for i := len(r.list) - 1; i >= 0; i-- {
+		if r.list[i].Version == v {
+			return r.list[i], true
+		}
+	}
+	return Record{}, false
+}

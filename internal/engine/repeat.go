@@ -117,8 +117,8 @@ func (e *Engine) checkRepeatWithoutBase(ctx context.Context, s *session, req Sav
 	}
 	// A version whose own entry still holds what its save stored (not packed, not a rewrite) says
 	// how many messages that save appended onto its parent.
-	if x := entries[len(entries)-1].meta; x.Kind == kindSave && x.Piece != nil && x.Piece.Keep == nil && x.Piece.Messages != len(c.Messages) {
-		return refuse(fmt.Sprintf("that version's save appended %d messages, this save appends %d", x.Piece.Messages, len(c.Messages)))
+	if p := savePiece(entries[len(entries)-1].meta, rec.Version); p != nil && p.Keep == nil && p.Messages != len(c.Messages) {
+		return refuse(fmt.Sprintf("that version's save appended %d messages, this save appends %d", p.Messages, len(c.Messages)))
 	}
 	log, _, err := e.logOf(ctx, s.key, entries, rec.Version, 0)
 	if err != nil {
@@ -177,9 +177,7 @@ func (e *Engine) repeatHash(ctx context.Context, s *session, req SaveRequest, re
 // stateAt returns the SHA-256 state after "[" and version v's messages (nil: v is 0, nothing
 // hashed yet), whether v has messages, and whether v could be read at all (not if retention
 // removed it). Reading a version other than the head costs its whole conversation: mem (nil: no
-// one) is told of size bytes first, before anything is read, and of their end after. The caller
-// bounds v's size by the version the repeat's save id made (readBytes): an append's base, which
-// it extends, is smaller.
+// one) is told of it before it is read (baseRead).
 func (e *Engine) stateAt(ctx context.Context, s *session, v uint64, mem codec.Growth, size int64) ([]byte, bool, bool, error) {
 	h := s.last.Head
 	switch {
@@ -190,13 +188,9 @@ func (e *Engine) stateAt(ctx context.Context, s *session, v uint64, mem codec.Gr
 	case v < max(h.FirstVersion, 1):
 		return nil, false, false, nil // removed by retention (its bytes may linger until a pack)
 	}
-	if mem != nil {
-		if err := reserveForRepeat(mem, size); err != nil {
-			return nil, false, false, err
-		}
-		defer mem.Release(size)
-	}
-	log, _, err := e.logAt(ctx, s.key, s.lastDeleted(), s.lastSeq, v)
+	r := baseRead{mem: mem}
+	defer r.release()
+	log, err := r.log(ctx, e, s, v, size)
 	if errors.Is(err, ErrNotFound) {
 		return nil, false, false, nil
 	}
@@ -205,6 +199,61 @@ func (e *Engine) stateAt(ctx context.Context, s *session, v uint64, mem codec.Gr
 	}
 	state, err := extendHash(nil, log[1:])
 	return state, len(log) > 1, err == nil, err
+}
+
+// baseRead reads a repeat's base version within its caller's memory budget (mem; nil: no one),
+// reserving by what the read holds: readBytes of the base's own record. That is not the record
+// of the version the repeat's save id made (which the caller's size comes from): a base is
+// smaller than the version an append made onto it, but a whole-array save can rewrite its parent
+// shorter, and a repeat may name that parent as its base. So the base's size is reserved before
+// anything is read when the session's recent records know it (the usual case: the parent of a
+// version among them, docs/protocol.md §4.3), and otherwise the caller's size is, topped up to the
+// base's own once its entries are read, before its conversation is built (the larger part).
+type baseRead struct {
+	mem  codec.Growth
+	held int64
+}
+
+// log returns "[" and version v's messages, reserving before each part of the read.
+func (r *baseRead) log(ctx context.Context, e *Engine, s *session, v uint64, size int64) ([]byte, error) {
+	if rec, ok := s.recent.version(v); ok {
+		size = max(size, readBytes(rec))
+	}
+	if err := r.reserve(size); err != nil {
+		return nil, err
+	}
+	entries, err := e.entriesHolding(ctx, s.key, s.lastDeleted(), s.lastSeq, v)
+	if err != nil {
+		return nil, err
+	}
+	rec, _, err := recordIn(s.key, entries[len(entries)-1], v)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.reserve(readBytes(rec)); err != nil {
+		return nil, err
+	}
+	log, _, err := e.logOf(ctx, s.key, entries, v, 0)
+	return log, err
+}
+
+// reserve makes the bytes reserved at least n, without waiting (the session is locked).
+func (r *baseRead) reserve(n int64) error {
+	if r.mem == nil || n <= r.held {
+		return nil
+	}
+	if err := reserveForRepeat(r.mem, n-r.held); err != nil {
+		return err
+	}
+	r.held = n
+	return nil
+}
+
+// release gives back what the read reserved.
+func (r *baseRead) release() {
+	if r.mem != nil && r.held > 0 {
+		r.mem.Release(r.held)
+	}
 }
 
 // readBytes bounds what reading rec's conversation holds at once: the log built (its canonical

@@ -188,3 +188,81 @@ func TestSave_RepeatRefusedForMemoryKeepsTheSessionCached(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, log.reads, "the session was dropped from the cache by a refusal about memory")
 }
+
+// heldBudget is a memory budget with room for anything, which remembers the most held at once.
+type heldBudget struct{ held, peak int64 }
+
+func (b *heldBudget) Reserve(n int64) error {
+	b.held += n
+	b.peak = max(b.peak, b.held)
+	return nil
+}
+func (b *heldBudget) Release(n int64) { b.held -= n }
+
+// A repeat's base read is reserved by the base's own size. The version its save id made may be a
+// whole-array save that rewrote its parent much shorter; a repeat naming that parent as its base
+// reads the parent, far larger than the version (the reservation used to be the version's size:
+// short by up to the base's size).
+func TestSave_RepeatReservesItsBaseReadByTheBasesSize(t *testing.T) {
+	for _, packed := range []bool{false, true} {
+		// Packed: version 1 is in a pack before the last one, out of the session's recent records,
+		// so its size is learnt from its entries (and reserved before its conversation is built).
+		e, _ := newEngine(t, 1<<20, engine.Config{})
+		k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+		pack := func() {
+			if packed {
+				_, err := e.Pack(ctx, k, true)
+				require.NoError(t, err)
+			}
+		}
+		long, err := save(e, engine.SaveRequest{Key: k, SaveID: "long", Payload: conversation(2000)})
+		require.NoError(t, err)
+		pack()
+		short, err := save(e, engine.SaveRequest{Key: k, SaveID: "short", Payload: conversation(2)})
+		require.NoError(t, err)
+		require.Equal(t, long.Record.Version, short.Record.Parent, "a rewrite of version 1, far shorter")
+		pack()
+		_, err = save(e, engine.SaveRequest{Key: k, SaveID: "next", Base: u64(2), Payload: array(2, 4)})
+		require.NoError(t, err)
+		readsBase := 2*long.Record.RawBytes + 64<<10 // what reading version 1 holds, as the engine bounds it
+
+		for _, cold := range []bool{false, true} {
+			if cold {
+				e.Forget()
+			}
+			mem := &heldBudget{}
+			_, err = save(e, engine.SaveRequest{Key: k, SaveID: "short", Base: u64(1), Payload: array(2000, 2002), Memory: mem})
+			require.ErrorIs(t, err, engine.ErrSaveIDReused, "packed %v, cold %v", packed, cold)
+			require.GreaterOrEqual(t, mem.peak, readsBase, "packed %v, cold %v: version 1 read (%d bytes) within what was reserved", packed, cold, long.Record.RawBytes)
+			require.Zero(t, mem.held, "packed %v, cold %v: all given back", packed, cold)
+		}
+	}
+}
+
+// The save-id lookup (the records of the last pack and the saves after it, read once per session
+// load) is outside the ingest budget: it is bounded instead, by keeping none of the entries' data
+// (only their records), so what it holds is the records and one entry at a time, however large
+// the pack and the saves it reads (it used to hold them all, their parts joined).
+func TestSave_SaveIDLookupKeepsNoData(t *testing.T) {
+	e, _ := newEngine(t, 64<<10, engine.Config{}) // entries of at most 64 KiB: large data goes in parts
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	_, err := save(e, engine.SaveRequest{Key: k, SaveID: "big", Payload: conversation(2000)})
+	require.NoError(t, err)
+	_, err = e.Pack(ctx, k, true)
+	require.NoError(t, err)
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: "bigger", Payload: conversation(4000)})
+	require.NoError(t, err)
+	_, err = save(e, engine.SaveRequest{Key: k, SaveID: "small", Base: u64(2), Payload: array(4000, 4002)})
+	require.NoError(t, err)
+
+	records, data, err := engine.SaveIDLookupHolds(ctx, e, k)
+	require.NoError(t, err)
+	require.Equal(t, 3, records, "the pack's version and the two saves after it")
+	require.Zero(t, data, "no entry data kept, only records")
+
+	e.Forget() // and a repeat is still found by it
+	s, err := save(e, engine.SaveRequest{Key: k, SaveID: "bigger", Payload: conversation(4000)})
+	require.NoError(t, err)
+	require.True(t, s.Duplicate)
+	require.Equal(t, uint64(2), s.Record.Version)
+}

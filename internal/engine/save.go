@@ -352,7 +352,13 @@ func (p savePlan) largeStrings(raw []byte) [][2]int {
 // canonical form (recognised by hashing the prefix the head already has). Otherwise the head is
 // read and compared message by message: what is the same is kept (docs/format.md §8.10).
 func (e *Engine) plan(ctx context.Context, s *session, req SaveRequest) (savePlan, error) {
-	h := s.last.Head
+	return e.planFrom(ctx, s, s.last.Head, req)
+}
+
+// planFrom is plan against head h: the session's, or, in a group (group.go), the head the saves
+// before it in the group make, which is not stored yet (the group then never plans a save that
+// needs the head's messages read: planReads).
+func (e *Engine) planFrom(ctx context.Context, s *session, h headState, req SaveRequest) (savePlan, error) {
 	headMsgs := h.Counts.Messages
 	req.Limits.LargeStrings = ValueMinBytes // for storeValues, found by the parse
 	tailLimits := req.Limits
@@ -548,7 +554,12 @@ func (e *Engine) commitHead(ctx context.Context, s *session, next headState, p s
 // piece's bytes (values included); an import takes the number, time and origin it declares once
 // its hash is checked. Its tail counts the save's entry but for its size.
 func nextHead(s *session, req SaveRequest, p savePlan, raw []byte) (headState, error) {
-	h := s.last.Head
+	return nextHeadFrom(s, s.last.Head, req, p, raw)
+}
+
+// nextHeadFrom is nextHead from head h (in a group, the head the saves before it make; group.go
+// sets the tail counters of the group's entry itself).
+func nextHeadFrom(s *session, h headState, req SaveRequest, p savePlan, raw []byte) (headState, error) {
 	next := h
 	state := h.State
 	if p.rewrite {
@@ -582,7 +593,7 @@ func nextHead(s *session, req SaveRequest, p savePlan, raw []byte) (headState, e
 	next.Pack, next.Deleted = s.lastPack(), s.lastDeleted()
 	next.TailEntries, next.TailBytes = h.TailEntries+1, h.TailBytes
 	if s.last.Kind == kindPack {
-		next.TailEntries, next.TailBytes = 1, 0
+		next.TailEntries, next.TailBytes, next.TailExtra = 1, 0, 0
 	}
 	return next, nil
 }
@@ -733,7 +744,7 @@ const maxRun = 64 << 20
 
 // packDue says whether the entries since the last pack are due to be packed.
 func (e *Engine) packDue(h headState) bool {
-	return !e.cfg.NoPack && (h.TailEntries >= e.cfg.PackEntries || h.TailBytes >= e.cfg.PackBytes)
+	return !e.cfg.NoPack && (h.TailEntries+h.TailExtra >= e.cfg.PackEntries || h.TailBytes >= e.cfg.PackBytes)
 }
 
 // dialectLimits are the limits of a copy of a stored conversation of dialect d: none but its

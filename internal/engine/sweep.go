@@ -178,6 +178,9 @@ func (e *Engine) markSession(ctx context.Context, key Key, mark func(pieceInfo))
 		for _, x := range entries {
 			switch x.meta.Kind {
 			case kindSave:
+				for _, p := range x.meta.Group {
+					mark(p.Piece)
+				}
 				mark(*x.meta.Piece)
 			case kindPack:
 				for _, p := range x.meta.Packed {

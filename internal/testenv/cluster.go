@@ -326,8 +326,37 @@ func (c *Cluster) Conn() *nats.Conn {
 	return nc
 }
 
+// ConnTo connects to the node named name first (the others only once it is gone), so that a test
+// knows which node's death a connection sees.
+func (c *Cluster) ConnTo(name string) *nats.Conn {
+	c.t.Helper()
+	urls := []string{"nats://" + c.Node(name).Listen}
+	for _, node := range c.Nodes {
+		if node.Name != name {
+			urls = append(urls, "nats://"+node.Listen)
+		}
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.DontRandomize(), nats.MaxReconnects(-1),
+		nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
+	require.NoError(c.t, err)
+	require.Equal(c.t, "nats://"+c.Node(name).Listen, nc.ConnectedUrl(), "connected to %s", name)
+	return nc
+}
+
 // StartDaemon runs a checkpointd daemon against the cluster; it stops when the test ends.
 func (c *Cluster) StartDaemon(tweak ...func(*transfer.Config)) *transfer.Daemon {
+	c.t.Helper()
+	return c.startDaemon(c.Conn(), tweak)
+}
+
+// StartDaemonOn runs a checkpointd daemon connected to the node named name (see ConnTo).
+func (c *Cluster) StartDaemonOn(name string, tweak ...func(*transfer.Config)) *transfer.Daemon {
+	c.t.Helper()
+	return c.startDaemon(c.ConnTo(name), tweak)
+}
+
+// startDaemon runs a daemon on nc, which it closes when the test ends.
+func (c *Cluster) startDaemon(nc *nats.Conn, tweak []func(*transfer.Config)) *transfer.Daemon {
 	c.t.Helper()
 	cfg := transfer.DefaultConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -335,7 +364,6 @@ func (c *Cluster) StartDaemon(tweak ...func(*transfer.Config)) *transfer.Daemon 
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	nc := c.Conn()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	d, err := transfer.Open(ctx, nc, cfg)
@@ -352,7 +380,18 @@ func (c *Cluster) StartDaemon(tweak ...func(*transfer.Config)) *transfer.Daemon 
 // Client returns an SDK client connected to the cluster.
 func (c *Cluster) Client(opts ...checkpoint.Option) *checkpoint.Client {
 	c.t.Helper()
-	nc := c.Conn()
+	return c.client(c.Conn(), opts)
+}
+
+// ClientOn returns an SDK client connected to the node named name (see ConnTo).
+func (c *Cluster) ClientOn(name string, opts ...checkpoint.Option) *checkpoint.Client {
+	c.t.Helper()
+	return c.client(c.ConnTo(name), opts)
+}
+
+// client is an SDK client on nc, which it closes when the test ends.
+func (c *Cluster) client(nc *nats.Conn, opts []checkpoint.Option) *checkpoint.Client {
+	c.t.Helper()
 	c.t.Cleanup(nc.Close)
 	cl, err := checkpoint.New(nc, opts...)
 	require.NoError(c.t, err)

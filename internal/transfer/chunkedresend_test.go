@@ -55,3 +55,65 @@ func TestSave_ChunkedRequestSentAgainAfterItWasStoredIsADuplicate(t *testing.T) 
 	require.NoError(t, err)
 	require.Len(t, h, 1, "nothing stored but the first")
 }
+
+// A chunked save refused (a conflict, an invalid conversation) has its chunks removed with the
+// refusal. Its writer, having lost only the reply, sends the same save again without publishing
+// the chunks again: it gets the same refusal (same code, same received hash), not a bad_request
+// about the chunks it did send. By raw NATS messages: chunks published by hand on CP_CHUNKS, as the
+// SDK does, the save sent on each path and sent again on both.
+func TestSave_ChunkedRefusalSentAgainGetsTheSameRefusal(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	nc := env.Conn()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	key := wire.Key{Session: "refused-resent"}.WithDefaults()
+	res := saveRawHeader(t, nc, js, key, "request", "first", nil, []byte(`[{"role":"user","content":"first"}]`))
+	require.True(t, res.OK, "%+v", res.Error)
+
+	publishChunks := func(saveID, conv string) {
+		for i, piece := range []string{conv[:len(conv)/2], conv[len(conv)/2:]} {
+			c := nats.NewMsg(wire.ChunkSubject(key.Namespace, saveID))
+			c.Header.Set(wire.HdrChunk, strconv.Itoa(i))
+			c.Data = []byte(piece)
+			_, err := js.PublishMsg(ctx, c)
+			require.NoError(t, err)
+		}
+	}
+	chunked := func(h nats.Header) nats.Header {
+		h[wire.HdrChunks] = []string{"2"}
+		return h
+	}
+	cases := []struct {
+		name, conv, code string
+		h                nats.Header
+	}{
+		{"conflict", `[{"role":"user","content":"first"},{"role":"user","content":"stale"}]`, wire.CodeConflict,
+			nats.Header{wire.HdrExpectedVersion: {"7"}}},
+		{"invalid", `[{"role":"user","content":"first"},{"role":"nobody","content":"x"}]`, wire.CodeInvalid, nats.Header{}},
+	}
+	for _, c := range cases {
+		for _, first := range []string{"request", "ingest"} {
+			saveID := c.name + "-" + first
+			publishChunks(saveID, c.conv)
+			refusal := saveRawHeader(t, nc, js, key, first, saveID, chunked(c.h), nil)
+			requireRefused(t, refusal, c.code)
+			require.NotEmpty(t, refusal.Received, "refused after its body was read")
+			for _, again := range []string{"request", "ingest"} {
+				res := saveRawHeader(t, nc, js, key, again, saveID, chunked(c.h), nil)
+				require.Equal(t, refusal.Error, res.Error, "%s sent by %s, again by %s", c.name, first, again)
+				require.Equal(t, refusal.Received, res.Received, "%s sent by %s, again by %s", c.name, first, again)
+			}
+		}
+	}
+
+	h, err := env.Client.History(ctx, checkpoint.Key{Session: key.Session})
+	require.NoError(t, err)
+	require.Len(t, h, 1, "nothing stored but the first")
+	s, err := js.Stream(ctx, wire.StreamChunks)
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "no chunks left behind")
+}

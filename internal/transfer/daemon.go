@@ -211,7 +211,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	}
 	// The subscriptions above are sent to the server asynchronously: a writer asking right after
 	// Open returns would otherwise find no responder and take the ingest stream's slower path.
-	if err := nc.FlushWithContext(ctx); err != nil {
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
 		cfg.Logger.Warn("the server did not confirm the daemon's subscriptions yet; they take effect when it does", "err", err)
 	}
 	d.ready.Store(true)

@@ -386,9 +386,12 @@ func TestDaemon_LongHistoryAndListingArePaged(t *testing.T) {
 	require.True(t, rep.More, "one reply does not hold them all")
 	require.Less(t, len(rep.Versions), 400)
 
-	// Newest first, by cursor: every version once, from the head down; limit bounds a page.
+	// Newest first, by cursor: every version once, from the head down; limit bounds a page. A
+	// cursor past the versions since the last pack names the pack its page ended in (the next page
+	// is walked from there, not from the head).
 	var newest []uint64
-	req := wire.HistoryRequest{SessionRequest: wire.SessionRequest{Session: "long"}, NewestFirst: true}
+	hinted := 0
+	req := wire.HistoryRequest{SessionRequest: wire.SessionRequest{Session: "long"}, NewestFirst: true, Limit: 50}
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 400, "the cursor moves on")
 		rep = wire.HistoryReply{}
@@ -401,11 +404,29 @@ func TestDaemon_LongHistoryAndListingArePaged(t *testing.T) {
 			break
 		}
 		require.NotEmpty(t, rep.Cursor)
+		if strings.Contains(rep.Cursor, ".") {
+			hinted++
+		}
 		req.Cursor = rep.Cursor
 	}
 	require.Len(t, newest, 400)
 	for i, v := range newest {
 		require.Equal(t, uint64(400-i), v)
+	}
+	require.NotZero(t, hinted, "deep cursors carry their pack")
+	// A cursor's pack is the client's to send: a stale or forged one only costs a walk from the head.
+	for _, cursor := range []string{"300", "300.1", "300.99999"} {
+		rep = wire.HistoryReply{}
+		requestJSON(t, env, wire.OpHistory, wire.HistoryRequest{SessionRequest: wire.SessionRequest{Session: "long"}, NewestFirst: true, Limit: 2, Cursor: cursor}, &rep)
+		require.Len(t, rep.Versions, 2, cursor)
+		require.Equal(t, []uint64{299, 298}, []uint64{rep.Versions[0].Version, rep.Versions[1].Version}, cursor)
+	}
+	for _, cursor := range []string{"300.", "300.0", "300.01", ".5", "1", "300.5.5", "300.-1"} {
+		m, err := env.Conn().Request(wire.APISubject("default", wire.OpHistory),
+			[]byte(`{"session":"long","newestFirst":true,"cursor":"`+cursor+`"}`), 5*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, "400", m.Header.Get(wire.HdrServiceErrorCode), "%s: %s", cursor, m.Data)
+		require.Contains(t, string(m.Data), "cursor", cursor)
 	}
 	rep = wire.HistoryReply{}
 	requestJSON(t, env, wire.OpHistory, wire.HistoryRequest{SessionRequest: wire.SessionRequest{Session: "long"}, NewestFirst: true, Limit: 3}, &rep)

@@ -82,3 +82,32 @@ func TestSave_RepeatTheDaemonCannotCompareSaysSo(t *testing.T) {
 		require.Len(t, h, 2, "nothing stored")
 	})
 }
+
+// The Go SDK surfaces the daemon's `unverified` on the Version a save returns (Version.Unverified):
+// an Append sent again with its save id after retention removed its base is the duplicate, and the
+// caller learns that it was not compared. A repeat the daemon compared says nothing.
+func TestSDK_DuplicateSaysWhatWasNotCompared(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "sdk-unverified"}
+	msg := func(s string) []byte { return []byte(`[{"role":"user","content":"` + s + `"}]`) }
+	v, err := env.Client.Save(ctx, key, msg("one"))
+	require.NoError(t, err)
+	for i, s := range []string{"two", "three", "four"} {
+		v, err = env.Client.Append(ctx, key, v.Version, msg(s), checkpoint.WithSaveID("a"+strconv.Itoa(i+2)))
+		require.NoError(t, err)
+		require.Empty(t, v.Unverified, "a new version")
+	}
+
+	again, err := env.Client.Append(ctx, key, 3, msg("four"), checkpoint.WithSaveID("a4"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), again.Version)
+	require.Empty(t, again.Unverified, "compared by the daemon")
+
+	_, err = env.Client.Prune(ctx, key.WithDefaults().Namespace, checkpoint.PruneOptions{Session: key.Session, KeepLast: 2})
+	require.NoError(t, err) // versions 1 and 2 removed; a3 made version 3 onto version 2
+	again, err = env.Client.Append(ctx, key, 2, msg("three"), checkpoint.WithSaveID("a3"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), again.Version)
+	require.Contains(t, again.Unverified, "removed by retention")
+}

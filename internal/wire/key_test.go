@@ -74,3 +74,27 @@ func FuzzEncodeID(f *testing.F) {
 		}
 	})
 }
+
+// The wildcards made from the subject prefixes are the subjects docs/protocol.md §3 names (the
+// streams' subjects, the daemon's subscriptions, the tenants' grants): nothing is written by hand
+// outside this package.
+func TestSubjectWildcards(t *testing.T) {
+	for got, want := range map[string]string{
+		EverySubject(IngestSubjectPrefix):                       "cp.ingest.>",
+		EverySubject(ChunkSubjectPrefix):                        "cp.chunk.>",
+		EverySubject(ResultSubjectPrefix):                       "cp.result.>",
+		EverySubject(SavedSubjectPrefix):                        "cp.saved.>",
+		EverySubject(SaveSubjectPrefix):                         "cp.save.>",
+		EverySubject(APISubjectPrefix):                          "cp.api.>",
+		EverySubject(AdminSubjectPrefix):                        "cp.admin.>",
+		EverySubject(ResultDirectGetPrefix):                     "$JS.API.DIRECT.GET.CP_RESULTS.>",
+		NamespaceSubjects(IngestSubjectPrefix, EncodeID("a.b")): "cp.ingest." + EncodeID("a.b") + ".>",
+		NamespaceSubjects(APISubjectPrefix, "default"):          "cp.api.default.>",
+		APIOpSubjects(OpList):                                   "cp.api.*.list",
+		AdminListSubject:                                        "cp.admin.list",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+}

@@ -33,11 +33,31 @@ func IngestSubject(k Key) string { return ingestPfx + k.Token() }
 // fallback when no daemon answers.
 func SaveSubject(k Key) string { return savePfx + k.Token() }
 
-// SaveSubjectPrefix is the prefix of SaveSubject; IngestSubjectPrefix that of IngestSubject.
+// SaveSubjectPrefix is the prefix of SaveSubject; IngestSubjectPrefix that of IngestSubject; the
+// others those of ChunkSubject, ResultSubject, SavedSubject, APISubject and AdminListSubject. The
+// wildcards the daemon subscribes to, its streams capture and the tenants' accounts grant are made
+// from them (EverySubject, NamespaceSubjects), never written by hand.
 const (
 	SaveSubjectPrefix   = savePfx
 	IngestSubjectPrefix = ingestPfx
+	ChunkSubjectPrefix  = chunkPfx
+	ResultSubjectPrefix = resultPfx
+	SavedSubjectPrefix  = savedPfx
+	APISubjectPrefix    = apiPfx
+	AdminSubjectPrefix  = "cp.admin."
 )
+
+// EverySubject is the wildcard of every subject under prefix (one of the prefixes above), of every
+// namespace: EverySubject(IngestSubjectPrefix) is "cp.ingest.>".
+func EverySubject(prefix string) string { return prefix + ">" }
+
+// NamespaceSubjects is the wildcard of every subject under prefix in one namespace, given as its
+// token (EncodeID of the namespace): NamespaceSubjects(IngestSubjectPrefix, "default") is
+// "cp.ingest.default.>".
+func NamespaceSubjects(prefix, namespaceToken string) string { return prefix + namespaceToken + ".>" }
+
+// APIOpSubjects is the wildcard of one service operation in every namespace: "cp.api.*.<op>".
+func APIOpSubjects(op string) string { return apiPfx + "*." + op }
 
 // ChunkSubject carries the pieces of a save too large for one message (stream CP_CHUNKS).
 func ChunkSubject(namespace, saveID string) string {
@@ -85,7 +105,7 @@ const (
 )
 
 // AdminListSubject lists sessions of every namespace; it is for operators, so it carries no namespace.
-const AdminListSubject = "cp.admin.list"
+const AdminListSubject = AdminSubjectPrefix + "list"
 
 // Stream and bucket names.
 const (
@@ -196,6 +216,13 @@ type Version struct {
 	// Dialect is the conversation's shape (docs/format.md, "Dialects"); "" for native, so records
 	// written before dialects existed read as native and native records are unchanged.
 	Dialect string `json:"dialect,omitempty"`
+	// Unverified is no part of the record (never stored, sent or decoded): the Go SDK sets it on
+	// the Version a save returns when that save was a duplicate (its save id had made this
+	// version) which could not be compared with it, to the sentence saying why (the result's
+	// unverified, docs/protocol.md §4.3): its chunks were removed, or the base of its append was
+	// removed by retention. Empty when the daemon compared the repeat whole, or the SDK did (a
+	// Save of a whole array whose hash is the version's).
+	Unverified string `json:"-"`
 }
 
 // Origin records that a version was copied from another deployment (Via "migrate") or from a

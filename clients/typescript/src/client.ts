@@ -17,7 +17,7 @@ import type { ConversationInput } from "./bytes.js";
 import { decoders, nodeZstdEncoder } from "./encoding.js";
 import type { Encoder } from "./encoding.js";
 import { KNOWN_RECORD_FORMATS } from "./types.js";
-import type { Head, LeaseState, PruneReply, SaveResult, VersionRecord } from "./types.js";
+import type { Head, LeaseState, PruneReply, SaveResult, SavedVersion, VersionRecord } from "./types.js";
 
 export interface ClientOptions {
   /** Longest any one operation may take, retries included (default 30 s). */
@@ -105,6 +105,16 @@ const LOOKUP_ATTEMPT_MS = 1_000;
 /** §4.3: "no responders" retries on a single server before it counts as "no stream" (the Go SDK's). */
 const NO_STREAM_RETRIES = 4;
 
+/**
+ * §4.0: a client that a daemon has answered takes "no responders" for the daemons reconnecting (the
+ * server they were on died, a rolling restart), and sends the request again for up to
+ * NO_RESPONDERS_WINDOW_MS, pausing 50 ms and twice as long each time (at most 500 ms), before
+ * falling back to the ingest stream (the Go SDK's). One never answered falls back at once.
+ */
+const NO_RESPONDERS_WINDOW_MS = 2_000;
+const NO_RESPONDERS_FIRST_WAIT_MS = 50;
+const NO_RESPONDERS_MAX_WAIT_MS = 500;
+
 const REASONS = new Set(["turn", "pause", "migrate", "import", "manual", "fork"]);
 
 export class Client {
@@ -115,6 +125,8 @@ export class Client {
   private readonly writer: string;
   private readonly encoder: Encoder | undefined;
   private readonly maxMessageBytes: number | undefined;
+  /** A daemon answered a save request, and has not been missing for a whole window since (§4.0). */
+  private answered = false;
 
   constructor(nc: NatsConnection, opts: ClientOptions = {}, ownsConnection = false) {
     this.nc = nc;
@@ -147,7 +159,7 @@ export class Client {
   // Saving (§4)
 
   /** Saves the whole conversation as the session's next version and returns its record. */
-  async save(key: KeyLike, conversation: ConversationInput, opts: SaveOptions = {}): Promise<VersionRecord> {
+  async save(key: KeyLike, conversation: ConversationInput, opts: SaveOptions = {}): Promise<SavedVersion> {
     return this.publishSave(toKey(key), toBytes(conversation), undefined, opts);
   }
 
@@ -160,7 +172,7 @@ export class Client {
     baseVersion: number,
     messages: ConversationInput,
     opts: SaveOptions = {},
-  ): Promise<VersionRecord> {
+  ): Promise<SavedVersion> {
     checkRange("baseVersion", baseVersion, 0);
     return this.publishSave(toKey(key), toBytes(messages), baseVersion, opts);
   }
@@ -170,7 +182,7 @@ export class Client {
     body: Uint8Array,
     baseVersion: number | undefined,
     opts: SaveOptions,
-  ): Promise<VersionRecord> {
+  ): Promise<SavedVersion> {
     const saveId = opts.saveId ?? randomToken();
     checkId("saveId", saveId);
     const hdrs = this.saveHeaders(saveId, baseVersion, opts);
@@ -198,12 +210,15 @@ export class Client {
    * undefined when nobody listens ("no responders": no daemon runs, or one too old for requests).
    * A request unanswered in time is sent again with the same save id (the daemon recognises the
    * repeat); a `busy` or `unavailable` refusal (nothing stored) is retried after its hint, until
-   * the deadline, when the last refusal is returned.
+   * the deadline, when the last refusal is returned. After a daemon has answered this client, "no
+   * responders" is asked again for a moment first (NO_RESPONDERS_WINDOW_MS).
    */
   private async requestSave(key: Key, saveId: string, hdrs: MsgHdrs, body: Uint8Array, deadline: number): Promise<Uint8Array | undefined> {
     const subject = subjects.save(key);
     const chunks = Number(hdrs.get("Cp-Chunks") || "0");
     const attemptMs = Math.min(REQUEST_ATTEMPT_MS + chunks * REQUEST_ATTEMPT_PER_CHUNK_MS, MAX_REQUEST_ATTEMPT_MS);
+    let quietSince: number | undefined; // the first "no responders" of this save
+    let quietWait = NO_RESPONDERS_FIRST_WAIT_MS;
     for (let attempt = 0; ; attempt++) {
       const left = deadline - Date.now();
       if (left <= 0) {
@@ -216,13 +231,26 @@ export class Client {
       try {
         m = await this.nc.request(subject, body, { headers: hdrs, timeout: Math.max(1, Math.min(attemptMs, left)) });
       } catch (e) {
-        if (isNoResponders(e)) return undefined;
+        if (isNoResponders(e)) {
+          if (!this.answered) return undefined;
+          const now = Date.now();
+          quietSince ??= now;
+          if (now - quietSince + quietWait > NO_RESPONDERS_WINDOW_MS) {
+            this.answered = false; // no daemon came back: the next saves fall back at once
+            return undefined;
+          }
+          if (now + quietWait >= deadline) return undefined;
+          await sleep(quietWait);
+          quietWait = Math.min(2 * quietWait, NO_RESPONDERS_MAX_WAIT_MS);
+          continue;
+        }
         if (isMaxPayload(e)) throw new CheckpointError("too_large", `sending the save on ${subject}: ${(e as Error).message}`);
         if (!(e instanceof natsErrors.TimeoutError) && !isTransient(e)) throw unavailable(`sending the save on ${subject}: ${(e as Error).message}`, e);
         // Unanswered in time (the daemon died, or is slow): send it again, with the same save id.
         await sleep(Math.min(50, Math.max(0, deadline - Date.now())));
         continue;
       }
+      this.answered = true;
       const wait = retryPause(m.data, attempt);
       if (wait === undefined || Date.now() + wait >= deadline) return m.data;
       await sleep(wait);
@@ -242,7 +270,7 @@ export class Client {
     payload: Uint8Array,
     sent: string,
     deadline: number,
-  ): Promise<VersionRecord> {
+  ): Promise<SavedVersion> {
     // Listen before publishing (§4.3), and make sure the server has the subscription first.
     const resultSubject = subjects.result(key.namespace, saveId);
     const results = new Inbox(this.nc.subscribe(resultSubject));
@@ -420,7 +448,7 @@ export class Client {
    * `received` must be the hash of what was sent. A success without that hash is believed only once
    * a `get` shows the version it names was made by this save id. Anything else is `corrupt`.
    */
-  private async checkResult(data: Uint8Array, key: Key, saveId: string, sent: string, deadline: number): Promise<VersionRecord> {
+  private async checkResult(data: Uint8Array, key: Key, saveId: string, sent: string, deadline: number): Promise<SavedVersion> {
     let res: SaveResult;
     try {
       res = JSON.parse(utf8Decode(data)) as SaveResult;
@@ -440,7 +468,9 @@ export class Client {
     if (!res.ok || !res.version || typeof res.version.version !== "number") {
       throw internal(`${where}: the result has neither a version nor an error`);
     }
-    if (res.received === sent) return checkRecord(res.version);
+    // A duplicate the daemon could not compare says so; the caller learns it with the record.
+    const unverified = res.duplicate && typeof res.unverified === "string" && res.unverified !== "" ? { unverified: res.unverified } : {};
+    if (res.received === sent) return { ...checkRecord(res.version), ...unverified };
     // No hash, or another one (an earlier attempt that sent the body differently, a duplicate of a
     // chunked save whose chunks are gone, or a result the daemon did not write): ask the daemon.
     let v: VersionRecord;
@@ -455,7 +485,7 @@ export class Client {
     if (v.saveId !== saveId) {
       throw corrupt(`${where}: the result names version ${v.version}, which save ${JSON.stringify(v.saveId)} made`);
     }
-    return v;
+    return { ...v, ...unverified };
   }
 
   // ---------------------------------------------------------------------------------------------

@@ -8,4 +8,4 @@ export { joinRaw, splitRaw, sha256, toBytes } from "./bytes.js";
 export type { ConversationInput } from "./bytes.js";
 export { decoders, nodeZstdEncoder } from "./encoding.js";
 export type { Decoder, Encoder } from "./encoding.js";
-export type { VersionRecord, Head, LeaseState, SaveResult, PruneReply } from "./types.js";
+export type { VersionRecord, SavedVersion, Head, LeaseState, SaveResult, PruneReply } from "./types.js";

@@ -35,6 +35,17 @@ export interface VersionRecord {
   [extra: string]: unknown;
 }
 
+/**
+ * The record a save returns (`save`, `append`): the version record, and `unverified` when the
+ * save was a duplicate (its save id had made this version) that the daemon could not compare with
+ * that version: the sentence saying what was not compared (its chunks were removed, or the base
+ * of its append was removed by retention; docs/protocol.md §4.3). Absent when the daemon compared
+ * it whole, or when the save made a new version. The client does not compare it further.
+ */
+export interface SavedVersion extends VersionRecord {
+  unverified?: string;
+}
+
 /** A head in a `list` reply: a version record, plus lease and moved when they apply (§5). */
 export interface Head extends VersionRecord {
   lease?: LeaseState;
@@ -60,6 +71,8 @@ export interface SaveResult {
   duplicate?: boolean;
   version?: VersionRecord;
   received?: string;
+  /** On a duplicate the daemon could not compare with the version its save id made: why (§4.3). */
+  unverified?: string;
   seq?: number;
   error?: import("./errors.js").WireError;
 }

@@ -62,6 +62,45 @@ test("a save id sent again with another conversation is refused save_id_reused, 
   assert.equal((await c.get(key)).version, second.version, "nothing stored");
 });
 
+test("an append sent again after retention removed its base is the duplicate, with unverified saying what was not compared", async () => {
+  const key = { session: "unverified" };
+  let v = await c.save(key, joinRaw([msg(1)]));
+  for (const i of [2, 3, 4]) {
+    v = await c.append(key, v.version, joinRaw([msg(i)]), { saveId: `append-${i}` });
+    assert.equal(v.unverified, undefined, "a new version");
+  }
+  const compared = await c.append(key, 3, joinRaw([msg(4)]), { saveId: "append-4" });
+  assert.equal(compared.version, 4);
+  assert.equal(compared.unverified, undefined, "compared by the daemon");
+
+  await c.prune("default", { session: key.session, keepLast: 2 }); // versions 1 and 2 removed
+  const again = await c.append(key, 2, joinRaw([msg(3)]), { saveId: "append-3" });
+  assert.equal(again.version, 3);
+  assert.equal(again.saveId, "append-3");
+  assert.match(again.unverified ?? "", /removed by retention/);
+});
+
+test("after a daemon answered, no responders while the daemon restarts is asked again, not sent to the ingest stream", async () => {
+  const key = { session: "daemon-restarting" };
+  const v = await c.save(key, joinRaw([msg(1)])); // answered by the daemon
+  const raw = await connect({ servers: nats.url });
+  try {
+    const jsm = await jetstreamManager(raw);
+    const queued = async () => (await jsm.streams.info("CP_INGEST")).state.last_seq;
+    const before = await queued();
+    await d!.stop();
+    d = undefined;
+    const saving = c.append(key, v.version, joinRaw([msg(2)]));
+    await new Promise((r) => setTimeout(r, 300)); // the save meets "no responders" meanwhile
+    d = await Daemon.start([], nats.url);
+    assert.equal((await saving).version, 2);
+    assert.equal(await queued(), before, "the save went by request, not to the ingest stream");
+    assert.equal(await saves(d, "request", "ok"), 1);
+  } finally {
+    await raw.close();
+  }
+});
+
 test("with no daemon answering, a save goes to the ingest stream and is settled when a daemon starts", async () => {
   await d!.stop();
   d = undefined;

@@ -55,19 +55,19 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, re
 	cfgs := []jetstream.StreamConfig{{
 		Name:        wire.StreamIngest,
 		Description: "checkpointd: saves waiting to be versioned",
-		Subjects:    []string{"cp.ingest.>"},
+		Subjects:    []string{wire.EverySubject(wire.IngestSubjectPrefix)},
 		Retention:   jetstream.WorkQueuePolicy,
 		Duplicates:  dedupWindow,
 	}, {
 		Name:        wire.StreamChunks,
 		Description: "checkpointd: pieces of large saves",
-		Subjects:    []string{"cp.chunk.>"},
+		Subjects:    []string{wire.EverySubject(wire.ChunkSubjectPrefix)},
 		MaxAge:      24 * time.Hour,
 		Duplicates:  dedupWindow,
 	}, {
 		Name:              wire.StreamResults,
 		Description:       "checkpointd: the outcome of each save",
-		Subjects:          []string{"cp.result.>"},
+		Subjects:          []string{wire.EverySubject(wire.ResultSubjectPrefix)},
 		MaxAge:            resultTTL,
 		MaxMsgsPerSubject: 1,
 	}}
@@ -108,17 +108,28 @@ func (st *Streams) OpenedResults() jetstream.Stream {
 
 // open returns the stream if it exists (updating its settings the first time it is seen, as
 // ensureStream does), makes it if it does not and create is set, and otherwise returns nil.
+//
+// A save waits here (the first save off the ingest stream a daemon settles), and so does every
+// other save that needs the stream meanwhile, so each request is bounded by OpTimeout: one sent to
+// a leader that has just died (the stream's, or the meta group's, which makes and updates streams
+// and answers for one that does not exist) is never answered, and failing in seconds lets the save
+// be retried against the new leader. Bounded only by the save's deadline, it held every save off
+// the ingest stream for 30 s after the meta leader's death (TestCluster_Harness).
 func (l *lazyStream) open(ctx context.Context, create bool) (jetstream.Stream, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.s != nil {
 		return l.s, nil
 	}
-	s, err := l.js.Stream(ctx, l.cfg.Name)
+	lctx, cancel := OpContext(ctx)
+	s, err := l.js.Stream(lctx, l.cfg.Name)
+	cancel()
 	if errors.Is(err, jetstream.ErrStreamNotFound) && !create {
 		return nil, nil
 	}
-	if s, err = settleStream(ctx, l.js, l.cfg, s, err); err != nil {
+	sctx, cancel := OpContext(ctx)
+	defer cancel()
+	if s, err = settleStream(sctx, l.js, l.cfg, s, err); err != nil {
 		return nil, err
 	}
 	l.s = s
@@ -151,9 +162,24 @@ func settleStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	return s, nil
 }
 
-// sameSettings compares what checkpointd sets on its streams.
-func sameSettings(a, b jetstream.StreamConfig) bool {
-	return slices.Equal(a.Subjects, b.Subjects) && a.Retention == b.Retention && a.MaxAge == b.MaxAge &&
-		a.Duplicates == b.Duplicates && a.MaxMsgsPerSubject == b.MaxMsgsPerSubject && a.Replicas == b.Replicas &&
-		a.AllowDirect == b.AllowDirect && a.Storage == b.Storage && a.Description == b.Description
+// sameSettings compares what checkpointd sets on its streams (want) with what the server keeps
+// (have). A setting checkpointd leaves unset the server stores as its default (MaxMsgsPerSubject
+// -1, no limit; Duplicates its dedup window, 2 min or MaxAge if shorter): that is no difference.
+// Counting it as one made every daemon send an update of CP_INGEST and CP_CHUNKS when it started,
+// and of CP_RESULTS when it first opened it after another daemon had made it: an update is a
+// request only the meta leader answers, so after its death the save waiting on it waited out its
+// deadline.
+func sameSettings(have, want jetstream.StreamConfig) bool {
+	dups := have.Duplicates
+	if want.Duplicates == 0 {
+		dups = 0 // the server's default, whatever it is
+	}
+	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.MaxAge == want.MaxAge &&
+		dups == want.Duplicates && perSubjectLimit(have) == perSubjectLimit(want) && have.Replicas == want.Replicas &&
+		have.AllowDirect == want.AllowDirect && have.Storage == want.Storage && have.Description == want.Description
+}
+
+// perSubjectLimit is cfg's MaxMsgsPerSubject, 0 for no limit (the server stores -1).
+func perSubjectLimit(cfg jetstream.StreamConfig) int64 {
+	return max(cfg.MaxMsgsPerSubject, 0)
 }

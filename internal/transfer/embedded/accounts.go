@@ -245,27 +245,27 @@ type grant struct {
 // docs/protocol.md §4.3).
 func namespaceGrants(ns string) []grant {
 	return []grant{
-		{true, "cp.api." + ns + ".>"},
-		{true, "cp.save." + ns + ".>"},
-		{true, "cp.ingest." + ns + ".>"},
-		{true, "cp.chunk." + ns + ".>"},
-		{true, wire.ResultDirectGetPrefix + "cp.result." + ns + ".>"},
-		{false, "cp.result." + ns + ".>"},
-		{false, "cp.saved." + ns + ".>"},
+		{true, wire.NamespaceSubjects(wire.APISubjectPrefix, ns)},
+		{true, wire.NamespaceSubjects(wire.SaveSubjectPrefix, ns)},
+		{true, wire.NamespaceSubjects(wire.IngestSubjectPrefix, ns)},
+		{true, wire.NamespaceSubjects(wire.ChunkSubjectPrefix, ns)},
+		{true, wire.ResultDirectGetPrefix + wire.NamespaceSubjects(wire.ResultSubjectPrefix, ns)},
+		{false, wire.NamespaceSubjects(wire.ResultSubjectPrefix, ns)},
+		{false, wire.NamespaceSubjects(wire.SavedSubjectPrefix, ns)},
 	}
 }
 
 // adminGrants reach every namespace and cp.admin.>. Still no $JS.API beyond direct gets of results:
 // an operator's tools go through the daemon like everyone's.
 var adminGrants = []grant{
-	{true, "cp.admin.>"},
-	{true, "cp.api.>"},
-	{true, "cp.save.>"},
-	{true, "cp.ingest.>"},
-	{true, "cp.chunk.>"},
-	{true, wire.ResultDirectGetPrefix + ">"},
-	{false, "cp.result.>"},
-	{false, "cp.saved.>"},
+	{true, wire.EverySubject(wire.AdminSubjectPrefix)},
+	{true, wire.EverySubject(wire.APISubjectPrefix)},
+	{true, wire.EverySubject(wire.SaveSubjectPrefix)},
+	{true, wire.EverySubject(wire.IngestSubjectPrefix)},
+	{true, wire.EverySubject(wire.ChunkSubjectPrefix)},
+	{true, wire.EverySubject(wire.ResultDirectGetPrefix)},
+	{false, wire.EverySubject(wire.ResultSubjectPrefix)},
+	{false, wire.EverySubject(wire.SavedSubjectPrefix)},
 }
 
 // NATSConfig returns the accounts block that isolates the tenants, in nats-server configuration

@@ -47,6 +47,8 @@ type Ingester struct {
 	packer *housekeeping.Packer
 	// budget bounds the bytes of the saves being settled (ingestbudget.go).
 	budget *Budget
+	// requests notices namespaces saving off the stream while requests work (requestwatch.go).
+	requests requestWatch
 
 	lanes []chan jetstream.Msg
 	wg    sync.WaitGroup
@@ -119,7 +121,7 @@ func (in *Ingester) Consume(ctx context.Context) error {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		MaxAckPending: 1024,
-		FilterSubject: "cp.ingest.>",
+		FilterSubject: wire.EverySubject(wire.IngestSubjectPrefix),
 	})
 	if err != nil {
 		return fmt.Errorf("ingest consumer: %w", err)
@@ -208,6 +210,13 @@ func (in *Ingester) handle(msg jetstream.Msg) {
 		// its refusal goes where the publisher can find it from its PubAck (docs/protocol.md §4.4).
 		in.refuseUnattributed(msg, meta.Sequence.Stream, key.Namespace, err, start)
 		return
+	}
+	if in.requests.ingested(key.Namespace, meta.Timestamp) {
+		in.log.Warn("saves of this namespace come off the ingest stream while save requests work for other namespaces: "+
+			"its writers get no responders on cp.save.<namespace>.>, so every save takes the slower path. Likeliest cause: "+
+			"its tenant account was configured from a --print-nats-config of checkpointd before 0.4, without the cp.save import "+
+			"(install the current printout; README, upgrade notes); or its writers use an SDK before 0.4, or WithIngestSaves. "+
+			"Said once per namespace", "namespace", key.Namespace, "session", key, "save", saveID)
 	}
 	ctx, cancel := context.WithTimeout(in.ctx, 30*time.Second)
 	defer cancel()
@@ -337,24 +346,38 @@ func (in *Ingester) refuseUnattributed(msg jetstream.Msg, seq uint64, ns string,
 // version to look at: anyone able to publish on a result subject could have written it, so the
 // duplicate is decided by the version record in storage, which only daemons write.
 func (in *Ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wire.Version, engine.Record, error) {
-	results, err := in.st.Results(ctx, false)
-	if err != nil {
+	stored, err := in.storedResult(ctx, key, saveID)
+	if err != nil || stored == nil {
 		return nil, engine.Record{}, err
 	}
-	if results == nil { // no result was ever stored
-		return nil, engine.Record{}, nil
+	return in.versionNamed(ctx, key, saveID, *stored)
+}
+
+// storedResult is the result kept on CP_RESULTS for key's save id: nil if there is none, or if
+// what is there is not a result of that save (anyone able to publish there could have written it,
+// so it is only ever a hint, or a refusal repeated to the writer of that save: storedRefusal).
+func (in *Ingester) storedResult(ctx context.Context, key wire.Key, saveID string) (*wire.SaveResult, error) {
+	results, err := in.st.Results(ctx, false)
+	if err != nil || results == nil { // nil: no result was ever stored
+		return nil, err
 	}
 	m, err := in.st.Read.Last(ctx, results, wire.ResultSubject(key.Namespace, saveID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, engine.Record{}, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, engine.Record{}, err
+		return nil, err
 	}
 	var res wire.SaveResult
-	if json.Unmarshal(m.Data, &res) != nil || res.Key != key {
-		return nil, engine.Record{}, nil
+	if json.Unmarshal(m.Data, &res) != nil || res.Key != key || res.SaveID != saveID {
+		return nil, nil
 	}
+	return &res, nil
+}
+
+// versionNamed is the version a stored result of saveID names, read from storage: nil if it names
+// none, or one that is gone or that another save id made.
+func (in *Ingester) versionNamed(ctx context.Context, key wire.Key, saveID string, res wire.SaveResult) (*wire.Version, engine.Record, error) {
 	var made uint64
 	switch {
 	case res.OK && res.Version != nil:
@@ -384,7 +407,10 @@ func (in *Ingester) prior(ctx context.Context, key wire.Key, saveID string) (*wi
 
 // settle decides the outcome of one save, whichever way it came (path: a message off CP_INGEST,
 // or a request on cp.save.>): its headers h and its body data as received. A returned error is
-// transient (storage); refusals are part of the result. The int is the save's chunk count.
+// transient (storage); refusals are part of the result. The int is the save's chunk count if its
+// chunks were read (also when it was refused for what they hold), else 0: a chunked save's refusal
+// with chunks read is one its writer cannot get again from a resend (the chunks are removed with
+// it), so a save request's is stored (SaveRequests.storeChunkedRefusal).
 //
 // A save off the stream first looks for the outcome an earlier delivery stored on CP_RESULTS
 // (prior): a redelivery must be its duplicate for as long as results are kept, beyond what the
@@ -401,17 +427,24 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	}
 	mem := in.budget.begin(ctx) // every buffer of the body is reserved before it is made
 	defer mem.end()
-	payload, err := in.readBody(ctx, hs, data, mem)
+	payload, read, err := in.readBody(ctx, hs, data, mem)
 	if err != nil {
 		if isRefusal(err) {
 			// A retry of a chunked save already settled finds its chunks removed: it is the
 			// duplicate of what it made.
 			if hs.chunks > 0 {
-				if v, perr := in.settledBefore(ctx, key, saveID); perr != nil || v != nil {
+				v, refusal, perr := in.settledBefore(ctx, key, saveID)
+				if perr != nil || v != nil {
 					return wire.SaveResult{OK: v != nil, Duplicate: true, Version: v, Unverified: chunksGone}, 0, perr
 				}
+				// A resend of a chunked save refused before (its chunks removed with the
+				// refusal) gets that refusal again: the same answer to the same save.
+				if refusal != nil && read == 0 {
+					return *refusal, 0, nil
+				}
 			}
-			return refuse(err)
+			res, _, _ := refuse(err)
+			return res, chunksRead(hs, read), nil
 		}
 		return wire.SaveResult{}, 0, err
 	}
@@ -444,7 +477,7 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	case edge.IsStorageRefusal(err) || isBusy(err): // busy: no budget to read a repeat's base version
 		res, _, _ := refuse(err)
 		res.Received = received()
-		return res, 0, nil
+		return res, hs.chunks, nil
 	case err != nil:
 		received() // the hashing goroutine is done before the payload's buffers go back
 		return wire.SaveResult{}, 0, err
@@ -456,22 +489,39 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received(), Unverified: saved.Unverified}, hs.chunks, nil
 }
 
-// settledBefore finds the version a save made before, for a chunked save whose chunks are gone
-// (a rare refusal path, so every place is looked in): by its stored result (a save off the stream,
-// or first sent there and retried as a request: prior), or among the session's newest versions (a
-// save sent as a request, whose result is never stored, sent again after the first send was stored
-// and its chunks removed: the SDK sends a request again when the reply does not come in time, and
-// another daemon of the queue group may take it). nil if neither has it.
-func (in *Ingester) settledBefore(ctx context.Context, key wire.Key, saveID string) (*wire.Version, error) {
-	if v, _, err := in.prior(ctx, key, saveID); err != nil || v != nil {
-		return v, err
+// settledBefore finds the outcome of a chunked save whose chunks are gone (a rare refusal path, so
+// every place is looked in). First the version it made: by its stored result (a save off the
+// stream, or first sent there and retried as a request: prior), or among the session's newest
+// versions (a save sent as a request, whose result is not stored, sent again after the first send
+// was stored and its chunks removed: the SDK sends a request again when the reply does not come in
+// time, and another daemon of the queue group may take it). Failing that, the refusal stored for
+// it (refused: not busy or unavailable, which keep the chunks): a chunked save's refusal is stored
+// on CP_RESULTS whichever path it came by, before its chunks are removed, so the same save sent
+// again without its chunks (its writer lost only the reply) is answered the same. A stored
+// refusal is only repeated to the save id's writer: nothing is stored or changed on its account.
+// All nil if none of them has it.
+func (in *Ingester) settledBefore(ctx context.Context, key wire.Key, saveID string) (*wire.Version, *wire.SaveResult, error) {
+	stored, err := in.storedResult(ctx, key, saveID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if stored != nil {
+		if v, _, err := in.versionNamed(ctx, key, saveID, *stored); err != nil || v != nil {
+			return v, nil, err
+		}
 	}
 	rec, ok, err := in.engine.SavedBy(ctx, edge.KeyOf(key), saveID)
-	if err != nil || !ok {
-		return nil, err
+	if err != nil {
+		return nil, nil, err
 	}
-	v := edge.VersionOf(rec)
-	return &v, nil
+	if ok {
+		v := edge.VersionOf(rec)
+		return &v, nil, nil
+	}
+	if stored != nil && refused(*stored) {
+		return nil, stored, nil
+	}
+	return nil, nil, nil
 }
 
 // chunksGone is the Unverified of a chunked save's repeat whose chunks are gone: the daemon
@@ -638,25 +688,35 @@ func importHeaders(h nats.Header, now time.Time) (*engine.Import, error) {
 
 // readBody returns the body of a save, decoded: the message's own bytes as sent, or its chunks read
 // one at a time and concatenated (a large save is never held both compressed and whole), then
-// decompressed if zstd. Every buffer is reserved with mem first.
-func (in *Ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, mem *reservation) ([]byte, error) {
+// decompressed if zstd. Every buffer is reserved with mem first. The int64 is the bytes of chunks
+// read (0 for a body in the message).
+func (in *Ingester) readBody(ctx context.Context, hs saveHeaders, data []byte, mem *reservation) ([]byte, int64, error) {
 	if hs.chunks == 0 {
 		if err := mem.Reserve(int64(len(data))); err != nil { // received: counted while the save lasts
-			return nil, err
+			return nil, 0, err
 		}
 		if hs.encoding == wire.EncodingIdentity {
-			return data, nil // nothing to copy
+			return data, 0, nil // nothing to copy
 		}
 		// Held whole: its frames (the SDK cuts a large body in several) are decoded at once.
 		body, err := codec.DecompressFrames(data, in.maxBytes, mem)
 		collectBlocks(body)
-		return body, err
+		return body, 0, err
 	}
 	subj := wire.ChunkSubject(hs.req.Key.Namespace, hs.req.SaveID)
 	body, received, err := readChunks(subj, hs.chunks, in.chunkPieces(ctx, subj), hs.encoding, in.maxBytes, mem)
 	in.m.ReceivedBytes.Add(float64(received))
 	collectBlocks(body)
-	return body, err
+	return body, received, err
+}
+
+// chunksRead is the chunk count settle returns for a save refused after its body was read: the
+// save's, if any of its chunks was there (read bytes), else 0.
+func chunksRead(hs saveHeaders, read int64) int {
+	if read == 0 {
+		return 0
+	}
+	return hs.chunks
 }
 
 // collectBlocks runs the collector after a large body was read: the blocks it was read into are

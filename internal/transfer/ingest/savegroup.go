@@ -251,7 +251,7 @@ func (in *Ingester) readGroupSave(ctx context.Context, key wire.Key, shared nats
 	if err != nil {
 		return s, err
 	}
-	payload, err := in.readBody(ctx, hs, item.Body, mem)
+	payload, _, err := in.readBody(ctx, hs, item.Body, mem) // no chunks in a group
 	if err != nil {
 		return s, err
 	}

@@ -151,8 +151,9 @@ func (sr *SaveRequests) handle(msg *nats.Msg) {
 
 // serve settles one admitted request, answers it, then announces its result on the live subject
 // cp.saved.<ns>.<saveid> (for watchers; not stored: a writer whose reply was lost sends the request
-// again and gets the outcome as a duplicate) and removes its chunks, as for a save off the stream; but a save refused busy or unavailable keeps its chunks and publishes nothing: the writer
-// retries the same request.
+// again and gets the outcome as a duplicate) and removes its chunks, as for a save off the stream;
+// but a save refused busy or unavailable keeps its chunks and publishes nothing: the writer
+// retries the same request. A chunked save's other refusals are stored (storeChunkedRefusal).
 func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 	key, saveID, err := attribute(wire.SaveSubjectPrefix, msg.Subject, msg.Header.Get(wire.HdrSaveID))
 	if n := headerBytes(msg.Header); err == nil && n > maxHeaderBytes {
@@ -164,6 +165,7 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 		sr.answer(msg, wire.SaveResult{SaveID: saveID, Key: key, Error: edge.ToWireError(err)}, start)
 		return
 	}
+	sr.in.requests.request(key.Namespace, start)
 	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)
 	defer cancel()
 	res, chunks, err := sr.in.settle(ctx, key, saveID, msg.Header, msg.Data, pathRequest)
@@ -174,7 +176,9 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 			Message: fmt.Sprintf("storage: %v; try again with the same save id", storageCause(err))}}
 	}
 	res.SaveID, res.Key = saveID, key
+	stored := false
 	if err == nil && refused(res) {
+		stored = chunks > 0 && sr.storeChunkedRefusal(ctx, res)
 		// Removed before the writer hears of the refusal, so that the save it sends again (the
 		// same save id, its chunks published anew) finds none of these left.
 		sr.in.removeChunks(ctx, key, saveID, msg.Header)
@@ -185,13 +189,36 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 		// and a refusal stored on CP_RESULTS would only mislead a lookup there (§4.5).
 		return
 	}
-	if err := sr.in.announceResult(res, data); err != nil {
-		sr.in.log.Warn("save request: announcing the result failed (the writer has its reply)", "session", key, "save", saveID, "err", err)
+	// A stored refusal reached the watchers already, published on cp.result.<ns>.<saveid>.
+	if !stored {
+		if err := sr.in.announceResult(res, data); err != nil {
+			sr.in.log.Warn("save request: announcing the result failed (the writer has its reply)", "session", key, "save", saveID, "err", err)
+		}
 	}
 	if !refused(res) {
 		sr.in.removeChunks(ctx, key, saveID, msg.Header) // after the reply: off the save's latency
 	}
 	collectLargeSave(chunks)
+}
+
+// storeChunkedRefusal stores the refusal res of a chunked save on CP_RESULTS, as a save off the
+// ingest stream stores every result, before its chunks are removed: a writer that lost the reply
+// sends the same request again (same save id, its chunks not published again), which finds no
+// chunks, and is answered this refusal from there rather than a bad_request about the chunks it
+// already sent (Ingester.settledBefore). Only refusals decided on chunks read are stored: a save
+// sent in one message is settled again from its body, with the same outcome; one refused on its
+// headers, or whose chunks were not there, is refused the same again (and a request without
+// chunks costs no write); an accepted one is recognised by its save id among the version records.
+// It reports whether the refusal was stored;
+// if not (storage did not answer in time), the chunks are removed all the same and a resend is
+// refused for them, as before.
+func (sr *SaveRequests) storeChunkedRefusal(ctx context.Context, res wire.SaveResult) bool {
+	if err := sr.in.publishResult(ctx, res); err != nil {
+		sr.in.log.Warn("save request: storing the refusal of a chunked save failed; a resend without its chunks will be refused for them",
+			"session", res.Key, "save", res.SaveID, "err", err)
+		return false
+	}
+	return true
 }
 
 // storageCause is what a transient error says, shutdown named as such.

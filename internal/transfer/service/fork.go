@@ -13,7 +13,7 @@ import (
 
 // forkSubject is the fork endpoint's subject. A test moves it elsewhere to play a daemon from
 // before the fork op (export_test.go).
-var forkSubject = "cp.api.*." + wire.OpFork
+var forkSubject = wire.APIOpSubjects(wire.OpFork)
 
 // fork serves OpFork: the destination's version 1 becomes a version of the source, by reference
 // (engine.Fork: a pin on the source and one fork entry of a few hundred bytes), not by copy. The

@@ -153,14 +153,14 @@ func (s *Service) Start() error {
 		class   admission.Class
 		h       opHandler
 	}{
-		{wire.OpList, "cp.api.*." + wire.OpList, admission.ClassScan, s.list},
-		{wire.OpHistory, "cp.api.*." + wire.OpHistory, admission.ClassScan, s.history},
-		{wire.OpGet, "cp.api.*." + wire.OpGet, admission.ClassPoint, s.get},
-		{wire.OpRead, "cp.api.*." + wire.OpRead, admission.ClassPoint, s.read},
-		{wire.OpPrune, "cp.api.*." + wire.OpPrune, admission.ClassScan, s.prune},
-		{wire.OpLease, "cp.api.*." + wire.OpLease, admission.ClassPoint, s.lease},
-		{wire.OpSeal, "cp.api.*." + wire.OpSeal, admission.ClassPoint, s.seal},
-		{wire.OpDelete, "cp.api.*." + wire.OpDelete, admission.ClassPoint, s.remove},
+		{wire.OpList, wire.APIOpSubjects(wire.OpList), admission.ClassScan, s.list},
+		{wire.OpHistory, wire.APIOpSubjects(wire.OpHistory), admission.ClassScan, s.history},
+		{wire.OpGet, wire.APIOpSubjects(wire.OpGet), admission.ClassPoint, s.get},
+		{wire.OpRead, wire.APIOpSubjects(wire.OpRead), admission.ClassPoint, s.read},
+		{wire.OpPrune, wire.APIOpSubjects(wire.OpPrune), admission.ClassScan, s.prune},
+		{wire.OpLease, wire.APIOpSubjects(wire.OpLease), admission.ClassPoint, s.lease},
+		{wire.OpSeal, wire.APIOpSubjects(wire.OpSeal), admission.ClassPoint, s.seal},
+		{wire.OpDelete, wire.APIOpSubjects(wire.OpDelete), admission.ClassPoint, s.remove},
 		{wire.OpFork, forkSubject, admission.ClassPoint, s.fork},
 		{"admin-list", wire.AdminListSubject, admission.ClassScan, s.list},
 	}
@@ -361,9 +361,9 @@ func (s *Service) list(ctx context.Context, ns string, body []byte) (reply, erro
 	if req.Offset != 0 {
 		return reply{}, fmt.Errorf("%w: offset is not served any more: page with cursor, the cursor of the previous reply (docs/protocol.md §5)", edge.ErrBadRequest)
 	}
-	subject := "cp.ingest.>"
+	subject := wire.EverySubject(wire.IngestSubjectPrefix)
 	if ns != "" {
-		subject = "cp.ingest." + wire.EncodeID(ns) + ".>"
+		subject = wire.NamespaceSubjects(wire.IngestSubjectPrefix, wire.EncodeID(ns))
 	}
 	if err := s.awaitIngest(ctx, subject); err != nil {
 		return reply{}, err
