@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,7 +36,8 @@ import (
 // CP_BENCH_GOROUTINES=<file> dumps the goroutines in the middle of it. CP_BENCH_GROUP=<k> makes
 // each append carry k pairs, counted as k saves: what today's engine would give if k saves of a
 // session went in one request and one entry (group commit, docs/format.md §8.15l), one version
-// standing for the k. CP_BENCH_NOPACK=1 and CP_BENCH_FASTSAVES=1 set the engine's NoPack and
+// standing for the k. CP_BENCH_PAD=<bytes> lengthens each pair's answer by that much.
+// CP_BENCH_NOPACK=1 and CP_BENCH_FASTSAVES=1 set the engine's NoPack and
 // FastSaves, to tell what packing and zstd's default level cost a save.
 func BenchmarkIngest_FiftyAgents(b *testing.B) {
 	const agents = 50
@@ -60,10 +62,11 @@ func BenchmarkIngest_FiftyAgents(b *testing.B) {
 	}
 	_, err := streams[0].CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH_INGEST", Subjects: []string{"bench.ingest.>"}, Storage: jetstream.FileStorage})
 	require.NoError(b, err)
+	pad := strings.Repeat("words ", max(benchPad(), 0)/6) // CP_BENCH_PAD: an answer that long
 	pair := func(agent, n int) []byte {
 		return fmt.Appendf(nil, `[{"role":"user","content":"agent %d question %d","timestamp":%d},`+
-			`{"role":"assistant","content":[{"type":"text","text":"answer %d"}],"stopReason":"stop","model":"m","provider":"p","usage":{"input":1,"output":1,"totalTokens":2},"timestamp":%d}]`,
-			agent, n, 1700000000000+n, n, 1700000000001+n)
+			`{"role":"assistant","content":[{"type":"text","text":"answer %d%s"}],"stopReason":"stop","model":"m","provider":"p","usage":{"input":1,"output":1,"totalTokens":2},"timestamp":%d}]`,
+			agent, n, 1700000000000+n, n, pad, 1700000000001+n)
 	}
 	sizes := watchGroupSizes(b, env)
 	for b.Loop() {
@@ -303,6 +306,13 @@ func (g *groupSizes) String() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return fmt.Sprintf("%d saves in %d requests, %.1f per request on average, at most %d", g.saves, g.requests, float64(g.saves)/float64(max(g.requests, 1)), g.largest)
+}
+
+// benchPad is CP_BENCH_PAD, bytes added to each pair's answer (default 0: 330 B pairs; 4400 makes
+// them the size of checkpointbench's corpus pairs, 4.7 KB on average).
+func benchPad() int {
+	n, _ := strconv.Atoi(os.Getenv("CP_BENCH_PAD"))
+	return n
 }
 
 // benchGroup is CP_BENCH_GROUP, the pairs per append (default 1).
