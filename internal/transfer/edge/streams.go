@@ -58,6 +58,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, re
 		Subjects:    []string{"cp.ingest.>"},
 		Retention:   jetstream.WorkQueuePolicy,
 		Duplicates:  dedupWindow,
+		RePublish:   new(IngestRePublish), // notes.go: reads learn of queued saves without asking
 	}, {
 		Name:        wire.StreamChunks,
 		Description: "checkpointd: pieces of large saves",
@@ -155,5 +156,10 @@ func settleStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 func sameSettings(a, b jetstream.StreamConfig) bool {
 	return slices.Equal(a.Subjects, b.Subjects) && a.Retention == b.Retention && a.MaxAge == b.MaxAge &&
 		a.Duplicates == b.Duplicates && a.MaxMsgsPerSubject == b.MaxMsgsPerSubject && a.Replicas == b.Replicas &&
-		a.AllowDirect == b.AllowDirect && a.Storage == b.Storage && a.Description == b.Description
+		a.AllowDirect == b.AllowDirect && a.Storage == b.Storage && a.Description == b.Description &&
+		sameRePublish(a.RePublish, b.RePublish)
+}
+
+func sameRePublish(a, b *jetstream.RePublish) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
