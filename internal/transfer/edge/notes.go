@@ -37,8 +37,6 @@ type Notes struct {
 	nc  *nats.Conn
 	sub *nats.Subscription
 	ch  chan *nats.Msg
-	log jetstream.Stream // CP_LOG, where the heads are; Ingest: CP_INGEST
-	in  jetstream.Stream
 
 	mu         sync.Mutex
 	epoch      uint64            // bumped at every reset: what was learnt in an earlier epoch is not set
@@ -77,17 +75,22 @@ const (
 // both streams, each republishing as LogRePublish and IngestRePublish say. Otherwise it returns
 // nil, and a nil *Notes knows nothing (every read asks).
 func NewNotes(nc *nats.Conn, log, ingest jetstream.Stream) *Notes {
+	return newNotes(nc, log, ingest, noteBuffer, pollNotes)
+}
+
+// newNotes is NewNotes with buffer notes waiting at most, taken out every poll.
+func newNotes(nc *nats.Conn, log, ingest jetstream.Stream, buffer int, poll time.Duration) *Notes {
 	if !republishes(log, LogRePublish) || !republishes(ingest, IngestRePublish) || !streamHere(nc, log) || !streamHere(nc, ingest) {
 		return nil
 	}
-	n := &Notes{nc: nc, log: log, in: ingest, ch: make(chan *nats.Msg, noteBuffer), stop: make(chan struct{})}
+	n := &Notes{nc: nc, ch: make(chan *nats.Msg, buffer), stop: make(chan struct{})}
 	sub, err := nc.ChanSubscribe("cp.note.>", n.ch)
 	if err != nil {
 		return nil
 	}
 	n.sub = sub
 	n.reset()
-	go n.poll()
+	go n.poll(poll)
 	return n
 }
 
@@ -124,8 +127,8 @@ func (n *Notes) Stop() {
 
 // poll takes the notes out of the channel now and then, so that it does not fill while no read
 // comes.
-func (n *Notes) poll() {
-	t := time.NewTicker(pollNotes)
+func (n *Notes) poll(every time.Duration) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
