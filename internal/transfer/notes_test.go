@@ -123,15 +123,17 @@ func TestRestore_RepeatedHeadAsksNothingYetSeesEveryWrite(t *testing.T) {
 	require.Equal(t, uint64(4), v.Version, "the other daemon's save")
 	require.Equal(t, string(conv), string(got))
 	// This daemon's engine forgot the session when the log moved past its head (docs/format.md
-	// §8.6): its restores read the last entry, one get, and ask the ingest queue nothing.
-	for range 3 {
+	// §8.6): its restores read the last entry, one get, and, once the notes trust the streams
+	// again (the other's opening of CP_LOG was an update, whose advisory made them check), ask
+	// the ingest queue nothing.
+	require.Eventually(t, func() bool {
 		asked()
 		got, v, err = env.Client.Restore(ctx, key, 0)
 		require.NoError(t, err)
 		require.Equal(t, uint64(4), v.Version)
 		require.Equal(t, string(conv), string(got))
-		require.False(t, anyContains(asked(), wire.StreamIngest), "the queue is known empty")
-	}
+		return !anyContains(asked(), wire.StreamIngest)
+	}, 10*time.Second, 20*time.Millisecond, "the queue known empty")
 
 }
 
@@ -195,4 +197,61 @@ func anyContains(asked []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// A daemon of a release before the notes, started on the same server, updates CP_LOG to its own
+// settings: without the republish. From the stream's advisory of that update on, the notes are not
+// trusted (an entry appended since has no note), until the settings republish again.
+func TestRestore_NotesAreNotTrustedOnceAStreamStopsRepublishing(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	key := checkpoint.Key{Session: "republish removed"}
+	conv := turn(nil, "w", 1)
+	_, err := env.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+	asked := serverQuestions(t, env.Conn())
+	for range 2 {
+		_, _, err := env.Client.Restore(ctx, key, 0)
+		require.NoError(t, err)
+	}
+	asked()
+	_, _, err = env.Client.Restore(ctx, key, 0)
+	require.NoError(t, err)
+	require.Empty(t, asked(), "known: nothing asked")
+
+	nc2, err := nats.Connect(env.URL()) // the other daemon's connection
+	require.NoError(t, err)
+	defer nc2.Close()
+	log, err := logstore.OpenLog(ctx, nc2, logstore.LogConfig{Stream: edge.LogStream})
+	require.NoError(t, err)
+	js, err := jetstream.New(nc2)
+	require.NoError(t, err)
+	old := logstore.LogStreamConfig(logstore.LogConfig{Stream: edge.LogStream})
+	old.RePublish = nil // what a daemon before the notes sets
+	_, err = js.UpdateStream(ctx, old)
+	require.NoError(t, err)
+	conv = turn(conv, "w", 2)
+	_, err = engine.New(log, engine.Config{}).Save(ctx, engine.SaveRequest{Key: engine.Key{Namespace: "default", Session: key.Session, Agent: "main"},
+		SaveID: "old daemon", Writer: "t", Now: time.Now(), Payload: conv, Limits: codec.Limits{MaxBytes: 1 << 20}})
+	require.NoError(t, err)
+	got, v, err := env.Client.Restore(ctx, key, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), v.Version, "the entry appended without a note")
+	require.Equal(t, string(conv), string(got))
+
+	// Republishing again (the daemon's settings put back): trusted again, from the next note on.
+	_, err = js.UpdateStream(ctx, logstore.LogStreamConfig(logstore.LogConfig{Stream: edge.LogStream}))
+	require.NoError(t, err)
+	conv = turn(conv, "w", 3)
+	_, err = env.Client.Save(ctx, key, conv)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, v, err := env.Client.Restore(ctx, key, 0)
+		require.NoError(t, err)
+		require.Equal(t, uint64(3), v.Version)
+		asked()
+		_, _, err = env.Client.Restore(ctx, key, 0)
+		require.NoError(t, err)
+		return len(asked()) == 0
+	}, 10*time.Second, 50*time.Millisecond, "republishing again: trusted again")
 }

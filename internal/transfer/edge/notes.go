@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,15 +35,19 @@ import (
 // make the daemon ask more: a note (even one someone published by hand) marks a log as moved and
 // a queue as busy; only the server's own answer to a question marks them settled.
 type Notes struct {
-	nc  *nats.Conn
-	sub *nats.Subscription
-	ch  chan *nats.Msg
+	nc          *nats.Conn
+	subs        []*nats.Subscription // the notes, and the streams' advisories, into ch
+	ch          chan *nats.Msg
+	log, ingest jetstream.Stream
 
 	mu         sync.Mutex
 	epoch      uint64            // bumped at every reset: what was learnt in an earlier epoch is not set
 	reconnects uint64            // the connection's count when the epoch began
 	dropped    int               // the subscription's drops when the epoch began
 	armed      bool              // a note came in this epoch: the server holds the subscription
+	trusted    bool              // the streams were last seen republishing, and no advisory of a change came since
+	advisories uint64            // advisories of the streams seen: a check begun before the last one does not count
+	checked    time.Time         // when the streams' settings were last looked at
 	ingestGen  uint64            // ingest notes seen: a queue found empty is trusted only if none came since the question
 	heads      map[string]uint64 // log subject → the highest sequence noted or found to be its last
 	quiet      map[string]struct{}
@@ -83,20 +88,60 @@ func newNotes(nc *nats.Conn, log, ingest jetstream.Stream, buffer int, poll time
 	if !republishes(log, LogRePublish) || !republishes(ingest, IngestRePublish) || !streamHere(nc, log) || !streamHere(nc, ingest) {
 		return nil
 	}
-	n := &Notes{nc: nc, ch: make(chan *nats.Msg, buffer), stop: make(chan struct{})}
-	sub, err := nc.ChanSubscribe("cp.note.>", n.ch)
-	if err != nil {
-		return nil
+	n := &Notes{nc: nc, ch: make(chan *nats.Msg, buffer), stop: make(chan struct{}), log: log, ingest: ingest}
+	for _, subject := range []string{"cp.note.>", streamAdvisories + log.CachedInfo().Config.Name, streamAdvisories + ingest.CachedInfo().Config.Name} {
+		sub, err := nc.ChanSubscribe(subject, n.ch)
+		if err != nil {
+			n.unsubscribe()
+			return nil
+		}
+		n.subs = append(n.subs, sub)
 	}
-	n.sub = sub
 	n.reset()
+	// The streams' settings are checked again once the server holds the subscriptions: a change
+	// after that comes as an advisory.
+	if err := nc.Flush(); err == nil {
+		n.check(0)
+	}
 	go n.poll(poll)
 	return n
 }
 
+// streamAdvisories is the prefix of the advisories JetStream sends of a stream (created, updated,
+// deleted, ...), each followed by the stream's name. An update's is sent from the stream's outq,
+// as notes and acks are (nats-server 2.15 stream.go, sendUpdateAdvisoryLocked): it reaches the
+// daemon before the ack of anything stored after the update. A daemon of a release before the
+// notes updates CP_LOG to its settings when it starts, without the republish: from that advisory
+// on, nothing is trusted until the settings are seen republishing again.
+const streamAdvisories = "$JS.EVENT.ADVISORY.STREAM.*."
+
+// recheck is how often the streams' settings are looked at again while they are not trusted.
+const recheck = 5 * time.Second
+
 func republishes(s jetstream.Stream, want jetstream.RePublish) bool {
 	rp := s.CachedInfo().Config.RePublish
 	return rp != nil && *rp == want
+}
+
+// check asks for both streams' settings and trusts the notes again if both republish, and no
+// advisory came after the one numbered advisories (what the caller saw when it began).
+func (n *Notes) check(advisories uint64) {
+	ctx, cancel := OpContext(context.Background())
+	defer cancel()
+	ok := true
+	for _, st := range []struct {
+		s    jetstream.Stream
+		want jetstream.RePublish
+	}{{n.log, LogRePublish}, {n.ingest, IngestRePublish}} {
+		_, err := st.s.Info(ctx)
+		ok = ok && err == nil && republishes(st.s, st.want) && streamHere(n.nc, st.s)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.checked = time.Now()
+	if ok && n.advisories == advisories {
+		n.trusted = true
+	}
 }
 
 // streamHere reports whether s is stored on the server nc is connected to (a single server): only
@@ -122,7 +167,13 @@ func (n *Notes) Stop() {
 	default:
 	}
 	close(n.stop)
-	_ = n.sub.Unsubscribe()
+	n.unsubscribe()
+}
+
+func (n *Notes) unsubscribe() {
+	for _, sub := range n.subs {
+		_ = sub.Unsubscribe()
+	}
 }
 
 // poll takes the notes out of the channel now and then, so that it does not fill while no read
@@ -137,7 +188,11 @@ func (n *Notes) poll(every time.Duration) {
 		case <-t.C:
 			n.mu.Lock()
 			n.catchUpLocked()
+			again, advisories := !n.trusted && time.Since(n.checked) > recheck, n.advisories
 			n.mu.Unlock()
+			if again {
+				n.check(advisories)
+			}
 		}
 	}
 }
@@ -155,7 +210,7 @@ func (n *Notes) catchUpLocked() {
 		}
 		break
 	}
-	dropped, err := n.sub.Dropped()
+	dropped, err := n.droppedSoFar()
 	if err != nil || dropped != n.dropped || n.nc.Stats().Reconnects != n.reconnects || n.nc.ConnectedClusterName() != "" {
 		n.resetLocked()
 	}
@@ -167,8 +222,8 @@ func (n *Notes) reset() {
 	n.resetLocked()
 }
 
-// resetLocked forgets everything learnt. The notes still in the channel may have been sent
-// before what was missed: they go too (a note dropped only means asking).
+// resetLocked forgets everything learnt, after a gap. The notes still in the channel may have
+// been sent before what was missed: they go too (a note dropped only means asking).
 func (n *Notes) resetLocked() {
 	for {
 		select {
@@ -178,16 +233,43 @@ func (n *Notes) resetLocked() {
 		}
 		break
 	}
-	n.epoch++
+	n.forgetLocked()
 	n.reconnects = n.nc.Stats().Reconnects
-	n.dropped, _ = n.sub.Dropped()
+	n.dropped, _ = n.droppedSoFar()
+}
+
+// forgetLocked forgets everything learnt and begins a new epoch. A gap (a drop, a reconnect) is
+// still found by the next catchUpLocked.
+func (n *Notes) forgetLocked() {
+	n.epoch++
 	n.armed = false
 	n.heads, n.quiet = map[string]uint64{}, map[string]struct{}{}
+}
+
+// droppedSoFar is how many messages the subscriptions dropped (their channel full).
+func (n *Notes) droppedSoFar() (int, error) {
+	all := 0
+	for _, sub := range n.subs {
+		d, err := sub.Dropped()
+		if err != nil {
+			return 0, err
+		}
+		all += d
+	}
+	return all, nil
 }
 
 // applyLocked learns from one note: its stream's subject and sequence (Nats-Subject,
 // Nats-Sequence, as the server republishes them).
 func (n *Notes) applyLocked(m *nats.Msg) {
+	if strings.HasPrefix(m.Subject, "$JS.EVENT.ADVISORY.") {
+		// The stream changed (its settings, or it was deleted or made again): the notes may have
+		// stopped. Nothing is trusted until its settings are seen republishing again (poll).
+		n.forgetLocked()
+		n.advisories++
+		n.trusted, n.checked = false, time.Time{}
+		return
+	}
 	subject := m.Header.Get(jetstream.SubjectHeader)
 	n.armed = true
 	switch {
@@ -227,7 +309,7 @@ func (n *Notes) Begin() Mark {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.catchUpLocked()
-	return Mark{epoch: n.epoch, ingestGen: n.ingestGen, armed: n.armed}
+	return Mark{epoch: n.epoch, ingestGen: n.ingestGen, armed: n.armed && n.trusted}
 }
 
 func logSubjectOf(k engine.Key) (string, bool) {
@@ -252,7 +334,7 @@ func (n *Notes) Still(key engine.Key, seq uint64) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.catchUpLocked()
-	return n.heads[subject] == seq && seq != 0
+	return n.trusted && n.heads[subject] == seq && seq != 0
 }
 
 // Stayed learns that a question begun at m found no entry of key's log after seq: any entry
@@ -282,7 +364,7 @@ func (n *Notes) Quiet(subject string) bool {
 	defer n.mu.Unlock()
 	n.catchUpLocked()
 	_, ok := n.quiet[subject]
-	return ok
+	return ok && n.trusted
 }
 
 // Emptied learns that a question begun at m found no save queued on subject. Only if no ingest
