@@ -89,7 +89,13 @@ func newNotes(nc *nats.Conn, log, ingest jetstream.Stream, buffer int, poll time
 		return nil
 	}
 	n := &Notes{nc: nc, ch: make(chan *nats.Msg, buffer), stop: make(chan struct{}), log: log, ingest: ingest}
-	for _, subject := range []string{"cp.note.>", streamAdvisories + log.CachedInfo().Config.Name, streamAdvisories + ingest.CachedInfo().Config.Name} {
+	subjects := []string{"cp.note.>"}
+	for _, s := range []jetstream.Stream{log, ingest} {
+		for _, advisory := range streamAdvisories {
+			subjects = append(subjects, advisory+s.CachedInfo().Config.Name)
+		}
+	}
+	for _, subject := range subjects {
 		sub, err := nc.ChanSubscribe(subject, n.ch)
 		if err != nil {
 			n.unsubscribe()
@@ -107,13 +113,15 @@ func newNotes(nc *nats.Conn, log, ingest jetstream.Stream, buffer int, poll time
 	return n
 }
 
-// streamAdvisories is the prefix of the advisories JetStream sends of a stream (created, updated,
-// deleted, ...), each followed by the stream's name. An update's is sent from the stream's outq,
-// as notes and acks are (nats-server 2.15 stream.go, sendUpdateAdvisoryLocked): it reaches the
-// daemon before the ack of anything stored after the update. A daemon of a release before the
-// notes updates CP_LOG to its settings when it starts, without the republish: from that advisory
-// on, nothing is trusted until the settings are seen republishing again.
-const streamAdvisories = "$JS.EVENT.ADVISORY.STREAM.*."
+// streamAdvisories are the prefixes of the advisories JetStream sends when a stream's settings
+// change or it is deleted, each followed by the stream's name. An update's is sent from the
+// stream's outq, as notes and acks are (nats-server 2.15 stream.go, sendUpdateAdvisoryLocked): it
+// reaches the daemon before the ack of anything stored after the update. A daemon of a release
+// before the notes updates CP_LOG to its settings when it starts, without the republish: from that
+// advisory on, nothing is trusted until the settings are seen republishing again. (A stream made
+// again after a deletion was deleted first; the creation's advisory comes late, after the daemon
+// has made and checked its streams, and is not followed.)
+var streamAdvisories = []string{"$JS.EVENT.ADVISORY.STREAM.UPDATED.", "$JS.EVENT.ADVISORY.STREAM.DELETED."}
 
 // recheck is how often the streams' settings are looked at again while they are not trusted.
 const recheck = 5 * time.Second
