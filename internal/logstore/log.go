@@ -149,8 +149,15 @@ func LogStreamConfig(cfg LogConfig) jetstream.StreamConfig {
 		Discard:     jetstream.DiscardNew,
 		Replicas:    cfg.Replicas,
 		AllowDirect: true,
+		// The headers of every entry, republished: a daemon learns of appends without asking
+		// (docs/format.md §8.15o, internal/transfer/edge/notes.go).
+		RePublish: &jetstream.RePublish{Source: "cp.log.>", Destination: NotePrefix + ">", HeadersOnly: true},
 	}
 }
+
+// NotePrefix is where the stream republishes the headers of each entry it stores (Nats-Subject,
+// Nats-Sequence, no data): "$log" is never an encoded namespace.
+const NotePrefix = "cp.note.$log."
 
 // MaxEntry is the server's max_payload less room for the headers an Append adds.
 func (l *Log) MaxEntry() int { return l.maxEntry }

@@ -130,6 +130,7 @@ type Daemon struct {
 	Engine    *engine.Engine
 	logStream jetstream.Stream // CP_LOG, for its figures (state.go)
 	sealed    *sealing.Log     // the log sealing entries with --namespace-keys (its keys nil: off), for SIGHUP
+	notes     *edge.Notes      // the streams' notes, nil where they cannot be trusted (edge/notes.go)
 	ready     atomic.Bool
 	guard     *serverGuard // refuses NATS servers too old for safe saves (serverversion.go)
 	nc        *nats.Conn
@@ -175,13 +176,15 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := checkOpenedStreams(st, logStream); err != nil {
 		return nil, err
 	}
-	sealed := edge.SealLog(edge.BoundedLog{Log: log}, cfg.NamespaceKeys)
+	notes := edge.NewNotes(nc, logStream, st.Ingest) // nil where notes cannot be trusted: every read asks
+	sealed := edge.SealLog(edge.BoundedLog{Log: log, Notes: notes}, cfg.NamespaceKeys)
 	eng := engine.New(sealed, cfg.Engine)
-	d := &Daemon{cfg: cfg, Engine: eng, st: st, logStream: logStream, sealed: sealed, nc: nc, policy: housekeeping.NewLivePolicy(cfg.Retention)}
+	d := &Daemon{cfg: cfg, Engine: eng, st: st, logStream: logStream, sealed: sealed, notes: notes, nc: nc, policy: housekeeping.NewLivePolicy(cfg.Retention)}
 	watchConn(nc, cfg.Logger, cfg.Metrics)
 	d.svc = service.New(service.Config{NC: nc, Streams: st, Engine: eng, CacheBytes: cfg.CacheBytes, ReadBytes: cfg.ReadBytes,
-		Logger: cfg.Logger, Metrics: cfg.Metrics, Timeout: cfg.RequestTimeout, Version: cfg.Version, Policy: d.policy})
+		Logger: cfg.Logger, Metrics: cfg.Metrics, Timeout: cfg.RequestTimeout, Version: cfg.Version, Policy: d.policy, Notes: notes})
 	if err := d.svc.Start(); err != nil {
+		notes.Stop()
 		return nil, err
 	}
 	d.packer = housekeeping.NewPacker(eng, cfg.Logger)
@@ -191,6 +194,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 	if err := d.in.Start(ctx, cfg.Lanes); err != nil {
 		d.packer.Stop()
 		_ = d.svc.Stop(ctx)
+		notes.Stop()
 		return nil, err
 	}
 	d.saves = ingest.NewSaveRequests(d.in, nc, cfg.ingestBudget())
@@ -198,6 +202,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 		d.in.Shutdown(ctx)
 		d.packer.Stop()
 		_ = d.svc.Stop(ctx)
+		notes.Stop()
 		return nil, err
 	}
 	d.pruner = &housekeeping.Pruner{Engine: eng, Policy: d.policy, Interval: cfg.RetentionInterval, Log: cfg.Logger, Metrics: cfg.Metrics,
@@ -325,5 +330,6 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.pruner.Stop()
 	d.in.Shutdown(ctx)
 	d.packer.Stop()
+	d.notes.Stop()
 	return err
 }

@@ -81,7 +81,10 @@ func OpContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // retry (a save is redelivered; the engine finds it stored if it was) against the newly elected
 // leader, where waiting out a save's whole deadline stalled it for 30 s after every leader loss
 // (TestCluster_Harness, killing CP_LOG's leader).
-type BoundedLog struct{ engine.Log }
+type BoundedLog struct {
+	engine.Log
+	Notes *Notes // when set, Moved is answered from the streams' notes where they know (notes.go)
+}
 
 // rangeTimeout bounds a Range (several batched reads, up to a whole 64 MiB conversation), a
 // Sessions page and a Lasts (a page's heads).
@@ -89,6 +92,20 @@ const rangeTimeout = 10 * time.Second
 
 func bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d)
+}
+
+// Moved asks the log only when the notes do not know that key's log is still at seq, and teaches
+// them what a question finds (docs/format.md §8.15o).
+func (l BoundedLog) Moved(ctx context.Context, key engine.Key, seq uint64) (bool, error) {
+	if l.Notes.Still(key, seq) {
+		return false, nil
+	}
+	mark := l.Notes.Begin()
+	moved, err := l.Log.Moved(ctx, key, seq)
+	if err == nil && !moved {
+		l.Notes.Stayed(key, seq, mark)
+	}
+	return moved, err
 }
 
 func (l BoundedLog) Last(ctx context.Context, key engine.Key) (engine.Entry, error) {

@@ -58,6 +58,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, re
 		Subjects:    []string{wire.EverySubject(wire.IngestSubjectPrefix)},
 		Retention:   jetstream.WorkQueuePolicy,
 		Duplicates:  dedupWindow,
+		RePublish:   new(IngestRePublish), // notes.go: reads learn of queued saves without asking
 	}, {
 		Name:        wire.StreamChunks,
 		Description: "checkpointd: pieces of large saves",
@@ -176,10 +177,15 @@ func sameSettings(have, want jetstream.StreamConfig) bool {
 	}
 	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.MaxAge == want.MaxAge &&
 		dups == want.Duplicates && perSubjectLimit(have) == perSubjectLimit(want) && have.Replicas == want.Replicas &&
-		have.AllowDirect == want.AllowDirect && have.Storage == want.Storage && have.Description == want.Description
+		have.AllowDirect == want.AllowDirect && have.Storage == want.Storage && have.Description == want.Description &&
+		sameRePublish(have.RePublish, want.RePublish)
 }
 
 // perSubjectLimit is cfg's MaxMsgsPerSubject, 0 for no limit (the server stores -1).
 func perSubjectLimit(cfg jetstream.StreamConfig) int64 {
 	return max(cfg.MaxMsgsPerSubject, 0)
+}
+
+func sameRePublish(a, b *jetstream.RePublish) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }

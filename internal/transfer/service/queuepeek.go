@@ -54,7 +54,13 @@ func (s *Service) ingestHere() bool {
 
 // afterQueued runs read once every save queued on subject before the call is settled: with the
 // queue's question and read sent together when they can be (above), else one after the other.
+// A queue the daemon's notes know to be empty (edge/notes.go) is not asked at all; one found
+// empty teaches the notes so.
 func (s *Service) afterQueued(ctx context.Context, subject string, read func() error) error {
+	if s.notes.Quiet(subject) {
+		return read()
+	}
+	mark := s.notes.Begin()
 	p, ok := s.peekQueue(subject)
 	if !ok {
 		if err := s.awaitIngest(ctx, subject); err != nil {
@@ -68,6 +74,7 @@ func (s *Service) afterQueued(ctx context.Context, subject string, read func() e
 		return fmt.Errorf("%w: checking the ingest queue: %v", edge.ErrUnavailable, err)
 	}
 	if upTo == 0 {
+		s.notes.Emptied(subject, mark)
 		return rerr // nothing queued when the queue was asked, before read was served
 	}
 	// Saves were queued: the read may have come before them. Wait, and read again.

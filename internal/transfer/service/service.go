@@ -52,6 +52,7 @@ type Service struct {
 	adm *admission.Controller // bounds the requests in progress, never by waiting (internal/transfer/admission)
 
 	peeks   *peeks             // the ingest queue asked beside a read (queuepeek.go)
+	notes   *edge.Notes        // what the streams stored, so that a read need not ask (edge/notes.go)
 	workers *admission.Workers // the goroutines that run the admitted requests
 
 	results resultCounts  // requests by operation and result, for the service's stats ($SRV.STATS)
@@ -116,13 +117,14 @@ type Config struct {
 	Timeout    time.Duration // upper bound on one request, including waiting for ingest
 	Version    string        // reported by the service (semver)
 	Policy     *housekeeping.LivePolicy
+	Notes      *edge.Notes // what the streams republish: nil, every read asks (edge/notes.go)
 }
 
 // New is a Service of cfg; Start starts it.
 func New(cfg Config) *Service {
 	return &Service{nc: cfg.NC, st: cfg.Streams, engine: cfg.Engine, cache: newByteCache(cfg.CacheBytes), log: cfg.Logger,
 		m: cfg.Metrics, timeout: cfg.Timeout, semver: cfg.Version, policy: cfg.Policy,
-		adm: admission.New(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse), peeks: &peeks{nc: cfg.NC}, workers: admission.NewWorkers()}
+		adm: admission.New(cfg.ReadBytes, cfg.Metrics.ReadBytesInUse), peeks: &peeks{nc: cfg.NC}, notes: cfg.Notes, workers: admission.NewWorkers()}
 }
 
 // CacheStats are the read cache's figures: hits and misses so far, and the bytes it holds.
