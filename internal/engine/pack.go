@@ -289,8 +289,9 @@ func (e *Engine) packData(packed []packedVersion, pieces []*pieceInfo, datas [][
 	if open {
 		return joinStored(pieces, datas), nil
 	}
-	// The fork's prefix first, then the saves decoded after it, in one buffer.
-	plain, err := decodeRuns(append([]byte(nil), prefix...), pieces, datas)
+	// The fork's prefix first, then the saves decoded after it, in one buffer (its capacity cut:
+	// the first append copies it, the caller's bytes are never written).
+	plain, err := decodeRuns(prefix[:len(prefix):len(prefix)], pieces, datas)
 	if err != nil {
 		return nil, err
 	}
