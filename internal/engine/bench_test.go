@@ -3,6 +3,7 @@ package engine_test
 import (
 	"fmt"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,4 +143,69 @@ type writeCounter struct {
 func (w *writeCounter) Append(cx ctxT, k engine.Key, data []byte, after uint64) (uint64, error) {
 	w.bytes += int64(len(data))
 	return w.Log.Append(cx, k, data, after)
+}
+
+// BenchmarkSaveGroup: the corpus's messages appended two at a time (the pairs of issue 12's "50
+// agents" row), eight pairs per SaveGroup (docs/format.md §8.15m), packs run when due; per save,
+// the group's CPU and the packs', and what was written and is left against zstd(final). One
+// session on the in-memory log: the engine's own share of BenchmarkGroupCommit
+// (internal/logstore), without the server (docs/format.md §8.15p). Times are the process's CPU
+// (getrusage, garbage collection included), steadier than the wall clock on a shared machine.
+func BenchmarkSaveGroup(b *testing.B) {
+	c, _ := loadCorpus(b)
+	var pairs [][]byte
+	for i := 0; i+2 <= len(c.Messages); i += 2 {
+		pairs = append(pairs, append(append([]byte{'['}, c.Span(i, i+2)...), ']'))
+	}
+	const per = 8
+	var groupTime, packTime time.Duration // CPU
+	var written, live int64
+	for n := range b.N {
+		mem := memlog.New(1 << 20)
+		log := &writeCounter{Log: mem}
+		e := engine.New(log, engine.Config{})
+		k := engine.Key{Namespace: "b", Session: fmt.Sprint(n), Agent: "a"}
+		for v := 0; v+per <= len(pairs); v += per {
+			reqs := make([]engine.SaveRequest, per)
+			for i := range reqs {
+				reqs[i] = engine.SaveRequest{Key: k, SaveID: fmt.Sprint(v + i), Base: u64(uint64(v + i)), Payload: pairs[v+i], Now: now}
+			}
+			start := cpuNow(b)
+			results := e.SaveGroup(ctx, reqs)
+			groupTime += cpuNow(b) - start
+			due := false
+			for _, r := range results {
+				if r.Err != nil {
+					b.Fatal(r.Err)
+				}
+				due = due || r.Saved.PackDue
+			}
+			if due {
+				start = cpuNow(b)
+				if _, err := e.Pack(ctx, k, false); err != nil {
+					b.Fatal(err)
+				}
+				packTime += cpuNow(b) - start
+			}
+		}
+		written += log.bytes
+		_ = mem.Range(ctx, k, 0, 0, func(en engine.Entry) bool { live += int64(len(en.Data)); return true })
+	}
+	final, _ := zstd.NewWriter(nil)
+	saves := float64(b.N * (len(pairs) / per * per))
+	whole := append(append([]byte{'['}, c.Span(0, int(saves)/b.N*2)...), ']')
+	zfinal := float64(len(final.EncodeAll(whole, nil)) * b.N)
+	b.ReportMetric(float64(written)/zfinal, "written/zstd(final)")
+	b.ReportMetric(float64(live)/zfinal, "live/zstd(final)")
+	b.ReportMetric(float64(groupTime.Nanoseconds())/saves, "cpu-ns/save")
+	b.ReportMetric(float64(packTime.Nanoseconds())/saves, "cpu-ns-pack/save")
+}
+
+// cpuNow is the CPU time this process has used (user and system, all threads).
+func cpuNow(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

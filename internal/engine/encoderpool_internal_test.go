@@ -54,7 +54,7 @@ func TestLargeFirstPieceAtTheFastestLevel(t *testing.T) {
 	level := func(version uint64, piece []byte) bool {
 		s := &session{last: entryMeta{Head: emptyHead()}}
 		s.last.Head.Version = version
-		_, err := e.compress(s, &pieceInfo{}, piece)
+		_, err := e.compress(s, &pieceInfo{}, piece, false)
 		require.NoError(t, err)
 		defer s.dropEncoder()
 		return s.enc.fast
@@ -62,4 +62,32 @@ func TestLargeFirstPieceAtTheFastestLevel(t *testing.T) {
 	require.True(t, level(0, large), "a large first piece")
 	require.False(t, level(0, large[:splitBytes]), "a first piece below the split size")
 	require.False(t, level(3, large), "a large piece starting a frame after version 3")
+}
+
+// A frame a group entry starts is at zstd's fastest level; a frame keeps its level: single saves
+// continue a group's frame at the fastest, a group continues a single save's frame at the default
+// level (a new frame would lose the history). docs/format.md §8.15p.
+func TestGroupFramesAtTheFastestLevel(t *testing.T) {
+	e := &Engine{cfg: Config{}.withDefaults(), maxRun: maxRun} // compress needs no log
+	piece := []byte(`{"role":"user","content":"hello"},{"role":"assistant","content":"hi"}`)
+	add := func(s *session, group bool) (frame, fast bool) {
+		var p pieceInfo
+		_, err := e.compress(s, &p, piece, group)
+		require.NoError(t, err)
+		return p.Frame, s.enc.fast
+	}
+
+	grouped := &session{last: entryMeta{Head: emptyHead()}}
+	defer grouped.dropEncoder()
+	frame, fast := add(grouped, true)
+	require.True(t, frame && fast, "a group starting a frame: frame %v, fastest %v", frame, fast)
+	frame, fast = add(grouped, false)
+	require.True(t, !frame && fast, "a save after it continues its frame: frame %v, fastest %v", frame, fast)
+
+	single := &session{last: entryMeta{Head: emptyHead()}}
+	defer single.dropEncoder()
+	frame, fast = add(single, false)
+	require.True(t, frame && !fast, "a save starting a frame: frame %v, fastest %v", frame, fast)
+	frame, fast = add(single, true)
+	require.True(t, !frame && !fast, "a group after it continues its frame: frame %v, fastest %v", frame, fast)
 }

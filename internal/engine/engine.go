@@ -37,7 +37,8 @@ type Config struct {
 	// corpus saved turn by turn left 718 KB on disk (du -sb) at the default level and 747 KB with
 	// FastSaves, the saves' latency differing by less than the noise (checkpointbench,
 	// BENCHMARKS.md); since s18-disk 682 KB, and 745.5 KB counting whole blocks (du -s), over
-	// issue 12's 732 KB (docs/format.md §8.15d).
+	// issue 12's 732 KB (docs/format.md §8.15d). A frame a group entry starts (SaveGroup) is at
+	// the fastest level whatever this says (§8.15p).
 	FastSaves bool
 	// Sessions is how many sessions the engine caches, each with its last entry and its zstd
 	// encoder (~2–4 MiB with a 1 MiB window); default 64. The least recently used goes first; its

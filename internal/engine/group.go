@@ -302,7 +302,11 @@ func (e *Engine) commitGroup(ctx context.Context, s *session, pend []pendingSave
 		return []Saved{saved}, err
 	}
 	pieces := make([]pieceInfo, len(pend))
-	var all []byte // the saves' pieces back to back: compressed at once
+	rawBytes := 0
+	for _, p := range pend {
+		rawBytes += len(p.raw)
+	}
+	all := make([]byte, 0, rawBytes) // the saves' pieces back to back: compressed at once (values out: no more)
 	added := make([]int64, len(pend))
 	var deadline time.Time
 	for i, p := range pend {
@@ -322,7 +326,7 @@ func (e *Engine) commitGroup(ctx context.Context, s *session, pend []pendingSave
 		all = append(all, stripped...)
 	}
 	var run pieceInfo
-	data, err := e.compress(s, &run, all)
+	data, err := e.compress(s, &run, all, true)
 	if err != nil {
 		return nil, err
 	}

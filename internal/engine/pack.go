@@ -289,12 +289,11 @@ func (e *Engine) packData(packed []packedVersion, pieces []*pieceInfo, datas [][
 	if open {
 		return joinStored(pieces, datas), nil
 	}
-	plain, err := decodeRuns(pieces, datas)
+	// The fork's prefix first, then the saves decoded after it, in one buffer (its capacity cut:
+	// the first append copies it, the caller's bytes are never written).
+	plain, err := decodeRuns(prefix[:len(prefix):len(prefix)], pieces, datas)
 	if err != nil {
 		return nil, err
-	}
-	if prefix != nil {
-		plain = append(prefix[:len(prefix):len(prefix)], plain...)
 	}
 	for i := range packed {
 		packed[i].Piece.Frame = i == 0
