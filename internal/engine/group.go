@@ -114,6 +114,7 @@ type pendingSave struct {
 type groupRun struct {
 	head    headState
 	pending []pendingSave
+	repeats []int // the indexes of saves answered as duplicates of pending ones (repeatInGroup)
 	bytes   int64 // the pending saves' new bytes
 	checked bool  // the cached last entry was checked against the log (checkCached) during the run
 	closed  bool  // no more saves join the pending ones (an import was decided)
@@ -159,8 +160,13 @@ func (e *Engine) runOnce(ctx context.Context, s *session, reqs []SaveRequest) ([
 	}
 	saved, err := e.commitGroup(ctx, s, g.pending)
 	if err != nil {
+		// Nothing was stored: a save answered as the duplicate of a pending one is told so too
+		// (its version does not exist), not only the pending saves.
 		for _, p := range g.pending {
 			res[p.at] = GroupResult{Err: err}
+		}
+		for _, j := range g.repeats {
+			res[j] = GroupResult{Err: err}
 		}
 		return res[:g.pending[len(g.pending)-1].at+1], err
 	}
@@ -187,7 +193,11 @@ func (e *Engine) decide(ctx context.Context, s *session, g *groupRun, req SaveRe
 	}
 	if req.SaveID != "" {
 		if p := g.find(req.SaveID); p != nil {
-			return e.repeatInGroup(s, req, *p)
+			r, step := e.repeatInGroup(s, req, *p)
+			if step == stepDuplicate {
+				g.repeats = append(g.repeats, j)
+			}
+			return r, step
 		}
 		rec, ok, err := e.savedBefore(ctx, s, req.SaveID)
 		if err != nil {
