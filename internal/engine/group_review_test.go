@@ -1,7 +1,10 @@
 package engine_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -31,4 +34,167 @@ func TestSaveGroup_RepeatInGroupWhoseEntryFailed(t *testing.T) {
 	}
 	_, _, err := engine.New(log, engine.Config{}).Read(ctx, k, 1, engine.ReadOptions{})
 	require.ErrorIs(t, err, engine.ErrNotFound)
+}
+
+// A session mixing group entries, single saves, state entries (leases), packs and retention,
+// walked every way a reader walks it: history pages of every size from every cursor (by back
+// pointer and by tail read, with and without the pack hint), a record by version, the save-id
+// lookup (SavedBy) and a repeat of every save id (the duplicate of its own version), against the
+// whole history.
+func TestSaveGroup_EveryWalkAgainstHistory(t *testing.T) {
+	for _, back := range []bool{false, true} {
+		for seed := range uint64(6) {
+			t.Run(fmt.Sprintf("back=%v/%d", back, seed), func(t *testing.T) {
+				if back {
+					engine.AlwaysBack(t)
+				}
+				walkEverySession(t, seed)
+			})
+		}
+	}
+}
+
+func walkEverySession(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 21))
+	log := memlog.New(1 << 20)
+	e := engine.New(log, engine.Config{PackEntries: 3 + int(seed%4), NoPack: seed == 5})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	type saved struct {
+		req engine.SaveRequest
+		v   uint64
+	}
+	var all []saved
+	var packHeads []uint64 // the head when each pack was written
+	pack := func(force bool) {
+		t.Helper()
+		res, err := e.Pack(ctx, k, force)
+		require.NoError(t, err)
+		if res.Seq != 0 {
+			packHeads = append(packHeads, head)
+		}
+	}
+	head, msgs, epoch, first := uint64(0), 0, uint64(0), uint64(1)
+	for step := range 40 {
+		switch op := rng.IntN(10); {
+		case op < 4: // a group of appends
+			var reqs []engine.SaveRequest
+			for j := range 2 + rng.IntN(6) {
+				n := 1 + rng.IntN(2)
+				reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprintf("g%d-%d", step, j), Base: u64(head + uint64(j)),
+					Payload: array(msgs, msgs+n), Now: now, Epoch: epoch})
+				msgs += n
+			}
+			for j, r := range e.SaveGroup(ctx, reqs) {
+				require.NoError(t, r.Err, "step %d save %d", step, j)
+				head++
+				require.Equal(t, head, r.Saved.Record.Version)
+				all = append(all, saved{reqs[j], head})
+				if r.Saved.PackDue {
+					pack(false)
+				}
+			}
+		case op < 7: // a single append
+			req := engine.SaveRequest{Key: k, SaveID: fmt.Sprint("s", step), Base: u64(head), Payload: array(msgs, msgs+1), Now: now, Epoch: epoch}
+			s, err := e.Save(ctx, req)
+			require.NoError(t, err)
+			msgs++
+			head++
+			all = append(all, saved{req, head})
+			if s.PackDue {
+				pack(false)
+			}
+		case op == 7: // a lease taken or given up: a state entry
+			if epoch == 0 {
+				l, _, err := e.Acquire(ctx, engine.LeaseRequest{Key: k, Owner: "o", TTL: time.Hour, Now: now})
+				require.NoError(t, err)
+				epoch = l.Lease.Epoch
+			} else {
+				_, err := e.Release(ctx, engine.LeaseRequest{Key: k, Epoch: epoch, Now: now})
+				require.NoError(t, err)
+				epoch = 0
+			}
+		case op == 8 && head > 4: // retention
+			keep := 3 + rng.IntN(int(head))
+			_, err := e.Prune(ctx, k, engine.Retention{KeepLast: keep}, now, false)
+			require.NoError(t, err)
+			if head > uint64(keep) {
+				first = max(first, head-uint64(keep)+1)
+			}
+		default: // a pack now
+			pack(rng.IntN(2) == 0)
+		}
+	}
+	fresh := engine.New(log, engine.Config{})
+	for _, eng := range []*engine.Engine{e, fresh} {
+		h, err := eng.History(ctx, k)
+		require.NoError(t, err)
+		require.Len(t, h, int(head-first+1))
+		for i, r := range h {
+			require.Equal(t, first+uint64(i), r.Version)
+		}
+		byVersion := map[uint64]engine.Record{}
+		for _, r := range h {
+			byVersion[r.Version] = r
+		}
+		for limit := 1; limit <= 9; limit++ {
+			for _, hinted := range []bool{true, false} {
+				var got []engine.Record
+				var cur engine.HistoryCursor
+				for pages := 0; ; pages++ {
+					require.Less(t, pages, 1000)
+					recs, next, err := eng.HistoryPage(ctx, k, cur, limit)
+					require.NoError(t, err)
+					got = append(got, recs...)
+					if next == (engine.HistoryCursor{}) {
+						break
+					}
+					cur = next
+					if !hinted {
+						cur.Pack = 0
+					}
+				}
+				require.Len(t, got, len(h), "limit %d", limit)
+				for i, r := range got {
+					require.Equal(t, h[len(h)-1-i], r, "limit %d, record %d", limit, i)
+				}
+			}
+		}
+		lookedUp := uint64(0) // SavedBy looks among the last pack's versions and those after it
+		if len(packHeads) > 1 {
+			lookedUp = packHeads[len(packHeads)-2]
+		}
+		for _, s := range all {
+			rec, ok, err := eng.SavedBy(ctx, k, s.req.SaveID)
+			require.NoError(t, err)
+			if s.v < first {
+				continue // retention may have removed it
+			}
+			if ok || s.v > lookedUp {
+				require.True(t, ok, "save %s", s.req.SaveID)
+				require.Equal(t, byVersion[s.v], rec, "save %s", s.req.SaveID)
+			}
+			r, err := eng.Version(ctx, k, s.v)
+			require.NoError(t, err)
+			require.Equal(t, byVersion[s.v], r)
+		}
+		// Every save sent again (the newest few: within the save-id lookup) is the duplicate of
+		// its own version, whether it was a group's or alone; and again as a group.
+		var again []engine.SaveRequest
+		for _, s := range all[max(0, len(all)-12):] {
+			if s.v < first {
+				continue
+			}
+			req := s.req
+			req.Epoch = epoch
+			got, err := eng.Save(ctx, req)
+			require.NoError(t, err, "save %s again", req.SaveID)
+			require.True(t, got.Duplicate)
+			require.Equal(t, s.v, got.Record.Version, "save %s again", req.SaveID)
+			again = append(again, req)
+		}
+		for i, r := range eng.SaveGroup(ctx, again) {
+			require.NoError(t, r.Err, "save %s again in a group", again[i].SaveID)
+			require.True(t, r.Saved.Duplicate)
+		}
+	}
 }
