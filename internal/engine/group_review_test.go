@@ -64,6 +64,7 @@ func walkEverySession(t *testing.T, seed uint64) {
 		v   uint64
 	}
 	var all []saved
+	head, msgs, epoch, first := uint64(0), 0, uint64(0), uint64(1)
 	var packHeads []uint64 // the head when each pack was written
 	pack := func(force bool) {
 		t.Helper()
@@ -73,7 +74,6 @@ func walkEverySession(t *testing.T, seed uint64) {
 			packHeads = append(packHeads, head)
 		}
 	}
-	head, msgs, epoch, first := uint64(0), 0, uint64(0), uint64(1)
 	for step := range 40 {
 		switch op := rng.IntN(10); {
 		case op < 4: // a group of appends
