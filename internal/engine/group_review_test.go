@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -196,5 +197,82 @@ func walkEverySession(t *testing.T, seed uint64) {
 			require.NoError(t, r.Err, "save %s again in a group", again[i].SaveID)
 			require.True(t, r.Saved.Duplicate)
 		}
+	}
+}
+
+// A group entry written in parts whose write stops after any of its parts (the store failing: a
+// crash of the daemon between them looks the same to the log): the parts left are no version,
+// nothing stored before is touched, every save of the group is told the failure, and the group
+// sent again (to this engine, or to another one on the same log) stores every version, each
+// read back byte for byte, with the tail packed after it.
+func TestSaveGroup_StoppedBetweenItsParts(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	text := func(n int) string { // hardly compressible: zstd keeps most of it
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = "abcdefghijklmnopqrstuvwxyz0123456789 "[rnd.IntN(37)]
+		}
+		return string(b)
+	}
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	var msgs [][]byte
+	var reqs []engine.SaveRequest
+	for v := 1; v <= 6; v++ {
+		m := []byte(fmt.Sprintf(`{"role":"user","content":%q}`, text(6<<10)))
+		msgs = append(msgs, m)
+		reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("v", v), Base: u64(uint64(v - 1)),
+			Payload: []byte("[" + string(m) + "]"), Now: now})
+	}
+	conv := func(v int) string { return "[" + string(bytes.Join(msgs[:v], []byte(","))) + "]" }
+	// The first save alone (one entry), then the other five as a group: ~30 KB of text, ~20 KB
+	// compressed, in 3 appends of at most 8 KiB (two parts, then the entry): each one fails once.
+	for stop := 2; stop <= 4; stop++ {
+		t.Run(fmt.Sprint("append ", stop, " fails"), func(t *testing.T) {
+			log := &failingLog{Log: memlog.New(8 << 10), fail: stop}
+			e := engine.New(log, engine.Config{PackEntries: 3})
+			_, err := e.Save(ctx, reqs[0])
+			require.NoError(t, err)
+			res := e.SaveGroup(ctx, reqs[1:])
+			require.Equal(t, stop, log.n, "the group's appends stop at the failing one")
+			for i, r := range res {
+				require.ErrorIs(t, r.Err, errInjected, "save %d", i+2)
+			}
+			for _, en := range []*engine.Engine{e, engine.New(log.Log, engine.Config{})} {
+				got, rec, err := en.Read(ctx, k, 0, engine.ReadOptions{Verify: true})
+				require.NoError(t, err)
+				require.Equal(t, uint64(1), rec.Version, "the parts left are no version")
+				require.True(t, conv(1) == string(got))
+			}
+			other := engine.New(log.Log, engine.Config{PackEntries: 3})
+			for _, en := range []*engine.Engine{e, other} {
+				for i, r := range en.SaveGroup(ctx, reqs[1:]) {
+					require.NoError(t, r.Err, "save %d", i+2)
+					require.Equal(t, uint64(i+2), r.Saved.Record.Version)
+					if r.Saved.PackDue {
+						_, err := en.Pack(ctx, k, false)
+						require.NoError(t, err)
+					}
+				}
+			}
+			for _, en := range []*engine.Engine{e, other, engine.New(log.Log, engine.Config{})} {
+				checkVersionsOf(t, en, k, 6)
+				for v := 1; v <= 6; v++ {
+					got, rec, err := en.Read(ctx, k, uint64(v), engine.ReadOptions{Verify: true})
+					require.NoError(t, err, "version %d", v)
+					require.Equal(t, fmt.Sprint("v", v), rec.SaveID)
+					require.True(t, conv(v) == string(got), "version %d", v)
+					z, _, err := en.ReadZstd(ctx, k, uint64(v))
+					require.NoError(t, err, "version %d", v)
+					plain, err := zstdDecoder.DecodeAll(z, nil)
+					require.NoError(t, err)
+					require.True(t, conv(v) == string(plain), "version %d as zstd", v)
+				}
+			}
+			_, err = e.Pack(ctx, k, true)
+			require.NoError(t, err)
+			got, _, err := engine.New(log.Log, engine.Config{}).Read(ctx, k, 4, engine.ReadOptions{Verify: true})
+			require.NoError(t, err)
+			require.True(t, conv(4) == string(got))
+		})
 	}
 }
