@@ -320,8 +320,8 @@ func TestSaveGroup_RandomRepeatsOnAFlakyStore(t *testing.T) {
 				resent bool   // sent again in a later group: its base may be another version by then
 			}
 			stored := map[uint64]sent{} // every version answered as stored, by version
-			var before []sent          // the group sent before
-			next := 0                  // messages made so far (each save's are new ones)
+			var before []sent           // the group sent before
+			next := 0                   // messages made so far (each save's are new ones)
 			for step := range 30 {
 				cold := engine.New(log.Log, engine.Config{})
 				got, rec, err := cold.Read(ctx, k, 0, engine.ReadOptions{})
