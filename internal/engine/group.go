@@ -33,8 +33,9 @@ const (
 	maxGroupBytes = 1 << 20
 )
 
-// errGroupRefused is what the saves after a refused one are told: their base no longer holds.
-const errGroupRefused = "an earlier save of the group was refused"
+// groupRefusedDetail is what the saves after a refused one are told (a conflict's detail): their
+// base no longer holds.
+const groupRefusedDetail = "an earlier save of the group was refused"
 
 // SaveGroup stores reqs, saves of ONE session (same Key) in order, as consecutive versions, in as
 // few entries as it can (one, normally), each save keeping its own version, record, save id,
@@ -78,7 +79,7 @@ func (e *Engine) SaveGroup(ctx context.Context, reqs []SaveRequest) []GroupResul
 // would retry the failed save.
 func notAttempted(key Key, err error) error {
 	if IsRefusal(err) {
-		return &ConflictError{Key: key, Detail: errGroupRefused}
+		return &ConflictError{Key: key, Detail: groupRefusedDetail}
 	}
 	return fmt.Errorf("session %s: not stored, an earlier save of the group failed: %w", key, err)
 }
@@ -400,9 +401,9 @@ func groupEntry(s *session, pend []pendingSave, pieces []pieceInfo, added []int6
 	last := len(pend) - 1
 	head := pend[last].next
 	head.StoredBytes = left + added[last]
-	real := s.last.Head
+	before := s.last.Head // the head as stored (the pending saves' heads count their tails as if each were an entry)
 	head.Pack, head.Deleted = s.lastPack(), s.lastDeleted()
-	head.TailEntries, head.TailBytes, head.TailExtra = real.TailEntries+1, real.TailBytes, real.TailExtra+len(group)
+	head.TailEntries, head.TailBytes, head.TailExtra = before.TailEntries+1, before.TailBytes, before.TailExtra+len(group)
 	if s.last.Kind == kindPack {
 		head.TailEntries, head.TailBytes, head.TailExtra = 1, 0, len(group)
 	}
