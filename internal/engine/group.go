@@ -117,6 +117,7 @@ type groupRun struct {
 	pending []pendingSave
 	repeats []int // the indexes of saves answered as duplicates of pending ones (repeatInGroup)
 	bytes   int64 // the pending saves' new bytes
+	meta    int64 // a bound of the pending saves' metadata in the entry (groupMetaBytes)
 	checked bool  // the cached last entry was checked against the log (checkCached) during the run
 	closed  bool  // no more saves join the pending ones (an import was decided)
 }
@@ -254,6 +255,12 @@ func (e *Engine) decide(ctx context.Context, s *session, g *groupRun, req SaveRe
 	if err != nil {
 		return refused(err)
 	}
+	meta := groupMetaBytes(req, p)
+	if len(g.pending) > 0 && g.meta+meta > int64(e.log.MaxEntry())/2 {
+		// An entry's meta is never cut into parts (its data is): saves that each fit alone
+		// (long writers and save ids, many values) must not make one whose meta does not.
+		return GroupResult{}, stepNext
+	}
 	raw := p.newBytes()
 	next, err := nextHeadFrom(s, h, req, p, raw)
 	if err != nil {
@@ -261,6 +268,7 @@ func (e *Engine) decide(ctx context.Context, s *session, g *groupRun, req SaveRe
 	}
 	g.pending = append(g.pending, pendingSave{req: req, plan: p, raw: raw, next: next, at: j})
 	g.head, g.bytes, g.closed = next, g.bytes+int64(len(raw)), req.Import != nil
+	g.meta += meta
 	return GroupResult{}, stepPending
 }
 
@@ -274,6 +282,17 @@ func planReads(h headState, req SaveRequest) bool {
 	}
 	_, ok := canonicalTail(h, req.Payload)
 	return !ok
+}
+
+// groupMetaBytes bounds what save req, planned as p, adds to a group entry's meta: its record
+// (numbers, hash, free text, extras; a fork's ids escaped in JSON at worst 6 bytes a byte) and its
+// piece (each large string a value listed: at, size, id).
+func groupMetaBytes(req SaveRequest, p savePlan) int64 {
+	n := 512 + len(req.SaveID) + len(req.Writer) + len(req.Reason) + len(req.Limits.Dialect) + 64*len(p.large)
+	if f := req.ForkOf; f != nil {
+		n += 6 * (len(f.Key.Namespace) + len(f.Key.Session) + len(f.Key.Agent))
+	}
+	return int64(n)
 }
 
 // find returns the pending save of save id id, nil if none.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -404,5 +405,36 @@ func TestSaveGroup_RandomRepeatsOnAFlakyStore(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A group of saves each of which fits an entry alone, but whose records together do not fit one
+// entry's meta (long writers and save ids, on a store of 64 KiB entries: a NATS server with a
+// lowered max_payload): an entry's meta is never cut into parts, so the group is stored in as
+// many entries as its records need, every save stored, not every save refused as too large.
+func TestSaveGroup_RecordsLargerThanAnEntry(t *testing.T) {
+	e, log := newEngine(t, 64<<10, engine.Config{})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	var reqs []engine.SaveRequest
+	for v := range 64 {
+		reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprintf("%03d", v) + strings.Repeat("s", 250), Base: u64(uint64(v)),
+			Writer: fmt.Sprintf("%03d", v) + strings.Repeat("w", 1000), Reason: "turn", Payload: array(v, v+1), Now: now})
+	}
+	for i, r := range e.SaveGroup(ctx, reqs) {
+		require.NoError(t, r.Err, "save %d", i+1)
+		require.Equal(t, uint64(i+1), r.Saved.Record.Version)
+	}
+	require.Greater(t, entries(t, log, k), 1)
+	for _, en := range []*engine.Engine{e, engine.New(log, engine.Config{})} {
+		h, err := en.History(ctx, k)
+		require.NoError(t, err)
+		require.Len(t, h, 64)
+		for i, r := range h {
+			require.Equal(t, reqs[i].SaveID, r.SaveID)
+			require.Equal(t, reqs[i].Writer, r.Writer)
+		}
+		got, _, err := en.Read(ctx, k, 40, engine.ReadOptions{Verify: true})
+		require.NoError(t, err)
+		require.Equal(t, string(array(0, 40)), string(got))
 	}
 }
