@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -308,103 +310,120 @@ func (l *flakyLog) Append(c ctxT, key engine.Key, data []byte, after uint64) (ui
 // conversation it made, under its own save id, from a cold engine; nothing answered stored is
 // missing, and the history has no gap.
 func TestSaveGroup_RandomRepeatsOnAFlakyStore(t *testing.T) {
-	for seed := range uint64(12) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 99))
-			log := &flakyLog{Log: memlog.New(4 << 10), rng: rand.New(rand.NewPCG(seed, 100))}
-			cfg := engine.Config{PackEntries: 4}
-			engines := []*engine.Engine{engine.New(log, cfg), engine.New(log, cfg)}
-			k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
-			type sent struct {
-				req    engine.SaveRequest
-				conv   string // the conversation it makes onto the base it was made for
-				resent bool   // sent again in a later group: its base may be another version by then
+	configs := []struct {
+		name     string
+		maxEntry int
+		cfg      engine.Config
+	}{
+		{"parts", 4 << 10, engine.Config{PackEntries: 4}},
+		{"open packs", 1 << 20, engine.Config{PackEntries: 5, PackOpen: true}},
+		{"small parts", 1 << 10, engine.Config{PackEntries: 6}},
+	}
+	seeds := uint64(4)
+	if s := os.Getenv("CP_RANDOM_SEEDS"); s != "" {
+		n, _ := strconv.Atoi(s)
+		seeds = uint64(n)
+	}
+	for i, c := range configs {
+		for seed := range seeds {
+			t.Run(fmt.Sprintf("%s/%d", c.name, seed), func(t *testing.T) { flakyGroups(t, 100*uint64(i)+seed, c.maxEntry, c.cfg) })
+		}
+	}
+}
+
+func flakyGroups(t *testing.T, seed uint64, maxEntry int, cfg engine.Config) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	log := &flakyLog{Log: memlog.New(maxEntry), rng: rand.New(rand.NewPCG(seed, 100))}
+	engines := []*engine.Engine{engine.New(log, cfg), engine.New(log, cfg)}
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	type sent struct {
+		req    engine.SaveRequest
+		conv   string // the conversation it makes onto the base it was made for
+		resent bool   // sent again in a later group: its base may be another version by then
+	}
+	stored := map[uint64]sent{} // every version answered as stored, by version
+	var before []sent           // the group sent before
+	next := 0                   // messages made so far (each save's are new ones)
+	for step := range 30 {
+		cold := engine.New(log.Log, engine.Config{})
+		got, rec, err := cold.Read(ctx, k, 0, engine.ReadOptions{})
+		head, conv := uint64(0), "[]"
+		if err == nil {
+			head, conv = rec.Version, string(got)
+		} else {
+			require.ErrorIs(t, err, engine.ErrNotFound)
+		}
+		var group []sent
+		for j := range 2 + rng.IntN(6) {
+			switch r := rng.IntN(6); {
+			case r == 0 && len(group) > 0: // a save of this group sent twice
+				group = append(group, group[rng.IntN(len(group))])
+				continue
+			case r == 1 && len(before) > 0: // a save of the group before, sent again
+				s := before[rng.IntN(len(before))]
+				s.resent = true
+				group = append(group, s)
+				continue
 			}
-			stored := map[uint64]sent{} // every version answered as stored, by version
-			var before []sent           // the group sent before
-			next := 0                   // messages made so far (each save's are new ones)
-			for step := range 30 {
-				cold := engine.New(log.Log, engine.Config{})
-				got, rec, err := cold.Read(ctx, k, 0, engine.ReadOptions{})
-				head, conv := uint64(0), "[]"
-				if err == nil {
-					head, conv = rec.Version, string(got)
-				} else {
-					require.ErrorIs(t, err, engine.ErrNotFound)
-				}
-				var group []sent
-				for j := range 2 + rng.IntN(6) {
-					switch r := rng.IntN(6); {
-					case r == 0 && len(group) > 0: // a save of this group sent twice
-						group = append(group, group[rng.IntN(len(group))])
-						continue
-					case r == 1 && len(before) > 0: // a save of the group before, sent again
-						s := before[rng.IntN(len(before))]
-						s.resent = true
-						group = append(group, s)
-						continue
-					}
-					n := 1 + rng.IntN(2)
-					msgs := array(next, next+n)
-					req := engine.SaveRequest{Key: k, SaveID: fmt.Sprintf("%d-%d", step, j), Base: u64(head), Payload: msgs, Now: now}
-					next += n
-					if conv == "[]" {
-						conv = string(msgs)
-					} else {
-						conv = conv[:len(conv)-1] + "," + string(msgs[1:])
-					}
-					head++
-					group = append(group, sent{req: req, conv: conv})
-				}
-				reqs := make([]engine.SaveRequest, len(group))
-				for i, g := range group {
-					reqs[i] = g.req
-				}
-				for i, r := range engines[rng.IntN(2)].SaveGroup(ctx, reqs) {
-					if r.Err != nil {
-						continue // not stored, or not known to be: the version, if any, is checked below
-					}
-					v := r.Saved.Record.Version
-					require.Equal(t, group[i].req.SaveID, r.Saved.Record.SaveID, "step %d save %d", step, i)
-					if s, ok := stored[v]; ok {
-						require.Equal(t, s.req.SaveID, group[i].req.SaveID, "step %d save %d: version %d answered to two saves", step, i, v)
-						continue
-					}
-					stored[v] = group[i]
-				}
-				before = group
-				if rng.IntN(3) == 0 {
-					_, _ = engines[rng.IntN(2)].Pack(ctx, k, false) // may fail on the flaky store
-				}
+			n := 1 + rng.IntN(2)
+			msgs := array(next, next+n)
+			req := engine.SaveRequest{Key: k, SaveID: fmt.Sprintf("%d-%d", step, j), Base: u64(head), Payload: msgs, Now: now}
+			next += n
+			if conv == "[]" {
+				conv = string(msgs)
+			} else {
+				conv = conv[:len(conv)-1] + "," + string(msgs[1:])
 			}
-			cold := engine.New(log.Log, engine.Config{})
-			h, err := cold.History(ctx, k)
+			head++
+			group = append(group, sent{req: req, conv: conv})
+		}
+		reqs := make([]engine.SaveRequest, len(group))
+		for i, g := range group {
+			reqs[i] = g.req
+		}
+		for i, r := range engines[rng.IntN(2)].SaveGroup(ctx, reqs) {
+			if r.Err != nil {
+				continue // not stored, or not known to be: the version, if any, is checked below
+			}
+			v := r.Saved.Record.Version
+			require.Equal(t, group[i].req.SaveID, r.Saved.Record.SaveID, "step %d save %d", step, i)
+			if s, ok := stored[v]; ok {
+				require.Equal(t, s.req.SaveID, group[i].req.SaveID, "step %d save %d: version %d answered to two saves", step, i, v)
+				continue
+			}
+			stored[v] = group[i]
+		}
+		before = group
+		if rng.IntN(3) == 0 {
+			_, _ = engines[rng.IntN(2)].Pack(ctx, k, false) // may fail on the flaky store
+		}
+	}
+	cold := engine.New(log.Log, engine.Config{})
+	h, err := cold.History(ctx, k)
+	require.NoError(t, err)
+	for i, r := range h {
+		require.Equal(t, uint64(i+1), r.Version, "no gap")
+	}
+	for v, s := range stored {
+		if s.resent && *s.req.Base == 0 {
+			s.conv = string(s.req.Payload)
+		} else if s.resent { // stored onto the version its base names now: its messages, then its own
+			base, _, err := cold.Read(ctx, k, *s.req.Base, engine.ReadOptions{})
 			require.NoError(t, err)
-			for i, r := range h {
-				require.Equal(t, uint64(i+1), r.Version, "no gap")
+			if s.conv = string(s.req.Payload); len(base) > 2 {
+				s.conv = string(base[:len(base)-1]) + "," + string(s.req.Payload[1:])
 			}
-			for v, s := range stored {
-				if s.resent && *s.req.Base == 0 {
-					s.conv = string(s.req.Payload)
-				} else if s.resent { // stored onto the version its base names now: its messages, then its own
-					base, _, err := cold.Read(ctx, k, *s.req.Base, engine.ReadOptions{})
-					require.NoError(t, err)
-					if s.conv = string(s.req.Payload); len(base) > 2 {
-						s.conv = string(base[:len(base)-1]) + "," + string(s.req.Payload[1:])
-					}
-				}
-				got, rec, err := cold.Read(ctx, k, v, engine.ReadOptions{Verify: true})
-				require.NoError(t, err, "version %d, answered stored to save %s", v, s.req.SaveID)
-				require.Equal(t, s.req.SaveID, rec.SaveID, "version %d", v)
-				if s.conv != string(got) {
-					i := 0
-					for i < len(got) && i < len(s.conv) && got[i] == s.conv[i] {
-						i++
-					}
-					t.Fatalf("version %d (save %s, base %d): differs at byte %d of %d/%d: want ...%.200s\ngot ...%.200s", v, s.req.SaveID, *s.req.Base, i, len(s.conv), len(got), s.conv[max(0, i-60):], got[max(0, i-60):])
-				}
+		}
+		got, rec, err := cold.Read(ctx, k, v, engine.ReadOptions{Verify: true})
+		require.NoError(t, err, "version %d, answered stored to save %s", v, s.req.SaveID)
+		require.Equal(t, s.req.SaveID, rec.SaveID, "version %d", v)
+		if s.conv != string(got) {
+			i := 0
+			for i < len(got) && i < len(s.conv) && got[i] == s.conv[i] {
+				i++
 			}
-		})
+			t.Fatalf("version %d (save %s, base %d): differs at byte %d of %d/%d: want ...%.200s\ngot ...%.200s", v, s.req.SaveID, *s.req.Base, i, len(s.conv), len(got), s.conv[max(0, i-60):], got[max(0, i-60):])
+		}
 	}
 }
 
