@@ -194,29 +194,8 @@ func (e *Engine) decide(ctx context.Context, s *session, g *groupRun, req SaveRe
 		return GroupResult{}, stepNext
 	}
 	if req.SaveID != "" {
-		if p := g.find(req.SaveID); p != nil {
-			r, step := e.repeatInGroup(s, req, *p)
-			if step == stepDuplicate {
-				g.repeats = append(g.repeats, j)
-			}
+		if r, step, answered := e.repeatOf(ctx, s, g, req, j, cached); answered {
 			return r, step
-		}
-		rec, ok, err := e.savedBefore(ctx, s, req.SaveID)
-		if err != nil {
-			return refused(err)
-		}
-		if ok && cached && !g.checked {
-			if err := e.checkCached(ctx, s); err != nil {
-				return refused(err)
-			}
-			g.checked = true
-		}
-		if ok && (req.Import == nil || rec.Version == req.Import.Version && rec.Hash == req.Import.Hash) {
-			unverified, err := e.checkRepeat(ctx, s, req, rec)
-			if err != nil {
-				return refused(err)
-			}
-			return GroupResult{Saved: Saved{Record: rec, Duplicate: true, Unverified: unverified}}, stepDuplicate
 		}
 	}
 	comingBack := req.Import != nil && req.Import.Origin.Via == ReasonMigrate
@@ -270,6 +249,39 @@ func (e *Engine) decide(ctx context.Context, s *session, g *groupRun, req SaveRe
 	g.head, g.bytes, g.closed = next, g.bytes+int64(len(raw)), req.Import != nil
 	g.meta += meta
 	return GroupResult{}, stepPending
+}
+
+// repeatOf answers req if its save id was saved already (answered): by a save before it in the
+// run (repeatInGroup), or by a stored version (a duplicate, once checkRepeat finds it the same
+// save; as in saveOnce, a duplicate found in the cache is checked to be the log's, once a run:
+// another daemon may have deleted the session since). An import is that version only with its
+// number and hash too. Otherwise req is a new save, decided by decide.
+func (e *Engine) repeatOf(ctx context.Context, s *session, g *groupRun, req SaveRequest, j int, cached bool) (GroupResult, groupStep, bool) {
+	if p := g.find(req.SaveID); p != nil {
+		r, step := e.repeatInGroup(s, req, *p)
+		if step == stepDuplicate {
+			g.repeats = append(g.repeats, j) // told the entry's failure if it is not written (runOnce)
+		}
+		return r, step, true
+	}
+	rec, ok, err := e.savedBefore(ctx, s, req.SaveID)
+	if err != nil {
+		return GroupResult{Err: err}, stepRefused, true
+	}
+	if ok && cached && !g.checked {
+		if err := e.checkCached(ctx, s); err != nil {
+			return GroupResult{Err: err}, stepRefused, true
+		}
+		g.checked = true
+	}
+	if !ok || req.Import != nil && (rec.Version != req.Import.Version || rec.Hash != req.Import.Hash) {
+		return GroupResult{}, 0, false
+	}
+	unverified, err := e.checkRepeat(ctx, s, req, rec)
+	if err != nil {
+		return GroupResult{Err: err}, stepRefused, true
+	}
+	return GroupResult{Saved: Saved{Record: rec, Duplicate: true, Unverified: unverified}}, stepDuplicate, true
 }
 
 // planReads reports whether planning req against head h would read the head's messages (a whole
