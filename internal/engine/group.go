@@ -33,8 +33,9 @@ const (
 	maxGroupBytes = 1 << 20
 )
 
-// errGroupRefused is what the saves after a refused one are told: their base no longer holds.
-const errGroupRefused = "an earlier save of the group was refused"
+// groupRefusedDetail is what the saves after a refused one are told (a conflict's detail): their
+// base no longer holds.
+const groupRefusedDetail = "an earlier save of the group was refused"
 
 // SaveGroup stores reqs, saves of ONE session (same Key) in order, as consecutive versions, in as
 // few entries as it can (one, normally), each save keeping its own version, record, save id,
@@ -78,7 +79,7 @@ func (e *Engine) SaveGroup(ctx context.Context, reqs []SaveRequest) []GroupResul
 // would retry the failed save.
 func notAttempted(key Key, err error) error {
 	if IsRefusal(err) {
-		return &ConflictError{Key: key, Detail: errGroupRefused}
+		return &ConflictError{Key: key, Detail: groupRefusedDetail}
 	}
 	return fmt.Errorf("session %s: not stored, an earlier save of the group failed: %w", key, err)
 }
@@ -114,7 +115,9 @@ type pendingSave struct {
 type groupRun struct {
 	head    headState
 	pending []pendingSave
+	repeats []int // the indexes of saves answered as duplicates of pending ones (repeatInGroup)
 	bytes   int64 // the pending saves' new bytes
+	meta    int64 // a bound of the pending saves' metadata in the entry (groupMetaBytes)
 	checked bool  // the cached last entry was checked against the log (checkCached) during the run
 	closed  bool  // no more saves join the pending ones (an import was decided)
 }
@@ -159,8 +162,13 @@ func (e *Engine) runOnce(ctx context.Context, s *session, reqs []SaveRequest) ([
 	}
 	saved, err := e.commitGroup(ctx, s, g.pending)
 	if err != nil {
+		// Nothing was stored: a save answered as the duplicate of a pending one is told so too
+		// (its version does not exist), not only the pending saves.
 		for _, p := range g.pending {
 			res[p.at] = GroupResult{Err: err}
+		}
+		for _, j := range g.repeats {
+			res[j] = GroupResult{Err: err}
 		}
 		return res[:g.pending[len(g.pending)-1].at+1], err
 	}
@@ -186,25 +194,8 @@ func (e *Engine) decide(ctx context.Context, s *session, g *groupRun, req SaveRe
 		return GroupResult{}, stepNext
 	}
 	if req.SaveID != "" {
-		if p := g.find(req.SaveID); p != nil {
-			return e.repeatInGroup(s, req, *p)
-		}
-		rec, ok, err := e.savedBefore(ctx, s, req.SaveID)
-		if err != nil {
-			return refused(err)
-		}
-		if ok && cached && !g.checked {
-			if err := e.checkCached(ctx, s); err != nil {
-				return refused(err)
-			}
-			g.checked = true
-		}
-		if ok && (req.Import == nil || rec.Version == req.Import.Version && rec.Hash == req.Import.Hash) {
-			unverified, err := e.checkRepeat(ctx, s, req, rec)
-			if err != nil {
-				return refused(err)
-			}
-			return GroupResult{Saved: Saved{Record: rec, Duplicate: true, Unverified: unverified}}, stepDuplicate
+		if r, step, answered := e.repeatOf(ctx, s, g, req, j, cached); answered {
+			return r, step
 		}
 	}
 	comingBack := req.Import != nil && req.Import.Origin.Via == ReasonMigrate
@@ -243,6 +234,12 @@ func (e *Engine) decide(ctx context.Context, s *session, g *groupRun, req SaveRe
 	if err != nil {
 		return refused(err)
 	}
+	meta := groupMetaBytes(req, p)
+	if len(g.pending) > 0 && g.meta+meta > int64(e.log.MaxEntry())/2 {
+		// An entry's meta is never cut into parts (its data is): saves that each fit alone
+		// (long writers and save ids, many values) must not make one whose meta does not.
+		return GroupResult{}, stepNext
+	}
 	raw := p.newBytes()
 	next, err := nextHeadFrom(s, h, req, p, raw)
 	if err != nil {
@@ -250,7 +247,41 @@ func (e *Engine) decide(ctx context.Context, s *session, g *groupRun, req SaveRe
 	}
 	g.pending = append(g.pending, pendingSave{req: req, plan: p, raw: raw, next: next, at: j})
 	g.head, g.bytes, g.closed = next, g.bytes+int64(len(raw)), req.Import != nil
+	g.meta += meta
 	return GroupResult{}, stepPending
+}
+
+// repeatOf answers req if its save id was saved already (answered): by a save before it in the
+// run (repeatInGroup), or by a stored version (a duplicate, once checkRepeat finds it the same
+// save; as in saveOnce, a duplicate found in the cache is checked to be the log's, once a run:
+// another daemon may have deleted the session since). An import is that version only with its
+// number and hash too. Otherwise req is a new save, decided by decide.
+func (e *Engine) repeatOf(ctx context.Context, s *session, g *groupRun, req SaveRequest, j int, cached bool) (GroupResult, groupStep, bool) {
+	if p := g.find(req.SaveID); p != nil {
+		r, step := e.repeatInGroup(s, req, *p)
+		if step == stepDuplicate {
+			g.repeats = append(g.repeats, j) // told the entry's failure if it is not written (runOnce)
+		}
+		return r, step, true
+	}
+	rec, ok, err := e.savedBefore(ctx, s, req.SaveID)
+	if err != nil {
+		return GroupResult{Err: err}, stepRefused, true
+	}
+	if ok && cached && !g.checked {
+		if err := e.checkCached(ctx, s); err != nil {
+			return GroupResult{Err: err}, stepRefused, true
+		}
+		g.checked = true
+	}
+	if !ok || req.Import != nil && (rec.Version != req.Import.Version || rec.Hash != req.Import.Hash) {
+		return GroupResult{}, 0, false
+	}
+	unverified, err := e.checkRepeat(ctx, s, req, rec)
+	if err != nil {
+		return GroupResult{Err: err}, stepRefused, true
+	}
+	return GroupResult{Saved: Saved{Record: rec, Duplicate: true, Unverified: unverified}}, stepDuplicate, true
 }
 
 // planReads reports whether planning req against head h would read the head's messages (a whole
@@ -263,6 +294,17 @@ func planReads(h headState, req SaveRequest) bool {
 	}
 	_, ok := canonicalTail(h, req.Payload)
 	return !ok
+}
+
+// groupMetaBytes bounds what save req, planned as p, adds to a group entry's meta: its record
+// (numbers, hash, free text, extras; a fork's ids escaped in JSON at worst 6 bytes a byte) and its
+// piece (each large string a value listed: at, size, id).
+func groupMetaBytes(req SaveRequest, p savePlan) int64 {
+	n := 512 + len(req.SaveID) + len(req.Writer) + len(req.Reason) + len(req.Limits.Dialect) + 64*len(p.large)
+	if f := req.ForkOf; f != nil {
+		n += 6 * (len(f.Key.Namespace) + len(f.Key.Session) + len(f.Key.Agent))
+	}
+	return int64(n)
 }
 
 // find returns the pending save of save id id, nil if none.
@@ -394,9 +436,9 @@ func groupEntry(s *session, pend []pendingSave, pieces []pieceInfo, added []int6
 	last := len(pend) - 1
 	head := pend[last].next
 	head.StoredBytes = left + added[last]
-	real := s.last.Head
+	before := s.last.Head // the head as stored (the pending saves' heads count their tails as if each were an entry)
 	head.Pack, head.Deleted = s.lastPack(), s.lastDeleted()
-	head.TailEntries, head.TailBytes, head.TailExtra = real.TailEntries+1, real.TailBytes, real.TailExtra+len(group)
+	head.TailEntries, head.TailBytes, head.TailExtra = before.TailEntries+1, before.TailBytes, before.TailExtra+len(group)
 	if s.last.Kind == kindPack {
 		head.TailEntries, head.TailBytes, head.TailExtra = 1, 0, len(group)
 	}

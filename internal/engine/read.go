@@ -256,12 +256,8 @@ func recordIn(key Key, x ent, v uint64) (Record, int, error) {
 		r.Key = key
 		return r, i, nil
 	}
-	if len(x.meta.Group) > 0 {
-		r, err := recordOf(key, x.meta.Head)
-		return r, len(x.meta.Group), err
-	}
-	r, err := recordOf(key, x.meta.Head)
-	return r, 0, err
+	r, err := recordOf(key, x.meta.Head) // the head version: after the group's, if any
+	return r, len(x.meta.Group), err
 }
 
 // ReadOptions tune a read.
