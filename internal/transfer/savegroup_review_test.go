@@ -1,0 +1,161 @@
+package transfer_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/checkpointd/checkpointd/checkpoint"
+	"github.com/checkpointd/checkpointd/internal/testenv"
+	"github.com/checkpointd/checkpointd/internal/transfer"
+	"github.com/checkpointd/checkpointd/internal/wire"
+)
+
+// The saves after a refused one are refused unread, but their save ids still name what the daemon
+// announces on cp.saved and echoes in the reply: a hostile item's save id (empty, a megabyte, not
+// UTF-8) must be checked as any save id is, never used as it came. A megabyte save id announced as
+// it came makes a subject past the server's control line, and the server cuts the daemon's
+// connection.
+func TestSaveGroup_SaveIDsAfterARefusalAreChecked(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	nc := env.Conn()
+	key := checkpoint.Key{Session: "after a refusal"}.WithDefaults()
+	watch, err := nc.SubscribeSync(strings.TrimSuffix(wire.SavedSubject(key.Namespace, "x"), "x") + ">")
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	refused := groupItem{fields: [][2]string{{wire.HdrSaveID, "refused"}, {wire.HdrBaseVersion, "01"}}, body: oneMessage("x", 0)}
+	huge := strings.Repeat("é", 300_000)
+	for i, c := range []struct {
+		name, id string
+		says     string // a refusal of the whole group, "" if save 1 alone is refused
+	}{
+		{"a megabyte", huge, "save 1 (at byte 82 of the body): field bytes 600014: at most 65536"},
+		{"past 256 bytes", strings.Repeat("é", 129), ""},
+		{"none", "", ""},
+		{"not UTF-8", "\xff\xfe", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			after := groupItem{body: oneMessage("x", 1)}
+			if c.id != "" {
+				after.fields = [][2]string{{wire.HdrSaveID, c.id}}
+			}
+			rep := requestGroup(t, nc, wire.SaveSubject(key), map[string]string{wire.HdrGroup: "2"}, groupBody(refused, after))
+			if c.says != "" {
+				require.NotNil(t, rep.Error)
+				require.Equal(t, wire.CodeBadRequest, rep.Error.Code)
+				require.Contains(t, rep.Error.Message, c.says)
+			} else {
+				require.Nil(t, rep.Error)
+				require.Len(t, rep.Results, 2)
+				require.Equal(t, wire.CodeBadRequest, rep.Results[0].Error.Code)
+				require.NotNil(t, rep.Results[1].Error)
+				require.True(t, rep.Results[1].SaveID == "", "an invalid save id is not echoed (%d bytes)", len(rep.Results[1].SaveID))
+				require.Equal(t, wire.CodeBadRequest, rep.Results[1].Error.Code, rep.Results[1].Error.Message)
+				require.Contains(t, rep.Results[1].Error.Message, "group save 1: bad request: header Cp-Save-Id")
+				m, err := watch.NextMsg(5 * time.Second)
+				require.NoError(t, err)
+				require.Equal(t, wire.SavedSubject(key.Namespace, "refused"), m.Subject, "the refused save's result is announced")
+			}
+			// The daemon still serves, on the connection it had, and announced nothing else.
+			v, err := env.Client.Save(ctx, checkpoint.Key{Namespace: "elsewhere", Session: fmt.Sprint("still ", i)}, oneMessage("y", 0))
+			require.NoError(t, err)
+			require.Equal(t, uint64(1), v.Version)
+			_, err = watch.NextMsg(100 * time.Millisecond)
+			require.ErrorIs(t, err, nats.ErrTimeout, "nothing else announced in the namespace")
+		})
+	}
+	require.Zero(t, env.NC.Stats().Reconnects, "the daemon's connection was never cut")
+	require.Zero(t, natsEvents(t, env.Registry, "disconnect"), "disconnects counted")
+}
+
+// A group refused for its framing is answered whatever its bytes: the refusal names the bytes at
+// fault, bounded, so a megabyte field of bytes that quote four times over does not make a reply
+// past the server's max payload (which nobody would get).
+func TestSaveGroup_FramingRefusalsAreAnsweredWhateverTheirBytes(t *testing.T) {
+	env := testenv.Start(t)
+	nc := env.Conn()
+	key := checkpoint.Key{Session: "quoted"}.WithDefaults()
+	junk := strings.Repeat("\x01", 300_000)
+	quotes := strings.Repeat("\x01", 60_000) // within an item's fields, quoted: 300 KB
+	for _, c := range []struct{ name, fields string }{
+		{"a field without a colon", junk + "\r\n"},
+		{"an unknown field", junk + ": x\r\n"},
+		{"a field without its CRLF", "Cp-Save-Id: x\r\n" + junk},
+		{"60 KB without a colon", quotes + "\r\n"},
+		{"60 KB of an unknown field", quotes + ": x\r\n"},
+		{"60 KB without a CRLF", "Cp-Save-Id: x\r\n" + quotes},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := []byte(fmt.Sprintf("%d 2\r\n%s[]", len(c.fields), c.fields))
+			rep := requestGroup(t, nc, wire.SaveSubject(key), map[string]string{wire.HdrGroup: "1"}, body)
+			require.NotNil(t, rep.Error)
+			require.Equal(t, wire.CodeBadRequest, rep.Error.Code)
+			require.Contains(t, rep.Error.Message, "save 0")
+			require.Less(t, len(rep.Error.Message), 1024, "%.200s", rep.Error.Message)
+		})
+	}
+}
+
+// A group of zstd bombs, each a small frame that decodes to --max-checkpoint-bytes: admitted by
+// its few kilobytes, it must not hold k times the max checkpoint bytes. The budget lets one save
+// (the oldest) past it by one max checkpoint; a group takes that exemption as one save does, and
+// its later saves wait for room within the budget, then are refused busy (sent again, not stored)
+// while those read go on. Appends within the budget still go through whole; and a group larger
+// than the budget is stored in the end by the SDK, which sends the busy rest again.
+func TestSaveGroup_ZstdBombsHoldOneMaxCheckpoint(t *testing.T) {
+	const maxBytes, budget = 2 << 20, 1 << 20
+	env := testenv.Start(t, func(c *transfer.Config) { c.MaxCheckpointBytes, c.IngestBudgetBytes = maxBytes, budget })
+	ctx := ctxT(t)
+	nc := env.Conn()
+	key := checkpoint.Key{Session: "bombs"}.WithDefaults()
+	transfer.HoldIngestBudgetBut(env.Daemon, budget, 100*time.Millisecond)() // saves wait 100 ms for room, not 2 s
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
+	require.NoError(t, err)
+	bomb := enc.EncodeAll(make([]byte, maxBytes-1024), nil)
+	const k = 16
+	var items []groupItem
+	for i := 0; i < k; i++ {
+		items = append(items, groupItem{fields: [][2]string{{wire.HdrSaveID, fmt.Sprint("bomb-", i)}, {wire.HdrEncoding, wire.EncodingZstd}}, body: bomb})
+	}
+	body := groupBody(items...)
+	// One bomb sent alone, refused (not JSON): what one save may hold, the exemption included.
+	alone := nats.NewMsg(wire.SaveSubject(key))
+	alone.Header.Set(wire.HdrSaveID, "alone")
+	alone.Header.Set(wire.HdrEncoding, wire.EncodingZstd)
+	alone.Data = bomb
+	_, err = nc.RequestMsg(alone, 10*time.Second)
+	require.NoError(t, err)
+	one := transfer.IngestBudgetPeakBytes(env.Daemon)
+	rep := requestGroup(t, nc, wire.SaveSubject(key), map[string]string{wire.HdrGroup: fmt.Sprint(k)}, body)
+	peak := transfer.IngestBudgetPeakBytes(env.Daemon)
+	t.Logf("a group of %d bombs of %d bytes each (%d decoded): the budget's peak %d bytes, one sent alone %d (budget %d, max checkpoint %d)", k, len(bomb), maxBytes-1024, peak, one, budget, maxBytes)
+	require.LessOrEqual(t, peak, one+budget, "a group held more than one save sent alone may, and the budget")
+	if rep.Error == nil {
+		require.Len(t, rep.Results, k)
+		require.Equal(t, wire.CodeInvalid, rep.Results[0].Error.Code, rep.Results[0].Error.Message)
+	}
+	_, err = env.Client.Get(ctx, key, 0)
+	require.ErrorIs(t, err, checkpoint.ErrNotFound, "nothing stored")
+
+	// Appends larger together than the budget: stored, in order, none lost.
+	big := func(i int) []byte {
+		return []byte(fmt.Sprintf(`[{"role":"user","content":"%d %s"}]`, i, strings.Repeat("a", 400<<10)))
+	}
+	start := time.Now()
+	var futures []*checkpoint.AppendFuture
+	for i := 0; i < 4; i++ { // 1.6 MB together: past the budget, within the max checkpoint
+		futures = append(futures, env.Client.AppendAsync(ctx, key, big(i)))
+	}
+	for i, f := range futures {
+		v, err := f.Wait(ctx)
+		require.NoError(t, err, "append %d", i)
+		require.Equal(t, uint64(i+1), v.Version)
+	}
+	t.Logf("appends past the budget stored in %s; saves refused busy: %v", time.Since(start), opsSample(t, env.Registry, "checkpointd_saves_total", map[string]string{"path": "request", "result": "busy"}))
+}
