@@ -89,3 +89,49 @@ func sdkGoroutines() int {
 	}
 	return 0
 }
+
+// The user walks away mid-flight: the ctx of the append a group travels with is cancelled while
+// the daemon holds that group, or the client is closed with appends in flight and queued. Every
+// future resolves (none hangs), with a typed error, and no goroutine of the SDK is left; what was
+// stored is a prefix of the appends, in order, none doubled.
+func TestAppendAsync_EveryFutureResolvesWhenTheUserLeaves(t *testing.T) {
+	for _, how := range []string{"ctx cancelled", "client closed"} {
+		t.Run(how, func(t *testing.T) {
+			env := testenv.Start(t)
+			ctx := ctxT(t)
+			client, err := checkpoint.Connect(env.URL(), nil)
+			require.NoError(t, err)
+			defer client.Close()
+			key := checkpoint.Key{Session: how}
+			release := transfer.HoldIngestBudget(env.Daemon, time.Minute)
+			t.Cleanup(release)
+			first, cancel := context.WithCancel(ctx)
+			futures := []*checkpoint.AppendFuture{client.AppendAsync(first, key, oneMessage("u", 0))}
+			time.Sleep(100 * time.Millisecond) // sent, and held by the daemon
+			for i := 1; i < 200; i++ {
+				futures = append(futures, client.AppendAsync(ctx, key, oneMessage("u", i)))
+			}
+			if how == "ctx cancelled" {
+				cancel()
+			} else {
+				client.Close()
+			}
+			for i, f := range futures {
+				wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+				_, err := f.Wait(wctx)
+				wcancel()
+				require.Error(t, err, "append %d", i)
+				require.NotErrorIs(t, err, context.DeadlineExceeded, "append %d: its future never resolved", i)
+				var ce *checkpoint.Error
+				require.ErrorAs(t, err, &ce, "append %d: typed", i)
+			}
+			cancel()
+			release()
+			require.Eventually(t, func() bool { return sdkGoroutines() == 0 }, 5*time.Second, 20*time.Millisecond, "%s", sdkStacks())
+			hist, err := env.Client.History(ctx, key)
+			if err == nil {
+				require.LessOrEqual(t, len(hist), 1, "at most the append in flight was stored")
+			}
+		})
+	}
+}
