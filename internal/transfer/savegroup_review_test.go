@@ -159,3 +159,46 @@ func TestSaveGroup_ZstdBombsHoldOneMaxCheckpoint(t *testing.T) {
 	}
 	t.Logf("appends past the budget stored in %s; saves refused busy: %v", time.Since(start), opsSample(t, env.Registry, "checkpointd_saves_total", map[string]string{"path": "request", "result": "busy"}))
 }
+
+// A group mixing whole arrays (extending the head, or rewriting it), appends and expected
+// versions is stored as the same saves sent alone would be; a save past --max-checkpoint-bytes in
+// a group is refused as it is alone (too_large), those before it stored.
+func TestSaveGroup_MixedSavesAsAlone(t *testing.T) {
+	const maxBytes = 64 << 10
+	env := testenv.Start(t, func(c *transfer.Config) { c.MaxCheckpointBytes = maxBytes })
+	ctx := ctxT(t)
+	nc := env.Conn()
+	key := checkpoint.Key{Session: "mixed"}.WithDefaults()
+	whole := func(id string, body string, fields ...[2]string) groupItem {
+		return groupItem{fields: append([][2]string{{wire.HdrSaveID, id}}, fields...), body: []byte(body)}
+	}
+	m := func(s string) string { return `{"role":"user","content":"` + s + `"}` }
+	items := []groupItem{
+		whole("w1", "["+m("a")+"]", [2]string{wire.HdrExpectedVersion, "0"}),
+		appendItem("a2", 1, []byte("["+m("b")+"]")),
+		whole("w3", "["+m("a")+","+m("b")+","+m("c")+"]", [2]string{wire.HdrExpectedVersion, "2"}),
+		whole("r4", "["+m("x")+"]"), // a rewrite
+		appendItem("a5", 4, []byte("["+m("y")+"]")),
+		whole("big", "["+m(strings.Repeat("z", maxBytes))+"]"),
+		appendItem("a7", 6, []byte("["+m("never")+"]")),
+	}
+	rep := requestGroup(t, nc, wire.SaveSubject(key), map[string]string{wire.HdrGroup: fmt.Sprint(len(items))}, groupBody(items...))
+	require.Nil(t, rep.Error)
+	for i := 0; i < 5; i++ {
+		require.Nil(t, rep.Results[i].Error, "save %d: %+v", i, rep.Results[i].Error)
+		require.Equal(t, uint64(i+1), rep.Results[i].Version.Version)
+	}
+	require.Equal(t, wire.CodeTooLarge, rep.Results[5].Error.Code, rep.Results[5].Error.Message)
+	require.Equal(t, wire.CodeConflict, rep.Results[6].Error.Code)
+	for v, want := range map[uint64]string{3: "[" + m("a") + "," + m("b") + "," + m("c") + "]", 5: "[" + m("x") + "," + m("y") + "]"} {
+		got, _, err := env.Client.Restore(ctx, key, v)
+		require.NoError(t, err)
+		require.JSONEq(t, want, string(got), "version %d", v)
+	}
+	// An expected version that no longer holds, inside a group: a conflict, those before stored.
+	rep = requestGroup(t, nc, wire.SaveSubject(key), map[string]string{wire.HdrGroup: "2"},
+		groupBody(appendItem("a6", 5, []byte("["+m("6")+"]")), whole("w7", "["+m("x")+"]", [2]string{wire.HdrExpectedVersion, "5"})))
+	require.Nil(t, rep.Results[0].Error)
+	require.Equal(t, wire.CodeConflict, rep.Results[1].Error.Code, rep.Results[1].Error.Message)
+	require.Contains(t, rep.Results[1].Error.Message, "group save 1")
+}

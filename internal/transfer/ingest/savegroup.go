@@ -200,7 +200,7 @@ func (in *Ingester) settleGroup(ctx context.Context, key wire.Key, shared nats.H
 		}
 		saves = append(saves, s)
 		if i == 0 { // past the budget by what one save may hold, as a save sent alone
-			mem.capExemption(in.maxBytes + int64(len(item.Body)))
+			mem.capExemption(in.maxBytes + receivedBytes(items))
 		}
 	}
 	reqs := make([]engine.SaveRequest, len(saves))
@@ -239,6 +239,15 @@ func unreadResult(key wire.Key, i int, item wire.GroupItem, refusedAt, busyAt in
 			Message: fmt.Sprintf("an earlier save of the group was refused (save %d): not stored", refusedAt)}
 	}
 	return res
+}
+
+// receivedBytes is what the bodies of items take as received.
+func receivedBytes(items []wire.GroupItem) int64 {
+	n := 0
+	for _, item := range items {
+		n += len(item.Body)
+	}
+	return int64(n)
 }
 
 // firstField is an item's field name, "" if it has none.
