@@ -2,6 +2,7 @@ package transfer_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -201,4 +202,49 @@ func TestSaveGroup_MixedSavesAsAlone(t *testing.T) {
 	require.Nil(t, rep.Results[0].Error)
 	require.Equal(t, wire.CodeConflict, rep.Results[1].Error.Code, rep.Results[1].Error.Message)
 	require.Contains(t, rep.Results[1].Error.Message, "group save 1")
+}
+
+// The example of docs/protocol.md §4.0.1, read from the docs and sent byte for byte to a session
+// at version 7: two versions, 8 and 9, as it says. (A client written from the docs alone frames
+// its groups as the example does.)
+func TestSaveGroup_TheDocsExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/protocol.md")
+	require.NoError(t, err)
+	text := string(doc)
+	at := strings.Index(text, "For example, a group of two appends onto version 7")
+	require.Positive(t, at, "the example is in §4.0.1")
+	block := text[at:]
+	block = block[strings.Index(block, "```\n")+4:]
+	block = block[:strings.Index(block, "```")]
+	hdr := map[string]string{}
+	var body []byte
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		if name, rest, ok := strings.Cut(line, ":"); ok && (name == "headers" || name == "body") {
+			line = rest
+		}
+		line = strings.TrimSpace(line)
+		if k, v, ok := strings.Cut(line, ": "); ok && !strings.Contains(line, `\r\n`) {
+			hdr[k] = v
+			continue
+		}
+		body = append(body, strings.ReplaceAll(line, `\r\n`, "\r\n")...)
+	}
+	ctx := ctxT(t)
+	env := testenv.Start(t)
+	key := checkpoint.Key{Session: "docs example"}.WithDefaults()
+	for i := 0; i < 7; i++ {
+		_, err := env.Client.Append(ctx, key, uint64(i), oneMessage("before", i))
+		require.NoError(t, err)
+	}
+	rep := requestGroup(t, env.Conn(), wire.SaveSubject(key), hdr, body)
+	require.Nil(t, rep.Error, "%+v", rep.Error)
+	require.Len(t, rep.Results, 2)
+	for i, res := range rep.Results {
+		require.Nil(t, res.Error, "%+v", res.Error)
+		require.Equal(t, fmt.Sprint("t-", 8+i), res.SaveID)
+		require.Equal(t, uint64(8+i), res.Version.Version)
+	}
+	v, err := env.Client.Get(ctx, key, 9)
+	require.NoError(t, err)
+	require.Equal(t, "host-1/4242", v.Writer)
 }
