@@ -2,6 +2,7 @@ package transfer_test
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -247,4 +249,26 @@ func TestSaveGroup_TheDocsExample(t *testing.T) {
 	v, err := env.Client.Get(ctx, key, 9)
 	require.NoError(t, err)
 	require.Equal(t, "host-1/4242", v.Writer)
+}
+
+// A namespace whose writers send groups sends save requests: one of its saves later off the ingest
+// stream (a fallback while no daemon answered) is no sign of a missing cp.save import, and is not
+// warned about (TestDaemon_WarnsOfANamespaceSavingOnlyOffTheIngestStream).
+func TestSaveGroup_CountsAsARequestForTheImportWarning(t *testing.T) {
+	logs := &lockedBuffer{}
+	env := testenv.Start(t, func(c *transfer.Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	nc := env.Conn()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	modern := wire.Key{Namespace: "modern", Session: "s"}.WithDefaults()
+	res := saveRawHeader(t, nc, js, modern, "request", "m1", nil, []byte(`[{"role":"user","content":"by request"}]`))
+	require.True(t, res.OK, "%+v", res.Error)
+	grouped := wire.Key{Namespace: "grouped", Session: "s"}.WithDefaults()
+	rep := requestGroup(t, nc, wire.SaveSubject(grouped), map[string]string{wire.HdrGroup: "2"},
+		groupBody(appendItem("g1", 0, oneMessage("g", 0)), appendItem("g2", 1, oneMessage("g", 1))))
+	require.Nil(t, rep.Error)
+	time.Sleep(1100 * time.Millisecond) // past the margin allowed for the server's and the daemon's clocks
+	res = saveRawHeader(t, nc, js, grouped, "ingest", "g3", nil, []byte(wholeOf("g", 3)))
+	require.True(t, res.OK, "%+v", res.Error)
+	require.NotContains(t, logs.String(), "come off the ingest stream while save requests work")
 }

@@ -44,6 +44,7 @@ func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
 		sr.answerGroupRefusal(msg, err)
 		return
 	}
+	sr.in.requests.request(key.Namespace, start) // its writers reach cp.save (requestwatch.go)
 	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)
 	defer cancel()
 	results, err := sr.in.settleGroup(ctx, key, msg.Header, items)
