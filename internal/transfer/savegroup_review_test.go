@@ -272,3 +272,38 @@ func TestSaveGroup_CountsAsARequestForTheImportWarning(t *testing.T) {
 	require.True(t, res.OK, "%+v", res.Error)
 	require.NotContains(t, logs.String(), "come off the ingest stream while save requests work")
 }
+
+// The same save id twice in one group: the same save sent twice is one version (the second a
+// duplicate of it); other bytes under it are refused save_id_reused, nothing after stored. A save
+// id of an earlier group is a duplicate there too.
+func TestSaveGroup_ASaveIDTwiceInAGroup(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	nc := env.Conn()
+	key := checkpoint.Key{Session: "twice"}.WithDefaults()
+	a := appendItem("a", 0, oneMessage("t", 0))
+	rep := requestGroup(t, nc, wire.SaveSubject(key), map[string]string{wire.HdrGroup: "3"},
+		groupBody(a, a, appendItem("b", 1, oneMessage("t", 1))))
+	require.Nil(t, rep.Error)
+	require.True(t, rep.Results[0].OK && !rep.Results[0].Duplicate)
+	require.True(t, rep.Results[1].OK && rep.Results[1].Duplicate, "%+v", rep.Results[1].Error)
+	require.Equal(t, uint64(1), rep.Results[1].Version.Version)
+	require.Equal(t, uint64(2), rep.Results[2].Version.Version)
+
+	rep = requestGroup(t, nc, wire.SaveSubject(key), map[string]string{wire.HdrGroup: "3"},
+		groupBody(appendItem("c", 2, oneMessage("t", 2)), appendItem("c", 3, oneMessage("t", 3)), appendItem("d", 3, oneMessage("t", 3))))
+	require.Nil(t, rep.Error)
+	require.True(t, rep.Results[0].OK)
+	require.Equal(t, wire.CodeSaveIDReused, rep.Results[1].Error.Code, rep.Results[1].Error.Message)
+	require.Equal(t, wire.CodeConflict, rep.Results[2].Error.Code)
+	head, err := env.Client.Get(ctx, key, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), head.Version)
+
+	rep = requestGroup(t, nc, wire.SaveSubject(key), map[string]string{wire.HdrGroup: "2"},
+		groupBody(appendItem("b", 1, oneMessage("t", 1)), appendItem("e", 3, oneMessage("t", 3))))
+	require.True(t, rep.Results[0].OK && rep.Results[0].Duplicate, "%+v", rep.Results[0].Error)
+	require.Equal(t, uint64(2), rep.Results[0].Version.Version)
+	require.True(t, rep.Results[1].OK, "the group goes on from the head: %+v", rep.Results[1].Error)
+	require.Equal(t, uint64(4), rep.Results[1].Version.Version)
+}
