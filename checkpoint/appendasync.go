@@ -127,7 +127,7 @@ func (c *Client) AppendAsync(ctx context.Context, key Key, messages []byte, opts
 				Message: "AppendAsync with ExpectVersion restarts a session's appends: wait for its pending ones first"})
 			return f
 		}
-		q.head, q.known, q.failed = *o.expected, true, nil
+		q.head, q.known, q.failed, q.failedWaiting = *o.expected, true, nil, false
 	}
 	if err := qs.waitForRoom(ctx, q, len(messages)); err != nil { // appendroom.go
 		f.resolve(Version{}, err)
