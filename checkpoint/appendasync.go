@@ -74,6 +74,10 @@ type appendQueue struct {
 	head    uint64         // the version the next append extends, when known
 	known   bool
 	failed  error // the failure that ended the session's run (see above)
+
+	queuedBytes   int           // the messages of queued (appendroom.go)
+	room          chan struct{} // closed when appends leave queued, if an AppendAsync waits for room
+	failedWaiting bool          // failed is an AppendAsync's ctx that ended waiting for room: a group may be in flight
 }
 
 // appendQueues are a client's queues, by session.
@@ -87,7 +91,10 @@ type appendQueues struct {
 // resolves once the save is durable. Options: WithSaveID (each append has one; by default a fresh
 // one), WithReason, WithEpoch, and ExpectVersion(n), which restarts the session's run from version
 // n: allowed only when none of the session's appends is pending. ctx bounds the sending of the
-// group it travels in (the oldest of its saves' ctx).
+// group it travels in (the oldest of its saves' ctx). When the session already has
+// maxQueuedAppends appends (or maxQueuedBytes) waiting to be sent, AppendAsync first waits for
+// room, as long as ctx allows (appendroom.go): a producer faster than the daemon is slowed to its
+// pace instead of holding all it produced.
 func (c *Client) AppendAsync(ctx context.Context, key Key, messages []byte, opts ...SaveOption) *AppendFuture {
 	f := &AppendFuture{done: make(chan struct{})}
 	key, err := checkKey(key)
@@ -115,18 +122,23 @@ func (c *Client) AppendAsync(ctx context.Context, key Key, messages []byte, opts
 	if o.expected != nil {
 		// A run that ended has nothing in flight (its sender may still be winding down, and
 		// takes this append next).
-		if len(q.queued) > 0 || q.sending && q.failed == nil {
+		if len(q.queued) > 0 || q.sending && (q.failed == nil || q.failedWaiting) {
 			f.resolve(Version{}, &Error{Code: wire.CodeBadRequest, Index: -1, Offset: -1,
 				Message: "AppendAsync with ExpectVersion restarts a session's appends: wait for its pending ones first"})
 			return f
 		}
-		q.head, q.known, q.failed = *o.expected, true, nil
+		q.head, q.known, q.failed, q.failedWaiting = *o.expected, true, nil, false
+	}
+	if err := qs.waitForRoom(ctx, q, len(messages)); err != nil { // appendroom.go
+		f.resolve(Version{}, err)
+		return f
 	}
 	if q.failed != nil {
 		f.resolve(Version{}, runEnded(q.failed))
 		return f
 	}
 	q.queued = append(q.queued, a)
+	q.queuedBytes += len(messages)
 	if !q.sending {
 		q.sending = true
 		go c.sendAppends(key, q)
@@ -196,6 +208,10 @@ func (c *Client) nextGroup(q *appendQueue) ([]*asyncAppend, uint64, bool) {
 	}
 	batch := q.queued[:n:n]
 	q.queued = q.queued[n:]
+	for _, a := range batch {
+		q.queuedBytes -= len(a.messages)
+	}
+	q.roomMade()
 	return batch, q.head, q.known
 }
 
@@ -213,6 +229,8 @@ func (c *Client) endRun(q *appendQueue, batch []*asyncAppend, done int, err erro
 	c.appends.mu.Lock()
 	rest := q.queued
 	q.queued, q.known, q.failed = nil, false, err
+	q.queuedBytes, q.failedWaiting = 0, false
+	q.roomMade()
 	c.appends.mu.Unlock()
 	batch[done].f.resolve(Version{}, err)
 	for _, a := range batch[done+1:] {

@@ -30,6 +30,23 @@ var GroupItemFields = []string{HdrSaveID, HdrBaseVersion, HdrExpectedVersion, Hd
 // header not listed here nor in GroupItemFields (chunks, fork, import) cannot be grouped.
 var GroupSharedHeaders = []string{HdrGroup, HdrWriter, HdrDialect, HdrFormat}
 
+// MaxItemFieldBytes bounds the fields of one item, as the headers of a save sent alone are bounded
+// (64 KiB, JetStream's limit on a message's headers): a field's value is quoted in refusals and
+// a save id echoed in results, so an item's fields must not be a megabyte.
+const MaxItemFieldBytes = 64 << 10
+
+// maxQuoted bounds the bytes of a client's that a refusal quotes (then "..." and how many there are):
+// the refusal must fit a reply, whatever the bytes quote to.
+const maxQuoted = 64
+
+// quoted is b quoted for a refusal, at most maxQuoted bytes of it.
+func quoted(b []byte) string {
+	if len(b) <= maxQuoted {
+		return strconv.Quote(string(b))
+	}
+	return fmt.Sprintf("%q... (%d bytes)", b[:maxQuoted], len(b))
+}
+
 // maxItemPrefix bounds the "<field bytes> <body bytes>\r\n" line of an item: two 20-digit numbers.
 const maxItemPrefix = 44
 
@@ -100,6 +117,9 @@ func parseGroupItem(b []byte) (GroupItem, []byte, error) {
 	if err != nil {
 		return GroupItem{}, nil, err
 	}
+	if nf > MaxItemFieldBytes {
+		return GroupItem{}, nil, fmt.Errorf("field bytes %d: at most %d (as a save's headers)", nf, MaxItemFieldBytes)
+	}
 	nb, err := plainLength("body bytes", sizes[1], len(b)-nf)
 	if err != nil {
 		return GroupItem{}, nil, err
@@ -129,15 +149,15 @@ func parseItemFields(b []byte) (map[string][]string, error) {
 	for len(b) > 0 {
 		eol := bytes.Index(b, []byte("\r\n"))
 		if eol < 0 {
-			return nil, fmt.Errorf(`field %q does not end with "\r\n"`, b)
+			return nil, fmt.Errorf(`field %s does not end with "\r\n"`, quoted(b))
 		}
 		name, value, ok := bytes.Cut(b[:eol], []byte(": "))
 		if !ok {
-			return nil, fmt.Errorf(`field %q is not "Name: value"`, b[:eol])
+			return nil, fmt.Errorf(`field %s is not "Name: value"`, quoted(b[:eol]))
 		}
 		known := itemField(name)
 		if known == "" {
-			return nil, fmt.Errorf("field %q: not one a grouped save may carry (%v; a chunked, forked or imported save is sent alone)", name, GroupItemFields)
+			return nil, fmt.Errorf("field %s: not one a grouped save may carry (%v; a chunked, forked or imported save is sent alone)", quoted(name), GroupItemFields)
 		}
 		if _, dup := fields[known]; dup {
 			return nil, fmt.Errorf("field %s: sent twice", known)

@@ -38,6 +38,7 @@ type Budget struct {
 
 	mu    sync.Mutex
 	used  int64
+	peak  int64          // the most used ever was
 	saves []*reservation // in progress, oldest first
 	freed chan struct{}  // closed and replaced whenever bytes are given back or the oldest save changes
 }
@@ -69,6 +70,7 @@ type reservation struct {
 	held     int64
 	deadline time.Time // set the first time the save waits
 	large    bool      // the save held a large checkpoint's bytes (mindGC)
+	exemptTo int64     // as the oldest, past the budget only while it holds at most this; 0: no bound (capExemption)
 }
 
 // begin starts the reservation of one save; end gives back all of it.
@@ -99,9 +101,10 @@ func (r *reservation) reserve(n int64, mayWait bool) error {
 	b := r.b
 	for {
 		b.mu.Lock()
-		if b.used+n <= b.limit || b.saves[0] == r {
+		if b.used+n <= b.limit || b.saves[0] == r && (r.exemptTo == 0 || r.held+n <= r.exemptTo) {
 			b.used += n
 			r.held += n
+			b.peak = max(b.peak, b.used)
 			b.mu.Unlock()
 			r.mindGC()
 			return nil
@@ -129,6 +132,17 @@ func (r *reservation) reserve(n int64, mayWait bool) error {
 		}
 		t.Stop()
 	}
+}
+
+// capExemption bounds r's exemption as the oldest save: past the budget, it grows only while it
+// holds at most limit bytes (at least what it holds now). A group of saves sets it once its first
+// save is read, to what one save may hold: the exemption lets one save larger than the budget
+// through, and k saves of a group, each a small zstd frame that decodes to
+// --max-checkpoint-bytes, would otherwise hold k times that beyond the budget.
+func (r *reservation) capExemption(limit int64) {
+	r.b.mu.Lock()
+	r.exemptTo = max(limit, r.held)
+	r.b.mu.Unlock()
 }
 
 // Release gives back n bytes of a buffer the save no longer uses.
@@ -170,6 +184,13 @@ func (r *reservation) end() {
 func (b *Budget) wake() {
 	close(b.freed)
 	b.freed = make(chan struct{})
+}
+
+// Peak returns the most bytes the saves in progress ever held at once.
+func (b *Budget) Peak() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.peak
 }
 
 // inUse returns the bytes the saves in progress hold.

@@ -44,6 +44,7 @@ func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
 		sr.answerGroupRefusal(msg, err)
 		return
 	}
+	sr.in.requests.request(key.Namespace, start) // its writers reach cp.save (requestwatch.go)
 	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)
 	defer cancel()
 	results, err := sr.in.settleGroup(ctx, key, msg.Header, items)
@@ -60,6 +61,9 @@ func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
 	for i, res := range results {
 		if res.Error != nil && (res.Error.Code == wire.CodeBusy || res.Error.Code == wire.CodeUnavailable) {
 			continue // not an outcome: the writer sends it again
+		}
+		if res.SaveID == "" {
+			continue // no usable save id: no result subject (as for a save sent alone)
 		}
 		if err := sr.in.announceResult(res, encoded[i]); err != nil {
 			sr.in.log.Warn("save group: announcing a result failed (the writer has its reply)", "session", key, "save", res.SaveID, "err", err)
@@ -178,9 +182,14 @@ func (in *Ingester) settleGroup(ctx context.Context, key wire.Key, shared nats.H
 	results := make([]wire.SaveResult, len(items))
 	saves := make([]groupSave, 0, len(items))
 	refusedAt := len(items)
+	busyAt := len(items)
 	for i, item := range items {
 		s, err := in.readGroupSave(ctx, key, shared, item, mem)
 		results[i].SaveID, results[i].Key = s.saveID, key
+		if isBusy(err) && i > 0 {
+			busyAt = i // no memory for this one: those read are stored, the rest sent again
+			break
+		}
 		if err != nil && !isRefusal(err) || isBusy(err) {
 			waitHashes(saves)
 			return nil, err // storage trouble, or no memory: nothing stored yet
@@ -191,6 +200,9 @@ func (in *Ingester) settleGroup(ctx context.Context, key wire.Key, shared nats.H
 			break
 		}
 		saves = append(saves, s)
+		if i == 0 { // past the budget by what one save may hold, as a save sent alone
+			mem.capExemption(in.maxBytes + receivedBytes(items))
+		}
 	}
 	reqs := make([]engine.SaveRequest, len(saves))
 	for i, s := range saves {
@@ -203,12 +215,40 @@ func (in *Ingester) settleGroup(ctx context.Context, key wire.Key, shared nats.H
 	for i, g := range stored {
 		results[i] = in.groupResult(key, i, saves[i], g)
 	}
-	for i := refusedAt + 1; i < len(items); i++ {
-		results[i].SaveID, results[i].Key = firstField(items[i], wire.HdrSaveID), key
-		results[i].Error = &wire.Error{Code: wire.CodeConflict,
-			Message: fmt.Sprintf("an earlier save of the group was refused (save %d): not stored", refusedAt)}
+	for i := min(refusedAt+1, busyAt); i < len(items); i++ {
+		results[i] = unreadResult(key, i, items[i], refusedAt, busyAt)
 	}
 	return results, nil
+}
+
+// unreadResult is the result of save i of a group, not read: after save refusedAt was refused, a
+// conflict; from save busyAt on, for want of memory, busy (sent again). Its save id names what is
+// announced and echoed, so it is checked as any save id is; a save without a usable one gets a
+// bad_request with no save id (and is announced nowhere).
+func unreadResult(key wire.Key, i int, item wire.GroupItem, refusedAt, busyAt int) wire.SaveResult {
+	_, saveID, err := attribute(wire.SaveSubjectPrefix, wire.SaveSubject(key), firstField(item, wire.HdrSaveID))
+	res := wire.SaveResult{SaveID: saveID, Key: key}
+	switch {
+	case err != nil:
+		res.Error = itemError(i, err)
+	case i >= busyAt:
+		ms := budgetRetryAfter.Milliseconds()
+		res.Error = &wire.Error{Code: wire.CodeBusy, RetryAfterMillis: &ms,
+			Message: fmt.Sprintf("group save %d: no ingest memory to read it in time (--ingest-memory): saves %d and on were not stored, send them again", i, busyAt)}
+	default:
+		res.Error = &wire.Error{Code: wire.CodeConflict,
+			Message: fmt.Sprintf("an earlier save of the group was refused (save %d): not stored", refusedAt)}
+	}
+	return res
+}
+
+// receivedBytes is what the bodies of items take as received.
+func receivedBytes(items []wire.GroupItem) int64 {
+	n := 0
+	for _, item := range items {
+		n += len(item.Body)
+	}
+	return int64(n)
 }
 
 // firstField is an item's field name, "" if it has none.
