@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -343,6 +346,7 @@ func (c *Client) groupMessage(key Key, head uint64, group []*asyncAppend) (*nats
 	}
 	body := make([]byte, 0, size)
 	sent := make([]string, len(group))
+	from := c.groupCompressFrom(size)
 	for i, a := range group {
 		fields := [][2]string{{wire.HdrSaveID, a.saveID}, {wire.HdrBaseVersion, strconv.FormatUint(head+uint64(i), 10)}}
 		if a.reason != "" {
@@ -352,7 +356,7 @@ func (c *Client) groupMessage(key Key, head uint64, group []*asyncAppend) (*nats
 			fields = append(fields, [2]string{wire.HdrEpoch, strconv.FormatUint(a.epoch, 10)})
 		}
 		h := nats.Header{}
-		data := compressBody(h, a.messages, c.compressFrom)
+		data := compressBody(h, a.messages, from)
 		fields = append(fields, [2]string{wire.HdrEncoding, h.Get(wire.HdrEncoding)})
 		body = wire.AppendGroupItem(body, fields, data)
 		sent[i] = wire.Hash(a.messages)
@@ -362,6 +366,31 @@ func (c *Client) groupMessage(key Key, head uint64, group []*asyncAppend) (*nats
 	msg.Header.Set(wire.HdrWriter, c.writer)
 	msg.Data = body
 	return msg, sent
+}
+
+// groupCompressFrom is the item size from which a group of size bytes (its items as they are)
+// sends its items compressed. A group is a core NATS request, never stored as sent: over a
+// loopback connection (the embedded server's default, 127.0.0.1) its bytes cost the server a copy,
+// and zstd would cost the client a compression and the daemon a decompression of the same bytes,
+// which the daemon compresses anyway as it stores them (about 9 µs of a save's ~95 µs with 50 agents
+// appending the corpus's pairs, docs/format.md §8.15q). Elsewhere, or when the items as they are would
+// not fit one message (a single append larger than a group's room), WithCompressFrom's threshold.
+func (c *Client) groupCompressFrom(size int) int {
+	if size <= c.groupRoom() && isLoopback(c.nc.ConnectedAddr()) {
+		return math.MaxInt
+	}
+	return c.compressFrom
+}
+
+// isLoopback says whether addr (host:port, as nats.Conn.ConnectedAddr gives it) is a loopback
+// address; anything else, a name or nothing (not connected), is not.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // takeGroupReply reads the reply to a group: it resolves the futures of the saves stored, in

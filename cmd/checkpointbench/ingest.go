@@ -69,6 +69,7 @@ func runIngest(ctx context.Context, b *bench) error {
 		if groups, err = watchGroups(watcher.nc); err != nil {
 			return err
 		}
+		b.logf("ingest: AppendAsync for %s", sc.IngestPhase)
 		if err := grouped.measure(cpu, func() (int64, time.Duration, error) {
 			return asyncSaveFlood(ctx, agents, b.corpus.large, sc.IngestPhase, round)
 		}); err != nil {

@@ -32,6 +32,7 @@ type config struct {
 	LogLevel        string
 	LogFormat       string
 	ShutdownTimeout time.Duration
+	CPUProfile      string // --cpuprofile FILE: a Go CPU profile of the daemon's whole run (profile.go)
 	Daemon          transfer.Config
 	Security        securityConfig // TLS and encryption at rest (security.go)
 }
@@ -87,6 +88,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.Daemon.RetentionInterval, "retention-interval", c.Daemon.RetentionInterval, "how often the retention policy is applied and segments orphaned by a crash are swept (0: never; prune with checkpointctl prune)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a Go CPU profile of the whole run (daemon and embedded server) to this file, finished at shutdown; read it with go tool pprof (troubleshooting, README.md)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before in-flight saves are left to the next start")
 	c.Security.register(fs)
 	fs.Usage = func() {

@@ -76,6 +76,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.PrintNATSConfig {
 		return printNATSConfig(cfg.Tenants, os.Stdout)
 	}
+	stopProfile, err := startCPUProfile(cfg.CPUProfile) // profile.go
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	log, level := newLogger(cfg, stderr)
 	// SIGHUP is caught from here on, so that it never kills the daemon; it is acted on once the
 	// daemon serves (reload.go).

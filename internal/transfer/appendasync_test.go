@@ -248,3 +248,60 @@ func TestAppendAsync_OlderDaemonGetsTheSavesOneByOne(t *testing.T) {
 	require.Positive(t, groups.Load(), "a group was tried")
 	require.Equal(t, int64(20), singles.Load())
 }
+
+// Over a loopback connection (the embedded server on 127.0.0.1, as here) a group's items travel
+// as they are, even those past WithCompressFrom's threshold: the request is never stored as sent,
+// and the daemon compresses what it stores anyway (docs/format.md §8.15q). Seen on the wire by a
+// subscriber of its own; each append is stored byte for byte.
+func TestAppendAsync_LoopbackItemsTravelUncompressed(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := ctxT(t)
+	nc := env.Conn()
+	encodings := make(chan string, 64)
+	_, err := nc.Subscribe(wire.SaveSubjectPrefix+">", func(m *nats.Msg) {
+		k, err := wire.ParseGroupCount(m.Header.Get(wire.HdrGroup))
+		if err != nil {
+			encodings <- "not a group: " + err.Error()
+			return
+		}
+		items, err := wire.ParseGroup(m.Data, k)
+		if err != nil {
+			encodings <- "bad group: " + err.Error()
+			return
+		}
+		for _, it := range items {
+			encodings <- strings.Join(it.Fields[wire.HdrEncoding], ",")
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	key := checkpoint.Key{Session: "loopback-large"}
+	large := func(i int) []byte { // ~40 KiB, past DefaultCompressFrom (32 KiB)
+		return []byte(fmt.Sprintf(`[{"role":"user","content":"%d %s"}]`, i, strings.Repeat("x", 40<<10)))
+	}
+	const n = 3
+	futures := make([]*checkpoint.AppendFuture, n)
+	for i := range futures {
+		futures[i] = env.Client.AppendAsync(ctx, key, large(i))
+	}
+	for i, f := range futures {
+		_, err := f.Wait(ctx)
+		require.NoError(t, err, "append %d", i)
+	}
+	for range n {
+		select {
+		case enc := <-encodings:
+			require.Equal(t, wire.EncodingIdentity, enc, "an item's Cp-Encoding over loopback")
+		case <-time.After(10 * time.Second):
+			t.Fatal("fewer items seen than appends sent")
+		}
+	}
+	got, v, err := env.Client.Restore(ctx, key, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(n), v.Version)
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = strings.TrimSuffix(strings.TrimPrefix(string(large(i)), "["), "]")
+	}
+	require.Equal(t, "["+strings.Join(parts, ",")+"]", string(got), "the conversation of the %d appends", n)
+}
