@@ -47,7 +47,7 @@ func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
 	sr.in.requests.request(key.Namespace, start) // its writers reach cp.save (requestwatch.go)
 	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)
 	defer cancel()
-	results, err := sr.in.settleGroup(ctx, key, msg.Header, items)
+	results, err := sr.in.settleGroup(ctx, key, msg.Header, items, replyRoom(sr.nc.MaxPayload()))
 	if err != nil { // nothing stored: the writer sends the group again
 		sr.answerGroupRefusal(msg, err)
 		return
@@ -176,18 +176,22 @@ type groupSave struct {
 // settleGroup checks and reads the saves of a group, stores those before the first refused one
 // with Engine.SaveGroup, and returns one result per item. An error (busy or unavailable before
 // anything was stored) refuses the whole group: the writer sends it again.
-func (in *Ingester) settleGroup(ctx context.Context, key wire.Key, shared nats.Header, items []wire.GroupItem) ([]wire.SaveResult, error) {
+func (in *Ingester) settleGroup(ctx context.Context, key wire.Key, shared nats.Header, items []wire.GroupItem, room int) ([]wire.SaveResult, error) {
 	mem := in.budget.begin(ctx)
 	defer mem.end()
 	results := make([]wire.SaveResult, len(items))
 	saves := make([]groupSave, 0, len(items))
 	refusedAt := len(items)
-	busyAt := len(items)
+	busyAt, busyWhy := len(items), ""
 	for i, item := range items {
+		if room -= resultBound(key, shared, item); room < 0 && i > 0 {
+			busyAt, busyWhy = i, noReplyRoom // its result might not fit the reply: sent again
+			break
+		}
 		s, err := in.readGroupSave(ctx, key, shared, item, mem)
 		results[i].SaveID, results[i].Key = s.saveID, key
 		if isBusy(err) && i > 0 {
-			busyAt = i // no memory for this one: those read are stored, the rest sent again
+			busyAt, busyWhy = i, noMemory // no memory for this one: those read are stored, the rest sent again
 			break
 		}
 		if err != nil && !isRefusal(err) || isBusy(err) {
@@ -216,16 +220,39 @@ func (in *Ingester) settleGroup(ctx context.Context, key wire.Key, shared nats.H
 		results[i] = in.groupResult(key, i, saves[i], g)
 	}
 	for i := min(refusedAt+1, busyAt); i < len(items); i++ {
-		results[i] = unreadResult(key, i, items[i], refusedAt, busyAt)
+		results[i] = unreadResult(key, i, items[i], refusedAt, busyAt, busyWhy)
 	}
 	return results, nil
 }
 
+// Why the saves of a group from busyAt on were not read (unreadResult).
+const (
+	noMemory    = "no ingest memory to read it in time (--ingest-memory)"
+	noReplyRoom = "the group's reply would not fit one message (the server's max_payload)"
+)
+
+// replyRoom is the room for a group's results in its reply, a message of at most maxPayload bytes
+// ({"results":[...]}).
+func replyRoom(maxPayload int64) int { return int(maxPayload) - 64 }
+
+// resultBound bounds the bytes of a group save's result in the reply: ~1 KiB of what the daemon
+// writes (version, parent, times, hash, counts, sizes, the words of an error) and what the client
+// chose, echoed up to three times (the key and save id in the result, its version and an error's
+// words), each byte escaped as JSON at worst 6 (\u0001). Writers are tens of bytes and save ids
+// 22: ~2 KiB a save, so a group of 64 fits max_payload's default of 1 MiB many times over; a
+// client that chose kilobytes of writer on a lowered max_payload gets the saves that do not fit
+// answered busy, to send again.
+func resultBound(key wire.Key, shared nats.Header, item wire.GroupItem) int {
+	chosen := 3*(len(key.Namespace)+len(key.Session)+len(key.Agent)+len(firstField(item, wire.HdrSaveID))) +
+		len(shared.Get(wire.HdrWriter)) + len(shared.Get(wire.HdrDialect)) + len(firstField(item, wire.HdrReason))
+	return 1024 + 6*chosen
+}
+
 // unreadResult is the result of save i of a group, not read: after save refusedAt was refused, a
-// conflict; from save busyAt on, for want of memory, busy (sent again). Its save id names what is
+// conflict; from save busyAt on, busy for the reason why (sent again). Its save id names what is
 // announced and echoed, so it is checked as any save id is; a save without a usable one gets a
 // bad_request with no save id (and is announced nowhere).
-func unreadResult(key wire.Key, i int, item wire.GroupItem, refusedAt, busyAt int) wire.SaveResult {
+func unreadResult(key wire.Key, i int, item wire.GroupItem, refusedAt, busyAt int, why string) wire.SaveResult {
 	_, saveID, err := attribute(wire.SaveSubjectPrefix, wire.SaveSubject(key), firstField(item, wire.HdrSaveID))
 	res := wire.SaveResult{SaveID: saveID, Key: key}
 	switch {
@@ -233,8 +260,11 @@ func unreadResult(key wire.Key, i int, item wire.GroupItem, refusedAt, busyAt in
 		res.Error = itemError(i, err)
 	case i >= busyAt:
 		ms := budgetRetryAfter.Milliseconds()
+		if why == noReplyRoom {
+			ms = 0 // nothing to wait for
+		}
 		res.Error = &wire.Error{Code: wire.CodeBusy, RetryAfterMillis: &ms,
-			Message: fmt.Sprintf("group save %d: no ingest memory to read it in time (--ingest-memory): saves %d and on were not stored, send them again", i, busyAt)}
+			Message: fmt.Sprintf("group save %d: %s: saves %d and on were not stored, send them again", i, why, busyAt)}
 	default:
 		res.Error = &wire.Error{Code: wire.CodeConflict,
 			Message: fmt.Sprintf("an earlier save of the group was refused (save %d): not stored", refusedAt)}
