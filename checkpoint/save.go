@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -196,8 +197,9 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	// return waits for it: the caller's bytes are not read after Save returns.
 	sent := wire.HashBeside(conversation)
 	defer sent()
-	body := compressBody(hdr, conversation, c.compressFrom)
-	if size := pieces.Size(c.nc.MaxPayload(), pieces.ChunkRoom); int64(len(body)) > size {
+	size := pieces.Size(c.nc.MaxPayload(), pieces.ChunkRoom)
+	body := compressBody(hdr, conversation, c.saveCompressFrom(len(conversation), size))
+	if int64(len(body)) > size {
 		n, err := c.publishChunks(ctx, key.Namespace, o.saveID, msgID, body, size)
 		if err != nil {
 			return Version{}, err
@@ -229,6 +231,19 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 // setup), and for the corpus's 19.5 KB ~0.1–0.25 ms with its match tables cold between saves
 // (docs/format.md §8.15j, §8.15l); the daemon compresses what it stores anyway.
 const DefaultCompressFrom = 32 << 10
+
+// saveCompressFrom is the size from which a save of n bytes is sent compressed, when a message
+// holds room bytes. Over a loopback connection (the embedded server's default, 127.0.0.1) a body
+// that fits one message as it is travels as it is: its bytes cost the server a copy, while zstd
+// would cost the writer a compression and the daemon a decompression of the same bytes, which the
+// daemon compresses anyway as it stores them (docs/format.md §8.15r; groups do the same, §8.15q).
+// A larger body is compressed, to travel in fewer chunks. Elsewhere, WithCompressFrom's threshold.
+func (c *Client) saveCompressFrom(n int, room int64) int {
+	if int64(n) <= room && isLoopback(c.nc.ConnectedAddr()) {
+		return math.MaxInt
+	}
+	return c.compressFrom
+}
 
 // compressBody returns the body to send for conversation, and says its encoding in hdr: zstd
 // (in parallel frames when large) from `from` bytes on, the bytes as they are below it.
