@@ -86,9 +86,10 @@ func WithIngestSaves() Option { return func(c *Client) { c.ingestOnly = true } }
 
 // WithCompressFrom sets the size from which a save's body travels zstd-compressed (default
 // DefaultCompressFrom, 32 KiB); smaller bodies go as they are. Lower it on a slow link to the NATS
-// servers, where bytes cost more than the CPU to compress them; 0 compresses every body. The
-// groups of AppendAsync over a loopback connection travel as they are, whatever this says (no link
-// is slow there; appendasync.go, groupCompressFrom).
+// servers, where bytes cost more than the CPU to compress them; 0 compresses every body. Over a
+// loopback connection a body that fits one message as it is, a save's or an AppendAsync group's
+// item, travels as it is whatever this says (no link is slow there; save.go, saveCompressFrom;
+// appendasync.go, groupCompressFrom).
 func WithCompressFrom(bytes int) Option { return func(c *Client) { c.compressFrom = max(bytes, 0) } }
 
 // WithWriter names this process in the versions it writes (default "host/pid").
