@@ -373,10 +373,11 @@ func (c *Client) groupMessage(key Key, head uint64, group []*asyncAppend) (*nats
 // loopback connection (the embedded server's default, 127.0.0.1) its bytes cost the server a copy,
 // and zstd would cost the client a compression and the daemon a decompression of the same bytes,
 // which the daemon compresses anyway as it stores them (about 9 µs of a save's ~95 µs with 50 agents
-// appending the corpus's pairs, docs/format.md §8.15q). Elsewhere, or when the items as they are would
-// not fit one message (a single append larger than a group's room), WithCompressFrom's threshold.
+// appending the corpus's pairs, docs/format.md §8.15q). Elsewhere, when the items as they are would
+// not fit one message (a single append larger than a group's room), or when WithCompressFrom was
+// given, its threshold.
 func (c *Client) groupCompressFrom(size int) int {
-	if size <= c.groupRoom() && isLoopback(c.nc.ConnectedAddr()) {
+	if !c.compressFromSet && size <= c.groupRoom() && isLoopback(c.nc.ConnectedAddr()) {
 		return math.MaxInt
 	}
 	return c.compressFrom

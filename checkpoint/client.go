@@ -59,6 +59,8 @@ type Client struct {
 	ingestOnly bool
 	// compressFrom is the body size from which saves travel compressed (WithCompressFrom).
 	compressFrom int
+	// compressFromSet: WithCompressFrom was given, and is followed on loopback connections too.
+	compressFromSet bool
 	// answered: a daemon answered a save request, and has not been missing for longer than
 	// noRespondersWindow since; "no responders" then means the daemons are reconnecting (save.go).
 	answered atomic.Bool
@@ -86,11 +88,14 @@ func WithIngestSaves() Option { return func(c *Client) { c.ingestOnly = true } }
 
 // WithCompressFrom sets the size from which a save's body travels zstd-compressed (default
 // DefaultCompressFrom, 32 KiB); smaller bodies go as they are. Lower it on a slow link to the NATS
-// servers, where bytes cost more than the CPU to compress them; 0 compresses every body. Over a
-// loopback connection a body that fits one message as it is, a save's or an AppendAsync group's
-// item, travels as it is whatever this says (no link is slow there; save.go, saveCompressFrom;
-// appendasync.go, groupCompressFrom).
-func WithCompressFrom(bytes int) Option { return func(c *Client) { c.compressFrom = max(bytes, 0) } }
+// servers, where bytes cost more than the CPU to compress them; 0 compresses every body. Without
+// it, over a loopback connection a body that fits one message as it is, a save's or an AppendAsync
+// group's item, travels as it is (save.go, saveCompressFrom; appendasync.go, groupCompressFrom);
+// given, it is followed on every connection: a server on this host may route the saves to a daemon
+// across a slow link.
+func WithCompressFrom(bytes int) Option {
+	return func(c *Client) { c.compressFrom, c.compressFromSet = max(bytes, 0), true }
+}
 
 // WithWriter names this process in the versions it writes (default "host/pid").
 func WithWriter(name string) Option { return func(c *Client) { c.writer = name } }

@@ -237,10 +237,10 @@ const DefaultCompressFrom = 32 << 10
 // that fits one message as it is travels as it is: its bytes cost the server a copy, while zstd
 // would cost the writer a compression and the daemon a decompression of the same bytes, which the
 // daemon compresses anyway as it stores them (docs/format.md §8.15r; groups do the same, §8.15q).
-// A larger body is compressed, to travel in fewer chunks. Elsewhere, WithCompressFrom's threshold
-// (which a body under it keeps without asking the connection).
+// A larger body is compressed, to travel in fewer chunks. Elsewhere, or when WithCompressFrom was
+// given, its threshold (which a body under it keeps without asking the connection).
 func (c *Client) saveCompressFrom(n int, room int64) int {
-	if n >= c.compressFrom && int64(n) <= room && isLoopback(c.nc.ConnectedAddr()) {
+	if !c.compressFromSet && n >= c.compressFrom && int64(n) <= room && isLoopback(c.nc.ConnectedAddr()) {
 		return math.MaxInt
 	}
 	return c.compressFrom

@@ -67,7 +67,8 @@ func TestSaveRequest_RefusedFirstSavesListNothing(t *testing.T) {
 }
 
 // Over a loopback connection (the embedded server on 127.0.0.1, as here) a save's body travels as
-// it is whenever it fits one message, whatever its size and WithCompressFrom: zstd would cost the
+// it is whenever it fits one message, whatever its size, unless WithCompressFrom was given (a
+// server on this host may route the saves across a slow link to the daemon): zstd would cost the
 // writer a compression and the daemon a decompression of bytes the daemon compresses anyway as it
 // stores them (docs/format.md §8.15r). Only a body too large for one message is compressed (into
 // fewer chunks, or, as here, one message). Every one is stored and read back byte for byte. Seen by a plain subscriber of the
@@ -92,7 +93,7 @@ func TestSDK_LoopbackSavesGoAsTheyAre(t *testing.T) {
 		conv     []byte
 		encoding string
 	}{{env.Client, small, wire.EncodingIdentity}, {env.Client, large, wire.EncodingIdentity},
-		{always, small, wire.EncodingIdentity}, {env.Client, huge, wire.EncodingZstd}} {
+		{always, small, wire.EncodingZstd}, {always, large, wire.EncodingZstd}, {env.Client, huge, wire.EncodingZstd}} {
 		key := checkpoint.Key{Session: fmt.Sprint("row", i)}
 		_, err := c.client.Save(ctx, key, c.conv, checkpoint.ExpectVersion(0))
 		require.NoError(t, err)
@@ -102,7 +103,7 @@ func TestSDK_LoopbackSavesGoAsTheyAre(t *testing.T) {
 		if c.encoding == wire.EncodingIdentity {
 			require.Equal(t, string(c.conv), string(m.Data))
 		} else {
-			require.Less(t, len(m.Data), len(c.conv)/5, "compressed into one message")
+			require.Less(t, len(m.Data), len(c.conv)/4, "compressed into one message")
 		}
 		got, _, err := env.Client.Restore(ctx, key, 0)
 		require.NoError(t, err)
