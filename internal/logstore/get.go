@@ -52,6 +52,8 @@ func (l *Log) get(ctx context.Context, req getRequest, from replica) (msg, error
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
+	ctx, quiet := l.silence(ctx)
+	defer quiet()
 	body, _ := json.Marshal(req)
 	reply, err := l.nc.RequestWithContext(ctx, apiPrefix+"STREAM.MSG.GET."+l.cfg.Stream, body)
 	if err != nil {
@@ -106,6 +108,8 @@ func streamNotFoundUnavailable(err error) error {
 func (l *Log) directOne(ctx context.Context, req getRequest) (msg, error) {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
+	ctx, quiet := l.silence(ctx)
+	defer quiet()
 	body, _ := json.Marshal(req)
 	reply, err := l.nc.RequestWithContext(ctx, apiPrefix+"DIRECT.GET."+l.cfg.Stream, body)
 	if err != nil {
@@ -149,7 +153,9 @@ func (l *Log) directBatchMore(ctx context.Context, req getRequest, fn func(msg) 
 		return false, fmt.Errorf("direct get %s: %w", body, err)
 	}
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
+		wait, quiet := l.silence(ctx)
+		m, err := sub.NextMsgWithContext(wait)
+		quiet()
 		if err != nil {
 			return false, fmt.Errorf("direct get %s: %w", body, unavailable(err))
 		}

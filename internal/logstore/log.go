@@ -69,6 +69,11 @@ type LogConfig struct {
 	// Timeout bounds each request to the server when the caller's context has no deadline
 	// (default 10 s).
 	Timeout time.Duration
+	// ReplySilence, when set, bounds each wait for the server's next reply message within the
+	// caller's deadline: a get's reply, and each message of a batched get's. A replica that dies
+	// while it answers (or before) never sends it, and a read of many entries, bounded as a whole
+	// by seconds, would otherwise wait all of them out before its caller could try again.
+	ReplySilence time.Duration
 }
 
 const (
@@ -161,6 +166,14 @@ const NotePrefix = "cp.note.$log."
 
 // MaxEntry is the server's max_payload less room for the headers an Append adds.
 func (l *Log) MaxEntry() int { return l.maxEntry }
+
+// silence bounds ctx by ReplySilence, for one wait for a reply message.
+func (l *Log) silence(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.cfg.ReplySilence <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, l.cfg.ReplySilence)
+}
 
 // withTimeout gives ctx the configured timeout when it has no deadline of its own.
 func (l *Log) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {

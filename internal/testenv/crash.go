@@ -10,10 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/transfer/embedded"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
 )
 
 // Crash clusters.
@@ -174,4 +177,19 @@ func askProcess(node *Node, q query) bool {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b) == "true"
+}
+
+// Freeze stops node's process (SIGSTOP) without killing it, as a machine that hangs would: its
+// connections stay open and nothing it was asked is answered. thaw resumes it (SIGCONT); it also
+// runs when the test ends. node must run as a process (StartCrashCluster).
+func (c *Cluster) Freeze(name string) (thaw func()) {
+	c.t.Helper()
+	node := c.Node(name)
+	require.NotNil(c.t, node.proc, "node %s: a node that runs as a process (StartCrashCluster)", name)
+	proc := node.proc.Process
+	require.NoError(c.t, proc.Signal(syscall.SIGSTOP))
+	var once sync.Once
+	thaw = func() { once.Do(func() { _ = proc.Signal(syscall.SIGCONT) }) }
+	c.t.Cleanup(thaw)
+	return thaw
 }

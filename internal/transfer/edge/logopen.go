@@ -21,7 +21,7 @@ const LogStream = "CP_LOG"
 // OpenLog opens (creating it if missing) the stream CP_LOG and the engine.Log over it. With
 // replicas, reads go to the stream's leader, so they see every acknowledged write.
 func OpenLog(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, replicas int) (*logstore.Log, jetstream.Stream, error) {
-	log, err := logstore.OpenLog(ctx, nc, logstore.LogConfig{Stream: LogStream, Replicas: max(replicas, 1)})
+	log, err := logstore.OpenLog(ctx, nc, logstore.LogConfig{Stream: LogStream, Replicas: max(replicas, 1), ReplySilence: OpTimeout})
 	if err != nil {
 		return nil, nil, err
 	}
