@@ -1,13 +1,18 @@
 package wire
 
-import "time"
+import (
+	"bytes"
+	"time"
+)
 
-// Plain JSON: the two messages of every restore, read without encoding/json.
+// Plain JSON: the two messages of every restore, and a group save's reply, read without
+// encoding/json.
 //
 // A head restore served from the daemon's read cache is one request and one reply, and encoding/json
 // (reflection, a validity scan first) cost a noticeable part of it on two busy cores: the daemon's
 // decode of the 60-byte read request 6-9 µs, the SDK's decode of the reply's Cp-Version record
-// 6-10 µs (docs/format.md §8.15k). Both come in one plain shape from the SDKs and the daemon:
+// 6-10 µs (docs/format.md §8.15k); the SDK's decode of a group's results ~7 µs each (§8.15n).
+// They come in one plain shape from the SDKs and the daemon:
 // objects without spaces, strings of printable ASCII without escapes, non-negative integers. The
 // decoders here read that shape only, and say so (ok false) for anything else, which the caller
 // then gives to encoding/json as before: what either accepts, and how, is unchanged (FuzzPlain*:
@@ -44,7 +49,54 @@ func PlainReadRequest(body []byte) (r ReadRequest, ok bool) {
 // shape; ok false: not of that shape (an escaped character, say), to be read by encoding/json.
 func PlainVersion(b []byte) (v Version, ok bool) {
 	p := plain{b: b}
+	return v, p.version(&v) && p.end()
+}
+
+// PlainGroupResults reads the reply to a group of saves (docs/protocol.md §4.0.1) when it is
+// {"results":[...]} of one or more results of stored saves of the plain shape, as the daemon
+// writes them; ok false for anything else (a refusal, a space, an escape), to be read by
+// encoding/json.
+func PlainGroupResults(b []byte) (results []SaveResult, ok bool) {
+	p := plain{b: b}
 	ok = p.object(func(key []byte) bool {
+		if string(key) != "results" {
+			return false
+		}
+		return p.array(func() bool {
+			var r SaveResult
+			results = append(results, r)
+			return p.saveResult(&results[len(results)-1])
+		})
+	})
+	return results, ok && p.end() && len(results) > 0
+}
+
+// saveResult reads the result of a stored save (a refusal is left to encoding/json).
+func (p *plain) saveResult(r *SaveResult) bool {
+	return p.object(func(key []byte) bool {
+		switch string(key) {
+		case "saveId":
+			return p.str(&r.SaveID)
+		case "key":
+			return p.key(&r.Key)
+		case "ok":
+			return p.bool(&r.OK)
+		case "duplicate":
+			return p.bool(&r.Duplicate)
+		case "received":
+			return p.str(&r.Received)
+		case "unverified":
+			return p.str(&r.Unverified)
+		case "version":
+			r.Version = &Version{}
+			return p.version(r.Version)
+		}
+		return false
+	})
+}
+
+func (p *plain) version(v *Version) bool {
+	return p.object(func(key []byte) bool {
 		switch string(key) {
 		case "format":
 			return p.int(&v.Format)
@@ -101,7 +153,6 @@ func PlainVersion(b []byte) (v Version, ok bool) {
 		}
 		return false
 	})
-	return v, ok && p.end()
 }
 
 // plain scans JSON text of the plain shape.
@@ -119,6 +170,39 @@ func (p *plain) byte(c byte) bool {
 }
 
 func (p *plain) end() bool { return p.i == len(p.b) }
+
+// array reads an array, calling elem with the scanner at each element.
+func (p *plain) array(elem func() bool) bool {
+	if !p.byte('[') {
+		return false
+	}
+	if p.byte(']') {
+		return true
+	}
+	for {
+		if !elem() {
+			return false
+		}
+		if p.byte(']') {
+			return true
+		}
+		if !p.byte(',') {
+			return false
+		}
+	}
+}
+
+func (p *plain) bool(v *bool) bool {
+	switch {
+	case bytes.HasPrefix(p.b[p.i:], []byte("true")):
+		*v, p.i = true, p.i+4
+	case bytes.HasPrefix(p.b[p.i:], []byte("false")):
+		*v, p.i = false, p.i+5
+	default:
+		return false
+	}
+	return true
+}
 
 // object reads an object, calling member for each key with the scanner at its value; a key seen
 // twice (encoding/json keeps the last), or one member refuses, is not plain.

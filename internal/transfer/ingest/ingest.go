@@ -452,11 +452,7 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	// sent (end-to-end integrity of the transfer; a forged result cannot know it). The hash is a
 	// pass over the whole body, so a large one is hashed beside the engine's work, not before it.
 	received := wire.HashBeside(payload)
-	req := hs.req
-	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
-	// A repeat of an append reads its base version: within the budget, like the body, but without
-	// waiting for it (the engine reads it with the session locked).
-	req.Memory = mem.withoutWaiting()
+	req := in.saveRequest(hs, payload, mem)
 	var saved engine.Saved
 	if path == pathIngest {
 		var v *wire.Version
@@ -473,20 +469,40 @@ func (in *Ingester) settle(ctx context.Context, key wire.Key, saveID string, h n
 	if err == nil {
 		saved, err = in.engine.Save(ctx, req)
 	}
-	switch {
-	case edge.IsStorageRefusal(err) || isBusy(err): // busy: no budget to read a repeat's base version
-		res, _, _ := refuse(err)
-		res.Received = received()
-		return res, hs.chunks, nil
-	case err != nil:
-		received() // the hashing goroutine is done before the payload's buffers go back
+	res, err := in.outcome(req.Key, saved, err, received)
+	if err != nil {
 		return wire.SaveResult{}, 0, err
 	}
+	return res, hs.chunks, nil
+}
+
+// saveRequest is the engine's request for a save whose headers hs and body payload were read.
+func (in *Ingester) saveRequest(hs saveHeaders, payload []byte, mem *reservation) engine.SaveRequest {
+	req := hs.req
+	req.Payload, req.Limits = payload, codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
+	// A repeat of an append reads its base version: within the budget, like the body, but without
+	// waiting for it (the engine reads it with the session locked).
+	req.Memory = mem.withoutWaiting()
+	return req
+}
+
+// outcome is the result of a save the engine settled as saved and err: a version, or a refusal;
+// or err itself for storage trouble (nothing decided: the writer sends the save again). received
+// is the hash of the body as read; it is waited for in every case, so that the hashing is done
+// before the body's buffers go back.
+func (in *Ingester) outcome(key engine.Key, saved engine.Saved, err error, received func() string) (wire.SaveResult, error) {
+	switch {
+	case edge.IsStorageRefusal(err) || isBusy(err): // busy: no budget to read a repeat's base version
+		return wire.SaveResult{Error: edge.ToWireError(err), Received: received()}, nil
+	case err != nil:
+		received()
+		return wire.SaveResult{}, err
+	}
 	if saved.PackDue {
-		in.packer.Due(req.Key) // packed after the save is answered, off its latency
+		in.packer.Due(key) // packed after the save is answered, off its latency
 	}
 	v := edge.VersionOf(saved.Record)
-	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received(), Unverified: saved.Unverified}, hs.chunks, nil
+	return wire.SaveResult{OK: true, Duplicate: saved.Duplicate, Version: &v, Received: received(), Unverified: saved.Unverified}, nil
 }
 
 // settledBefore finds the outcome of a chunked save whose chunks are gone (a rare refusal path, so

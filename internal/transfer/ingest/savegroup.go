@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/engine"
 	"github.com/checkpointd/checkpointd/internal/transfer/edge"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -141,7 +141,7 @@ func parseGroupRequest(msg *nats.Msg) (wire.Key, []wire.GroupItem, error) {
 		return key, nil, fmt.Errorf("%w: headers of %d bytes, at most %d", edge.ErrBadRequest, n, maxHeaderBytes)
 	}
 	for name := range msg.Header {
-		if strings.HasPrefix(name, "Cp-") && !groupShared(name) {
+		if strings.HasPrefix(name, "Cp-") && !slices.Contains(wire.GroupSharedHeaders, name) {
 			return key, nil, fmt.Errorf("%w: header %s on a group: each save's own fields go in its item (%v), and a chunked, forked or imported save is sent alone", edge.ErrBadRequest, name, wire.GroupItemFields)
 		}
 	}
@@ -155,15 +155,6 @@ func parseGroupRequest(msg *nats.Msg) (wire.Key, []wire.GroupItem, error) {
 	}
 	items, err := wire.ParseGroup(msg.Data, k)
 	return key, items, err
-}
-
-func groupShared(name string) bool {
-	for _, s := range wire.GroupSharedHeaders {
-		if name == s {
-			return true
-		}
-	}
-	return false
 }
 
 // groupSave is one save of a group once checked and read.
@@ -326,28 +317,20 @@ func (in *Ingester) readGroupSave(ctx context.Context, key wire.Key, shared nats
 		return s, err
 	}
 	s.received = wire.HashBeside(payload)
-	s.req = hs.req
-	s.req.Payload = payload
-	s.req.Limits = codec.Limits{MaxBytes: in.maxBytes, ImagePaths: in.imagePaths, Dialect: hs.dialect}
-	s.req.Memory = mem.withoutWaiting()
+	s.req = in.saveRequest(hs, payload, mem)
 	return s, nil
 }
 
 // groupResult is the result of one stored (or refused) save of a group.
 func (in *Ingester) groupResult(key wire.Key, i int, s groupSave, g engine.GroupResult) wire.SaveResult {
-	res := wire.SaveResult{SaveID: s.saveID, Key: key, Received: s.received()}
+	res, err := in.outcome(s.req.Key, g.Saved, g.Err, s.received)
 	switch {
-	case g.Err == nil:
-		if g.Saved.PackDue {
-			in.packer.Due(s.req.Key)
-		}
-		v := edge.VersionOf(g.Saved.Record)
-		res.OK, res.Duplicate, res.Version, res.Unverified = true, g.Saved.Duplicate, &v, g.Saved.Unverified
-	case edge.IsStorageRefusal(g.Err) || isBusy(g.Err):
-		res.Error = itemError(i, g.Err)
-	default: // storage trouble: nothing decided for this save; the writer sends it again
-		res.Error = &wire.Error{Code: wire.CodeUnavailable,
-			Message: fmt.Sprintf("storage: %v; try again with the same save id", storageCause(g.Err))}
+	case err != nil: // storage trouble: nothing decided for this save; the writer sends it again
+		res = wire.SaveResult{Received: s.received(), Error: &wire.Error{Code: wire.CodeUnavailable,
+			Message: fmt.Sprintf("storage: %v; try again with the same save id", storageCause(err))}}
+	case res.Error != nil:
+		res.Error.Message = fmt.Sprintf("group save %d: %s", i, res.Error.Message)
 	}
+	res.SaveID, res.Key = s.saveID, key
 	return res
 }
