@@ -11,8 +11,9 @@ import (
 // appendResult appends res as JSON to dst. The result of a stored save, the bulk of a group's
 // reply, is written here field by field (encoding/json took ~2 µs a result, 7 % of a grouped
 // save's CPU: docs/format.md §8.15n); a refusal, or a version with a fork or an origin, and any
-// string that JSON would escape, go through encoding/json. TestAppendResult_WritesWhatEncodingJSONWrites and FuzzAppendResult
-// holds the two to the same reading.
+// string that JSON would escape, go through encoding/json.
+// TestAppendResult_WritesWhatEncodingJSONWrites and FuzzAppendResult hold the two to the same
+// reading.
 func appendResult(dst []byte, res wire.SaveResult) []byte {
 	v := res.Version
 	if res.Error != nil || v == nil || v.ForkOf != nil || v.Origin != nil || res.Seq != 0 || v.Created.Year() < 0 || v.Created.Year() > 9999 {
