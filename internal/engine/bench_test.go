@@ -3,6 +3,7 @@ package engine_test
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -157,7 +158,10 @@ func BenchmarkSaveGroup(b *testing.B) {
 	for i := 0; i+2 <= len(c.Messages); i += 2 {
 		pairs = append(pairs, append(append([]byte{'['}, c.Span(i, i+2)...), ']'))
 	}
-	const per = 8
+	per := 8
+	if v, err := strconv.Atoi(os.Getenv("CP_BENCH_PER")); err == nil {
+		per = v
+	}
 	var groupTime, packTime time.Duration // CPU
 	var written, live int64
 	for n := range b.N {

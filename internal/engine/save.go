@@ -708,8 +708,13 @@ func (c *compression) abandon(s *session) {
 // continues it at the default level (a new frame would compress that group without the
 // history), and single saves continue a group's frame at the fastest.
 func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte, group bool) ([]byte, error) {
-	if s.last.Kind == kindPack && !s.last.Open {
-		s.dropEncoder() // a recompressed pack ended the frames before it
+	if s.last.Kind == kindPack && (!s.last.Open || !group && !e.cfg.PackOpen) {
+		// A recompressed pack ended the frames before it. After an open pack a group continues
+		// its frame (with its history), but a single save starts a new one: else a session that
+		// saved in groups and then turn by turn would continue the groups' frame, at the
+		// fastest level, and its tails of single saves would be packed open too (continuesFrame)
+		// instead of compressed again (docs/format.md §8.15s).
+		s.dropEncoder()
 	}
 	if len(stripped) == 0 {
 		return nil, nil

@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -39,11 +40,83 @@ func RunGroups(t *testing.T, l engine.Log) {
 		{"LongTailAndLeases", groupLongTailAndLeases},
 		{"WholeArrays", groupWholeArrays},
 		{"RetentionCopyDelete", groupRetentionCopyDelete},
+		{"TailsPackedOpen", groupTailsPackedOpen},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			sc.fn(t, l, engine.Key{Namespace: "group-" + sc.name, Session: "s", Agent: "a"}, &groups{msgs: msgs})
 		})
 	}
+}
+
+// groupTailsPackedOpen: a tail written in groups is packed open (docs/format.md §8.15s): the
+// pack joins the group entries' stored bytes (flag bit 3), nothing decoded or compressed again. A
+// crash between the pack's append and its deletes (a Log whose Delete fails) leaves the packed
+// entries, which readers skip and the next pack deletes; a group sent again is duplicates; single
+// saves after an open pack start a frame of their own, so their tail is compressed again (not
+// open). Every version is read back from the engine that wrote it and from a cold one.
+func groupTailsPackedOpen(t *testing.T, l engine.Log, k engine.Key, g *groups) {
+	cfg := engine.Config{PackEntries: 16}
+	crashing := engine.New(failingDeletes{l}, cfg)
+	for v := uint64(0); v < 24; v += 8 {
+		for i, r := range crashing.SaveGroup(ctx, g.appends(k, "g", v, v+8)) {
+			require.NoError(t, r.Err, "save %d of the group at %d", i, v)
+		}
+	}
+	_, err := crashing.Pack(ctx, k, true)
+	require.ErrorIs(t, err, errDeletes)
+	require.Equal(t, []bool{true}, packsOf(t, l, k), "one pack, open")
+	require.Equal(t, 4, Entries(t, l, k), "the 3 group entries, not deleted, and the pack")
+	id := func(v uint64) string {
+		if v > 40 {
+			return fmt.Sprint("s-", v)
+		}
+		return fmt.Sprint("g-", v)
+	}
+	g.checkAll(t, engine.New(l, cfg), k, 1, 24, id)
+
+	// Two groups more make the next pack due: open too, and it deletes what the crash left.
+	e := engine.New(l, cfg)
+	g.saveGroup(t, e, g.appends(k, "g", 24, 32))
+	g.saveGroup(t, e, g.appends(k, "g", 32, 40))
+	require.Equal(t, []bool{true, true}, packsOf(t, l, k))
+	require.Equal(t, 2, Entries(t, l, k))
+	for i, r := range e.SaveGroup(ctx, g.appends(k, "g", 8, 16)) {
+		require.NoError(t, r.Err)
+		require.True(t, r.Saved.Duplicate, "save %d of a group sent again", i)
+		require.Equal(t, uint64(9+i), r.Saved.Record.Version)
+	}
+	require.Equal(t, 2, Entries(t, l, k), "duplicates write nothing")
+
+	// Single saves after the open pack, turn by turn: their tail is compressed again.
+	for v := uint64(40); v < 56; v++ {
+		g.saveGroup(t, e, g.appends(k, "s", v, v+1))
+	}
+	require.Equal(t, []bool{true, true, false}, packsOf(t, l, k))
+	g.checkAll(t, e, k, 1, 56, id)
+	g.checkAll(t, engine.New(l, cfg), k, 1, 56, id)
+}
+
+// failingDeletes is a Log whose Delete fails, as a crash between a pack's append and its deletes.
+type failingDeletes struct{ engine.Log }
+
+var errDeletes = errors.New("deletes fail (a crash)")
+
+func (failingDeletes) Delete(context.Context, engine.Key, ...uint64) error { return errDeletes }
+
+// packsOf says, for each pack entry on k's log, oldest first, whether it is open: its stored
+// bytes, per docs/format.md §8.3.1, are the magic CPL2, the kind (4, bit 7 an extension) and the
+// flags (bit 3: open).
+func packsOf(t *testing.T, l engine.Log, k engine.Key) []bool {
+	t.Helper()
+	var open []bool
+	require.NoError(t, l.Range(ctx, k, 0, 0, func(en engine.Entry) bool {
+		require.True(t, len(en.Data) > 6 && string(en.Data[:4]) == "CPL2", "entry %d", en.Seq)
+		if en.Data[4]&0x7f == 4 {
+			open = append(open, en.Data[5]&(1<<3) != 0)
+		}
+		return true
+	}))
+	return open
 }
 
 // corpusMessages returns the corpus conversation's messages, each in canonical form.
