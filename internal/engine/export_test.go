@@ -146,3 +146,10 @@ func SaveIDLookupHolds(ctx context.Context, e *Engine, key Key) (records int, da
 	recs, _, _, err := e.tailRecords(ctx, key, last)
 	return len(recs), data, err
 }
+
+// EntryData decodes a stored entry and returns its data (what follows its meta), whether it is a
+// pack, and, for a pack, whether it is open.
+func EntryData(b []byte) (data []byte, isPack, open bool, err error) {
+	m, data, err := decodeEntry(b)
+	return data, m.Kind == kindPack, m.Open, err
+}

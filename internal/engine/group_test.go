@@ -305,3 +305,94 @@ func TestSaveGroup_EmptyPieces(t *testing.T) {
 	require.NoError(t, err)
 	check(engine.New(log, engine.Config{}))
 }
+
+// A tail written in groups is packed open (docs/format.md §8.15s): the pack's data is the group
+// entries' stored bytes joined as they are, nothing decoded or compressed again; a tail of which
+// fewer than three quarters of the versions came in groups is compressed again. Each version
+// reads back, from this engine and a cold one.
+func TestPack_GroupTailIsJoinedAsStored(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		steps  []int // a group of n saves, or (1) a single save
+		open   bool
+		joined bool // the pack's data is exactly the entries' data, back to back
+	}{
+		{"three groups", []int{8, 8, 8}, true, true},
+		{"groups, then two single saves", []int{8, 8, 8, 1, 1}, true, true},
+		{"a group and as many single saves", []int{8, 1, 1, 1, 1, 1, 1, 1, 1}, false, false},
+		{"single saves, then a group", []int{1, 1, 1, 1, 1, 1, 1, 1, 8}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := engine.Config{PackEntries: 1000}
+			e, log := newEngine(t, 1<<20, cfg)
+			k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+			v := 0
+			for _, n := range tc.steps {
+				var reqs []engine.SaveRequest
+				for range n {
+					v++
+					reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("save-", v), Base: u64(uint64(v - 1)),
+						Payload: array(2*(v-1), 2*v), Now: now})
+				}
+				for i, r := range e.SaveGroup(ctx, reqs) {
+					require.NoError(t, r.Err, "save %d", i)
+				}
+			}
+			var stored []byte
+			require.NoError(t, log.Range(ctx, k, 0, 0, func(en engine.Entry) bool {
+				data, _, _, err := engine.EntryData(en.Data)
+				require.NoError(t, err)
+				stored = append(stored, data...)
+				return true
+			}))
+			res, err := e.Pack(ctx, k, true)
+			require.NoError(t, err)
+			require.Equal(t, 1, entries(t, log, k))
+			last, err := log.Last(ctx, k)
+			require.NoError(t, err)
+			data, isPack, open, err := engine.EntryData(last.Data)
+			require.NoError(t, err)
+			require.True(t, isPack)
+			require.Equal(t, tc.open, open, "open pack")
+			require.Equal(t, len(data), res.Bytes)
+			require.Equal(t, tc.joined, bytes.Equal(stored, data), "the pack's data is the entries' stored bytes")
+			checkVersions(t, e, k, v)
+			checkVersions(t, engine.New(log, cfg), k, v)
+		})
+	}
+}
+
+// After an open pack of groups, a single save starts a frame of its own (the groups' frame is at
+// zstd's fastest level, and continuing it would make the session's next tails open too), while a
+// group continues the frame, with its history.
+func TestPack_SingleSaveAfterAnOpenGroupPackStartsAFrame(t *testing.T) {
+	e, log := newEngine(t, 1<<20, engine.Config{PackEntries: 1000})
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	group := func(from, to int) {
+		var reqs []engine.SaveRequest
+		for v := from + 1; v <= to; v++ {
+			reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("save-", v), Base: u64(uint64(v - 1)),
+				Payload: array(2*(v-1), 2*v), Now: now})
+		}
+		for i, r := range e.SaveGroup(ctx, reqs) {
+			require.NoError(t, r.Err, "save %d", i)
+		}
+	}
+	lastStartsFrame := func() bool { // its data starts with a zstd frame's magic number
+		last, err := log.Last(ctx, k)
+		require.NoError(t, err)
+		data, _, _, err := engine.EntryData(last.Data)
+		require.NoError(t, err)
+		return bytes.HasPrefix(data, []byte{0x28, 0xb5, 0x2f, 0xfd})
+	}
+	group(0, 8)
+	_, err := e.Pack(ctx, k, true)
+	require.NoError(t, err)
+	group(8, 16)
+	require.False(t, lastStartsFrame(), "a group after an open pack continues its frame")
+	_, err = e.Pack(ctx, k, true)
+	require.NoError(t, err)
+	saveTurns(t, e, k, 32, 34)
+	require.True(t, lastStartsFrame(), "a single save after an open pack starts a frame")
+	checkVersions(t, engine.New(log, engine.Config{}), k, 17)
+}
