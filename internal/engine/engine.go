@@ -29,7 +29,8 @@ type Config struct {
 	PackEntries int
 	NoPack      bool
 	// PackOpen keeps the packed saves' stored bytes as they are instead of compressing them
-	// again as one frame (§8.7): fewer bytes written, reads ~10% slower.
+	// again as one frame (§8.7): fewer bytes written, reads ~10% slower. Whatever this says, a
+	// tail written in groups (SaveGroup: 3/4 of its versions) is packed open (§8.15s).
 	PackOpen bool
 	// FastSaves compresses saves at zstd's fastest level instead of the default one (§8.19 item 3:
 	// ~0.1–0.2× of a raw publish less per save, a stream 8% larger until packed); packs always

@@ -11,9 +11,10 @@ import (
 // Packs bound what a read fetches (docs/format.md §8.7): every entry costs a read ~10 µs however
 // small, so the saves since the last pack are joined into one pack entry once their data reaches
 // PackBytes (meta included) or they are PackEntries entries. A pack holds their records and their messages,
-// compressed again as one zstd frame (or, PackOpen, as they were stored); it is appended with the
-// compare-and-swap of a save (it carries the head, so it is the head until the next save), and the
-// entries it packed are then deleted. Each stored byte is thus written at most twice.
+// compressed again as one zstd frame (or, with PackOpen or for a tail written in groups, as they
+// were stored: writtenInGroups); it is appended with the compare-and-swap of a save (it carries
+// the head, so it is the head until the next save), and the entries it packed are then deleted.
+// Each stored byte is thus written at most twice.
 //
 // A pack is safe with several engines on one log: it is decided from what it read, and its
 // append expects the last entry it read. A save (or another engine's pack) that came in between
