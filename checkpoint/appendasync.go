@@ -355,9 +355,11 @@ func (c *Client) groupMessage(key Key, head uint64, group []*asyncAppend) (*nats
 		if a.epoch != 0 {
 			fields = append(fields, [2]string{wire.HdrEpoch, strconv.FormatUint(a.epoch, 10)})
 		}
-		h := nats.Header{}
-		data := compressBody(h, a.messages, from)
-		fields = append(fields, [2]string{wire.HdrEncoding, h.Get(wire.HdrEncoding)})
+		data, encoding := a.messages, wire.EncodingIdentity // as compressBody decides, without a header map per item
+		if len(data) >= from {
+			data, encoding = codec.CompressBody(data), wire.EncodingZstd
+		}
+		fields = append(fields, [2]string{wire.HdrEncoding, encoding})
 		body = wire.AppendGroupItem(body, fields, data)
 		sent[i] = wire.Hash(a.messages)
 	}

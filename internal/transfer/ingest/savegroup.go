@@ -244,7 +244,11 @@ func resultBound(key wire.Key, shared nats.Header, item wire.GroupItem) int {
 // announced and echoed, so it is checked as any save id is; a save without a usable one gets a
 // bad_request with no save id (and is announced nowhere).
 func unreadResult(key wire.Key, i int, item wire.GroupItem, refusedAt, busyAt int, why string) wire.SaveResult {
-	_, saveID, err := attribute(wire.SaveSubjectPrefix, wire.SaveSubject(key), firstField(item, wire.HdrSaveID))
+	saveID := firstField(item, wire.HdrSaveID)
+	err := checkSaveID(saveID)
+	if err != nil {
+		saveID = "" // no usable save id: none echoed, nothing announced (as attribute gives)
+	}
 	res := wire.SaveResult{SaveID: saveID, Key: key}
 	switch {
 	case err != nil:
@@ -303,11 +307,14 @@ func (in *Ingester) readGroupSave(ctx context.Context, key wire.Key, shared nats
 			h[name] = v
 		}
 	}
-	_, saveID, err := attribute(wire.SaveSubjectPrefix, wire.SaveSubject(key), h.Get(wire.HdrSaveID))
-	s := groupSave{saveID: saveID}
-	if err != nil {
-		return s, err
+	// The key is the group's, read from its subject (parseGroupRequest): only the save id is the
+	// item's to check. (Checking it with attribute, which reads a key from a subject, cost each
+	// item its session's subject encoded and decoded again: ~2 % of a grouped save's CPU.)
+	saveID := h.Get(wire.HdrSaveID)
+	if err := checkSaveID(saveID); err != nil {
+		return groupSave{}, err
 	}
+	s := groupSave{saveID: saveID}
 	hs, err := parseSaveHeaders(h, key, saveID, in.now(), in.maxBytes)
 	if err != nil {
 		return s, err
