@@ -840,7 +840,7 @@ func (in *Ingester) announceResult(res wire.SaveResult, data []byte) error {
 }
 
 func (in *Ingester) publishResultOn(ctx context.Context, subject string, res wire.SaveResult) error {
-	data, err := json.Marshal(res)
+	data, err := encodeResult(res, replyRoom(in.js.Conn().MaxPayload())) // a refusal cut to fit (refusalroom.go)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -231,10 +230,11 @@ func storageCause(err error) error {
 
 // answer counts the result and replies with it (counted first, so that the metrics agree with
 // what a writer was told as soon as it is told). It returns the result as sent (nil if it could
-// not be encoded), which is also what is announced.
+// not be encoded), which is also what is announced. A refusal is cut to fit a message
+// (refusalroom.go).
 func (sr *SaveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Time) []byte {
 	sr.in.observe(pathRequest, res, start)
-	data, err := json.Marshal(res)
+	data, err := encodeResult(res, replyRoom(sr.nc.MaxPayload()))
 	if err == nil {
 		err = msg.Respond(data)
 	}
