@@ -106,3 +106,23 @@ func TestRefusal_GroupQuotingHugeHeadersFitsALoweredMaxPayload(t *testing.T) {
 	_, err := env.Client.Get(ctxT(t), checkpoint.Key{Session: key.Session}, 0)
 	require.ErrorIs(t, err, checkpoint.ErrNotFound, "nothing stored")
 }
+
+// A service request's error is quoted in its reply twice (Nats-Service-Error and the body): a lease
+// op of 20,000 C1 control characters (40 KB sent), quoted (\u0085) and escaped, made a reply of
+// ~260 KB, over a max_payload of 64 KiB, and the request went unanswered.
+func TestRefusal_ServiceErrorQuotingHugeFieldFitsALoweredMaxPayload(t *testing.T) {
+	const maxPayload = 64 << 10
+	env := testenv.StartWithMaxPayload(t, maxPayload)
+	body, err := json.Marshal(map[string]string{"session": "s", "op": strings.Repeat("\u0085", 20000)})
+	require.NoError(t, err)
+	reply, err := env.Conn().Request(wire.APISubject(wire.DefaultNamespace, "lease"), body, 5*time.Second)
+	require.NoError(t, err, "every request gets an answer")
+	require.LessOrEqual(t, len(reply.Data)+len(reply.Header.Get(wire.HdrServiceError)), maxPayload)
+	require.Equal(t, "400", reply.Header.Get(wire.HdrServiceErrorCode))
+	require.Contains(t, reply.Header.Get(wire.HdrServiceError), "cut to fit max_payload")
+	var e wire.Error
+	require.NoError(t, json.Unmarshal(reply.Data, &e))
+	require.Equal(t, wire.CodeBadRequest, e.Code)
+	require.Contains(t, e.Message, "lease op")
+	require.Contains(t, e.Message, "cut to fit max_payload")
+}

@@ -2,20 +2,18 @@ package ingest
 
 import (
 	"encoding/json"
-	"fmt"
-	"unicode/utf8"
 
 	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // A refusal quotes what it refuses: a header's value, up to the 64 KiB of a save's headers. Quoted
-// (%q) and then JSON-escaped, a control byte takes up to 6 bytes, so a refusal can be ~5 times the
+// (%q) and then JSON-escaped, a control byte takes 5 bytes, so a refusal can be ~5 times the
 // request that caused it: more than a server's max_payload, below ~330 KB, lets through. Such a
 // reply, or result, is refused by the server, and an acknowledged request would go unanswered (a
 // save off the ingest stream, retried forever). So a refusal that does not fit is cut to fit, and
-// says so.
+// says so (wire.Error.Cut).
 
-// encodeResult is res's JSON, at most room bytes long when res is a refusal (fitRefusal). A
+// encodeResult is res's JSON, at most room bytes long when res is a refusal (wire.Error.Cut). A
 // stored save's result is never cut: it carries no client bytes beyond its ids, which
 // wire.ValidateID bounds.
 func encodeResult(res wire.SaveResult, room int) ([]byte, error) {
@@ -23,45 +21,8 @@ func encodeResult(res wire.SaveResult, room int) ([]byte, error) {
 	if err != nil || len(data) <= room || res.Error == nil {
 		return data, err
 	}
-	res.Error = fitRefusal(res.Error, len(data)-room)
+	res.Error = res.Error.Cut(len(data) - room)
 	return json.Marshal(res)
-}
-
-// fitRefusal is e with its message cut so that its JSON encoding is at least excess bytes shorter,
-// and a note saying so. Each try keeps the share of what is kept that the room allows at its
-// average escaping (exact for a message of one kind of bytes, the usual attack); after a few tries
-// that are still over, it cuts as many bytes more as it is over, which is enough: every byte takes
-// at least one in JSON. It cuts between runes, where what is kept encodes as it did in the whole.
-func fitRefusal(e *wire.Error, excess int) *wire.Error {
-	msg := e.Message
-	note := fmt.Sprintf("... (cut to fit max_payload; %d bytes in all)", len(msg))
-	want := jsonLen(msg) - excess - len(note) // what the kept part may take, encoded
-	keep, took := len(msg), jsonLen(msg)
-	for try := 0; took > want && keep > 0; try++ {
-		if try < 3 {
-			keep = runeStart(msg, int(int64(max(want, 0))*int64(keep)/int64(took)))
-		} else {
-			keep = runeStart(msg, max(keep-(took-want), 0))
-		}
-		took = jsonLen(msg[:keep])
-	}
-	cut := *e
-	cut.Message = msg[:keep] + note
-	return &cut
-}
-
-// jsonLen is the length of s encoded as a JSON string, quotes included.
-func jsonLen(s string) int {
-	data, _ := json.Marshal(s) // a string always encodes
-	return len(data)
-}
-
-// runeStart is i, or the closest start of a rune in s before it.
-func runeStart(s string, i int) int {
-	for i > 0 && i < len(s) && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return i
 }
 
 // encodeGroupRefusal is the reply to a group refused whole, at most room bytes long.
@@ -70,7 +31,7 @@ func encodeGroupRefusal(e *wire.Error, room int) ([]byte, error) {
 	if err != nil || len(data) <= room {
 		return data, err
 	}
-	return json.Marshal(wire.GroupReply{Error: fitRefusal(e, len(data)-room)})
+	return json.Marshal(wire.GroupReply{Error: e.Cut(len(data) - room)})
 }
 
 // fitGroupRefusals cuts the refusals among a group's results, largest first, until the group's
@@ -89,7 +50,7 @@ func fitGroupRefusals(results []wire.SaveResult, room int) {
 		if i < 0 {
 			return // nothing left to cut
 		}
-		results[i].Error, cut[i] = fitRefusal(results[i].Error, total-room), true
+		results[i].Error, cut[i] = results[i].Error.Cut(total-room), true
 		n := len(appendResult(nil, results[i])) + 1
 		total, sizes[i] = total+n-sizes[i], n
 	}
