@@ -71,8 +71,8 @@ func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
 		if res.Error != nil && (res.Error.Code == wire.CodeBusy || res.Error.Code == wire.CodeUnavailable) {
 			continue // not an outcome: the writer sends it again
 		}
-		if res.SaveID == "" {
-			continue // no usable save id: no result subject (as for a save sent alone)
+		if res.SaveID == "" || namesAnotherSave(res) {
+			continue // no usable save id, or another save's: no result subject (as for a save sent alone)
 		}
 		if err := sr.in.announceResult(res, encoded[i]); err != nil {
 			sr.in.log.Warn("save group: announcing a result failed (the writer has its reply)", "session", key, "save", res.SaveID, "err", err)

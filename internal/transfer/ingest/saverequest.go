@@ -177,7 +177,7 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 	res.SaveID, res.Key = saveID, key
 	stored := false
 	if err == nil && refused(res) {
-		stored = chunks > 0 && sr.storeChunkedRefusal(ctx, res)
+		stored = chunks > 0 && !namesAnotherSave(res) && sr.storeChunkedRefusal(ctx, res)
 		// Removed before the writer hears of the refusal, so that the save it sends again (the
 		// same save id, its chunks published anew) finds none of these left.
 		sr.in.removeChunks(ctx, key, saveID, msg.Header)
@@ -187,6 +187,9 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 		// Not an outcome: the writer sends the same request again (its chunks are kept for it),
 		// and a refusal stored on CP_RESULTS would only mislead a lookup there (§4.5).
 		return
+	}
+	if namesAnotherSave(res) {
+		return // its save id's subjects are the other save's
 	}
 	// A stored refusal reached the watchers already, published on cp.result.<ns>.<saveid>.
 	if !stored {
@@ -218,6 +221,14 @@ func (sr *SaveRequests) storeChunkedRefusal(ctx context.Context, res wire.SaveRe
 		return false
 	}
 	return true
+}
+
+// namesAnotherSave reports whether res refuses a save because its save id already made a version
+// of another conversation (save_id_reused): that save id's result subjects (cp.saved, cp.result)
+// are the other save's, which its watchers, and a lookup of its stored result, would take this
+// refusal for. The writer has it in its reply; it is neither announced nor stored.
+func namesAnotherSave(res wire.SaveResult) bool {
+	return res.Error != nil && res.Error.Code == wire.CodeSaveIDReused
 }
 
 // storageCause is what a transient error says, shutdown named as such.
