@@ -31,7 +31,7 @@ func FuzzPlainSaveResult(f *testing.F) {
 		f.Add(j)
 	}
 	for _, s := range []string{`{"saveId":"a","ok":false,"error":{"code":"conflict","message":"m"}}`, `{"version":null}`,
-		`{"version":{},"version":{"format":2}}`, `{"saveId":"a","saveid":"b"}`, `{"ok":true} `, `{"received":"\u0041"}`} {
+		`{"version":{},"version":{"format":2}}`, `{"saveId":"a","saveid":"b"}`, `{"ok":true} `, `{"ok":true}x`, `{"received":"\u0041"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
