@@ -16,13 +16,15 @@ import (
 // encodeResult is res's JSON, at most room bytes long when res is a refusal (wire.Error.Cut). A
 // stored save's result is never cut: it carries no client bytes beyond its ids, which
 // wire.ValidateID bounds.
-func encodeResult(res wire.SaveResult, room int) ([]byte, error) {
-	data, err := json.Marshal(res)
-	if err != nil || len(data) <= room || res.Error == nil {
-		return data, err
+// It is written by appendResult (resultjson.go): the bytes encoding/json writes, in a fifth of its
+// time (docs/format.md §8.15u).
+func encodeResult(res wire.SaveResult, room int) []byte {
+	data := appendResult(make([]byte, 0, 1024), res)
+	if len(data) <= room || res.Error == nil {
+		return data
 	}
 	res.Error = res.Error.Cut(len(data) - room)
-	return json.Marshal(res)
+	return appendResult(data[:0], res)
 }
 
 // encodeGroupRefusal is the reply to a group refused whole, at most room bytes long.

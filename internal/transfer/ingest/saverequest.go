@@ -183,7 +183,7 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 		sr.in.removeChunks(ctx, key, saveID, msg.Header)
 	}
 	data := sr.answer(msg, res, start)
-	if err != nil || res.Error != nil && res.Error.Code == wire.CodeBusy || data == nil {
+	if err != nil || res.Error != nil && res.Error.Code == wire.CodeBusy {
 		// Not an outcome: the writer sends the same request again (its chunks are kept for it),
 		// and a refusal stored on CP_RESULTS would only mislead a lookup there (§4.5).
 		return
@@ -240,16 +240,13 @@ func storageCause(err error) error {
 }
 
 // answer counts the result and replies with it (counted first, so that the metrics agree with
-// what a writer was told as soon as it is told). It returns the result as sent (nil if it could
-// not be encoded), which is also what is announced. A refusal is cut to fit a message
-// (refusalroom.go).
+// what a writer was told as soon as it is told). It returns the result as sent, which is also
+// what is announced. It is written by appendResult, as a group's
+// are (docs/format.md §8.15u), and a refusal is cut to fit a message (refusalroom.go).
 func (sr *SaveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Time) []byte {
 	sr.in.observe(pathRequest, res, start)
-	data, err := encodeResult(res, replyRoom(sr.nc.MaxPayload()))
-	if err == nil {
-		err = msg.Respond(data)
-	}
-	if err != nil {
+	data := encodeResult(res, replyRoom(sr.nc.MaxPayload()))
+	if err := msg.Respond(data); err != nil {
 		sr.in.log.Warn("save request: reply failed", "subject", msg.Subject, "save", res.SaveID, "err", err)
 	}
 	return data
