@@ -848,10 +848,8 @@ func (in *Ingester) announceResult(res wire.SaveResult, data []byte) error {
 }
 
 func (in *Ingester) publishResultOn(ctx context.Context, subject string, res wire.SaveResult) error {
-	data, err := json.Marshal(res)
-	if err != nil {
-		return err
-	}
+	data := encodeResult(res, replyRoom(in.js.Conn().MaxPayload())) // a refusal cut to fit (refusalroom.go)
+	var err error
 	for {
 		actx, cancel := context.WithTimeout(ctx, resultAttempt)
 		// The first result a deployment stores makes CP_RESULTS (edge.EnsureStreams).

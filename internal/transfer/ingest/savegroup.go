@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,7 +33,13 @@ func isGroup(h nats.Header) bool {
 func (sr *SaveRequests) answerGroupRefusal(msg *nats.Msg, err error) {
 	we := edge.ToWireError(err)
 	sr.in.m.Saves.WithLabelValues(pathRequest, we.Code).Inc()
-	sr.reply(msg, wire.GroupReply{Error: we})
+	data, err := encodeGroupRefusal(we, replyRoom(sr.nc.MaxPayload())) // cut to fit (refusalroom.go)
+	if err == nil {
+		err = msg.Respond(data)
+	}
+	if err != nil {
+		sr.in.log.Warn("save group: reply failed", "subject", msg.Subject, "err", err)
+	}
 }
 
 // serveGroup settles an admitted group request and answers it.
@@ -54,6 +59,10 @@ func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
 	}
 	sr.observeGroup(key, results, start)
 	encoded, reply := encodeGroupReply(results)
+	if room := replyRoom(sr.nc.MaxPayload()); len(reply) > room { // a refusal quoting kilobytes
+		fitGroupRefusals(results, room) // refusalroom.go
+		encoded, reply = encodeGroupReply(results)
+	}
 	if err := msg.Respond(reply); err != nil {
 		sr.in.log.Warn("save group: reply failed", "subject", msg.Subject, "err", err)
 		return
@@ -62,8 +71,8 @@ func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
 		if res.Error != nil && (res.Error.Code == wire.CodeBusy || res.Error.Code == wire.CodeUnavailable) {
 			continue // not an outcome: the writer sends it again
 		}
-		if res.SaveID == "" {
-			continue // no usable save id: no result subject (as for a save sent alone)
+		if res.SaveID == "" || namesAnotherSave(res) {
+			continue // no usable save id, or another save's: no result subject (as for a save sent alone)
 		}
 		if err := sr.in.announceResult(res, encoded[i]); err != nil {
 			sr.in.log.Warn("save group: announcing a result failed (the writer has its reply)", "session", key, "save", res.SaveID, "err", err)
@@ -116,18 +125,6 @@ func encodeGroupReply(results []wire.SaveResult) ([][]byte, []byte) {
 		encoded[i] = reply[bounds[i]:end:end]
 	}
 	return encoded, reply
-}
-
-// reply sends v as the reply's JSON, and reports whether it went.
-func (sr *SaveRequests) reply(msg *nats.Msg, v any) bool {
-	data, err := json.Marshal(v)
-	if err == nil {
-		err = msg.Respond(data)
-	}
-	if err != nil {
-		sr.in.log.Warn("save group: reply failed", "subject", msg.Subject, "err", err)
-	}
-	return err == nil
 }
 
 // parseGroupRequest reads a group request's subject, headers and framing. Every error is a
