@@ -660,6 +660,9 @@ func (c *Client) checkResult(ctx context.Context, data []byte, key Key, saveID, 
 
 // decodeResult decodes the result of a save, as it came.
 func decodeResult(data []byte) (wire.SaveResult, error) {
+	if res, ok := wire.PlainSaveResult(data); ok { // the daemon's result of a stored save, without encoding/json
+		return res, nil
+	}
 	var res wire.SaveResult
 	if err := json.Unmarshal(data, &res); err != nil {
 		return wire.SaveResult{}, &Error{Code: wire.CodeInternal, Message: "save result: " + err.Error(), Index: -1, Offset: -1}

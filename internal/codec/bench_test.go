@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"unicode/utf8"
 
@@ -116,3 +118,43 @@ func TestParseLimited_ConcurrentParsesShareNothing(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// BenchmarkParsePairs measures ParseLimited as a grouped save's engine calls it (docs/format.md
+// §8.15t): the 2.3 MB conversation's messages two at a time, compact, each pair an append
+// (Continues) with the large strings noted, as issue 12's "50 agents" row sends them.
+func BenchmarkParsePairs(b *testing.B) {
+	c, err := Parse(compactFixture(b, "pi_before_compaction.json"))
+	require.NoError(b, err)
+	var pairs [][]byte
+	total := 0
+	for i := 0; i+2 <= len(c.Messages); i += 2 {
+		pairs = append(pairs, append(append([]byte{'['}, c.Span(i, i+2)...), ']'))
+		total += len(pairs[len(pairs)-1])
+	}
+	lim := Limits{MaxBytes: 64 << 20, Continues: true, LargeStrings: 32 << 10}
+	b.SetBytes(int64(total / len(pairs)))
+	b.ReportAllocs()
+	runtime.LockOSThread() // the thread's CPU time is the parses' (steadier than the clock on a shared machine)
+	defer runtime.UnlockOSThread()
+	start := threadCPU(b)
+	n := 0
+	for b.Loop() {
+		if _, err := ParseLimited(pairs[n%len(pairs)], lim); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64(threadCPU(b)-start)/float64(n), "cpu-ns/op")
+}
+
+// threadCPU is the CPU time the calling thread has used, in nanoseconds (user and system).
+func threadCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// rusageThread is Linux's RUSAGE_THREAD.
+const rusageThread = 1

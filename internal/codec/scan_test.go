@@ -276,3 +276,53 @@ func TestTape_BoundedByThePayload(t *testing.T) {
 		require.Equal(t, `{"role":"extension","kind":"k","data":[[],[],[],[],[],[]]}`, string(c.Messages[i]))
 	}
 }
+
+// TestPlainRun_StopsAtTheFirstByteThatIsNotPlain: plainRun, reading 8 bytes at a time, stops
+// exactly where the byte-by-byte loop (stringSafe) finds the first byte that is not plain, for
+// each byte value at each position of a word (the borrows of one flagged byte run into the bytes
+// above it, so every pair of them too), or reads on to the last 7 bytes when all are plain.
+func TestPlainRun_StopsAtTheFirstByteThatIsNotPlain(t *testing.T) {
+	byteLoop := func(b []byte, i int) int {
+		for i < len(b) && stringSafe[b[i]] {
+			i++
+		}
+		return i
+	}
+	check := func(b []byte) {
+		t.Helper()
+		got, want := plainRun(b, 0), byteLoop(b, 0)
+		if got != want && !(got >= len(b)-7 && want >= got) { // the tail is left to the byte loop
+			t.Fatalf("plainRun(%q) = %d, the byte loop stops at %d", b, got, want)
+		}
+	}
+	for pos := range 8 {
+		for c := range 256 {
+			w := []byte("abcdefghijklmnopqrstuvwx")
+			w[8+pos] = byte(c)
+			check(w)
+			for c2 := range 256 { // a second byte above it: a borrow from the first must not hide it
+				if pos < 7 {
+					w[9+pos] = byte(c2)
+					check(w)
+				}
+			}
+		}
+	}
+	check([]byte("0123456789abcdefghijklmnopqrstuv")) // all plain: up to the tail
+}
+
+// TestPutTape_KeepsNoSliceOfThePayload: a tape goes back to the pool with its member buffer
+// (checker.scratch) emptied to the last slot: the members are slices of the payload parsed, which
+// the pool must not keep alive.
+func TestPutTape_KeepsNoSliceOfThePayload(t *testing.T) {
+	tp := new(tape)
+	payload := []byte(`{"role":"user","content":"hi"}`)
+	m := tp.scratch()
+	*m = appendMembers(*m, payload, nil)
+	*m = (*m)[:0] // as checker.next leaves it between messages
+	putTape(tp)
+	for i, mb := range tp.members[:cap(tp.members)] {
+		require.Nil(t, mb.key, "member %d's key", i)
+		require.Nil(t, mb.value, "member %d's value", i)
+	}
+}

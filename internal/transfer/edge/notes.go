@@ -267,8 +267,12 @@ func (n *Notes) droppedSoFar() (int, error) {
 	return all, nil
 }
 
-// applyLocked learns from one note: its stream's subject and sequence (Nats-Subject,
-// Nats-Sequence, as the server republishes them).
+// applyLocked learns from one note: its stream's subject and sequence. The subject is the note's
+// own, which the server maps from the stored message's (cp.ingest.X → cp.note.$ingest.X), not its
+// Nats-Subject header: a note carries the headers of the message it notes, and the server adds its
+// own after them, so a save whose writer set Nats-Subject itself was noted under the writer's word
+// (Header.Get takes the first), and the session's queue stayed "known empty" with the save in it:
+// a read did not wait for it. The sequence is the last Nats-Sequence, the server's, likewise.
 func (n *Notes) applyLocked(m *nats.Msg) {
 	if strings.HasPrefix(m.Subject, "$JS.EVENT.ADVISORY.") {
 		// The stream changed (its settings, or it was deleted or made again): the notes may have
@@ -278,19 +282,29 @@ func (n *Notes) applyLocked(m *nats.Msg) {
 		n.trusted, n.checked = false, time.Time{}
 		return
 	}
-	subject := m.Header.Get(jetstream.SubjectHeader)
 	n.armed = true
 	switch {
 	case strings.HasPrefix(m.Subject, NoteIngestPrefix):
 		n.ingestGen++
-		delete(n.quiet, subject)
+		delete(n.quiet, wire.IngestSubjectPrefix+strings.TrimPrefix(m.Subject, NoteIngestPrefix))
 	case strings.HasPrefix(m.Subject, NoteLogPrefix):
-		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		seq, err := strconv.ParseUint(lastValue(m.Header, jetstream.SequenceHeader), 10, 64)
 		if err != nil {
 			seq = ^uint64(0) // moved, somehow: never trusted again in this epoch
 		}
-		n.raiseLocked(subject, seq)
+		n.raiseLocked(logSubjectPrefix+strings.TrimPrefix(m.Subject, NoteLogPrefix), seq)
 	}
+}
+
+// logSubjectPrefix is what CP_LOG's subjects start with (LogRePublish's source).
+const logSubjectPrefix = "cp.log."
+
+// lastValue is the last value of header name in h: the one the server added.
+func lastValue(h nats.Header, name string) string {
+	if vs := h.Values(name); len(vs) > 0 {
+		return vs[len(vs)-1]
+	}
+	return ""
 }
 
 func (n *Notes) raiseLocked(subject string, seq uint64) {
@@ -325,7 +339,7 @@ func logSubjectOf(k engine.Key) (string, bool) {
 	if wk.Validate() != nil {
 		return "", false
 	}
-	return "cp.log." + wk.Token(), true
+	return logSubjectPrefix + wk.Token(), true
 }
 
 // Still reports whether key's log is known to have no entry after seq: the last note of its log

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -16,29 +17,68 @@ import (
 // look past it, and the daemon purges it.
 
 // floorCache remembers the ingest consumer's ack floor for a moment, so that reads waiting on the
-// queue ask JetStream for it at most every floorTTL.
+// queue ask JetStream for it at most every floorTTL, and at most one request at a time: while the
+// consumer's leader is dead, a request hangs for OpTimeout, and no read may queue behind it.
 type floorCache struct {
-	mu  sync.Mutex
-	at  time.Time
-	seq uint64
+	mu     sync.Mutex
+	at     time.Time     // when seq was learnt; zero until the first answer
+	seq    uint64        // the ack floor learnt at at
+	err    error         // why the last request failed, for readers that know no floor yet
+	asking chan struct{} // closed when the request in flight ends; nil when none is
 }
 
 const floorTTL = 100 * time.Millisecond
 
 // AckFloor returns the CP_INGEST sequence up to which the ingest consumer has acknowledged every
-// save.
+// save. Everything at or below a floor learnt a moment ago was acknowledged, so that floor is still
+// true, only maybe low (a read then waits a little longer on the queue): while a request for a
+// newer one is in flight, or hangs on a dead leader, readers get the floor last learnt. Only a
+// reader that knows none yet waits, for that one request (at most OpTimeout), within ctx.
 func (st *Streams) AckFloor(ctx context.Context) (uint64, error) {
-	st.floor.mu.Lock()
-	defer st.floor.mu.Unlock()
-	if time.Since(st.floor.at) < floorTTL {
-		return st.floor.seq, nil
+	f := &st.floor
+	f.mu.Lock()
+	if time.Since(f.at) < floorTTL {
+		defer f.mu.Unlock()
+		return f.seq, nil
 	}
+	if f.asking == nil {
+		f.asking = make(chan struct{})
+		go st.askFloor(f.asking)
+	}
+	asking, known, seq := f.asking, !f.at.IsZero(), f.seq
+	f.mu.Unlock()
+	if known {
+		return seq, nil
+	}
+	select {
+	case <-asking:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at.IsZero() {
+		return 0, f.err
+	}
+	return f.seq, nil
+}
+
+// askFloor asks JetStream for the ack floor, bounded by OpTimeout and by no reader's context (it
+// serves all of them), and closes done when the answer, or the failure, is recorded.
+func (st *Streams) askFloor(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), OpTimeout)
+	defer cancel()
 	c, err := st.Ingest.Consumer(ctx, IngestConsumer)
+	f := &st.floor
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err != nil {
-		return 0, err
+		f.err = fmt.Errorf("ingest consumer %s: ack floor: %w", IngestConsumer, err)
+	} else {
+		f.at, f.seq, f.err = time.Now(), c.CachedInfo().AckFloor.Stream, nil
 	}
-	st.floor.at, st.floor.seq = time.Now(), c.CachedInfo().AckFloor.Stream
-	return st.floor.seq, nil
+	f.asking = nil
+	close(done)
 }
 
 // PurgeAcknowledged removes from CP_INGEST the saves at or below the consumer's ack floor that a

@@ -309,13 +309,21 @@ func attribute(prefix, subject, saveID string) (wire.Key, string, error) {
 		}
 		return key, "", fmt.Errorf("%w: subject %q is not %s<namespace>.<session>.<agent> with encoded ids (docs/protocol.md §2): %v", edge.ErrBadRequest, subject, prefix, err)
 	}
-	if saveID == "" {
-		return key, "", fmt.Errorf("%w: header %s: missing; every save needs an id of its own (1 to %d bytes of UTF-8), which names its result subject and makes retries safe", edge.ErrBadRequest, wire.HdrSaveID, wire.MaxIDBytes)
-	}
-	if err := wire.ValidateID(saveID); err != nil {
-		return key, "", fmt.Errorf("%w: header %s: %v", edge.ErrBadRequest, wire.HdrSaveID, err)
+	if err := checkSaveID(saveID); err != nil {
+		return key, "", err
 	}
 	return key, saveID, nil
+}
+
+// checkSaveID refuses a save id that is missing or not a valid id (it names the result subject).
+func checkSaveID(saveID string) error {
+	if saveID == "" {
+		return fmt.Errorf("%w: header %s: missing; every save needs an id of its own (1 to %d bytes of UTF-8), which names its result subject and makes retries safe", edge.ErrBadRequest, wire.HdrSaveID, wire.MaxIDBytes)
+	}
+	if err := wire.ValidateID(saveID); err != nil {
+		return fmt.Errorf("%w: header %s: %v", edge.ErrBadRequest, wire.HdrSaveID, err)
+	}
+	return nil
 }
 
 // refuseUnattributed answers a save that names no usable session or save id. Its result goes to
@@ -840,10 +848,8 @@ func (in *Ingester) announceResult(res wire.SaveResult, data []byte) error {
 }
 
 func (in *Ingester) publishResultOn(ctx context.Context, subject string, res wire.SaveResult) error {
-	data, err := json.Marshal(res)
-	if err != nil {
-		return err
-	}
+	data := encodeResult(res, replyRoom(in.js.Conn().MaxPayload())) // a refusal cut to fit (refusalroom.go)
+	var err error
 	for {
 		actx, cancel := context.WithTimeout(ctx, resultAttempt)
 		// The first result a deployment stores makes CP_RESULTS (edge.EnsureStreams).

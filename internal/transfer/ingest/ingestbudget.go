@@ -20,10 +20,14 @@ import (
 // the body as it is decompressed) is reserved here before it is made, and given back when the save
 // is settled. While the saves in progress hold the whole budget, a save that needs more waits, at
 // most budgetWait in all, and is then refused busy. One save is exempt: the one in progress the
-// longest may always grow (up to --max-checkpoint-bytes, which ends any read), so a save larger
-// than the budget still goes through, one at a time, and saves waiting on each other cannot hold
-// each other up for good. The bytes held are therefore at most the budget plus one
-// --max-checkpoint-bytes.
+// longest may always grow (its body up to --max-checkpoint-bytes, which ends any read), so a save
+// larger than the budget still goes through, one at a time, and saves waiting on each other cannot
+// hold each other up for good. The bytes held are therefore at most the budget plus what one save
+// may hold: its bytes as received, twice --max-checkpoint-bytes (its body in the blocks it is read
+// into, and joined into one buffer: codec.readGrowing), and the window of each zstd decoder it runs
+// (codec.decoderBytes, 8.5 MiB at most; one per run of frames decoded at once, at most 4). A 74-byte
+// frame that declares an 8 MiB window and decodes to 2 MiB holds 13.1 MB
+// (TestIngestBudget_OneSaveHoldsAtMostItsBodyTwiceAndItsWindows).
 
 // budgetWait is the longest a save waits for budget, in all, before it is refused busy.
 const budgetWait = 2 * time.Second

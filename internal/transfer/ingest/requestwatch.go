@@ -21,17 +21,23 @@ import (
 //
 // Saves queued while no daemon ran, and saves sent to a daemon that has not answered a request yet,
 // are never counted. Writers of an SDK before 0.4, or the Go SDK's WithIngestSaves, look the same,
-// and the warning names them too. The namespaces remembered are bounded (maxWatchedNamespaces):
-// past that the watch stops judging, rather than warn about namespaces it forgot.
+// and the warning names them too.
+//
+// The namespaces remembered are bounded (maxWatchedNamespaces each for those that sent a request
+// and those warned about): past that the oldest is forgotten, and judging goes on. A client that
+// reaches many namespaces (a single-account deployment, or an admin) could fill a set that stopped
+// judging when full, with a request to each, and so silence the warning for everyone else. Now a
+// flood of requests only makes the watch forget older requesters, which at worst warns about one of
+// them should it save off the stream later; a flood of saves off the stream gets its own
+// namespaces warned about, and warnings forgotten may come again.
 type requestWatch struct {
 	mu        sync.Mutex
-	first     time.Time           // when the first save request was received; zero: none yet
-	requested map[string]struct{} // namespaces that sent a save request
-	warned    map[string]struct{} // namespaces warned about
-	full      bool                // too many namespaces to remember: no more judging
+	first     time.Time // when the first save request was received; zero: none yet
+	requested recentSet // namespaces that sent a save request
+	warned    recentSet // namespaces warned about
 }
 
-// maxWatchedNamespaces bounds the namespaces requestWatch remembers (both sets together).
+// maxWatchedNamespaces bounds each set of namespaces requestWatch remembers.
 const maxWatchedNamespaces = 4096
 
 // clockMargin allows for the clocks of the NATS server (a message's stream timestamp) and of the
@@ -45,41 +51,47 @@ func (w *requestWatch) request(ns string, now time.Time) {
 	if w.first.IsZero() {
 		w.first = now
 	}
-	if _, ok := w.requested[ns]; ok || w.full {
-		return
-	}
-	if w.requested == nil {
-		w.requested = map[string]struct{}{}
-	}
-	w.remember(w.requested, ns)
+	w.requested.add(ns)
 }
 
 // ingested notes a save of namespace ns taken off the ingest stream, published at published (the
-// stream's timestamp), and reports whether to warn about ns now (once per namespace).
+// stream's timestamp), and reports whether to warn about ns now (once per namespace remembered).
 func (w *requestWatch) ingested(ns string, published time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.full || w.first.IsZero() || !published.After(w.first.Add(clockMargin)) {
+	if w.first.IsZero() || !published.After(w.first.Add(clockMargin)) || w.requested.has(ns) || w.warned.has(ns) {
 		return false
 	}
-	if _, ok := w.requested[ns]; ok {
-		return false
-	}
-	if _, ok := w.warned[ns]; ok {
-		return false
-	}
-	if w.warned == nil {
-		w.warned = map[string]struct{}{}
-	}
-	w.remember(w.warned, ns)
-	return !w.full
+	w.warned.add(ns)
+	return true
 }
 
-// remember adds ns to set, unless that makes too many namespaces: then the watch stops judging.
-func (w *requestWatch) remember(set map[string]struct{}, ns string) {
-	if len(w.requested)+len(w.warned) >= maxWatchedNamespaces {
-		w.full = true
+// recentSet is a set of at most maxWatchedNamespaces strings: adding one more forgets the one
+// added longest ago.
+type recentSet struct {
+	in    map[string]struct{}
+	order []string // the members in the order added, a ring once full
+	next  int      // where the next member goes once full: the oldest
+}
+
+func (s *recentSet) has(ns string) bool {
+	_, ok := s.in[ns]
+	return ok
+}
+
+func (s *recentSet) add(ns string) {
+	if s.has(ns) {
 		return
 	}
-	set[ns] = struct{}{}
+	if s.in == nil {
+		s.in = map[string]struct{}{}
+	}
+	if len(s.order) < maxWatchedNamespaces {
+		s.order = append(s.order, ns)
+	} else {
+		delete(s.in, s.order[s.next])
+		s.order[s.next] = ns
+		s.next = (s.next + 1) % maxWatchedNamespaces
+	}
+	s.in[ns] = struct{}{}
 }

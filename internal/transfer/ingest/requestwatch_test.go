@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -26,12 +27,32 @@ func TestRequestWatch(t *testing.T) {
 		t.Fatal("a namespace that sends requests too is not warned about")
 	}
 
-	var full requestWatch
-	full.request("first", t0)
-	for i := range maxWatchedNamespaces {
-		full.request(string(rune('a'+i%26))+time.Duration(i).String(), t0)
+	// A client that reaches every namespace sends a request to more of them than the watch
+	// remembers: the watch used to stop judging, which silenced the warning for everyone.
+	var flooded requestWatch
+	flooded.request("modern", t0)
+	for i := range 2 * maxWatchedNamespaces {
+		flooded.request(fmt.Sprint("flood-", i), t0)
 	}
-	if full.ingested("forgotten", later) {
-		t.Fatal("past the namespaces it can remember, the watch stops judging")
+	if !flooded.ingested("legacy", later) {
+		t.Fatal("a flood of requests does not silence the warning for a namespace that sent none")
+	}
+	if len(flooded.requested.in) != maxWatchedNamespaces || len(flooded.requested.order) != maxWatchedNamespaces {
+		t.Fatalf("remembers %d requesters, at most %d", len(flooded.requested.in), maxWatchedNamespaces)
+	}
+	flooded.request("modern", t0) // a namespace that keeps sending requests is remembered again
+	if flooded.ingested("modern", later) {
+		t.Fatal("a namespace that sends requests is not warned about")
+	}
+	// Its saves off the stream, in more namespaces than the watch remembers: a namespace warned
+	// about after them still is.
+	for i := range 2 * maxWatchedNamespaces {
+		flooded.ingested(fmt.Sprint("stream-flood-", i), later)
+	}
+	if !flooded.ingested("legacy-2", later) || flooded.ingested("legacy-2", later) {
+		t.Fatal("warned once, after a flood of warnings")
+	}
+	if len(flooded.warned.in) != maxWatchedNamespaces {
+		t.Fatalf("remembers %d warnings, at most %d", len(flooded.warned.in), maxWatchedNamespaces)
 	}
 }

@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -178,16 +177,19 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 	res.SaveID, res.Key = saveID, key
 	stored := false
 	if err == nil && refused(res) {
-		stored = chunks > 0 && sr.storeChunkedRefusal(ctx, res)
+		stored = chunks > 0 && !namesAnotherSave(res) && sr.storeChunkedRefusal(ctx, res)
 		// Removed before the writer hears of the refusal, so that the save it sends again (the
 		// same save id, its chunks published anew) finds none of these left.
 		sr.in.removeChunks(ctx, key, saveID, msg.Header)
 	}
 	data := sr.answer(msg, res, start)
-	if err != nil || res.Error != nil && res.Error.Code == wire.CodeBusy || data == nil {
+	if err != nil || res.Error != nil && res.Error.Code == wire.CodeBusy {
 		// Not an outcome: the writer sends the same request again (its chunks are kept for it),
 		// and a refusal stored on CP_RESULTS would only mislead a lookup there (§4.5).
 		return
+	}
+	if namesAnotherSave(res) {
+		return // its save id's subjects are the other save's
 	}
 	// A stored refusal reached the watchers already, published on cp.result.<ns>.<saveid>.
 	if !stored {
@@ -221,6 +223,14 @@ func (sr *SaveRequests) storeChunkedRefusal(ctx context.Context, res wire.SaveRe
 	return true
 }
 
+// namesAnotherSave reports whether res refuses a save because its save id already made a version
+// of another conversation (save_id_reused): that save id's result subjects (cp.saved, cp.result)
+// are the other save's, which its watchers, and a lookup of its stored result, would take this
+// refusal for. The writer has it in its reply; it is neither announced nor stored.
+func namesAnotherSave(res wire.SaveResult) bool {
+	return res.Error != nil && res.Error.Code == wire.CodeSaveIDReused
+}
+
 // storageCause is what a transient error says, shutdown named as such.
 func storageCause(err error) error {
 	if errors.Is(err, context.Canceled) {
@@ -230,15 +240,13 @@ func storageCause(err error) error {
 }
 
 // answer counts the result and replies with it (counted first, so that the metrics agree with
-// what a writer was told as soon as it is told). It returns the result as sent (nil if it could
-// not be encoded), which is also what is announced.
+// what a writer was told as soon as it is told). It returns the result as sent, which is also
+// what is announced. It is written by appendResult, as a group's
+// are (docs/format.md §8.15u), and a refusal is cut to fit a message (refusalroom.go).
 func (sr *SaveRequests) answer(msg *nats.Msg, res wire.SaveResult, start time.Time) []byte {
 	sr.in.observe(pathRequest, res, start)
-	data, err := json.Marshal(res)
-	if err == nil {
-		err = msg.Respond(data)
-	}
-	if err != nil {
+	data := encodeResult(res, replyRoom(sr.nc.MaxPayload()))
+	if err := msg.Respond(data); err != nil {
 		sr.in.log.Warn("save request: reply failed", "subject", msg.Subject, "save", res.SaveID, "err", err)
 	}
 	return data

@@ -226,6 +226,10 @@ func (s *Service) wrap(op string, class admission.Class, h opHandler) micro.Hand
 	})
 }
 
+// errorHeaderRoom is what an error reply's headers take beside the message (micro's names, the
+// code, the line ends).
+const errorHeaderRoom = 256
+
 // respond sends the reply, or the typed error, and counts the request.
 func (s *Service) respond(op string, req replier, r reply, err error, start time.Time) {
 	result := "ok"
@@ -236,6 +240,12 @@ func (s *Service) respond(op string, req replier, r reply, err error, start time
 			s.log.Error("request failed", "op", op, "subject", req.Subject(), "err", err)
 		}
 		body, _ := json.Marshal(we)
+		// The message may quote kilobytes a client sent, escaped, and goes twice: in the body and in
+		// a header, where it takes no more than in the body. Cut to half the room, both fit.
+		if room := int(s.nc.MaxPayload()) - errorHeaderRoom; len(body)+len(we.Message) > room {
+			we = we.Cut(len(body) - room/2)
+			body, _ = json.Marshal(we)
+		}
 		if err := req.Error(wire.StatusCode(we.Code), we.Message, body); err != nil { // req is a workerReply: it writes nothing micro reads
 			s.log.Error("reply failed", "op", op, "subject", req.Subject(), "code", we.Code, "err", err)
 		}
