@@ -29,10 +29,15 @@ type Metrics struct {
 	Requests *prometheus.CounterVec
 	// RequestSeconds is the service time of requests by operation.
 	RequestSeconds *prometheus.HistogramVec
-	// Compactions counts background merges by result: ok, raced (a save came first) or error.
+	// Compactions counts the packer's packs (a session's entries since its last pack joined into
+	// one, docs/format.md §8.7) by result: ok, raced (nothing packed: a save or another daemon came
+	// first, or nothing was due any more) or error.
 	Compactions *prometheus.CounterVec
-	// CompactedBytes counts the stored bytes of segments written by merges.
+	// CompactedBytes counts the bytes the packs wrote.
 	CompactedBytes prometheus.Counter
+	// RequestSaves is the saves per save request: 1 for a single save, k for a group of k
+	// (docs/protocol.md §4.0.1). Its mean says how much group commit is joining.
+	RequestSaves prometheus.Histogram
 	// NATSEvents counts events of the daemon's own NATS connection: disconnect, reconnect,
 	// slow_consumer, error (another asynchronous error) and closed.
 	NATSEvents *prometheus.CounterVec
@@ -106,11 +111,16 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"op"}),
 		Compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "compactions_total",
-			Help: "Background merges of stored segments, by result (ok, raced, error).",
+			Help: "Packs of a session's entries since its last pack, run after saves, by result (ok, raced: nothing packed, error).",
 		}, []string{"result"}),
 		CompactedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "compacted_bytes_total",
-			Help: "Stored bytes of the segments written by background merges.",
+			Help: "Bytes written by packs.",
+		}),
+		RequestSaves: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "save_request_saves",
+			Help:    "Saves per save request: 1 for a single save, k for a group of k (group commit).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 		}),
 		NATSEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "nats_events_total",
@@ -163,7 +173,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, e := range []string{"disconnect", "reconnect", "slow_consumer", "error", "closed"} {
 		m.NATSEvents.WithLabelValues(e) // present at 0, so that alerts see the series from the start
 	}
-	reg.MustRegister(m.NATSEvents, m.ReadBytesInUse, m.Compactions, m.CompactedBytes, m.Saves, m.SaveSeconds, m.RawBytes, m.StoredBytes, m.Requests, m.RequestSeconds,
+	reg.MustRegister(m.NATSEvents, m.ReadBytesInUse, m.Compactions, m.CompactedBytes, m.Saves, m.SaveSeconds, m.RequestSaves, m.RawBytes, m.StoredBytes, m.Requests, m.RequestSeconds,
 		buildInfo(), m.LeaseTakeovers, m.ReceivedBytes, m.RetentionRounds, m.RetentionSeconds, m.RetentionRemoved, processIO{},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

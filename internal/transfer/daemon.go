@@ -187,7 +187,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Daemon, error) {
 		notes.Stop()
 		return nil, err
 	}
-	d.packer = housekeeping.NewPacker(eng, cfg.Logger)
+	d.packer = housekeeping.NewPacker(eng, cfg.Logger, cfg.Metrics)
 	d.budget = ingest.NewBudget(cfg.ingestBudget())
 	d.in = ingest.New(ingest.Config{JS: js, Streams: st, Engine: eng, MaxBytes: cfg.MaxCheckpointBytes, ImagePaths: cfg.ImagePaths,
 		Logger: cfg.Logger, Metrics: cfg.Metrics, Packer: d.packer, Budget: d.budget})

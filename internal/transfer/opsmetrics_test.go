@@ -158,3 +158,46 @@ func TestOpsMetrics_RetentionRounds(t *testing.T) {
 	}
 	require.Error(t, env.Daemon.SetRetention(housekeeping.RetentionPolicy{Default: engine.Retention{KeepLast: -1}}))
 }
+
+// opsHistogram returns the sample count and sum of reg's histogram name.
+func opsHistogram(t *testing.T, reg prometheus.Gatherer, name string) (count uint64, sum float64) {
+	t.Helper()
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				count, sum = count+m.GetHistogram().GetSampleCount(), sum+m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return count, sum
+}
+
+// TestOpsMetrics_GroupsAndPacks: an operator sees how many saves each save request carried (a
+// burst of AppendAsync joined into groups: fewer requests than saves) and the packer's packs
+// with the bytes they wrote.
+func TestOpsMetrics_GroupsAndPacks(t *testing.T) {
+	env := testenv.Start(t, func(c *transfer.Config) { c.Engine.PackEntries = 4 })
+	ctx := ctxT(t)
+	key := checkpoint.Key{Namespace: "ops", Session: "burst"}
+	const n = 60
+	futures := make([]*checkpoint.AppendFuture, n)
+	for i := range futures {
+		futures[i] = env.Client.AppendAsync(ctx, key, oneMessage("b", i))
+	}
+	for i, f := range futures {
+		_, err := f.Wait(ctx)
+		require.NoError(t, err, "append %d", i)
+	}
+	requests, saves := opsHistogram(t, env.Registry, "checkpointd_save_request_saves")
+	require.Equal(t, float64(n), saves, "every save counted once, in the request that carried it")
+	require.Less(t, requests, uint64(n), "a burst is sent in groups")
+	require.Positive(t, requests)
+
+	require.Eventually(t, func() bool { // the packer runs after the saves are answered
+		return opsSample(t, env.Registry, "checkpointd_compactions_total", map[string]string{"result": "ok"}) >= 1
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Positive(t, opsSample(t, env.Registry, "checkpointd_compacted_bytes_total", nil))
+	require.Zero(t, opsSample(t, env.Registry, "checkpointd_compactions_total", map[string]string{"result": "error"}))
+}

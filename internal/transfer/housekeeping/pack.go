@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/checkpointd/checkpointd/internal/engine"
+	"github.com/checkpointd/checkpointd/internal/metrics"
 )
 
 // Packer packs sessions after their saves (docs/format.md §8.7): a save whose entries since the
@@ -21,6 +22,7 @@ import (
 type Packer struct {
 	engine *engine.Engine
 	log    *slog.Logger
+	m      *metrics.Metrics // compactions_total, compacted_bytes_total
 
 	mu      sync.Mutex
 	queued  map[engine.Key]bool // due and not yet packed: a session is queued once
@@ -35,9 +37,9 @@ type Packer struct {
 // is packed by its next due save (packs are an optimisation of reads, never needed for one).
 const packQueue = 1024
 
-// NewPacker starts a packer of e's sessions; Stop ends it.
-func NewPacker(e *engine.Engine, log *slog.Logger) *Packer {
-	p := &Packer{engine: e, log: log, queued: map[engine.Key]bool{}, work: make(chan engine.Key, packQueue), done: make(chan struct{})}
+// NewPacker starts a packer of e's sessions, counting its packs in m; Stop ends it.
+func NewPacker(e *engine.Engine, log *slog.Logger, m *metrics.Metrics) *Packer {
+	p := &Packer{engine: e, log: log, m: m, queued: map[engine.Key]bool{}, work: make(chan engine.Key, packQueue), done: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	go p.run()
 	return p
@@ -64,10 +66,20 @@ func (p *Packer) run() {
 		delete(p.queued, key)
 		p.mu.Unlock()
 		ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
-		if _, err := p.engine.Pack(ctx, key, false); err != nil && p.ctx.Err() == nil {
-			p.log.Warn("pack failed; the session's next due save tries again", "session", key, "err", err)
-		}
+		res, err := p.engine.Pack(ctx, key, false)
 		cancel()
+		switch {
+		case err != nil && p.ctx.Err() != nil:
+			// stopping: the pack was abandoned, not failed
+		case err != nil:
+			p.m.Compactions.WithLabelValues("error").Inc()
+			p.log.Warn("pack failed; the session's next due save tries again", "session", key, "err", err)
+		case res == (engine.PackResult{}):
+			p.m.Compactions.WithLabelValues("raced").Inc()
+		default:
+			p.m.Compactions.WithLabelValues("ok").Inc()
+			p.m.CompactedBytes.Add(float64(res.Bytes))
+		}
 	}
 }
 

@@ -50,6 +50,7 @@ func (sr *SaveRequests) serveGroup(msg *nats.Msg, start time.Time) {
 		return
 	}
 	sr.in.requests.request(key.Namespace, start) // its writers reach cp.save (requestwatch.go)
+	sr.in.m.RequestSaves.Observe(float64(len(items)))
 	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)
 	defer cancel()
 	results, err := sr.in.settleGroup(ctx, key, msg.Header, items, replyRoom(sr.nc.MaxPayload()))

@@ -165,6 +165,7 @@ func (sr *SaveRequests) serve(msg *nats.Msg, start time.Time) {
 		return
 	}
 	sr.in.requests.request(key.Namespace, start)
+	sr.in.m.RequestSaves.Observe(1)
 	ctx, cancel := context.WithTimeout(sr.in.ctx, saveRequestTimeout)
 	defer cancel()
 	res, chunks, err := sr.in.settle(ctx, key, saveID, msg.Header, msg.Data, pathRequest)
