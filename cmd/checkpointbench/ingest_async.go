@@ -1,17 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/checkpointd/checkpointd/checkpoint"
-	"github.com/checkpointd/checkpointd/internal/wire"
 )
 
 // The ingest row issue 12's target is read from: the agents append with AppendAsync, keeping up to
@@ -69,39 +69,56 @@ func asyncSaveFlood(ctx context.Context, agents []*conn, conv conversation, phas
 	return done.Load(), took, nil
 }
 
-// groupWatch counts the saves per request on cp.save.> (a subscriber of its own, in this process:
-// the server's copy of every request and this process's reading of it count against checkpointd).
-type groupWatch struct {
-	sub             *nats.Subscription
-	requests, saves atomic.Int64
-	largest         atomic.Int64
+// requestSaves are the daemon's save requests and the saves they carried so far, read from its
+// /metrics (save_request_saves: a histogram of the saves per request). A subscriber of cp.save.>
+// in this process would be sent a copy of every request, which the server's copying and this
+// process's reading charged to checkpointd: 6–14 µs a save, 2–3 points of the row (measured
+// alternately, BENCHMARKS.md). A scrape before and after the phase costs nothing per save.
+type requestSaves struct {
+	requests, saves float64
+	known           bool // false: the daemon does not report it (a checkpointd from before it)
 }
 
-func watchGroups(nc *nats.Conn) (*groupWatch, error) {
-	g := &groupWatch{}
-	sub, err := nc.Subscribe(wire.SaveSubjectPrefix+">", func(m *nats.Msg) {
-		k := int64(1)
-		if s := m.Header.Get(wire.HdrGroup); s != "" {
-			n, _ := strconv.Atoi(s)
-			k = int64(n)
-		}
-		g.requests.Add(1)
-		g.saves.Add(k)
-		for {
-			l := g.largest.Load()
-			if k <= l || g.largest.CompareAndSwap(l, k) {
-				break
-			}
-		}
-	})
+const requestSavesMetric = "checkpointd_save_request_saves"
+
+func scrapeRequestSaves(httpAddr string) (requestSaves, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
-		return nil, err
+		return requestSaves{}, err
 	}
-	g.sub = sub
-	return g, nc.Flush()
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return requestSaves{}, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	var r requestSaves
+	lines := bufio.NewScanner(resp.Body)
+	lines.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for lines.Scan() {
+		name, value, ok := strings.Cut(lines.Text(), " ")
+		var into *float64
+		switch name {
+		case requestSavesMetric + "_count":
+			into = &r.requests
+		case requestSavesMetric + "_sum":
+			into = &r.saves
+		}
+		if !ok || into == nil {
+			continue
+		}
+		if *into, err = strconv.ParseFloat(value, 64); err != nil {
+			return requestSaves{}, fmt.Errorf("/metrics: %s: %w", name, err)
+		}
+		r.known = true
+	}
+	return r, lines.Err()
 }
 
-func (g *groupWatch) String() string {
-	return fmt.Sprintf("%d saves in %d requests, %.1f per request on average, at most %d",
-		g.saves.Load(), g.requests.Load(), float64(g.saves.Load())/float64(max(g.requests.Load(), 1)), g.largest.Load())
+// since is what was counted between before and r, said for the report.
+func (r requestSaves) since(before requestSaves) string {
+	if !r.known || !before.known {
+		return "not reported by this checkpointd (no " + requestSavesMetric + " in its /metrics)"
+	}
+	saves, requests := r.saves-before.saves, r.requests-before.requests
+	return fmt.Sprintf("%.0f saves in %.0f requests, %.1f per request on average", saves, requests, saves/max(requests, 1))
 }

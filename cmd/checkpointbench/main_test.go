@@ -46,7 +46,8 @@ func TestRun_EverySectionAtTheTiniestScale(t *testing.T) {
 
 	var text bytes.Buffer
 	require.NoError(t, rep.writeText(&text))
-	for _, want := range []string{"$ checkpointbench -o json", "## Summary:", "restore head", "write_bytes", "raw JetStream, the same turns alike", "Redis", "VmHWM"} {
+	for _, want := range []string{"$ checkpointbench -o json", "## Summary:", "restore head", "write_bytes", "raw JetStream, the same turns alike", "Redis", "VmHWM",
+		"per request on average"} { // the groups, from the daemon's /metrics
 		require.Contains(t, text.String(), want)
 	}
 }
