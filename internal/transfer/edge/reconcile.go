@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -33,7 +34,8 @@ const floorTTL = 100 * time.Millisecond
 // save. Everything at or below a floor learnt a moment ago was acknowledged, so that floor is still
 // true, only maybe low (a read then waits a little longer on the queue): while a request for a
 // newer one is in flight, or hangs on a dead leader, readers get the floor last learnt. Only a
-// reader that knows none yet waits, for that one request (at most OpTimeout), within ctx.
+// reader that knows none yet waits, for that one request (at most OpTimeout), within ctx. A floor
+// is a consumer's: once its consumer is not found, it is forgotten (askFloor).
 func (st *Streams) AckFloor(ctx context.Context) (uint64, error) {
 	f := &st.floor
 	f.mu.Lock()
@@ -74,6 +76,12 @@ func (st *Streams) askFloor(done chan struct{}) {
 	defer f.mu.Unlock()
 	if err != nil {
 		f.err = fmt.Errorf("ingest consumer %s: ack floor: %w", IngestConsumer, err)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			// The floor learnt was the floor of a consumer that is gone. The next one, maybe of a
+			// CP_INGEST made again whose sequences start over at 1, has a floor of its own, maybe
+			// lower: the old one, still served, would let a read skip a save not settled yet.
+			f.at, f.seq = time.Time{}, 0
+		}
 	} else {
 		f.at, f.seq, f.err = time.Now(), c.CachedInfo().AckFloor.Stream, nil
 	}
