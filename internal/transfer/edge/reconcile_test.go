@@ -64,6 +64,32 @@ func startHeldAPI(t *testing.T) *heldAPI {
 	return h
 }
 
+// streamsWithFloor makes the streams, the ingest consumer and saves it acknowledged, and returns
+// the streams once their AckFloor is the last of them.
+func streamsWithFloor(ctx context.Context, t *testing.T, h *heldAPI, saves int) *edge.Streams {
+	t.Helper()
+	st, err := edge.EnsureStreams(ctx, h.js, 1, time.Hour)
+	require.NoError(t, err)
+	consumer, err := h.plain.CreateOrUpdateConsumer(ctx, wire.StreamIngest, jetstream.ConsumerConfig{Durable: edge.IngestConsumer, AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	for range saves {
+		_, err = h.plain.Publish(ctx, "cp.ingest.t.s.a", []byte("save"))
+		require.NoError(t, err)
+	}
+	// Fetch, not FetchNoWait: a consumer just made may not have them yet.
+	batch, err := consumer.Fetch(saves, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	acked := 0
+	for m := range batch.Messages() {
+		require.NoError(t, m.DoubleAck(ctx))
+		acked++
+	}
+	require.Equal(t, saves, acked)
+	require.Eventually(t, func() bool { f, err := st.AckFloor(ctx); return err == nil && f == uint64(saves) },
+		5*time.Second, 20*time.Millisecond, "the floor of an answering consumer")
+	return st
+}
+
 // While the ingest consumer's leader does not answer, reads waiting on the ingest queue ask it
 // for its ack floor (service.awaitQueued). They used to queue on a mutex held across one request
 // bounded only by the first reader's deadline: every read waited out the one before. Now one
@@ -73,19 +99,7 @@ func TestAckFloor_UnansweredConsumerInfoHoldsNoReader(t *testing.T) {
 	h := startHeldAPI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := edge.EnsureStreams(ctx, h.js, 1, time.Hour)
-	require.NoError(t, err)
-	consumer, err := h.plain.CreateOrUpdateConsumer(ctx, wire.StreamIngest, jetstream.ConsumerConfig{Durable: edge.IngestConsumer, AckPolicy: jetstream.AckExplicitPolicy})
-	require.NoError(t, err)
-	_, err = h.plain.Publish(ctx, "cp.ingest.t.s.a", []byte("save"))
-	require.NoError(t, err)
-	batch, err := consumer.FetchNoWait(1)
-	require.NoError(t, err)
-	for m := range batch.Messages() {
-		require.NoError(t, m.DoubleAck(ctx))
-	}
-	require.Eventually(t, func() bool { f, err := st.AckFloor(ctx); return err == nil && f == 1 },
-		5*time.Second, 20*time.Millisecond, "the floor of an answering consumer")
+	st := streamsWithFloor(ctx, t, h, 1)
 
 	h.hold.Store(true)
 	time.Sleep(150 * time.Millisecond) // the floor learnt is now older than its cache's life
@@ -130,25 +144,11 @@ func TestAckFloor_ForgetsTheFloorOfAConsumerThatIsGone(t *testing.T) {
 	h := startHeldAPI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := edge.EnsureStreams(ctx, h.js, 1, time.Hour)
-	require.NoError(t, err)
-	consumer, err := h.plain.CreateOrUpdateConsumer(ctx, wire.StreamIngest, jetstream.ConsumerConfig{Durable: edge.IngestConsumer, AckPolicy: jetstream.AckExplicitPolicy})
-	require.NoError(t, err)
-	for range 3 {
-		_, err = h.plain.Publish(ctx, "cp.ingest.t.s.a", []byte("save"))
-		require.NoError(t, err)
-	}
-	batch, err := consumer.FetchNoWait(3)
-	require.NoError(t, err)
-	for m := range batch.Messages() {
-		require.NoError(t, m.DoubleAck(ctx))
-	}
-	require.Eventually(t, func() bool { f, err := st.AckFloor(ctx); return err == nil && f == 3 },
-		5*time.Second, 20*time.Millisecond, "the floor of an answering consumer")
+	st := streamsWithFloor(ctx, t, h, 3)
 
 	// CP_INGEST made again, its consumer not yet: a save queued at sequence 1, not settled.
 	require.NoError(t, h.plain.DeleteStream(ctx, wire.StreamIngest))
-	_, err = edge.EnsureStreams(ctx, h.js, 1, time.Hour)
+	_, err := edge.EnsureStreams(ctx, h.js, 1, time.Hour)
 	require.NoError(t, err)
 	ack, err := h.plain.Publish(ctx, "cp.ingest.t.s.a", []byte("save"))
 	require.NoError(t, err)
