@@ -35,10 +35,22 @@ func TestAppendResult_WritesWhatEncodingJSONWrites(t *testing.T) {
 	}
 }
 
+// Each optional field present or not (blank's bits), and a creation time in any zone of whole
+// minutes within a day, as time.Parse reads one (offset).
 func FuzzAppendResult(f *testing.F) {
-	f.Add("plain", uint64(7), int64(1764000000), int64(5))
-	f.Fuzz(func(t *testing.T, s string, n uint64, sec, nsec int64) {
-		r := sampleResult(s, n, time.Unix(sec, nsec).UTC())
+	f.Add("plain", uint64(7), int64(1764000000), int64(5), uint8(0), int16(0))
+	f.Add("plain", uint64(8), int64(1764000000), int64(5), uint8(0xff), int16(-420))
+	f.Fuzz(func(t *testing.T, s string, n uint64, sec, nsec int64, blank uint8, offset int16) {
+		r := sampleResult(s, n, time.Unix(sec, nsec).In(time.FixedZone("", int(offset)%(24*60)*60)))
+		v := r.Version
+		for i, field := range []*string{&r.Received, &r.Unverified, &v.Writer, &v.Dialect, &v.SaveID, &v.Hash, &v.Reason} {
+			if blank&(1<<i) != 0 {
+				*field = ""
+			}
+		}
+		if blank&0x80 != 0 {
+			v.Counts.System = 0
+		}
 		want, err := json.Marshal(r)
 		if err != nil {
 			return // a time outside years 0-9999: encoding/json refuses it, and so does appendResult's fallback
