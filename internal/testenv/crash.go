@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -188,8 +189,23 @@ func (c *Cluster) Freeze(name string) (thaw func()) {
 	require.NotNil(c.t, node.proc, "node %s: a node that runs as a process (StartCrashCluster)", name)
 	proc := node.proc.Process
 	require.NoError(c.t, proc.Signal(syscall.SIGSTOP))
+	// kill(2) returns before the process has stopped: on a loaded machine it can go on answering
+	// for a while. Frozen means stopped, as /proc says (state T).
+	require.Eventually(c.t, func() bool { return stopped(proc.Pid) }, 10*time.Second, time.Millisecond,
+		"node %s never stopped after SIGSTOP", name)
 	var once sync.Once
 	thaw = func() { once.Do(func() { _ = proc.Signal(syscall.SIGCONT) }) }
 	c.t.Cleanup(thaw)
 	return thaw
+}
+
+// stopped reports whether process pid is stopped by a signal: the state in /proc/<pid>/stat,
+// after the command name in parentheses, is T.
+func stopped(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'T'
 }

@@ -36,21 +36,29 @@ func TestCluster_RangeFromAFrozenServerGivesUpSoon(t *testing.T) {
 		}, 30*time.Second, 200*time.Millisecond)
 		return edge.BoundedLog{Log: log}
 	}
-	open("n1") // creates CP_LOG, one replica
-	holder := cl.StreamLeader(edge.LogStream, 10*time.Second)
+	writer := open("n1") // creates CP_LOG, one replica
+	key := engine.Key{Namespace: "default", Session: "frozen", Agent: "main"}
+	var seq uint64
+	for i := range 3 {
+		var err error
+		seq, err = writer.Append(ctx, key, []byte(fmt.Sprint("entry ", i)), seq)
+		require.NoError(t, err)
+	}
+	// Where the entries are, asked once they are written: under load the meta leader can place a
+	// new stream again when its first peer is slow to take it, so an answer from before may be
+	// out of date.
+	js, err := jetstream.New(cl.ConnTo("n1"))
+	require.NoError(t, err)
+	info, err := js.Stream(ctx, edge.LogStream)
+	require.NoError(t, err)
+	require.NotNil(t, info.CachedInfo().Cluster)
+	holder := info.CachedInfo().Cluster.Leader
 	require.NotEmpty(t, holder)
 	reader := "n1"
 	if holder == reader {
 		reader = "n2"
 	}
 	log := open(reader)
-	key := engine.Key{Namespace: "default", Session: "frozen", Agent: "main"}
-	var seq uint64
-	for i := range 3 {
-		var err error
-		seq, err = log.Append(ctx, key, []byte(fmt.Sprint("entry ", i)), seq)
-		require.NoError(t, err)
-	}
 	read := func() (int, error) {
 		n := 0
 		err := log.Range(ctx, key, 1, 0, func(engine.Entry) bool { n++; return true })
