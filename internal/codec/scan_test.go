@@ -326,3 +326,78 @@ func TestPutTape_KeepsNoSliceOfThePayload(t *testing.T) {
 		require.Nil(t, mb.value, "member %d's value", i)
 	}
 }
+
+// oldScanString is scanString as it was before plainRun (s22-gcpu): one byte at a time.
+func oldScanString(b []byte, i int) int {
+	for i++; i < len(b); {
+		for i < len(b) && stringSafe[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c == '\\':
+			if i+1 < len(b) && shortEscape[b[i+1]] {
+				i += 2
+			} else if i = scanEscape(b, i); i < 0 {
+				return -1
+			}
+		case c < 0x20:
+			return -1
+		default:
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n == 1 {
+				return -1
+			}
+			i += n
+		}
+	}
+	return -1
+}
+
+// checkScanString: scanString, reading plain text 8 bytes at a time, ends (or refuses) every
+// string of in exactly where the byte-at-a-time scan did, from every quote of in; and it reads
+// nothing past len(in) (in is cut to its length, so a read past it would panic, not read on).
+func checkScanString(t *testing.T, in []byte) {
+	t.Helper()
+	in = in[:len(in):len(in)]
+	for i, c := range in {
+		if c == '"' {
+			if got, want := scanString(in, i), oldScanString(in, i); got != want {
+				t.Fatalf("scanString(%q, %d) = %d, the byte-at-a-time scan says %d", in, i, got, want)
+			}
+		}
+	}
+}
+
+// TestScanString_SameAsTheByteLoop: every byte value in every lane of the two words after a
+// quote, with a quote or a backslash, a control byte or a byte of a multi-byte rune before or
+// after it, and strings ending on, before and after a word boundary, end where they did.
+func TestScanString_SameAsTheByteLoop(t *testing.T) {
+	for _, c := range []string{`""`, `"a"`, `"abcdefg"`, `"abcdefgh"`, `"abcdefghi"`, `"abcdefghijklmno"`,
+		`"abcdefghijklmnop"`, `"abcdefg\"`, `"abcdefg\\"`, `"abcdefgh\"x"`, "\"abcdefg\x1f\"", "\"abcdefg\x7f\"",
+		"\"abcdefg\xc3\xa9\"", "\"abcdefg\xc3\"", "\"abcdefg\xe6\x97\xa5\"", "\"abcdef\xe6\x97\xa5x\"",
+		"\"abcdefg\xed\xa0\x80\"", "\"abcdefg\xff\"", `"abcdefg\u00e9"`, `"abcdefg\u00"`, `"abcdefgh`} {
+		checkScanString(t, []byte(c))
+	}
+	for pos := range 16 {
+		for c := range 256 {
+			b := []byte(`"abcdefghijklmnopqrstuvwxyz"`)
+			b[1+pos] = byte(c)
+			checkScanString(t, b)
+			checkScanString(t, b[:2+pos]) // the string cut right after it
+			b[2+pos] = '"'
+			checkScanString(t, b) // and closed right after it
+		}
+	}
+}
+
+func FuzzScanString(f *testing.F) {
+	for _, s := range []string{`"abcdefgh"`, `"abcdefg\"x"`, "\"abcdefg\xc3\xa9\"", "\"abcdefgh\x01\"", `["a\"b","c\\"]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkScanString)
+}

@@ -142,6 +142,12 @@ type session struct {
 	last    entryMeta // the last entry's meta (zero if none)
 	enc     *encoder
 	encRaw  int64 // bytes compressed by enc since its frame began (maxRun)
+	// runRaw is what a reader decodes at once up to enc's last piece once the tail is packed open
+	// (an open pack that continues a frame joins the run before it: logBuilder.addPack): the bytes
+	// enc compressed since its frame began when that frame began a tail (no entry since a pack), -1
+	// when it began inside one, after pieces not known here that a reader may join to it. It bounds
+	// the frames that continue across an open pack (compress).
+	runRaw int64
 	// recent holds the records of the last pack's versions and of the saves after it (recent.go).
 	recent recentRecords
 	// creation is the creation of the log under way while a save that creates it is made

@@ -153,3 +153,16 @@ func EntryData(b []byte) (data []byte, isPack, open bool, err error) {
 	m, data, err := decodeEntry(b)
 	return data, m.Kind == kindPack, m.Open, err
 }
+
+// PackRun decodes a stored entry and returns, for a pack, whether its data starts a frame (else a
+// reader joins it to the run before it) and how many bytes its pieces decode to.
+func PackRun(b []byte) (isPack, starts bool, raw int64, err error) {
+	m, _, err := decodeEntry(b)
+	if err != nil || m.Kind != kindPack {
+		return false, false, 0, err
+	}
+	for _, p := range m.Packed {
+		raw += p.Piece.RawBytes
+	}
+	return true, startsFrame(m.Packed), raw, nil
+}

@@ -396,3 +396,57 @@ func TestPack_SingleSaveAfterAnOpenGroupPackStartsAFrame(t *testing.T) {
 	require.True(t, lastStartsFrame(), "a single save after an open pack starts a frame")
 	checkVersions(t, engine.New(log, engine.Config{}), k, 17)
 }
+
+// A session saved only in groups has every tail packed open, and a reader decodes an open pack
+// that continues a frame with the run before it, at once (logBuilder.addPack), refusing a run of
+// more than maxDecoded (4 × maxRun). A group continues the frame of an open pack only while that
+// run stays within maxRun: were every pack to continue the one before, the whole history of such
+// a session would be one run, and past 256 MiB of saves (rewrites included) no version after that
+// would read back. Here maxRun is 8 KiB, a tail 4 groups of 2 saves of ~300 bytes.
+func TestPack_OpenPacksOfGroupsKeepAReadersRunWithinMaxRun(t *testing.T) {
+	cfg := engine.Config{PackEntries: 8}
+	e, log := newEngine(t, 1<<20, cfg)
+	const maxRun = 8 << 10
+	engine.SetMaxRun(e, maxRun)
+	k := engine.Key{Namespace: "n", Session: "s", Agent: "a"}
+	v := 0
+	for range 96 { // a tail is 4 groups: frames that pass maxRun end inside tails too
+		var reqs []engine.SaveRequest
+		for range 2 {
+			v++
+			reqs = append(reqs, engine.SaveRequest{Key: k, SaveID: fmt.Sprint("save-", v), Base: u64(uint64(v - 1)),
+				Payload: array(2*(v-1), 2*v), Now: now})
+		}
+		res := e.SaveGroup(ctx, reqs)
+		for i, r := range res {
+			require.NoError(t, r.Err, "save %d", v-2+i+1)
+		}
+		if res[len(res)-1].Saved.PackDue {
+			_, err := e.Pack(ctx, k, false)
+			require.NoError(t, err)
+		}
+	}
+	var runs []int64 // what a reader decodes at once, pack after pack
+	continued, tail := 0, int64(0)
+	require.NoError(t, log.Range(ctx, k, 0, 0, func(en engine.Entry) bool {
+		isPack, starts, raw, err := engine.PackRun(en.Data)
+		require.NoError(t, err)
+		if !isPack {
+			return true
+		}
+		tail = max(tail, raw)
+		if starts || len(runs) == 0 {
+			runs = append(runs, 0)
+		} else {
+			continued++
+		}
+		runs[len(runs)-1] += raw
+		return true
+	}))
+	require.Positive(t, continued, "a group after an open pack continues its frame")
+	for i, r := range runs {
+		require.LessOrEqual(t, r, maxRun+tail, "run %d of the packs %v", i, runs)
+	}
+	checkVersions(t, e, k, v)
+	checkVersions(t, engine.New(log, cfg), k, v)
+}

@@ -36,7 +36,7 @@ func TestEngine_RandomAgainstAModel(t *testing.T) {
 	}
 	for i, c := range configs {
 		for seed := range seeds {
-			t.Run(fmt.Sprintf("%s/%d", c.name, seed), func(t *testing.T) { randomSession(t, uint64(100*i+seed), c.maxEntry, c.cfg, false) })
+			t.Run(fmt.Sprintf("%s/%d", c.name, seed), func(t *testing.T) { randomSession(t, uint64(100*i+seed), c.maxEntry, c.cfg, false, 0) })
 		}
 	}
 }
@@ -48,11 +48,14 @@ func TestEngine_RandomGroupsAgainstAModel(t *testing.T) {
 		name     string
 		maxEntry int
 		cfg      engine.Config
+		maxRun   int64 // 0: the engine's
 	}{
-		{"small packs", 1 << 20, engine.Config{PackEntries: 5}},
-		{"open packs", 1 << 20, engine.Config{PackEntries: 4, PackOpen: true}},
-		{"parts", 2048, engine.Config{PackEntries: 6}},
-		{"no packs, one cache", 1 << 20, engine.Config{NoPack: true, Sessions: 1}},
+		{"small packs", 1 << 20, engine.Config{PackEntries: 5}, 0},
+		{"open packs", 1 << 20, engine.Config{PackEntries: 4, PackOpen: true}, 0},
+		{"parts", 2048, engine.Config{PackEntries: 6}, 0},
+		{"no packs, one cache", 1 << 20, engine.Config{NoPack: true, Sessions: 1}, 0},
+		// Runs of 4 KiB: frames end inside tails, and groups stop continuing open packs' frames.
+		{"small runs", 1 << 20, engine.Config{PackEntries: 6}, 4 << 10},
 	}
 	seeds := 2
 	if s := os.Getenv("CP_RANDOM_SEEDS"); s != "" {
@@ -60,18 +63,24 @@ func TestEngine_RandomGroupsAgainstAModel(t *testing.T) {
 	}
 	for i, c := range configs {
 		for seed := range seeds {
-			t.Run(fmt.Sprintf("%s/%d", c.name, seed), func(t *testing.T) { randomSession(t, uint64(1000+100*i+seed), c.maxEntry, c.cfg, true) })
+			t.Run(fmt.Sprintf("%s/%d", c.name, seed), func(t *testing.T) { randomSession(t, uint64(1000+100*i+seed), c.maxEntry, c.cfg, true, c.maxRun) })
 		}
 	}
 }
 
-// randomSession runs 120 random steps on one session against a model; groups adds groups of saves.
-func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config, groups bool) {
+// randomSession runs 120 random steps on one session against a model; groups adds groups of saves;
+// maxRun, if not 0, lowers the engines' maxRun.
+func randomSession(t *testing.T, seed uint64, maxEntry int, cfg engine.Config, groups bool, maxRun int64) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	log := memlog.New(maxEntry)
 	clk := &clock{t: now}
 	cfg.Clock, cfg.ValueGrace = clk.now, time.Minute
 	engines := []*engine.Engine{engine.New(log, cfg), engine.New(log, cfg)}
+	if maxRun > 0 {
+		for _, e := range engines {
+			engine.SetMaxRun(e, maxRun)
+		}
+	}
 	img := image(25 << 10) // 33 KB of base64: a value
 	msg := func() string {
 		switch rng.IntN(10) {

@@ -708,12 +708,13 @@ func (c *compression) abandon(s *session) {
 // continues it at the default level (a new frame would compress that group without the
 // history), and single saves continue a group's frame at the fastest.
 func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte, group bool) ([]byte, error) {
-	if s.last.Kind == kindPack && (!s.last.Open || !group && !e.cfg.PackOpen) {
+	if s.last.Kind == kindPack && (!s.last.Open || !group && !e.cfg.PackOpen || !e.runContinues(s, stripped)) {
 		// A recompressed pack ended the frames before it. After an open pack a group continues
 		// its frame (with its history), but a single save starts a new one: else a session that
 		// saved in groups and then turn by turn would continue the groups' frame, at the
 		// fastest level, and its tails of single saves would be packed open too (continuesFrame)
 		// instead of compressed again (docs/format.md §8.15s).
+		// Nor does it continue once the run a reader decodes at once would pass maxRun (runRaw).
 		s.dropEncoder()
 	}
 	if len(stripped) == 0 {
@@ -732,9 +733,15 @@ func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte, group b
 		if s.enc, err = newEncoder(e.cfg.Window, fast); err != nil {
 			return nil, err
 		}
-		s.encRaw = 0
+		s.encRaw, s.runRaw = 0, -1
+		if s.last.Kind == kindPack || s.last.Head.TailEntries == 0 {
+			s.runRaw = 0 // the tail's first piece (no entry since the last pack): a reader's run starts here
+		}
 	}
 	s.encRaw += int64(len(stripped))
+	if s.runRaw >= 0 {
+		s.runRaw += int64(len(stripped))
+	}
 	add := s.enc.add
 	if large && runtime.GOMAXPROCS(0) > 1 {
 		add = s.enc.addSplit // a large first piece: on two cores
@@ -745,6 +752,18 @@ func (e *Engine) compress(s *session, piece *pieceInfo, stripped []byte, group b
 		return nil, err
 	}
 	return data, nil
+}
+
+// runContinues says whether stripped, the first piece after an open pack, may continue the
+// session's frame as far as a reader is concerned: a reader decodes an open pack that does not
+// start a frame with the run before it, at once (logBuilder.addPack), and refuses a run of more
+// than maxDecoded. Frames alone would not bound that run: a session saved only in groups packs
+// every tail open, each continuing the frame of the one before, and its whole history would be one
+// run (past 256 MiB of saves, rewrites included, no version after it would read back). So a frame
+// continues across an open pack only while the run since the tail that began it stays within
+// maxRun; past it, or when that run is not known (runRaw), the next tail starts a frame.
+func (e *Engine) runContinues(s *session, stripped []byte) bool {
+	return s.enc != nil && s.runRaw >= 0 && s.runRaw+int64(len(stripped)) <= e.maxRun
 }
 
 // rawPerTailByte: a save counts at least its decoded bytes over this in the tail (commitHead), so
