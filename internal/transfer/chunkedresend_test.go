@@ -1,8 +1,10 @@
 package transfer_test
 
 import (
+	"errors"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,6 +41,14 @@ func TestSave_ChunkedRequestSentAgainAfterItWasStoredIsADuplicate(t *testing.T) 
 	res := saveRawHeader(t, nc, js, key, "request", "big", chunked, nil)
 	require.True(t, res.OK, "%+v", res.Error)
 	require.Empty(t, res.Unverified, "compared: it is the first")
+	// The chunks are removed after the reply (off the save's latency): a request sent again
+	// before that finds them and is compared whole. Here the writer's second request comes later.
+	chunks, err := js.Stream(ctx, wire.StreamChunks)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := chunks.GetLastMsgForSubject(ctx, wire.ChunkSubject(key.Namespace, "big"))
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}, 10*time.Second, 10*time.Millisecond, "the stored save's chunks removed")
 
 	for _, path := range []string{"request", "ingest"} {
 		res := saveRawHeader(t, nc, js, key, path, "big", chunked, nil)
