@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/checkpointd/checkpointd/internal/bufpool"
 	"github.com/checkpointd/checkpointd/internal/codec"
 	"github.com/checkpointd/checkpointd/internal/pieces"
 	"github.com/checkpointd/checkpointd/internal/wire"
@@ -307,7 +308,7 @@ func (c *Client) requestGroup(key Key, head *uint64, group []*asyncAppend) (int,
 	ctx, cancel := c.withTimeout(group[0].ctx)
 	defer cancel()
 	msg, sent := c.groupMessage(key, *head, group)
-	defer putGroupBody(msg.Data) // nats.go copies what it publishes: the body is free once sent for the last time
+	defer groupBodies.Put(msg.Data) // nats.go copies what it publishes: the body is free once sent for the last time
 	for try := 1; ; try++ {
 		actx, acancel := context.WithTimeout(ctx, requestAttempt)
 		reply, err := c.nc.RequestMsgWithContext(actx, msg)
@@ -345,7 +346,7 @@ func (c *Client) groupMessage(key Key, head uint64, group []*asyncAppend) (*nats
 	for _, a := range group {
 		size += len(a.messages) + groupItemOverhead
 	}
-	body := getGroupBody(size)
+	body := groupBodies.Get(size)
 	sent := make([]string, len(group))
 	from := c.groupCompressFrom(size)
 	for i, a := range group {
@@ -356,10 +357,7 @@ func (c *Client) groupMessage(key Key, head uint64, group []*asyncAppend) (*nats
 		if a.epoch != 0 {
 			fields = append(fields, [2]string{wire.HdrEpoch, strconv.FormatUint(a.epoch, 10)})
 		}
-		data, encoding := a.messages, wire.EncodingIdentity // as compressBody decides, without a header map per item
-		if len(data) >= from {
-			data, encoding = codec.CompressBody(data), wire.EncodingZstd
-		}
+		data, encoding := encodeBody(a.messages, from)
 		fields = append(fields, [2]string{wire.HdrEncoding, encoding})
 		body = wire.AppendGroupItem(body, fields, data)
 		sent[i] = wire.Hash(a.messages)
@@ -372,28 +370,9 @@ func (c *Client) groupMessage(key Key, head uint64, group []*asyncAppend) (*nats
 }
 
 // groupBodies holds the bodies of group requests sent, for the next ones: a burst's group is a few
-// hundred KB (~250 KB for 54 of the corpus's pairs), which Go allocates as a large object, zeroed,
-// for every request.
-var groupBodies sync.Pool // *[]byte
-
-// maxPooledBody bounds the bodies kept (a group is one message: max_payload's default is 1 MiB).
-const maxPooledBody = 4 << 20
-
-// getGroupBody returns an empty body with room for size bytes at least.
-func getGroupBody(size int) []byte {
-	if b, ok := groupBodies.Get().(*[]byte); ok && cap(*b) >= size {
-		return (*b)[:0]
-	}
-	return make([]byte, 0, size)
-}
-
-// putGroupBody gives a body back once its request will not be sent again.
-func putGroupBody(b []byte) {
-	if cap(b) <= maxPooledBody {
-		b = b[:0]
-		groupBodies.Put(&b)
-	}
-}
+// hundred KB (~250 KB for 54 of the corpus's pairs). Those over 4 MiB are not kept (a group is one
+// message: max_payload's default is 1 MiB).
+var groupBodies = bufpool.Pool{Max: 4 << 20}
 
 // groupCompressFrom is the item size from which a group of size bytes (its items as they are)
 // sends its items compressed. A group is a core NATS request, never stored as sent: over a

@@ -198,7 +198,8 @@ func (c *Client) save(ctx context.Context, key Key, conversation []byte, base *u
 	sent := wire.HashBeside(conversation)
 	defer sent()
 	size := pieces.Size(c.nc.MaxPayload(), pieces.ChunkRoom)
-	body := compressBody(hdr, conversation, c.saveCompressFrom(len(conversation), size))
+	body, encoding := encodeBody(conversation, c.saveCompressFrom(len(conversation), size))
+	hdr.Set(wire.HdrEncoding, encoding)
 	if int64(len(body)) > size {
 		n, err := c.publishChunks(ctx, key.Namespace, o.saveID, msgID, body, size)
 		if err != nil {
@@ -246,15 +247,14 @@ func (c *Client) saveCompressFrom(n int, room int64) int {
 	return c.compressFrom
 }
 
-// compressBody returns the body to send for conversation, and says its encoding in hdr: zstd
-// (in parallel frames when large) from `from` bytes on, the bytes as they are below it.
-func compressBody(hdr nats.Header, conversation []byte, from int) []byte {
+// encodeBody returns the body to send for conversation and its encoding (Cp-Encoding): zstd (in
+// parallel frames when large) from `from` bytes on, the bytes as they are below it. A save and
+// each item of a group are encoded by it.
+func encodeBody(conversation []byte, from int) (body []byte, encoding string) {
 	if len(conversation) < from {
-		hdr.Set(wire.HdrEncoding, wire.EncodingIdentity)
-		return conversation
+		return conversation, wire.EncodingIdentity
 	}
-	hdr.Set(wire.HdrEncoding, wire.EncodingZstd)
-	return codec.CompressBody(conversation)
+	return codec.CompressBody(conversation), wire.EncodingZstd
 }
 
 // checkRepeat checks a duplicate's version against the whole conversation this save stores: a

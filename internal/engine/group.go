@@ -6,8 +6,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"sync"
 	"time"
+
+	"github.com/checkpointd/checkpointd/internal/bufpool"
 )
 
 // Group commit (docs/format.md §8.15m): the saves of one session that arrive together (an SDK's
@@ -349,8 +350,8 @@ func (e *Engine) commitGroup(ctx context.Context, s *session, pend []pendingSave
 	for _, p := range pend {
 		rawBytes += len(p.raw)
 	}
-	all := getGroupBuffer(rawBytes) // the saves' pieces back to back: compressed at once (values out: no more)
-	defer putGroupBuffer(all)       // compress copies it into the encoder's history; the entry holds none of it
+	all := groupBuffers.Get(rawBytes) // the saves' pieces back to back: compressed at once (values out: no more)
+	defer groupBuffers.Put(all)       // compress copies it into the encoder's history; the entry holds none of it
 	added := make([]int64, len(pend))
 	var deadline time.Time
 	for i, p := range pend {
@@ -414,23 +415,8 @@ func (e *Engine) commitGroup(ctx context.Context, s *session, pend []pendingSave
 
 // groupBuffers holds the buffers commitGroup joins a group's pieces in, for the next group: a
 // group of a burst is up to maxGroupBytes (~250 KB for 54 of the corpus's pairs, what the ingest
-// benchmark's agents send), which Go allocates as a large object, zeroed, at every entry.
-var groupBuffers sync.Pool // *[]byte
-
-// getGroupBuffer returns an empty buffer of at least n bytes' room.
-func getGroupBuffer(n int) []byte {
-	if b, ok := groupBuffers.Get().(*[]byte); ok && cap(*b) >= n {
-		return (*b)[:0]
-	}
-	return make([]byte, 0, max(n, 64<<10))
-}
-
-// putGroupBuffer gives b back for another group; one larger than a group may hold is dropped.
-func putGroupBuffer(b []byte) {
-	if cap(b) <= 2*maxGroupBytes {
-		groupBuffers.Put(&b)
-	}
-}
+// benchmark's agents send). One larger than a group may hold is not kept.
+var groupBuffers = bufpool.Pool{Min: 64 << 10, Max: 2 * maxGroupBytes}
 
 // groupEntry is the entry of a group of pending saves whose pieces are pieces: its head the last
 // save's head, the saves before it its Group; each version's stored bytes its share (by raw

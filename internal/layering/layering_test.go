@@ -18,10 +18,11 @@ const (
 )
 
 // The domain: the conversation model and the storage engine with its in-memory log and its
-// suites, the mechanism for large bodies, and format 2's domain. None of them may reach NATS or
+// suites, the mechanism for large bodies, its buffers' pool, and format 2's domain. None of them may reach NATS or
 // the protocol package, so that a protocol change is never a storage change and the domain's
 // rules are tested without a NATS server (the tests of these packages are held to it too).
 var domain = []string{
+	module + "/internal/bufpool",
 	module + "/internal/codec",
 	module + "/internal/engine",
 	module + "/internal/engine/memlog",

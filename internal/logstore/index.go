@@ -50,7 +50,7 @@ func (l *Log) create(ctx context.Context, key engine.Key, subject string, data [
 // early (a creation there reads the head before it lists: create), and a key that is not valid
 // gets its error from Append.
 func (l *Log) Create(ctx context.Context, key engine.Key) engine.Creation {
-	subject, err := logSubject(key)
+	subject, err := LogSubject(key)
 	if err != nil || l.legacyIndex {
 		return appendOnly{l: l, key: key}
 	}
@@ -450,7 +450,7 @@ func (l *Log) Sessions(ctx context.Context, ns string, cursor uint64, limit int)
 // deleted (packed) cannot tell, and is listed: a key re-created after a purge, or created by
 // racing creators, may then be listed more than once on such a server.
 func (l *Log) indexEntryHolds(ctx context.Context, k engine.Key, seq uint64) (bool, error) {
-	subject, _ := logSubject(k)
+	subject, _ := LogSubject(k)
 	first, err := l.get(ctx, getRequest{Seq: 1, NextFor: subject}, l.upToDate)
 	if errors.Is(err, engine.ErrNotFound) {
 		return false, nil

@@ -48,7 +48,7 @@ func (l *Log) Lasts(ctx context.Context, keys []engine.Key) ([]engine.Entry, err
 	at := make(map[string][]int, len(keys)) // subject → the positions of its keys
 	var subjects []string                   // each once, in the order of keys
 	for i, k := range keys {
-		s, err := logSubject(k)
+		s, err := LogSubject(k)
 		if err != nil {
 			return nil, err
 		}

@@ -148,7 +148,7 @@ func LogStreamConfig(cfg LogConfig) jetstream.StreamConfig {
 	cfg = cfg.withDefaults()
 	return jetstream.StreamConfig{
 		Name:        cfg.Stream,
-		Subjects:    []string{"cp.log.>", "cp.idx.>", "cp.val.>"},
+		Subjects:    []string{LogSubjectPrefix + ">", "cp.idx.>", "cp.val.>"},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardNew,
@@ -156,9 +156,12 @@ func LogStreamConfig(cfg LogConfig) jetstream.StreamConfig {
 		AllowDirect: true,
 		// The headers of every entry, republished: a daemon learns of appends without asking
 		// (docs/format.md §8.15o, internal/transfer/edge/notes.go).
-		RePublish: &jetstream.RePublish{Source: "cp.log.>", Destination: NotePrefix + ">", HeadersOnly: true},
+		RePublish: new(NoteRePublish),
 	}
 }
+
+// NoteRePublish is the stream's republish setting: the headers of every session log entry.
+var NoteRePublish = jetstream.RePublish{Source: LogSubjectPrefix + ">", Destination: NotePrefix + ">", HeadersOnly: true}
 
 // NotePrefix is where the stream republishes the headers of each entry it stores (Nats-Subject,
 // Nats-Sequence, no data): "$log" is never an encoded namespace.
@@ -184,7 +187,7 @@ func (l *Log) withTimeout(ctx context.Context) (context.Context, context.CancelF
 }
 
 func (l *Log) Last(ctx context.Context, key engine.Key) (engine.Entry, error) {
-	subject, err := logSubject(key)
+	subject, err := LogSubject(key)
 	if err != nil {
 		return engine.Entry{}, err
 	}
@@ -200,7 +203,7 @@ func (l *Log) Last(ctx context.Context, key engine.Key) (engine.Entry, error) {
 // answers "none" for an entry it has not applied yet): a 404 when there is none, a few bytes
 // however large the entry at seq.
 func (l *Log) Moved(ctx context.Context, key engine.Key, seq uint64) (bool, error) {
-	subject, err := logSubject(key)
+	subject, err := LogSubject(key)
 	if err != nil {
 		return false, err
 	}
@@ -217,7 +220,7 @@ func (l *Log) Moved(ctx context.Context, key engine.Key, seq uint64) (bool, erro
 }
 
 func (l *Log) Get(ctx context.Context, key engine.Key, seq uint64) (engine.Entry, error) {
-	subject, err := logSubject(key)
+	subject, err := LogSubject(key)
 	if err != nil {
 		return engine.Entry{}, err
 	}
@@ -235,7 +238,7 @@ func (l *Log) Get(ctx context.Context, key engine.Key, seq uint64) (engine.Entry
 }
 
 func (l *Log) Append(ctx context.Context, key engine.Key, data []byte, after uint64) (uint64, error) {
-	subject, err := logSubject(key)
+	subject, err := LogSubject(key)
 	if err != nil {
 		return 0, err
 	}
@@ -249,7 +252,7 @@ func (l *Log) Append(ctx context.Context, key engine.Key, data []byte, after uin
 }
 
 func (l *Log) Delete(ctx context.Context, key engine.Key, seqs ...uint64) error {
-	subject, err := logSubject(key)
+	subject, err := LogSubject(key)
 	if err != nil || len(seqs) == 0 {
 		return err
 	}
@@ -325,7 +328,7 @@ func (l *Log) deleteSeqs(ctx context.Context, seqs []uint64) error {
 // after a crash, a log no listing shows. On a replicated stream it then moves the stream's last
 // sequence past the purge (markPurged), so that Lasts reflects it at once.
 func (l *Log) Purge(ctx context.Context, key engine.Key) error {
-	subject, err := logSubject(key)
+	subject, err := LogSubject(key)
 	if err != nil {
 		return err
 	}

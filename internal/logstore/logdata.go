@@ -22,7 +22,7 @@ func (l *Log) ReadData(ctx context.Context, key engine.Key, after uint64, n int,
 	if n <= 0 {
 		return nil
 	}
-	subject, err := logSubject(key)
+	subject, err := LogSubject(key)
 	if err != nil {
 		return err
 	}

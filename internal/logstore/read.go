@@ -9,7 +9,7 @@ import (
 )
 
 func (l *Log) Range(ctx context.Context, key engine.Key, from, upTo uint64, fn func(engine.Entry) bool) error {
-	subject, err := logSubject(key)
+	subject, err := LogSubject(key)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func TestLog_PurgeOfEmptyLogKeepsACreationUnderWay(t *testing.T) {
 	l := openFresh(t, nc, LogConfig{})
 	ctx := context.Background()
 	k := engine.Key{Namespace: "n", Session: "s", Agent: "main"}
-	subject, err := logSubject(k)
+	subject, err := LogSubject(k)
 	require.NoError(t, err)
 	idx, err := indexSubject(k.Namespace)
 	require.NoError(t, err)

@@ -10,14 +10,18 @@ import (
 // The subjects. Each id is validated (wire.ValidateID: non-empty UTF-8 of at most 256 bytes)
 // and encoded (wire.EncodeID: one token of [A-Za-z0-9_-=]).
 
-func logSubject(k engine.Key) (string, error) {
+// LogSubjectPrefix is what a session's log subject starts with; the rest is its key's token.
+const LogSubjectPrefix = "cp.log."
+
+// LogSubject is the subject of k's log: LogSubjectPrefix and k's token.
+func LogSubject(k engine.Key) (string, error) {
 	wk := wire.Key{Namespace: k.Namespace, Session: k.Session, Agent: k.Agent}
 	if err := wk.Validate(); err != nil {
 		// quoted: the ids are a client's, and may hold anything (control characters, bytes
 		// that are not UTF-8) that must not reach a log line raw
 		return "", fmt.Errorf("logstore: key %q/%q/%q: %w", k.Namespace, k.Session, k.Agent, err)
 	}
-	return "cp.log." + wk.Token(), nil
+	return LogSubjectPrefix + wk.Token(), nil
 }
 
 func indexSubject(ns string) (string, error) {

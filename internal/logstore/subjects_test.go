@@ -14,7 +14,7 @@ import (
 // needs an upgrade of every store: it fails here first.
 func TestSubjects_AreTheStoredNames(t *testing.T) {
 	k := engine.Key{Namespace: "user@example.com", Session: "a.b*c >d", Agent: "main"}
-	log, err := logSubject(k)
+	log, err := LogSubject(k)
 	require.NoError(t, err)
 	require.Equal(t, "cp.log.user=40example=2Ecom.a=2Eb=2Ac=20=3Ed.main", log)
 	idx, err := indexSubject(k.Namespace)
@@ -26,7 +26,7 @@ func TestSubjects_AreTheStoredNames(t *testing.T) {
 	require.Equal(t, "cp.val.user=40example=2Ecom.0123abcd", val)
 
 	for _, bad := range []engine.Key{{Session: "s", Agent: "main"}, {Namespace: "n", Session: string([]byte{0xff}), Agent: "main"}} {
-		_, err := logSubject(bad)
+		_, err := LogSubject(bad)
 		require.Error(t, err, "%q", bad)
 	}
 }

@@ -64,8 +64,8 @@ const (
 
 // LogRePublish and IngestRePublish are the streams' republish settings.
 var (
-	LogRePublish    = jetstream.RePublish{Source: "cp.log.>", Destination: NoteLogPrefix + ">", HeadersOnly: true}
-	IngestRePublish = jetstream.RePublish{Source: "cp.ingest.>", Destination: NoteIngestPrefix + ">", HeadersOnly: true}
+	LogRePublish    = logstore.NoteRePublish
+	IngestRePublish = jetstream.RePublish{Source: wire.IngestSubjectPrefix + ">", Destination: NoteIngestPrefix + ">", HeadersOnly: true}
 )
 
 // noteBuffer is how many notes wait in the channel: drained by every read and every pollNotes,
@@ -292,12 +292,9 @@ func (n *Notes) applyLocked(m *nats.Msg) {
 		if err != nil {
 			seq = ^uint64(0) // moved, somehow: never trusted again in this epoch
 		}
-		n.raiseLocked(logSubjectPrefix+strings.TrimPrefix(m.Subject, NoteLogPrefix), seq)
+		n.raiseLocked(logstore.LogSubjectPrefix+strings.TrimPrefix(m.Subject, NoteLogPrefix), seq)
 	}
 }
-
-// logSubjectPrefix is what CP_LOG's subjects start with (LogRePublish's source).
-const logSubjectPrefix = "cp.log."
 
 // lastValue is the last value of header name in h: the one the server added.
 func lastValue(h nats.Header, name string) string {
@@ -335,11 +332,8 @@ func (n *Notes) Begin() Mark {
 }
 
 func logSubjectOf(k engine.Key) (string, bool) {
-	wk := wire.Key{Namespace: k.Namespace, Session: k.Session, Agent: k.Agent}
-	if wk.Validate() != nil {
-		return "", false
-	}
-	return logSubjectPrefix + wk.Token(), true
+	subject, err := logstore.LogSubject(k)
+	return subject, err == nil
 }
 
 // Still reports whether key's log is known to have no entry after seq: the last note of its log

@@ -849,11 +849,11 @@ func (in *Ingester) announceResult(res wire.SaveResult, data []byte) error {
 
 func (in *Ingester) publishResultOn(ctx context.Context, subject string, res wire.SaveResult) error {
 	data := encodeResult(res, replyRoom(in.js.Conn().MaxPayload())) // a refusal cut to fit (refusalroom.go)
-	var err error
 	for {
 		actx, cancel := context.WithTimeout(ctx, resultAttempt)
 		// The first result a deployment stores makes CP_RESULTS (edge.EnsureStreams).
-		if _, err = in.st.Results(actx, true); err == nil {
+		_, err := in.st.Results(actx, true)
+		if err == nil {
 			_, err = in.js.Publish(actx, subject, data)
 		}
 		cancel()
