@@ -101,6 +101,7 @@ func runDisk(ctx context.Context, b *bench) error {
 		check("≤ 1.5× zstd + 256 KiB", size(usage.Allocated), float64(usage.Allocated) <= limit).value("bytes", float64(usage.Allocated))
 	t.row("daemon write_bytes (/proc/PID/io)", size(written.WriteBytes), times(float64(written.WriteBytes)/float64(z))).
 		check("≤ 3×", times(float64(written.WriteBytes)/float64(z)), float64(written.WriteBytes) <= writtenFactor*float64(z)).
+		floor("raw JetStream, the same turns alike: %s", times(float64(rawWritten.WriteBytes)/float64(z))).
 		value("bytes", float64(written.WriteBytes))
 	t.row("daemon cancelled_write_bytes", size(written.CancelledWriteBytes), times(float64(written.CancelledWriteBytes)/float64(z))).
 		value("bytes", float64(written.CancelledWriteBytes))

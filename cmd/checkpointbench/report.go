@@ -42,6 +42,10 @@ type row struct {
 	Target string   `json:"target,omitempty"`
 	Got    string   `json:"got,omitempty"` // the figure the target is checked on
 	Met    *bool    `json:"met,omitempty"`
+	// Floor is the same figure for the parts alone, where the row's own comparison leaves them out:
+	// what no build of checkpointd on them could beat (the rivals against raw JetStream, a restore
+	// against a raw read that checks what it read).
+	Floor string `json:"floor,omitempty"`
 	// Values are the numbers behind the cells, for scripts (seconds, bytes, ratios).
 	Values map[string]float64 `json:"values,omitempty"`
 }
@@ -54,6 +58,7 @@ type result struct {
 	Got     string `json:"got"`
 	Met     bool   `json:"met"`
 	Skipped bool   `json:"skipped,omitempty"` // not measured (a rival not installed): neither met nor not
+	Floor   string `json:"floor,omitempty"`   // row.Floor
 }
 
 func newReport(args []string, o options) *report {
@@ -92,6 +97,12 @@ func (rw *row) skip(target string) *row {
 	return rw
 }
 
+// floor says what the row's figure is for the parts alone (row.Floor).
+func (rw *row) floor(format string, args ...any) *row {
+	rw.Floor = fmt.Sprintf(format, args...)
+	return rw
+}
+
 // value records a number behind the row's cells.
 func (rw *row) value(name string, v float64) *row {
 	if rw.Values == nil {
@@ -113,7 +124,7 @@ func (r *report) finish() {
 		for _, rw := range t.Rows {
 			if rw.Target != "" {
 				r.Summary = append(r.Summary, result{Section: t.Section, Row: rw.Cells[0], Target: rw.Target, Got: rw.Got,
-					Met: rw.Met != nil && *rw.Met, Skipped: rw.Met == nil})
+					Met: rw.Met != nil && *rw.Met, Skipped: rw.Met == nil, Floor: rw.Floor})
 			}
 		}
 	}
@@ -155,7 +166,11 @@ func (r *report) writeText(w io.Writer) error {
 		if s.Skipped {
 			v = "SKIPPED"
 		}
-		fmt.Fprintf(w, "- %-7s  %-7s %s: %s (target %s)\n", v, s.Section, s.Row, s.Got, s.Target)
+		floor := ""
+		if s.Floor != "" {
+			floor = "; " + s.Floor
+		}
+		fmt.Fprintf(w, "- %-7s  %-7s %s: %s (target %s%s)\n", v, s.Section, s.Row, s.Got, s.Target, floor)
 	}
 	return nil
 }
