@@ -17,8 +17,13 @@ func TestCheckpointctl_PutDialect(t *testing.T) {
 	env := testenv.Start(t)
 	srv := "--server=" + env.URL()
 	const file = "../../testdata/dialects/anthropic.json"
-	_, _, code := ctl(t, "", srv, "put", "chat", file)
+	_, stderr, code := ctl(t, "", srv, "put", "chat", file)
 	require.Equal(t, 5, code, "refused as native")
+	require.Contains(t, stderr, "name its shape with --dialect: ", "the refusal points at --dialect")
+	require.Contains(t, stderr, "anthropic")
+	_, stderr, code = ctl(t, "", srv, "put", "chat", file, "--dialect", "native")
+	require.Equal(t, 5, code, "refused as native, asked for")
+	require.NotContains(t, stderr, "--dialect:", "no hint when the dialect was named")
 	out, stderr, code := ctl(t, "", srv, "put", "chat", file, "--dialect", "anthropic", "-o", "json")
 	require.Equal(t, 0, code, stderr)
 	var v checkpoint.Version

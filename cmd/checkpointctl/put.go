@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/checkpointd/checkpointd/checkpoint"
@@ -72,6 +74,12 @@ func runPut(ctx context.Context, a *App, args []string) error {
 		}
 		return fmt.Errorf("%w (restore it first, or pass %s %d)", err, flag, ce.Head)
 	}
+	if errors.As(err, &ce) && errors.Is(err, checkpoint.ErrInvalid) && ce.Field == "role" && !flagSet(fs, "dialect") {
+		// A role the native format does not have is most often another runtime's history.
+		others := slices.DeleteFunc(checkpoint.Dialects(), func(d string) bool { return d == "native" })
+		return fmt.Errorf("%w (if this is another runtime's history, name its shape with --dialect: %s)",
+			err, strings.Join(others, ", "))
+	}
 	if err != nil {
 		return err
 	}
@@ -81,6 +89,13 @@ func runPut(ctx context.Context, a *App, args []string) error {
 	_, err = fmt.Fprintf(a.Stdout, "saved %s version %d (%d messages, %s, %s)\n",
 		printable(v.Key.String()), v.Version, v.Counts.Messages, size(v.RawBytes), v.Hash)
 	return err
+}
+
+// flagSet tells whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // readInput reads a conversation from a file or, for "-", stdin; an empty one is refused here,

@@ -61,7 +61,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Tenants, "tenants", "", "JSON file of logins: each tenant reaches only its namespace, admins every namespace; anonymous clients are refused (re-read on SIGHUP; see docs/security.md)")
 	fs.BoolVar(&c.PrintVersion, "version", false, "print the version, commit, Go version, protocol and storage format versions, and exit")
 	fs.BoolVar(&c.PrintNATSConfig, "print-nats-config", false, "print the NATS accounts that isolate the --tenants for an external nats-server, and exit")
-	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9333", "address of the HTTP server for /metrics and /healthz (empty: off)")
+	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9333", "address of the HTTP server for /metrics, /healthz and /readyz (empty: off)")
 	fs.IntVar(&c.Daemon.Replicas, "replicas", c.Daemon.Replicas, "JetStream replicas of the streams and buckets checkpointd creates (0: 3 when --nats-url is a cluster, else 1)")
 	fs.Int64Var(&c.Daemon.MaxCheckpointBytes, "max-checkpoint-bytes", c.Daemon.MaxCheckpointBytes, "largest conversation accepted, in bytes")
 	fs.Func("image-paths", "what a save does with an image part naming a local file (absolute path or file: URL): refuse (default), redact (keep only the extension) or allow", func(s string) error {
@@ -92,7 +92,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before in-flight saves are left to the next start")
 	c.Security.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: checkpointd [flags]\n\n"+
+		fmt.Fprintf(stderr, "Usage: checkpointd [flags]\n       checkpointd healthcheck [HOST:PORT]   (asks a running daemon's /healthz: exit 0 when healthy)\n\n"+
 			"Stores versioned checkpoints of agent conversations on NATS JetStream.\n"+
 			"Without --nats-url it runs an embedded NATS server with JetStream in --data-dir.\n\n"+
 			"Every flag can also be set in the environment as %s<FLAG>, e.g. CHECKPOINTD_DATA_DIR.\n\nFlags:\n", envPrefix)

@@ -272,6 +272,13 @@ func TestHealthcheck_Command(t *testing.T) {
 	u, err = healthzURL("10.1.2.3:9333")
 	require.NoError(t, err)
 	require.Equal(t, "http://10.1.2.3:9333/healthz", u)
+	for _, asURL := range []string{"http://10.1.2.3:9333", "http://10.1.2.3:9333/", "http://10.1.2.3:9333/healthz"} {
+		u, err = healthzURL(asURL)
+		require.NoError(t, err, asURL)
+		require.Equal(t, "http://10.1.2.3:9333/healthz", u, asURL)
+	}
+	_, err = healthzURL("http://10.1.2.3:9333/metrics") // another path is not this check's
+	require.Error(t, err)
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 2, healthcheck([]string{"nope"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), `"nope"`)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 )
@@ -27,7 +28,7 @@ func healthcheck(args []string, stdout, stderr io.Writer) int {
 	case 1:
 		addr = args[0]
 	default:
-		fmt.Fprintln(stderr, "usage: checkpointd healthcheck [HOST:PORT] (default: $CHECKPOINTD_HTTP_LISTEN or 127.0.0.1:9333)")
+		fmt.Fprintln(stderr, "usage: checkpointd healthcheck [HOST:PORT | http://HOST:PORT] (default: $CHECKPOINTD_HTTP_LISTEN or 127.0.0.1:9333)")
 		return 2
 	}
 	url, err := healthzURL(addr)
@@ -54,6 +55,9 @@ func healthcheck(args []string, stdout, stderr io.Writer) int {
 // healthzURL turns a listen address into the URL to ask: a wildcard host (0.0.0.0, ::, empty) means
 // "every interface", so the check asks loopback.
 func healthzURL(addr string) (string, error) {
+	if u, err := url.Parse(addr); err == nil && u.Scheme == "http" && u.Host != "" && (u.Path == "" || u.Path == "/" || u.Path == "/healthz") {
+		addr = u.Host // the address as a URL, as curl would take it: http://HOST:PORT[/healthz]
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", fmt.Errorf("HTTP address %q: %w", addr, err)

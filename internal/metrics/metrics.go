@@ -54,7 +54,7 @@ type Metrics struct {
 	// RetentionSeconds is how long one housekeeping round took.
 	RetentionSeconds prometheus.Histogram
 	// RetentionRemoved counts what housekeeping removed, by kind: version (by the retention
-	// policy), segment (left by a crashed save or freed by pruning), value (no session uses it).
+	// policy), value (no session uses it).
 	RetentionRemoved *prometheus.CounterVec
 
 	// LeaseTakeovers counts leases acquired from another owner, by kind: expired (theirs had run
@@ -145,7 +145,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		RetentionRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "retention_removed_total",
-			Help: "What housekeeping removed, by kind (version, segment, value).",
+			Help: "What housekeeping removed, by kind (version, value).",
 		}, []string{"kind"}),
 		LeaseTakeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "lease_takeovers_total",
@@ -167,7 +167,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"ok", "raced", "error"} {
 		m.Compactions.WithLabelValues(r)
 	}
-	for _, k := range []string{"version", "segment", "value"} {
+	for _, k := range []string{"version", "value"} {
 		m.RetentionRemoved.WithLabelValues(k)
 	}
 	for _, e := range []string{"disconnect", "reconnect", "slow_consumer", "error", "closed"} {
