@@ -116,10 +116,14 @@ func (v *versionFlag) Set(s string) error {
 func newFlagSet(a *App, name, args, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(a.Stderr)
+	// Usage runs only when asked for (--help, or help COMMAND: parseQuietly prints no usage for a
+	// mistake), and so writes to stdout, where it can be paged: checkpointctl restore --help | less.
 	fs.Usage = func() {
-		fmt.Fprintf(a.Stderr, "Usage: checkpointctl %s %s\n\n%s\n\nFlags:\n", name, args, about)
+		fmt.Fprintf(a.Stdout, "Usage: checkpointctl %s %s\n\n%s\n\nFlags:\n", name, args, about)
+		fs.SetOutput(a.Stdout)
 		fs.PrintDefaults()
-		fmt.Fprint(a.Stderr, "\n"+exitCodesHelp)
+		fs.SetOutput(a.Stderr)
+		fmt.Fprint(a.Stdout, "\n"+exitCodesHelp)
 	}
 	if a.onFlagSet != nil {
 		a.onFlagSet(fs)

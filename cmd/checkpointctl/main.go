@@ -129,7 +129,7 @@ func (a *App) globalFlags() *flag.FlagSet {
 	fs.StringVar(&a.Nkey, "nkey", "", "file holding the nkey seed to log in with (a --tenants entry's \"nkey\" is its public key)")
 	fs.DurationVar(&a.Timeout, "timeout", 30*time.Second, "how long to wait for checkpointd")
 	a.TLS.register(fs)
-	fs.Usage = func() { a.usage(fs) }
+	fs.Usage = func() { a.usageTo(a.Stdout, fs) } // asked for (--help): parseQuietly
 	return fs
 }
 
@@ -177,10 +177,7 @@ func (a *App) help(fs *flag.FlagSet, args []string) error {
 	if !ok || cmd.run == nil {
 		return usageErr(fmt.Errorf("unknown command %q (want one of: %s)", args[0], strings.Join(commandNames(), ", ")))
 	}
-	// A command prints its usage on --help; asked for, help goes to stdout (so it can be paged).
-	saved := a.Stderr
-	a.Stderr = a.Stdout
-	defer func() { a.Stderr = saved }()
+	// A command prints its usage on --help, to stdout (newFlagSet).
 	return cmd.run(context.Background(), a, []string{"--help"})
 }
 

@@ -32,7 +32,7 @@ func ctl(t *testing.T, stdin string, args ...string) (string, string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := a.Run(ctx, args)
-	if err != nil {
+	if err != nil && !errors.Is(err, flag.ErrHelp) { // as main prints it
 		errOut.WriteString("checkpointctl: " + err.Error() + "\n")
 	}
 	return out.String(), errOut.String(), exitCode(err)

@@ -51,10 +51,18 @@ func TestCheckpointctl_Help(t *testing.T) {
 	require.Contains(t, out, "Usage: checkpointctl restore SESSION")
 	require.Contains(t, out, "-max-messages")
 
-	// --help still prints the whole usage, as asked.
-	_, stderr, code = ctl(t, "", "restore", "--help")
+	// --help still prints the whole usage, as asked, to stdout as help does (so that it can be
+	// paged), and nothing to stderr.
+	out, stderr, code = ctl(t, "", "restore", "--help")
 	require.Equal(t, exitOK, code)
-	require.Contains(t, stderr, "-max-messages")
+	require.Contains(t, out, "-max-messages")
+	require.Contains(t, out, "Exit codes:")
+	require.Empty(t, stderr)
+	out, stderr, code = ctl(t, "", "--help")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "Commands:")
+	require.Contains(t, out, "-server")
+	require.Empty(t, stderr)
 }
 
 func TestCheckpointctl_Version(t *testing.T) {
