@@ -47,10 +47,13 @@ const (
 // A flag on the command line wins over the environment.
 const envPrefix = "CHECKPOINTD_"
 
-func parseConfig(args []string, stderr io.Writer) (config, error) {
+// parseConfig reads the flags, then the environment and --config. --help writes the usage to help
+// (and returns flag.ErrHelp); a mistake returns its error with a pointer to --help, the usage not
+// printed.
+func parseConfig(args []string, help io.Writer) (config, error) {
 	c := config{Daemon: transfer.DefaultConfig()}
 	fs := flag.NewFlagSet("checkpointd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.ConfigFile, "config", "", "file of CHECKPOINTD_<FLAG>=VALUE lines (systemd EnvironmentFile format); it wins over the environment, the command line wins over it; on SIGHUP the log level and retention in it are applied")
 	fs.StringVar(&c.DataDir, "data-dir", "checkpointd-data", "directory of the embedded NATS server's JetStream store")
 	fs.StringVar(&c.NATSListen, "nats-listen", "127.0.0.1:4222", "address the embedded NATS server listens on for clients")
@@ -91,15 +94,18 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a Go CPU profile of the whole run (daemon and embedded server) to this file, finished at shutdown; read it with go tool pprof (troubleshooting, README.md)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before in-flight saves are left to the next start")
 	c.Security.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: checkpointd [flags]\n       checkpointd healthcheck [HOST:PORT]   (asks a running daemon's /healthz: exit 0 when healthy)\n\n"+
-			"Stores versioned checkpoints of agent conversations on NATS JetStream.\n"+
-			"Without --nats-url it runs an embedded NATS server with JetStream in --data-dir.\n\n"+
-			"Every flag can also be set in the environment as %s<FLAG>, e.g. CHECKPOINTD_DATA_DIR.\n\nFlags:\n", envPrefix)
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(help, "Usage: checkpointd [flags]\n       checkpointd healthcheck [HOST:PORT]   (asks a running daemon's /healthz: exit 0 when healthy)\n\n"+
+				"Stores versioned checkpoints of agent conversations on NATS JetStream.\n"+
+				"Without --nats-url it runs an embedded NATS server with JetStream in --data-dir.\n\n"+
+				"Every flag can also be set in the environment as %s<FLAG>, e.g. CHECKPOINTD_DATA_DIR.\n\nFlags:\n", envPrefix)
+			fs.SetOutput(help)
+			fs.PrintDefaults()
+			return c, err
+		}
+		return c, fmt.Errorf("%w (usage: checkpointd --help)", err)
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (checkpointd takes only flags)", fs.Arg(0))

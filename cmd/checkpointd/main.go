@@ -62,7 +62,7 @@ func (e usageError) Unwrap() error { return e.error }
 
 // run starts checkpointd and blocks until ctx is cancelled, then shuts down gracefully.
 func run(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := parseConfig(args, stderr)
+	cfg, err := parseConfig(args, os.Stdout) // --help, asked for, to stdout (--version too, below)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -112,6 +114,23 @@ func TestRun_BadFlagsAreUsageErrors(t *testing.T) {
 		var ue usageError
 		require.ErrorAs(t, err, &ue, "%v: %v", args, err)
 	}
+}
+
+// --help writes the whole usage where it was asked to go (stdout, from run), and is no error to
+// exit on; a mistyped flag is an error that points at --help, with no usage printed.
+func TestParseConfig_HelpAndMistakes(t *testing.T) {
+	var help bytes.Buffer
+	_, err := parseConfig([]string{"--help"}, &help)
+	require.ErrorIs(t, err, flag.ErrHelp)
+	require.Contains(t, help.String(), "Usage: checkpointd [flags]")
+	require.Contains(t, help.String(), "checkpointd healthcheck")
+	require.Contains(t, help.String(), "-data-dir")
+
+	help.Reset()
+	_, err = parseConfig([]string{"--bogus"}, &help)
+	require.ErrorContains(t, err, "flag provided but not defined: -bogus (usage: checkpointd --help)")
+	require.False(t, errors.Is(err, flag.ErrHelp))
+	require.Empty(t, help.String())
 }
 
 func TestRun_EnvironmentSetsFlags(t *testing.T) {
