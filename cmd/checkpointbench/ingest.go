@@ -21,10 +21,11 @@ import (
 // agents publishing the same bytes to a plain stream (issue 12, first table's last row): once
 // asynchronously (the issue's target row) and once synchronously, each agent waiting for every
 // ack before its next publish, as it waits for every save. Each agent has its own connection, as
-// an agent process would; the three take turns, and a fourth phase makes the same appends with
-// AppendAsync (ingest_async.go), the row the issue's target is read from. The CPU each save and each publish cost, agents,
-// daemon and its server together, is printed beside the rates: on a shared machine it is the
-// steadier figure.
+// an agent process would; the phases take turns: saves one after another, async publishes, async
+// publishes after the work a save must do (saveWork: the target row's floor), sync publishes, and
+// the same appends with AppendAsync (ingest_async.go), the row the issue's target is read from.
+// The CPU each save and each publish cost, agents, daemon and its server together, is printed
+// beside the rates: on a shared machine it is the steadier figure.
 func runIngest(ctx context.Context, b *bench) error {
 	d, err := b.startDaemon(ctx, "ingest")
 	if err != nil {
@@ -316,9 +317,9 @@ func oneAfterAnother(n int, phase time.Duration, op func(agent, call int) error)
 // publishFlood has every agent publish pairs asynchronously for the phase, then waits for every
 // acknowledgement; it returns the acknowledged publishes, how many the server refused (a server
 // past its limit of publishes in flight says 429: not counted) and how long they took, waiting
-// included. work, when not nil, makes each agent's work function (one per agent), which turns a
-// pair into the bytes published.
-func publishFlood(ctx context.Context, agents []*conn, conv conversation, phase time.Duration, work func() (func([]byte) ([]byte, error), error)) (int64, int64, time.Duration, error) {
+// included. newWork, when not nil, makes each agent's own work function, which turns a pair into
+// the bytes published (saveWork).
+func publishFlood(ctx context.Context, agents []*conn, conv conversation, phase time.Duration, newWork func() (func([]byte) ([]byte, error), error)) (int64, int64, time.Duration, error) {
 	var acked, refused atomic.Int64
 	errs := make(chan error, len(agents))
 	deadline := time.Now().Add(phase)
@@ -330,9 +331,9 @@ func publishFlood(ctx context.Context, agents []*conn, conv conversation, phase 
 			defer wg.Done()
 			subject := fmt.Sprintf("bench.ingest.agent%02d", i)
 			do := func(p []byte) ([]byte, error) { return p, nil }
-			if work != nil {
+			if newWork != nil {
 				var err error
-				if do, err = work(); err != nil {
+				if do, err = newWork(); err != nil {
 					errs <- err
 					return
 				}

@@ -32,7 +32,7 @@ func runLatency(ctx context.Context, b *bench) error {
 	}
 	steps := []struct {
 		what string
-		ops  opPair
+		ops  opsFor
 		raw  string
 		max  float64
 	}{
@@ -74,8 +74,8 @@ func runLatency(ctx context.Context, b *bench) error {
 	return d.stop()
 }
 
-// opPair prepares a checkpointd operation and the raw operation it is measured against.
-type opPair func(ctx context.Context, c *conn) (ops, error)
+// opsFor prepares a row's operations (ops) on a connection.
+type opsFor func(ctx context.Context, c *conn) (ops, error)
 
 // ops are a row's operations: checkpointd's, the raw one, and, where the raw one leaves out work
 // checkpointd must do, the raw one with that work (floor: run is nil when there is none), measured
@@ -171,7 +171,7 @@ func appendPaths(ctx context.Context, b *bench, c *conn, t *table, n int) error 
 	return nil
 }
 
-func wholeArrayOps(conv conversation) opPair {
+func wholeArrayOps(conv conversation) opsFor {
 	return func(ctx context.Context, c *conn) (ops, error) {
 		cp, raw, err := wholeArray(ctx, c, conv)
 		return ops{cp: cp, raw: raw}, err
@@ -200,7 +200,7 @@ func wholeArray(ctx context.Context, c *conn, conv conversation) (op, op, error)
 		op{name: "publish", run: func(int) error { _, err := c.js.Publish(ctx, "bench.latency.grew", grew); return err }}, nil
 }
 
-func firstSaveOps(conv conversation) opPair {
+func firstSaveOps(conv conversation) opsFor {
 	return func(ctx context.Context, c *conn) (ops, error) {
 		body := conv.bytes()
 		return ops{
@@ -220,7 +220,7 @@ func firstSaveOps(conv conversation) opPair {
 // same conversation, published compressed. The SDK also checks the SHA-256 of what it decoded
 // against the version's record (end to end, nothing altered); the raw read does not, so the floor
 // op is the raw read with that check after it.
-func restoreOps(conv conversation) opPair {
+func restoreOps(conv conversation) opsFor {
 	return func(ctx context.Context, c *conn) (ops, error) {
 		body := conv.bytes()
 		key := checkpoint.Key{Session: "restore-" + conv.name}

@@ -120,15 +120,28 @@ func newFlagSet(a *App, name, args, about string) *flag.FlagSet {
 	// mistake), and so writes to stdout, where it can be paged: checkpointctl restore --help | less.
 	fs.Usage = func() {
 		fmt.Fprintf(a.Stdout, "Usage: checkpointctl %s %s\n\n%s\n\nFlags:\n", name, args, about)
-		fs.SetOutput(a.Stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(a.Stderr)
+		printDefaults(a.Stdout, fs)
 		fmt.Fprint(a.Stdout, "\n"+exitCodesHelp)
 	}
 	if a.onFlagSet != nil {
 		a.onFlagSet(fs)
 	}
 	return fs
+}
+
+// printDefaults prints fs's flags to w, leaving fs's output as it was.
+func printDefaults(w io.Writer, fs *flag.FlagSet) {
+	saved := fs.Output()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(saved)
+}
+
+// flagSet tells whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func wantArgs(name string, got []string, n int, what string) error {

@@ -146,10 +146,7 @@ Commands:
 		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].synopsis)
 	}
 	fmt.Fprint(w, "\nGlobal flags:\n")
-	saved := fs.Output()
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(saved)
+	printDefaults(w, fs)
 	fmt.Fprint(w, `
 Run 'checkpointctl <command> --help' for a command's arguments and flags.
 Flags may follow the arguments: checkpointctl restore demo --version 3

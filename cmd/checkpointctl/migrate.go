@@ -229,9 +229,7 @@ func (s *selection) check(name string, pos []string) error {
 }
 
 func (s *selection) keys(ctx context.Context, c *checkpoint.Client, k keyFlags, fs *flag.FlagSet, pos []string) ([]checkpoint.Key, error) {
-	agentSet := false
-	fs.Visit(func(f *flag.Flag) { agentSet = agentSet || f.Name == "agent" })
-	if len(pos) == 1 && agentSet {
+	if len(pos) == 1 && flagSet(fs, "agent") {
 		return []checkpoint.Key{k.key(pos[0])}, nil
 	}
 	var heads []checkpoint.Session

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -89,13 +88,6 @@ func runPut(ctx context.Context, a *App, args []string) error {
 	_, err = fmt.Fprintf(a.Stdout, "saved %s version %d (%d messages, %s, %s)\n",
 		printable(v.Key.String()), v.Version, v.Counts.Messages, size(v.RawBytes), v.Hash)
 	return err
-}
-
-// flagSet tells whether the command line set the flag name.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 // readInput reads a conversation from a file or, for "-", stdin; an empty one is refused here,
