@@ -90,7 +90,9 @@ type Log interface {
 	Get(ctx context.Context, key Key, seq uint64) (Entry, error)
 	// Range calls fn with key's entries whose sequence is in [from, upTo] (upTo 0: to the end) in
 	// order, until fn returns false. Entries deleted meanwhile may be missing; a caller that must
-	// see every entry up to a known one checks that it came.
+	// see every entry up to a known one checks that it came. Entries deleted just before may still
+	// come (a replica behind the leader answering; a Delete is not read-your-writes): readers skip
+	// what a pack has taken.
 	Range(ctx context.Context, key Key, from, upTo uint64, fn func(Entry) bool) error
 	// Delete removes the entries of key's log at the given sequences (ones already gone are
 	// skipped). The log's last entry is never deleted: Delete refuses it with an error.

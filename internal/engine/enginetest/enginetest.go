@@ -95,6 +95,19 @@ func Entries(t testing.TB, l engine.Log, k engine.Key) int {
 	return n
 }
 
+// EntriesGone waits until k's log holds want entries, the entries a Delete removed no longer seen
+// (up to 10 s). On a replicated stream a Range may be answered by a replica that has not yet
+// applied deletes the leader acknowledged (engine.Log.Range); readers skip such entries, and a
+// count taken at once may include them.
+func EntriesGone(t testing.TB, l engine.Log, k engine.Key, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for n := Entries(t, l, k); n != want; n = Entries(t, l, k) {
+		require.True(t, n > want && time.Now().Before(deadline), "%s holds %d entries, want %d", k, n, want)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // CheckHistory checks that k's versions are first..head, each once: History oldest first;
 // HistoryPage newest first, paged with several limits (so walks by back pointer, by the tail,
 // across packs and from a cursor all take part): small pages over the newest 40 versions, larger

@@ -79,7 +79,7 @@ func groupTailsPackedOpen(t *testing.T, l engine.Log, k engine.Key, g *groups) {
 	g.saveGroup(t, e, g.appends(k, "g", 24, 32))
 	g.saveGroup(t, e, g.appends(k, "g", 32, 40))
 	require.Equal(t, []bool{true, true}, packsOf(t, l, k))
-	require.Equal(t, 2, Entries(t, l, k))
+	EntriesGone(t, l, k, 2) // the second pack deleted its 2 entries and the 3 the crash left
 	for i, r := range e.SaveGroup(ctx, g.appends(k, "g", 8, 16)) {
 		require.NoError(t, r.Err)
 		require.True(t, r.Saved.Duplicate, "save %d of a group sent again", i)
